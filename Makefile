@@ -1,0 +1,33 @@
+# Thin wrapper over CMake so the README's commands stay short.
+#   make            build Release into build/ (binaries in build/bin/)
+#   make test       build, then run every CTest test (unit, kernel, parity, golden, mpi)
+#   make asan       ASan+UBSan build of the C tests in build-asan/, then run them
+#   make setup      install the Debian packages the build and tests need (scripts/setup.sh)
+JOBS ?= $(shell nproc)
+BUILD ?= build
+
+.PHONY: all build test asan setup clean demo
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMC_SANITIZE=ON
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -LE python
+
+setup:
+	bash scripts/setup.sh
+
+demo: build
+	bash scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,130 @@
+/* GPTModel: the counterpart of megatron/core/models/gpt/gpt_model.py with the local layer spec
+ * (get_gpt_layer_local_spec) and megatron/core/transformer/transformer_config.py.
+ *
+ * Activations are sequence-first [s, b, h] as in Megatron. Parameters are named, shaped and
+ * laid out as Megatron core's state dict (see docs/formats/ and spec §3.7): QKV rows grouped per
+ * query group, SwiGLU fc1 = [gate; up] per tensor-parallel rank, `linear_proj` registered before
+ * `linear_qkv`. Every linear layer is a column- or row-parallel layer and the embedding and loss
+ * are vocab-parallel; with tensor_model_parallel_size == 1 the communication is a no-op. */
+#ifndef MEGATRON_GPT_H
+#define MEGATRON_GPT_H
+
+#include "megatron.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mc_normalization { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM };
+enum mc_position_embedding { MC_POS_LEARNED_ABSOLUTE = 0, MC_POS_ROPE, MC_POS_NONE };
+/* Non-gated MLP activation. MC_ACT_GELU_TANH is Megatron's default fused bias-GELU (tanh
+ * approximation, constant 0.79788456); MC_ACT_GELU_ERF is --no-bias-gelu-fusion. SwiGLU is
+ * MC_ACT_SWIGLU (gated: fc1 is [gate; up], output silu(gate) * up). */
+enum mc_activation { MC_ACT_GELU_TANH = 0, MC_ACT_GELU_ERF, MC_ACT_SWIGLU, MC_ACT_SQUARED_RELU };
+
+/* TransformerConfig + the GPTModel arguments. Field names follow Megatron's config fields.
+ * Zero in a "0 = derived" field takes Megatron's default. Fill with mc_gpt_config_default(). */
+struct mc_gpt_config {
+    int64_t num_layers;
+    int64_t hidden_size;
+    int64_t num_attention_heads;
+    int64_t num_query_groups;        /* 0 = num_attention_heads (no GQA) */
+    int64_t kv_channels;             /* 0 = hidden_size / num_attention_heads */
+    int64_t ffn_hidden_size;         /* 0 = 4 * hidden_size (Megatron's TransformerConfig rule) */
+    int64_t vocab_size;              /* the tokenizer's vocabulary (unpadded) */
+    int64_t padded_vocab_size;       /* 0 = pad with make_vocab_size_divisible_by * tp */
+    int64_t make_vocab_size_divisible_by; /* 128 */
+    int64_t max_position_embeddings; /* learned_absolute table size; RoPE ignores it */
+    int64_t seq_length;              /* the longest sequence forward() will see */
+    int64_t micro_batch_size;        /* the largest micro-batch forward() will see */
+
+    enum mc_normalization normalization;
+    float norm_epsilon;              /* 1e-5 */
+    enum mc_position_embedding position_embedding_type;
+    float rotary_percent;            /* 1.0 */
+    float rotary_base;               /* 10000 */
+    bool rotary_interleaved;
+    bool use_rope_scaling;           /* Llama 3.x: factor, low 1, high 4, old context 8192 */
+    float rope_scaling_factor;       /* 8.0 */
+    enum mc_activation activation;
+    bool add_bias_linear;            /* true */
+    bool add_qkv_bias;               /* false; true re-adds only the QKV bias */
+    bool apply_query_key_layer_scaling;
+    bool attention_softmax_in_fp32;
+    bool untie_embeddings_and_output_weights;
+    bool fp32_residual_connection;
+    float hidden_dropout;            /* 0.1 */
+    float attention_dropout;         /* 0.1 */
+    float init_method_std;           /* 0.02 */
+    uint64_t seed;                   /* 1234: init and dropout streams */
+    enum mc_dtype params_dtype;      /* MC_DTYPE_F32 now; bf16/fp16 arrive with mixed precision */
+
+    int tensor_model_parallel_size;  /* 1 */
+    int tensor_model_parallel_rank;  /* 0 */
+};
+
+/* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */
+MC_API void mc_gpt_config_default(struct mc_gpt_config *cfg);
+/* Fills derived fields (query groups, kv channels, ffn, padded vocab) and checks every rule
+ * Megatron's validate_args / TransformerConfig.__post_init__ would; MC_ERR_CONFIG with a message
+ * naming the option (as its command-line spelling) otherwise. Called by mc_gpt_model_init. */
+MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
+
+typedef struct mc_gpt_model mc_gpt_model;
+
+/* Builds the model and initializes its weights from full master matrices in Megatron's
+ * construction order, sliced for this tensor-parallel rank (so a seed gives the same model for
+ * any layout). *out is owned by the caller: free with mc_gpt_model_free. */
+MC_API mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out);
+MC_API void mc_gpt_model_free(mc_gpt_model *m);
+MC_API const struct mc_gpt_config *mc_gpt_model_config(const mc_gpt_model *m);
+
+/* One parameter as a named view into the model's single parameter block (and grad block).
+ * Pointers are valid until mc_gpt_model_free. Order is Megatron's state_dict order. */
+struct mc_param_view {
+    const char *name;     /* "decoder.layers.0.self_attention.linear_qkv.weight" */
+    int ndim;
+    int64_t shape[2];     /* this rank's shard */
+    int64_t numel;
+    float *data;          /* [shape] */
+    float *grad;          /* [shape], accumulated by backward */
+    bool no_weight_decay; /* Megatron's rule: name ends in .bias or the tensor is 1-D */
+    bool tensor_parallel; /* sharded across tp (counted by every rank in the grad norm) */
+    int partition_dim;    /* -1 when not sharded */
+};
+MC_API int64_t mc_gpt_num_params(const mc_gpt_model *m);
+MC_API struct mc_param_view mc_gpt_param(const mc_gpt_model *m, int64_t i);
+/* Index of the named parameter, or -1. */
+MC_API int64_t mc_gpt_param_index(const mc_gpt_model *m, const char *name);
+/* Total elements in the parameter block (this rank). */
+MC_API int64_t mc_gpt_num_elements(const mc_gpt_model *m);
+
+/* One micro-batch, batch-first as pretrain_gpt's get_batch returns it. */
+struct mc_gpt_batch {
+    int64_t b, s;
+    const int64_t *tokens;        /* [b, s] */
+    const int64_t *labels;        /* [b, s]; NULL = return logits only */
+    const int64_t *position_ids;  /* [b, s]; NULL = 0..s-1 (RoPE always uses 0..s-1) */
+    const uint8_t *attention_mask;/* [b, 1, s, s], 1 = masked out; NULL = causal */
+};
+
+/* Forward. With labels: writes per-token losses [b, s] to `loss` (Megatron's GPTModel returns
+ * these; the caller applies the loss mask). Without labels, logits stay inside the model and
+ * mc_gpt_logits returns them. `training` enables dropout (deterministic per seed, layer, step).
+ * Activations needed by backward are kept until the next forward. */
+MC_API mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
+                                float *loss /* [b, s] or NULL */);
+/* Logits of the last forward, sequence-first [s, b, V/tp] as Megatron's output layer makes them. */
+MC_API const float *mc_gpt_logits(const mc_gpt_model *m);
+/* Backward from d(loss)/d(per-token loss) [b, s]. Parameter grads are ACCUMULATED (+=). */
+MC_API mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss /* [b, s] */);
+MC_API void mc_gpt_zero_grad(mc_gpt_model *m);
+
+/* Dropout step counter: advance once per iteration so every step draws fresh masks. */
+MC_API void mc_gpt_set_step(mc_gpt_model *m, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGATRON_GPT_H */

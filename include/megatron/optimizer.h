@@ -1,0 +1,47 @@
+/* Optimizers: the counterpart of megatron/core/optimizer (Adam with decoupled weight decay as
+ * apex/TE FusedAdam in adam_w_mode, SGD with momentum) and optimizer/clip_grads.py.
+ * Parameter groups follow Megatron's rule: no weight decay for biases and every 1-D parameter. */
+#ifndef MEGATRON_OPTIMIZER_H
+#define MEGATRON_OPTIMIZER_H
+
+#include "megatron/gpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mc_optimizer_type { MC_OPT_ADAM = 0, MC_OPT_SGD };
+
+struct mc_optimizer_config {
+    enum mc_optimizer_type optimizer; /* --optimizer adam */
+    float adam_beta1;                 /* 0.9 */
+    float adam_beta2;                 /* 0.999 */
+    float adam_eps;                   /* 1e-8 */
+    float sgd_momentum;               /* 0.9 */
+    float clip_grad;                  /* 1.0; 0 disables clipping */
+};
+MC_API void mc_opt_config_default(struct mc_optimizer_config *cfg);
+
+typedef struct mc_optimizer mc_optimizer;
+
+/* Allocates state for every parameter of m (Adam: exp_avg, exp_avg_sq; SGD: momentum buffer).
+ * m must outlive the optimizer. */
+MC_API mc_status mc_opt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
+                             mc_optimizer **out);
+MC_API void mc_opt_free(mc_optimizer *o);
+
+struct mc_opt_step_result {
+    float grad_norm;     /* global L2 norm before clipping (Megatron's 'grad norm') */
+    int64_t num_zeros;   /* zeros in the grads counted as --log-num-zeros-in-grad does */
+};
+/* One step: grad norm, clip by clip_grad/(norm+1e-6) when that is < 1, then the update with
+ * this step's learning rate and weight decay (the scheduler's values; wd applies to the
+ * decayed group only). Does not zero the grads. */
+MC_API mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
+                             struct mc_opt_step_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGATRON_OPTIMIZER_H */

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything megatron.c needs on a fresh Debian 12 machine: the C toolchain, CMake,
+# OpenMP, MPI, the GEMM libraries, and Debian's CPU PyTorch for the parity tests.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev libblis-dev libopenmpi-dev openmpi-bin
+      python3 python3-numpy python3-torch python3-regex)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all packages present"
