@@ -17,3 +17,5 @@ for T in $Ts; do
     done
   done
 done
+for lib in openblas blis onednn; do "$out/gemm_$lib" det 2 512; done
+for lib in openblas blis onednn; do OMP_NUM_THREADS=2 "$out/gemm_$lib" mix 2 1024; done
