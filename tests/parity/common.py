@@ -73,14 +73,22 @@ def driver_path():
     return os.path.join(build, 'tests', 'gpt_parity_driver')
 
 
-def run_driver(in_path, out_path, threads=None):
+def driver_command():
+    """The C driver, or MC_PARITY_DRIVER (a command line, e.g. the twin's stand-in
+    "/usr/bin/python3 tests/reference/twin_driver.py") to check the harness itself."""
+    if os.environ.get('MC_PARITY_DRIVER'):
+        return os.environ['MC_PARITY_DRIVER'].split()
     exe = driver_path()
     if not os.path.exists(exe):
         sys.exit('FAIL: %s is not built (the C GPTModel engine is missing from this build)' % exe)
+    return [exe]
+
+
+def run_driver(in_path, out_path, threads=None):
     env = dict(os.environ)
     if threads is not None:
         env['OMP_NUM_THREADS'] = str(threads)
-    r = subprocess.run([exe, in_path, out_path], env=env, capture_output=True, text=True)
+    r = subprocess.run(driver_command() + [in_path, out_path], env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError('driver failed (rc %d): %s%s' % (r.returncode, r.stdout, r.stderr))
     return mcdump.read(out_path)
@@ -106,7 +114,10 @@ def twin_train(case, steps, lr, wd):
     twin = copy.deepcopy(case['twin'])
     b = case['batch']
     params = list(twin.parameters())
-    opt = T.make_adamw(twin, ADAM['beta1'], ADAM['beta2'], ADAM['eps'])
+    # hyper-parameters as the driver sees them (f32 in the dump)
+    hp = {k: T.f32(v) for k, v in ADAM.items()}
+    lr, wd = [T.f32(v) for v in lr], [T.f32(v) for v in wd]
+    opt = T.make_adamw(twin, hp['beta1'], hp['beta2'], hp['eps'])
     curve, norms = [], []
     for it in range(steps):
         opt.zero_grad(set_to_none=False)
@@ -117,7 +128,7 @@ def twin_train(case, steps, lr, wd):
         total = (loss * b['dloss']).sum()
         total.backward()
         curve.append(float(total))
-        norms.append(T.grad_norm_and_clip(params, ADAM['clip_grad']))
+        norms.append(T.grad_norm_and_clip(params, hp['clip_grad']))
         T.set_lr_wd(opt, lr[it], wd[it])
         opt.step()
     return curve, norms, {n: p.detach().clone() for n, p in twin.named_parameters()}
@@ -166,3 +177,15 @@ class Report:
 
 def tmpdir():
     return tempfile.mkdtemp(prefix='mc_parity_')
+
+
+def key_bias_mask(c):
+    """Boolean mask of the key-bias rows of linear_qkv.bias. Adding a constant to every key
+    shifts each score row by q.b_k, which softmax ignores: their gradient is exactly zero in
+    exact arithmetic and pure rounding noise (~1e-9) in fp32, on Megatron as here."""
+    np_, ng, hn = c['num_attention_heads'], c['num_query_groups'], c['kv_channels']
+    per = (np_ // ng + 2) * hn
+    m = np.zeros(ng * per, dtype=bool)
+    for g in range(ng):
+        m[g * per + np_ // ng * hn: g * per + (np_ // ng + 1) * hn] = True
+    return m

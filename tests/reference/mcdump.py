@@ -33,7 +33,9 @@ def write(path, tensors, bf16=()):
         for name, a in tensors.items():
             if hasattr(a, 'detach'):
                 a = a.detach().cpu().numpy()
-            a = np.ascontiguousarray(a)
+            a = np.asarray(a)
+            if not a.flags.c_contiguous:  # (np.ascontiguousarray would turn scalars into 1-D)
+                a = a.copy(order='C')
             if name in bf16:
                 code = 1
                 a = a.astype('<u2')
