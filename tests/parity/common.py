@@ -99,8 +99,12 @@ def twin_forward_backward(case):
     loss [b,s] and parameter grads of sum(loss * dloss)."""
     twin, b = case['twin'], case['batch']
     twin.zero_grad(set_to_none=True)
+    twin.eval()
     with torch.no_grad():
         logits, _ = twin(b['tokens'], b.get('position_ids'), b.get('attention_mask'))
+    # the driver's gradient pass: training forward at mc_gpt_set_step(0), first micro-batch
+    twin.train()
+    twin.set_dropout('philox', step=0)
     _, loss = twin(b['tokens'], b.get('position_ids'), b.get('attention_mask'), b['labels'])
     (loss * b['dloss']).sum().backward()
     grads = {n: p.grad.detach().clone() for n, p in twin.named_parameters()}
@@ -119,7 +123,9 @@ def twin_train(case, steps, lr, wd):
     lr, wd = [T.f32(v) for v in lr], [T.f32(v) for v in wd]
     opt = T.make_adamw(twin, hp['beta1'], hp['beta2'], hp['eps'])
     curve, norms = [], []
+    twin.train()
     for it in range(steps):
+        twin.set_dropout('philox', step=it)  # the driver calls mc_gpt_set_step(it)
         opt.zero_grad(set_to_none=False)
         for p in params:
             if p.grad is None:

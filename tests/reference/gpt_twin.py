@@ -167,6 +167,62 @@ def apply_rope(t, freqs, interleaved):
     return torch.cat((head, rest), dim=-1)
 
 
+
+# ---- dropout ----------------------------------------------------------------------------------
+
+_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+
+
+def philox4x32_10(c0, c1, c2, c3, seed):
+    """Philox4x32-10 (Salmon et al., SC'11) on uint64 numpy arrays holding 32-bit words; the
+    generator the C engine's src/core/rng.h defines (key = (seed low, seed high))."""
+    import numpy as np
+    c = [np.asarray(x, dtype=np.uint64) & _MASK for x in (c0, c1, c2, c3)]
+    k0, k1 = np.uint64(seed & _MASK), np.uint64((seed >> 32) & _MASK)
+    for r in range(10):
+        p0 = np.uint64(_M0) * c[0]
+        p1 = np.uint64(_M1) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & np.uint64(_MASK),
+             (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & np.uint64(_MASK)]
+        if r < 9:
+            k0 = np.uint64((int(k0) + _W0) & _MASK)
+            k1 = np.uint64((int(k1) + _W1) & _MASK)
+    return c
+
+
+def philox_keep(n, seed, c2, c3, p):
+    """Keep mask of elements 0..n-1 of stream (c2, c3), rng.h's rule: element i uses word i % 4
+    of block i // 4 (counter (i//4 low, i//4 high, c2, c3)); u = (word >> 8) * 2^-24; keep iff
+    u >= p in fp32."""
+    import numpy as np
+    j = np.arange((n + 3) // 4, dtype=np.uint64)
+    words = philox4x32_10(j & np.uint64(_MASK), j >> np.uint64(32), np.full_like(j, c2),
+                          np.full_like(j, c3), seed)
+    w = np.stack(words, axis=1).reshape(-1)[:n]
+    u = (w >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    return torch.from_numpy(u >= np.float32(p))
+
+
+class Dropout:
+    """Where dropout draws from. mode 'torch': torch's generator (statistics only). mode
+    'philox': the C engine's documented streams (src/models/gpt/gpt_model.c): key = seed,
+    c2 = step, c3 = (micro << 24) | site with site 0 = embedding, 1 + 3l = attention probs of
+    layer l, 2 + 3l = after linear_proj, 3 + 3l = after linear_fc2; hidden sites index the
+    [s, b, h] tensor, attention sites the [b, np, s, s] probabilities."""
+
+    def __init__(self):
+        self.mode, self.seed, self.step, self.micro = 'torch', 0, 0, 0
+
+    def __call__(self, x, p, site, training):
+        if not training or p == 0.0:
+            return x
+        if self.mode == 'torch':
+            return F.dropout(x, p, True)
+        c3 = ((self.micro & 0xff) << 24) | (site & 0xffffff)
+        keep = philox_keep(x.numel(), self.seed, self.step & _MASK, c3, f32(p)).view(x.shape)
+        scale = float(torch.tensor(1.0, dtype=torch.float32) / (1.0 - torch.tensor(p, dtype=torch.float32)))
+        return x * keep.to(x.dtype) * scale
+
 # ---- modules (names = Megatron's state-dict names) -----------------------------------------
 
 class Weight(torch.nn.Module):
@@ -203,9 +259,10 @@ class Norm(torch.nn.Module):
 
 
 class SelfAttention(torch.nn.Module):
-    def __init__(self, c, layer_number):
+    def __init__(self, c, layer_number, drop):
         super().__init__()
         self.c = c
+        self.drop = drop
         self.layer_number = layer_number  # 1-based, global
         np_, ng, hn, h = c['num_attention_heads'], c['num_query_groups'], c['kv_channels'], c['hidden_size']
         # Megatron registers linear_proj (in Attention.__init__) before linear_qkv
@@ -239,7 +296,7 @@ class SelfAttention(torch.nn.Module):
             scores = scores * coeff
         scores = scores.masked_fill(mask, -10000.0)
         probs = torch.softmax(scores, dim=-1)
-        probs = F.dropout(probs, c['attention_dropout'], self.training)
+        probs = self.drop(probs, c['attention_dropout'], 1 + 3 * (self.layer_number - 1), self.training)
         ctx = torch.einsum('bnst,tbnd->sbnd', probs, v).reshape(s, b, np_ * hn)
         return self.linear_proj(ctx)
 
@@ -261,31 +318,34 @@ class MLP(torch.nn.Module):
 
 
 class TransformerLayer(torch.nn.Module):
-    def __init__(self, c, layer_number):
+    def __init__(self, c, layer_number, drop):
         super().__init__()
         self.c = c
+        self.drop = drop
+        self.layer_number = layer_number
         h = c['hidden_size']
         self.input_layernorm = Norm(c, h)
-        self.self_attention = SelfAttention(c, layer_number)
+        self.self_attention = SelfAttention(c, layer_number, drop)
         self.pre_mlp_layernorm = Norm(c, h)
         self.mlp = MLP(c)
 
-    def bias_dropout_add(self, out, bias, residual):
+    def bias_dropout_add(self, out, bias, residual, site):
         if bias is not None:
             out = out + bias
-        return residual + F.dropout(out, self.c['hidden_dropout'], self.training)
+        return residual + self.drop(out, self.c['hidden_dropout'], site, self.training)
 
     def forward(self, x, mask, freqs):
+        l0 = self.layer_number - 1
         o, ob = self.self_attention(self.input_layernorm(x), mask, freqs)
-        x = self.bias_dropout_add(o, ob, x)
+        x = self.bias_dropout_add(o, ob, x, 2 + 3 * l0)
         y, yb = self.mlp(self.pre_mlp_layernorm(x))
-        return self.bias_dropout_add(y, yb, x)
+        return self.bias_dropout_add(y, yb, x, 3 + 3 * l0)
 
 
 class TransformerBlock(torch.nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, drop):
         super().__init__()
-        self.layers = torch.nn.ModuleList([TransformerLayer(c, i + 1) for i in range(c['num_layers'])])
+        self.layers = torch.nn.ModuleList([TransformerLayer(c, i + 1, drop) for i in range(c['num_layers'])])
         self.final_layernorm = Norm(c, c['hidden_size'])
 
 
@@ -301,8 +361,9 @@ class GPTTwin(torch.nn.Module):
     def __init__(self, cfg):
         super().__init__()
         c = self.c = derive(cfg)
+        self.dropout = Dropout()
         self.embedding = Embedding(c)
-        self.decoder = TransformerBlock(c)
+        self.decoder = TransformerBlock(c, self.dropout)
         if c['untie_embeddings_and_output_weights']:
             self.output_layer = Weight(c['padded_vocab_size'], c['hidden_size'])
 
@@ -310,6 +371,14 @@ class GPTTwin(torch.nn.Module):
         if self.c['untie_embeddings_and_output_weights']:
             return self.output_layer.weight
         return self.embedding.word_embeddings.weight
+
+    def set_dropout(self, mode, step=0, micro=0):
+        """'torch' or 'philox' (the C engine's streams at this step / micro-batch)."""
+        self.dropout.mode, self.dropout.step, self.dropout.micro = mode, step, micro
+        self.dropout.seed = int(self.c['seed'])
+
+    def set_dropout_rates(self, hidden, attention):
+        self.c['hidden_dropout'], self.c['attention_dropout'] = f32(hidden), f32(attention)
 
     def forward(self, tokens, position_ids=None, attention_mask=None, labels=None):
         """tokens [b, s] int64; position_ids [b, s] (None = 0..s-1); attention_mask [b, 1, s, s]
@@ -323,7 +392,7 @@ class GPTTwin(torch.nn.Module):
                 position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
             x = x + self.embedding.position_embeddings.weight[position_ids]
         x = x.transpose(0, 1).contiguous()
-        x = F.dropout(x, c['hidden_dropout'], self.training)
+        x = self.dropout(x, c['hidden_dropout'], 0, self.training)
         if attention_mask is None:
             attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
         freqs = rope_freqs(c, s) if c['position_embedding_type'] == POS_ROPE else None

@@ -34,6 +34,7 @@ def main(inp, outp):
     with torch.no_grad():
         out['logits'] = twin(tokens, pos, mask)[0]
     twin.train()
+    twin.set_dropout('philox', step=0)
     _, loss = twin(tokens, pos, mask, labels)
     (loss * dloss).sum().backward()
     out['loss'] = loss
@@ -45,6 +46,7 @@ def main(inp, outp):
         opt = T.make_adamw(twin, float(d['opt.beta1']), float(d['opt.beta2']), float(d['opt.eps']))
         curve, norms = [], []
         for it in range(steps):
+            twin.set_dropout('philox', step=it)
             for p in params:
                 p.grad.zero_()
             _, loss = twin(tokens, pos, mask, labels)
