@@ -58,5 +58,16 @@ CONFIGS = {
     'attention_mask': (GPT2, {'mask': True}),
     'position_ids': (GPT2, {'pos': True}),
     'rope_ignores_position_ids': (variant(GPT2, position_embedding_type=POS_ROPE), {'pos': True, 'mask': True}),
-    'fp32_residual': (variant(GPT2, fp32_residual_connection=1), {}),
+}
+
+# Configurations Megatron refuses (TransformerConfig.__post_init__ / validate_args): the C model
+# must refuse them too, with MC_ERR_CONFIG and a message naming the option. name -> (config,
+# text the message must contain).
+REFUSED = {
+    # arguments.py: 'residual connection in fp32 only supported when using fp16 or bf16'
+    'fp32_residual_in_fp32': (variant(GPT2, fp32_residual_connection=1), 'fp32-residual-connection'),
+    # TransformerConfig: fused bias-GELU needs add_bias_linear (pretrain_gpt's arguments.py
+    # instead turns the fusion off, i.e. exact erf GELU, when --disable-bias-linear is given)
+    'tanh_gelu_without_bias': (variant(GPT2, add_bias_linear=0, activation=ACT_GELU_TANH), 'bias'),
+    'groups_not_dividing_heads': (variant(GPT2, num_query_groups=3), 'num-query-groups'),
 }

@@ -10,8 +10,12 @@ import os
 import random
 import sys
 
+import numpy as np
+
 from parity import common
-from parity.configs import CONFIGS
+from parity.configs import CONFIGS, REFUSED
+from reference import gpt_twin as T
+from reference import mcdump
 
 RTOL = 1e-4
 
@@ -42,6 +46,26 @@ def check_config(name, seed, tmp, verbose):
     return rep
 
 
+def check_refused(name, tmp):
+    """The driver must exit non-zero with MC_ERR_CONFIG and a message naming the option."""
+    cfg, text = REFUSED[name]
+    rep = common.Report('refused/' + name, RTOL, False)
+    c = dict(T.DEFAULTS)
+    c.update(cfg)
+    inp, out = os.path.join(tmp, name + '.in.dump'), os.path.join(tmp, name + '.out.dump')
+    # config only (derived fields left 0 = "Megatron's default"); no weights needed to refuse
+    mcdump.write(inp, {('config.' + k): (np.float32(v) if k in T.FLOAT_FIELDS else np.int64(int(v)))
+                       for k, v in c.items()})
+    try:
+        common.run_driver(inp, out)
+        rep.check('refused', False, 'the C model accepted a configuration Megatron refuses')
+    except RuntimeError as e:
+        msg = str(e)
+        rep.check('refused', 'MC_ERR_CONFIG' in msg and text in msg,
+                  'expected MC_ERR_CONFIG naming %r, got: %s' % (text, msg.strip()[-300:]))
+    return rep
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith('-')]
     verbose = '-v' in sys.argv or os.environ.get('MC_PARITY_VERBOSE') == '1'
@@ -58,6 +82,15 @@ def main():
         failed += rep.failed
         if rep.failed:
             bad.append('%s (MC_PARITY_SEED=%d)' % (name, seed + i))
+    if not args:
+        for name in REFUSED:
+            rep = check_refused(name, tmp)
+            for line in rep.lines:
+                print(line)
+            passed += rep.passed
+            failed += rep.failed
+            if rep.failed:
+                bad.append('refused/' + name)
     print('test_gpt_parity: %d passed, %d failed; seed %d; %d configs%s' % (
         passed, failed, seed, len(names), ('; failing: ' + ', '.join(bad)) if bad else ''))
     return 1 if failed else 0
