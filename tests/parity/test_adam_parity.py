@@ -78,7 +78,7 @@ def check(name, seed, tmp, verbose):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith('-')]
-    verbose = '-v' in sys.argv or os.environ.get('MC_PARITY_VERBOSE') == '1'
+    verbose = '-q' not in sys.argv and os.environ.get('MC_PARITY_VERBOSE') != '0'
     seed = int(os.environ.get('MC_PARITY_SEED', random.SystemRandom().randrange(1 << 31)))
     tmp = common.tmpdir()
     passed = failed = 0

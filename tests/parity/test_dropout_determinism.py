@@ -124,7 +124,7 @@ def dropout_statistics(name, seed, tmp, rep):
 
 
 def main():
-    verbose = '-v' in sys.argv or os.environ.get('MC_PARITY_VERBOSE') == '1'
+    verbose = '-q' not in sys.argv and os.environ.get('MC_PARITY_VERBOSE') != '0'
     seed = int(os.environ.get('MC_PARITY_SEED', random.SystemRandom().randrange(1 << 31)))
     tmp = common.tmpdir()
     rep = common.Report('dropout', 0, verbose)

@@ -4,7 +4,7 @@ variant flag in parity/configs.py, on fresh random weights and a random batch, t
 [s, b, V], the per-token loss [b, s] and the gradient of every parameter must agree.
 
 Measure (the issue's): |got - want| <= 1e-4 * max|want| per tensor. Typical and worst errors are
-printed per tensor with -v (or MC_PARITY_VERBOSE=1) and always for failures.
+printed per tensor (-q or MC_PARITY_VERBOSE=0: failures only).
 The seed is random per run and printed; rerun one with MC_PARITY_SEED=<seed> [config names...]."""
 import os
 import random
@@ -68,7 +68,7 @@ def check_refused(name, tmp):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith('-')]
-    verbose = '-v' in sys.argv or os.environ.get('MC_PARITY_VERBOSE') == '1'
+    verbose = '-q' not in sys.argv and os.environ.get('MC_PARITY_VERBOSE') != '0'
     seed = int(os.environ.get('MC_PARITY_SEED', random.SystemRandom().randrange(1 << 31)))
     names = args or list(CONFIGS)
     tmp = common.tmpdir()
