@@ -5,7 +5,7 @@
    GPT-2 and Llama configs;
 2. dropout statistics: with lr = 0 the driver's per-step training losses are samples of the
    dropout loss (fresh masks each step through mc_gpt_set_step). Their mean must match the twin's
-   dropout loss distribution (torch dropout, 400 samples) within 5 standard errors, they must vary
+   dropout loss distribution (torch dropout, 200 samples) within 5 standard errors, they must vary
    from step to step, and differ from the no-dropout loss. A wrong keep-scale 1/(1-p), a wrong
    rate or a mask reused across steps fails this.
 3. bit-exact masks: the engine documents its Philox streams (src/core/rng.h,
@@ -26,6 +26,7 @@ from parity import common
 
 STEPS_DET = 5
 SAMPLES = 48
+TWIN_SAMPLES = 200
 
 
 def with_dropout(case, hidden, attention):
@@ -98,7 +99,7 @@ def dropout_statistics(name, seed, tmp, rep):
     twin.set_dropout('torch')
     with torch.no_grad():
         t_losses = np.array([float((twin(b['tokens'], b.get('position_ids'), b.get('attention_mask'),
-                                         b['labels'])[1] * b['dloss']).sum()) for _ in range(400)])
+                                         b['labels'])[1] * b['dloss']).sum()) for _ in range(TWIN_SAMPLES)])
         twin.set_dropout_rates(0.0, 0.0)
         clean = float((twin(b['tokens'], b.get('position_ids'), b.get('attention_mask'),
                             b['labels'])[1] * b['dloss']).sum())
