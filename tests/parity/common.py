@@ -26,7 +26,7 @@ def make_case(name, seed):
     twin = T.GPTTwin(cfg)
     T.randomize(twin, gen)
     c = twin.c
-    b, s = c['micro_batch_size'], c['seq_length']
+    b, s = opts.get('b', c['micro_batch_size']), opts.get('s', c['seq_length'])
     tokens = torch.randint(0, c['vocab_size'], (b, s), generator=gen)
     labels = torch.randint(0, c['vocab_size'], (b, s), generator=gen)
     loss_mask = (torch.rand(b, s, generator=gen) > 0.2).float()

@@ -29,7 +29,8 @@ def variant(base, **kw):
 
 
 # name -> (config, batch options). Batch options: 'mask' = explicit random attention mask
-# (with a fully masked row), 'pos' = random position ids.
+# (with a fully masked row), 'pos' = random position ids, 'b'/'s' = a micro-batch smaller than
+# the configured maximum (micro_batch_size x seq_length).
 CONFIGS = {
     'gpt2': (GPT2, {}),
     'llama': (LLAMA, {}),
@@ -57,6 +58,8 @@ CONFIGS = {
     'vocab_padded_odd': (variant(GPT2, vocab_size=77, make_vocab_size_divisible_by=64), {}),
     'attention_mask': (GPT2, {'mask': True}),
     'position_ids': (GPT2, {'pos': True}),
+    'smaller_batch_gpt2': (GPT2, {'b': 1, 's': 11}),
+    'smaller_batch_llama': (LLAMA, {'b': 1, 's': 9}),
     'rope_ignores_position_ids': (variant(GPT2, position_embedding_type=POS_ROPE), {'pos': True, 'mask': True}),
 }
 
