@@ -43,7 +43,7 @@ def make_case(name, seed):
     return dict(name=name, seed=seed, twin=twin, batch=batch)
 
 
-def write_input(path, case, steps=0, lr=None, wd=None):
+def write_input(path, case, steps=0, lr=None, wd=None, sgd_momentum=None):
     c = case['twin'].c
     t = {}
     for k in CONFIG_FIELDS:
@@ -65,6 +65,9 @@ def write_input(path, case, steps=0, lr=None, wd=None):
         t['opt.weight_decay'] = np.asarray(wd, dtype=np.float32)
     for k, v in ADAM.items():
         t['opt.' + k] = np.float32(v)
+    if sgd_momentum is not None:
+        t['opt.optimizer'] = np.int64(1)
+        t['opt.sgd_momentum'] = np.float32(sgd_momentum)
     mcdump.write(path, t)
 
 
@@ -111,7 +114,7 @@ def twin_forward_backward(case):
     return logits.detach(), loss.detach(), grads
 
 
-def twin_train(case, steps, lr, wd):
+def twin_train(case, steps, lr, wd, sgd_momentum=None):
     """Megatron's train_step at one micro-batch, `steps` times: returns (loss curve, grad norms,
     final params). Runs on a copy of the twin's weights."""
     import copy
@@ -121,7 +124,10 @@ def twin_train(case, steps, lr, wd):
     # hyper-parameters as the driver sees them (f32 in the dump)
     hp = {k: T.f32(v) for k, v in ADAM.items()}
     lr, wd = [T.f32(v) for v in lr], [T.f32(v) for v in wd]
-    opt = T.make_adamw(twin, hp['beta1'], hp['beta2'], hp['eps'])
+    if sgd_momentum is None:
+        opt = T.make_adamw(twin, hp['beta1'], hp['beta2'], hp['eps'])
+    else:
+        opt = T.make_sgd(twin, T.f32(sgd_momentum))
     curve, norms = [], []
     twin.train()
     for it in range(steps):

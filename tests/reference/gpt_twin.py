@@ -449,6 +449,16 @@ def make_adamw(model, beta1, beta2, eps):
     return torch.optim.AdamW(groups, lr=0.0, betas=(beta1, beta2), eps=eps, weight_decay=0.0)
 
 
+def make_sgd(model, momentum):
+    """--optimizer sgd: torch.optim.SGD (weight decay added to the gradient, momentum buffer
+    started from the first gradient) with Megatron's two groups."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if no_weight_decay(name, p) else decay).append(p)
+    groups = [dict(params=decay, wd_mult=1.0), dict(params=no_decay, wd_mult=0.0)]
+    return torch.optim.SGD(groups, lr=0.0, momentum=momentum, weight_decay=0.0)
+
+
 def set_lr_wd(opt, lr, wd):
     for g in opt.param_groups:
         g['lr'] = lr
