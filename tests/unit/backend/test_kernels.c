@@ -398,7 +398,7 @@ static void test_optim(void)
 /* ---- GEMM through BLAS vs the reference triple loop -------------------------------------- */
 static void test_gemm(void)
 {
-    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 96, 128}, {130, 70, 300}};
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {4, 6, 0}, {17, 33, 65}, {64, 96, 128}, {130, 70, 300}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int tt = 0; tt < 4; tt++) {
             bool ta = tt & 1, tb = tt & 2;
