@@ -174,6 +174,7 @@ mc_status mc_bpe_symbol(mc_bpe *b, const char *s, size_t len, int32_t *sym)
 }
 
 void mc_bpe_set_id(mc_bpe *b, int32_t sym, int64_t id) { b->sym_id[sym] = id; }
+int64_t mc_bpe_get_id(const mc_bpe *b, int32_t sym) { return b->sym_id[sym]; }
 int32_t mc_bpe_n_symbols(const mc_bpe *b) { return b->n_sym; }
 
 const char *mc_bpe_symbol_bytes(const mc_bpe *b, int32_t sym, size_t *len)

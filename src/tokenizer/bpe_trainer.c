@@ -111,7 +111,7 @@ static mc_status count_piece(void *ctx, const char *piece, size_t len)
 
 mc_status mc_bpe_trainer_feed(mc_bpe_trainer *tr, const char *text, size_t len)
 {
-    return mc_pretok_split(MC_PRETOK_GPT2, text, len, count_piece, tr);
+    return mc_pretok_split(MC_PRETOK_GPT2, MC_UNI_TABLE_REGEX, text, len, count_piece, tr);
 }
 
 /* ---- pair table and heap ---------------------------------------------------------------- */

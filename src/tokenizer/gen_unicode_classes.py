@@ -1,16 +1,40 @@
 #!/usr/bin/env python3
-"""Generates unicode_classes.c: the code point ranges of \\p{L}, \\p{N} and \\s that the GPT-2
-pre-tokenizer regex sees, as evaluated by Python's third-party `regex` module (the one
-Megatron-LM's GPT2BPETokenizer uses).
+"""Generates the code point class tables of the pre-tokenizer regexes: the ranges of \\p{L},
+\\p{N} and \\s as a given regex engine sees them.
 
-Usage:
-  gen_unicode_classes.py CLASSES_TXT > unicode_classes.c
-      from the ranges file (format: "CLASS FIRST LAST" in hex, '#' comments), e.g.
-      shared/tokenizers/gpt2/pretokenizer_unicode_classes.txt (regex 2022.10.31, Unicode 15.0)
-  gen_unicode_classes.py --from-regex > unicode_classes.c
-      by probing every code point with the installed `regex` module instead.
+Usage (from the repository root, with /usr/bin/python3):
+  gen_unicode_classes.py CLASSES_TXT regex > src/tokenizer/unicode_classes.c
+      from a ranges file ("CLASS FIRST LAST" in hex, '#' comments), i.e.
+      shared/tokenizers/gpt2/pretokenizer_unicode_classes.txt: Python's `regex` module 2022.10.31
+      (Unicode 15.0), the engine of Megatron's GPT2BPETokenizer
+  gen_unicode_classes.py --from-regex regex > src/tokenizer/unicode_classes.c
+      by probing every code point with the installed `regex` module (same result for 2022.10.31)
+  gen_unicode_classes.py --from-onig onig > src/tokenizer/unicode_classes_onig.c
+      by probing the Oniguruma engine inside the installed HuggingFace `tokenizers` package
+      (the engine of its Split / ByteLevel pre-tokenizers; 0.23.3 has Unicode 16 tables)
 """
 import sys
+
+
+def merge(members_by_class):
+    cls_of = {}
+    for cls, members in members_by_class.items():
+        for cp in members:
+            if cp in cls_of:
+                sys.exit("code point %X in two classes" % cp)
+            cls_of[cp] = cls
+    out = []
+    for cp in sorted(cls_of):
+        cls = cls_of[cp]
+        if out and out[-1][2] == cls and out[-1][1] == cp - 1:
+            out[-1] = (out[-1][0], cp, cls)
+        else:
+            out.append((cp, cp, cls))
+    return out
+
+
+def all_code_points():
+    return [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
 
 
 def ranges_from_file(path):
@@ -18,57 +42,64 @@ def ranges_from_file(path):
     with open(path, encoding="utf-8") as f:
         for line in f:
             line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            cls, lo, hi = line.split()
-            out.append((int(lo, 16), int(hi, 16), cls))
-    return sorted(out)
+            if line:
+                cls, lo, hi = line.split()
+                out.append((int(lo, 16), int(hi, 16), cls))
+    return sorted(out), path.split("/")[-1]
 
 
 def ranges_from_regex():
     import regex
-    pats = [("L", regex.compile(r"\p{L}")), ("N", regex.compile(r"\p{N}")), ("S", regex.compile(r"\s"))]
-    out = []
-    for cp in range(0x110000):
-        if 0xD800 <= cp <= 0xDFFF:
-            continue
-        ch = chr(cp)
-        cls = next((c for c, p in pats if p.match(ch)), None)
-        if cls is None:
-            continue
-        if out and out[-1][2] == cls and out[-1][1] == cp - 1:
-            out[-1] = (out[-1][0], cp, cls)
-        else:
-            out.append((cp, cp, cls))
-    return out, regex.__version__
+    pats = {"L": regex.compile(r"\p{L}"), "N": regex.compile(r"\p{N}"), "S": regex.compile(r"\s")}
+    members = {k: [c for c in all_code_points() if p.match(chr(c))] for k, p in pats.items()}
+    return merge(members), "probing Python regex %s" % regex.__version__
+
+
+def ranges_from_onig():
+    import tokenizers
+    from tokenizers import Regex, pre_tokenizers
+
+    def members(pat):
+        # behavior "removed" drops the matches: the code points not covered by a kept piece match
+        split = pre_tokenizers.Split(Regex(pat), behavior="removed", invert=False)
+        cps, out = all_code_points(), []
+        for i in range(0, len(cps), 50000):
+            chunk = cps[i:i + 50000]
+            kept = set()
+            for _, (a, b) in split.pre_tokenize_str("".join(chr(c) for c in chunk)):
+                kept.update(range(a, b))
+            out.extend(c for k, c in enumerate(chunk) if k not in kept)
+        return out
+    m = {"L": members(r"\p{L}"), "N": members(r"\p{N}"), "S": members(r"\s")}
+    return merge(m), "probing Oniguruma in HuggingFace tokenizers %s" % tokenizers.__version__
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 3 or sys.argv[2] not in ("regex", "onig"):
         sys.exit(__doc__)
-    if sys.argv[1] == "--from-regex":
-        ranges, ver = ranges_from_regex()
-        source = "probing Python regex %s" % ver
+    src, name = sys.argv[1], sys.argv[2]
+    if src == "--from-regex":
+        ranges, source = ranges_from_regex()
+    elif src == "--from-onig":
+        ranges, source = ranges_from_onig()
     else:
-        ranges = ranges_from_file(sys.argv[1])
-        source = sys.argv[1].split("/")[-1]
+        ranges, source = ranges_from_file(src)
     for a, b in zip(ranges, ranges[1:]):
         if a[1] >= b[0]:
             sys.exit("overlapping ranges %r %r" % (a, b))
     counts = {c: sum(1 for r in ranges if r[2] == c) for c in "LNS"}
     print("/* GENERATED by src/tokenizer/gen_unicode_classes.py from %s; do not edit." % source)
-    print(" * Code point classes of the GPT-2 pre-tokenizer regex: \\p{L} (%d ranges), \\p{N} (%d),"
-          % (counts["L"], counts["N"]))
-    print(" * \\s (%d), sorted and disjoint; every other code point is 'other'. Counterpart: the Unicode"
-          % counts["S"])
-    print(" * tables bundled in Python's `regex` module, which Megatron's GPT2BPETokenizer uses. */")
+    print(" * Code point classes of the pre-tokenizer regexes as that engine sees them: \\p{L} (%d"
+          % counts["L"])
+    print(" * ranges), \\p{N} (%d), \\s (%d), sorted and disjoint; every other code point is 'other'. */"
+          % (counts["N"], counts["S"]))
     print('#include "tokenizer/unicode.h"')
     print()
-    print("const struct mc_uni_range mc_uni_ranges[] = {")
+    print("const struct mc_uni_range mc_uni_ranges_%s[] = {" % name)
     for lo, hi, cls in ranges:
         print("    {0x%04X, 0x%04X, MC_UNI_%s}," % (lo, hi, cls))
     print("};")
-    print("const int mc_uni_n_ranges = %d;" % len(ranges))
+    print("const int mc_uni_n_ranges_%s = %d;" % (name, len(ranges)))
 
 
 if __name__ == "__main__":

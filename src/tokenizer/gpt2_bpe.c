@@ -212,7 +212,7 @@ static mc_status gpt2_encode(const mc_tokenizer *t, const char *text, size_t len
 {
     const struct gpt2 *g = t->impl;
     struct encode_ctx ctx = {g->bpe, out};
-    return mc_pretok_split(MC_PRETOK_GPT2, text, len, encode_piece, &ctx);
+    return mc_pretok_split(MC_PRETOK_GPT2, MC_UNI_TABLE_REGEX, text, len, encode_piece, &ctx);
 }
 
 static mc_status gpt2_decode(const mc_tokenizer *t, const int64_t *ids, int64_t n,

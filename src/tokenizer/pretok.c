@@ -19,6 +19,7 @@
 
 struct cur {
     const unsigned char *s, *end;
+    enum mc_uni_table table;
 };
 
 /* Decodes the code point at p; class and byte length out. Returns false on invalid UTF-8. */
@@ -49,7 +50,7 @@ static inline bool at(const struct cur *c, const unsigned char *p, uint32_t *cp,
     *len = mc_utf8_decode(p, c->end, cp);
     if (!*len)
         return false;
-    *cls = (int)mc_uni_class_of(*cp);
+    *cls = (int)mc_uni_class_in(c->table, *cp);
     return true;
 }
 
@@ -224,10 +225,10 @@ static mc_status split_llama3(const struct cur *c, int max_digits, mc_pretok_emi
     return MC_OK;
 }
 
-mc_status mc_pretok_split(enum mc_pretok kind, const char *text, size_t len, mc_pretok_emit emit,
-                          void *ctx)
+mc_status mc_pretok_split(enum mc_pretok kind, enum mc_uni_table table, const char *text, size_t len,
+                          mc_pretok_emit emit, void *ctx)
 {
-    struct cur c = {(const unsigned char *)text, (const unsigned char *)text + len};
+    struct cur c = {(const unsigned char *)text, (const unsigned char *)text + len, table};
     switch (kind) {
     case MC_PRETOK_GPT2: return split_gpt2(&c, emit, ctx);
     case MC_PRETOK_LLAMA3: return split_llama3(&c, 3, emit, ctx);

@@ -6,6 +6,7 @@
 
 #include "core/json.h"
 #include "megatron/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 struct mc_tok_ops {
     const char *class_name; /* Megatron's class, e.g. "_GPT2BPETokenizer" */
@@ -55,6 +56,7 @@ mc_status mc_bpe_symbol(mc_bpe *b, const char *s, size_t len, int32_t *sym);
 int32_t mc_bpe_find_symbol(const mc_bpe *b, const char *s, size_t len);
 /* Sets the vocab id emitted for a symbol (default: unknown_id given to mc_bpe_encode_word). */
 void mc_bpe_set_id(mc_bpe *b, int32_t sym, int64_t id);
+int64_t mc_bpe_get_id(const mc_bpe *b, int32_t sym); /* -1 if none */
 /* Adds merge (a, b) -> a+b with this rank; an existing pair takes the new rank (Python dict). */
 mc_status mc_bpe_add_merge(mc_bpe *b, int32_t a, int32_t bb, int32_t rank);
 /* Loads a GPT-2 merges.txt text into b the way Megatron does (see gpt2_bpe.c). */
@@ -71,9 +73,10 @@ const char *mc_bpe_symbol_bytes(const mc_bpe *b, int32_t sym, size_t *len);
 /* ---- pre-tokenizers ----------------------------------------------------------------------- */
 enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2 };
 /* Calls emit(ctx, start, len) for each piece of text[0..len) in order, as regex findall with the
- * pattern would. MC_ERR_FORMAT (with the byte offset) on invalid UTF-8. */
+ * pattern would, with the character classes of the given engine's table. MC_ERR_FORMAT (with
+ * the byte offset) on invalid UTF-8. */
 typedef mc_status (*mc_pretok_emit)(void *ctx, const char *piece, size_t len);
-mc_status mc_pretok_split(enum mc_pretok kind, const char *text, size_t len, mc_pretok_emit emit,
-                          void *ctx);
+mc_status mc_pretok_split(enum mc_pretok kind, enum mc_uni_table table, const char *text, size_t len,
+                          mc_pretok_emit emit, void *ctx);
 
 #endif

@@ -5,34 +5,38 @@
 
 #include <pthread.h>
 
-/* A byte per BMP code point, filled once from the range table; higher planes use bsearch. */
-static uint8_t bmp_class[0x10000];
+/* A byte per BMP code point and table, filled once from the ranges; higher planes bsearch. */
+static uint8_t bmp_class[2][0x10000];
 static pthread_once_t bmp_once = PTHREAD_ONCE_INIT;
 
 static void fill_bmp(void)
 {
-    for (int i = 0; i < mc_uni_n_ranges; i++) {
-        const struct mc_uni_range *r = &mc_uni_ranges[i];
-        for (uint32_t c = r->first; c <= r->last && c < 0x10000; c++)
-            bmp_class[c] = r->cls;
-    }
+    const struct mc_uni_range *tabs[2] = {mc_uni_ranges_regex, mc_uni_ranges_onig};
+    int ns[2] = {mc_uni_n_ranges_regex, mc_uni_n_ranges_onig};
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < ns[t]; i++) {
+            const struct mc_uni_range *r = &tabs[t][i];
+            for (uint32_t c = r->first; c <= r->last && c < 0x10000; c++)
+                bmp_class[t][c] = r->cls;
+        }
 }
 
-enum mc_uni_class mc_uni_class_of(uint32_t cp)
+enum mc_uni_class mc_uni_class_in(enum mc_uni_table t, uint32_t cp)
 {
     if (cp < 0x10000) {
         pthread_once(&bmp_once, fill_bmp);
-        return (enum mc_uni_class)bmp_class[cp];
+        return (enum mc_uni_class)bmp_class[t][cp];
     }
-    int lo = 0, hi = mc_uni_n_ranges - 1;
+    const struct mc_uni_range *r = t == MC_UNI_TABLE_ONIG ? mc_uni_ranges_onig : mc_uni_ranges_regex;
+    int lo = 0, hi = (t == MC_UNI_TABLE_ONIG ? mc_uni_n_ranges_onig : mc_uni_n_ranges_regex) - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
-        if (cp < mc_uni_ranges[mid].first)
+        if (cp < r[mid].first)
             hi = mid - 1;
-        else if (cp > mc_uni_ranges[mid].last)
+        else if (cp > r[mid].last)
             lo = mid + 1;
         else
-            return (enum mc_uni_class)mc_uni_ranges[mid].cls;
+            return (enum mc_uni_class)r[mid].cls;
     }
     return MC_UNI_O;
 }

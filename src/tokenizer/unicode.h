@@ -14,11 +14,18 @@ struct mc_uni_range {
     uint32_t first, last;
     uint8_t cls;
 };
-extern const struct mc_uni_range mc_uni_ranges[];
-extern const int mc_uni_n_ranges;
+/* Two engines, two Unicode versions: Python's `regex` module (Megatron's GPT2BPETokenizer,
+ * Unicode 15.0) and Oniguruma inside HuggingFace tokenizers (HuggingFaceTokenizer, Unicode 16). */
+enum mc_uni_table { MC_UNI_TABLE_REGEX = 0, MC_UNI_TABLE_ONIG };
+extern const struct mc_uni_range mc_uni_ranges_regex[], mc_uni_ranges_onig[];
+extern const int mc_uni_n_ranges_regex, mc_uni_n_ranges_onig;
 
-/* Class of a code point (O for anything outside the tables). Thread-safe. */
-enum mc_uni_class mc_uni_class_of(uint32_t cp);
+/* Class of a code point in a table (O for anything outside it). Thread-safe. */
+enum mc_uni_class mc_uni_class_in(enum mc_uni_table t, uint32_t cp);
+static inline enum mc_uni_class mc_uni_class_of(uint32_t cp)
+{
+    return mc_uni_class_in(MC_UNI_TABLE_REGEX, cp);
+}
 
 /* Decodes the UTF-8 sequence at p (p < end): returns its byte length and sets *cp, or returns 0
  * if the bytes there are not valid UTF-8 (overlong, surrogate, truncated, > U+10FFFF). */

@@ -9,8 +9,12 @@
  *       prints "vocab_size eod pad class".
  *   tok_driver bench TYPE VOCAB MERGES MODEL VOCAB_SIZE FILE REPEAT
  *       encodes FILE's lines REPEAT times on one thread, prints MB/s and tokens.
+ *   tok_driver pretok KIND TABLE IN OUT
+ *       KIND gpt2|llama3|qwen2, TABLE regex|onig: pre-tokenizer pieces of each record of IN, written as records
+ *       of u32 count + u32 piece lengths (or count 0xFFFFFFFF on error).
  * Use "-" for an unused path. */
 #include "megatron/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,8 +141,52 @@ static int do_bench(mc_tokenizer *t, const char *path, int repeat)
     return 0;
 }
 
+struct pieces {
+    uint32_t n, len[1 << 16];
+};
+
+static mc_status collect(void *ctx, const char *piece, size_t len)
+{
+    struct pieces *p = ctx;
+    if (p->n == (1u << 16))
+        return MC_ERR_INTERNAL;
+    p->len[p->n++] = (uint32_t)len;
+    (void)piece;
+    return MC_OK;
+}
+
+static int do_pretok(const char *kind, const char *table, const char *in, const char *outp)
+{
+    enum mc_pretok k = strcmp(kind, "gpt2") == 0 ? MC_PRETOK_GPT2
+                       : strcmp(kind, "llama3") == 0 ? MC_PRETOK_LLAMA3 : MC_PRETOK_QWEN2;
+    size_t n;
+    char *buf = slurp(in, &n);
+    FILE *out = fopen(outp, "wb");
+    static struct pieces p;
+    for (size_t pos = 0; pos + 4 <= n;) {
+        uint32_t len;
+        memcpy(&len, buf + pos, 4);
+        pos += 4;
+        p.n = 0;
+        if (mc_pretok_split(k, strcmp(table, "onig") == 0 ? MC_UNI_TABLE_ONIG : MC_UNI_TABLE_REGEX,
+                            buf + pos, len, collect, &p) != MC_OK) {
+            uint32_t bad = 0xFFFFFFFFu;
+            fwrite(&bad, 4, 1, out);
+        } else {
+            fwrite(&p.n, 4, 1, out);
+            fwrite(p.len, 4, p.n, out);
+        }
+        pos += len;
+    }
+    fclose(out);
+    free(buf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 6 && strcmp(argv[1], "pretok") == 0)
+        return do_pretok(argv[2], argv[3], argv[4], argv[5]);
     if (argc < 7) {
         fprintf(stderr, "usage: see tests/drivers/tok_driver.c\n");
         return 2;

@@ -73,6 +73,35 @@ def decode(id_lists, tok_type, **kw):
     return res
 
 
+def pretok(texts, kind, table="regex"):
+    """Pieces of each text under megatron.c's pre-tokenizer KIND (gpt2, llama3, qwen2), as lists
+    of str, or None where it reported an error."""
+    with tempfile.TemporaryDirectory() as d:
+        inp, out = os.path.join(d, "in.bin"), os.path.join(d, "out.bin")
+        enc = [t.encode("utf-8") for t in texts]
+        with open(inp, "wb") as f:
+            for b in enc:
+                f.write(struct.pack("<I", len(b)))
+                f.write(b)
+        subprocess.run([DRIVER, "pretok", kind, table, inp, out], check=True)
+        data = open(out, "rb").read()
+    res, pos = [], 0
+    for b in enc:
+        (n,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        if n == 0xFFFFFFFF:
+            res.append(None)
+            continue
+        lens = struct.unpack_from("<%dI" % n, data, pos)
+        pos += 4 * n
+        pieces, off = [], 0
+        for ln in lens:
+            pieces.append(b[off:off + ln].decode("utf-8"))
+            off += ln
+        res.append(pieces)
+    return res
+
+
 def info(tok_type, **kw):
     r = subprocess.run([DRIVER, "info"] + _args(tok_type, **kw), capture_output=True, text=True)
     return r.returncode, r.stdout.strip()
