@@ -1,6 +1,7 @@
 /* train_tokenizer: trains a byte-level BPE tokenizer (GPT-2 pre-tokenizer and byte alphabet)
  * on text files and writes vocab.json + merges.txt (for --tokenizer-type GPT2BPETokenizer
- * --vocab-file/--merge-file) and tokenizer.json (HuggingFace format). Megatron ships no
+ * --vocab-file/--merge-file) and tokenizer.json + tokenizer_config.json (HuggingFace format, for
+ * --tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR; eos = the first special token). Megatron ships no
  * trainer; this is megatron.c's own tool. Deterministic: same inputs, same files.
  *
  *   train_tokenizer --input FILE [FILE...] --vocab-size N --output-dir DIR
@@ -146,7 +147,7 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     printf("train_tokenizer: %zu bytes from %d file(s), %d merges, vocab size %lld (%d special), "
-           "%.2f s -> %s/{vocab.json,merges.txt,tokenizer.json}\n",
+           "%.2f s -> %s/{vocab.json,merges.txt,tokenizer.json,tokenizer_config.json}\n",
            total, n_in, mc_bpe_trainer_n_merges(tr),
            (long long)mc_bpe_trainer_vocab_size(tr), n_special, secs, outdir);
     mc_bpe_trainer_free(tr);

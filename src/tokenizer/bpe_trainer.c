@@ -556,9 +556,19 @@ mc_status mc_bpe_trainer_save(const mc_bpe_trainer *tr, const char *dir)
         !(st = mc_json_buf_append(&hf, hmerges.data, hmerges.len)))
         st = mc_json_buf_append(&hf, "}}\n", 3);
     mc_free(hmerges.data);
+    /* tokenizer_config.json: the eos token (the first special) for HuggingFaceTokenizer's eod */
+    struct mc_json_buf cfg = {0};
+    if (st == MC_OK)
+        st = mc_json_buf_printf(&cfg, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"");
+    if (st == MC_OK && tr->n_special &&
+        !(st = mc_json_buf_printf(&cfg, ",\n  \"eos_token\": ")))
+        st = mc_json_write_string(&cfg, tr->special[0], strlen(tr->special[0]), false);
+    if (st == MC_OK)
+        st = mc_json_buf_printf(&cfg, "\n}\n");
     if (st == MC_OK && !(st = write_atomic(dir, "vocab.json", &vocab)) &&
-        !(st = write_atomic(dir, "merges.txt", &merges)))
-        st = write_atomic(dir, "tokenizer.json", &hf);
+        !(st = write_atomic(dir, "merges.txt", &merges)) && !(st = write_atomic(dir, "tokenizer.json", &hf)))
+        st = write_atomic(dir, "tokenizer_config.json", &cfg);
+    mc_free(cfg.data);
 out_free:
     mc_free(vid);
     mc_free(order);

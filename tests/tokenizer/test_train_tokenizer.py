@@ -76,6 +76,15 @@ with tempfile.TemporaryDirectory() as d:
             c.check(g == w, "HF on trained tokenizer.json, %r: got %s want %s" % (t, g, w))
         c.check(hf.get_vocab_size() == 2000, "HF vocab size")
         c.check(hf.token_to_id("<|endoftext|>") == 1999, "HF special token")
+    # megatron.c's HuggingFaceTokenizer on the output directory: <|endoftext|> is special there
+    got_hf = td.encode(texts, "HuggingFaceTokenizer", model=out1)
+    for t, g, g2 in zip(texts, got, got_hf):
+        if "<|endoftext|>" not in t:
+            c.check(g == g2, "HuggingFaceTokenizer on trained dir, %r: %s vs %s" % (t, g2, g))
+        elif tokenizers is not None:
+            c.check(g2 == hf.encode(t).ids, "HuggingFaceTokenizer special %r" % t)
+    rc, out = td.info("HuggingFaceTokenizer", model=out1)
+    c.check(out == "2000 1999 -1 _HuggingFaceTokenizer", "HF info on trained dir: %s" % out)
 
     # JSONL input with --json-keys, and errors that name what is wrong
     jl = os.path.join(d, "in.jsonl")
