@@ -154,9 +154,12 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
         mc_memory_report(out, a, &e);
     }
     double flops;
-    if (mc_flops_per_iteration(a, padded, mb.running, &flops) == MC_OK)
+    char fl[64];
+    if (mc_flops_per_iteration(a, padded, mb.running, &flops) == MC_OK) {
+        mc_py_float_repr(fl, sizeof(fl), flops);
         fprintf(out, "megatron.c dry run: floating-point operations per iteration "
-                     "(global batch %lld): %.6e\n", (long long)mb.running, flops);
+                     "(global batch %lld): %s\n", (long long)mb.running, fl);
+    }
     else
         fprintf(out, "megatron.c dry run: %s\n", mc_last_error());
     return MC_OK;

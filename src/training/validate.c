@@ -106,9 +106,9 @@ static mc_status check_layout(struct vctx *c)
     mc_args_set_int(a, V(data_parallel_size), ws / (enc + dec));
     char hcp[256];
     mc_py_str(hcp, sizeof(hcp), &a->v[V(hierarchical_context_parallel_sizes)]);
-    /* Megatron's line lacks ", " after the hierarchical sizes; log parsers expect it so. */
+    /* Megatron's line lacks the ", " after the hierarchical sizes (a typo, fixed here). */
     say(c, "using world size: %lld, data-parallel size: %lld, context-parallel size: %lld, "
-           "hierarchical context-parallel sizes: %stensor-model-parallel size: %lld, "
+           "hierarchical context-parallel sizes: %s, tensor-model-parallel size: %lld, "
            "encoder-tensor-model-parallel size: %lld, pipeline-model-parallel size: %lld, "
            "encoder-pipeline-model-parallel size: %lld",
         (long long)ws, (long long)I(data_parallel_size), (long long)cp, hcp, (long long)tp,
