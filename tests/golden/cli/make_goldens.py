@@ -266,6 +266,7 @@ def run_case(name, argv, world):
 def extras(args, res, out):
     """What Megatron computes after validate_args: micro-batches, padded vocab, memory, FLOPs,
     and the LR/WD after every iteration of a simulated train loop."""
+    GV._GLOBAL_ARGS = args  # get_optimizer_param_scheduler reads the global args
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     handler.setFormatter(logging.Formatter('%(levelname)s:%(name)s:%(message)s'))
