@@ -922,12 +922,17 @@ static mc_status check_values(struct mc_args *a)
 
 mc_status mc_args_check_support(struct mc_args *a)
 {
+    /* Whole features first (MoE, context parallelism), so the message names the feature
+     * rather than one of its tuning options. */
+    mc_status st = check_values(a);
+    if (st != MC_OK)
+        return st;
     for (int id = 0; id < MC_A_NUM_OPTIONS; id++) {
         const struct mc_arg_def *d = &mc_arg_defs[id];
         if (d->support == MC_ARG_UNSUPPORTED && a->given[id] && !equals_default(a, id))
             return unsupported(a, "%s is not supported by megatron.c yet", d->opt);
     }
-    return check_values(a);
+    return MC_OK;
 }
 
 /* ---- usage, help, dump ---------------------------------------------------------------------- */
