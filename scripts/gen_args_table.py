@@ -171,9 +171,10 @@ def default_fields(d):
 
 
 def choices_of(a):
-    """Choices as C strings. A None choice can never match a string value, so it is dropped;
-    --distributed-backend also takes the MindSpeed/MPI spellings (all mean MPI here)."""
-    ch = [x for x in (a['choices'] or []) if x is not None]
+    """Choices as C strings (a None choice stays as "None": args.c never matches it, since a
+    parsed value is a string); --distributed-backend also takes the MindSpeed/MPI spellings
+    (all mean MPI here)."""
+    ch = ['None' if x is None else x for x in (a['choices'] or [])]
     if a['dest'] == 'distributed_backend':
         ch += ['hccl', 'mpi']
     return ch

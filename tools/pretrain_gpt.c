@@ -12,10 +12,13 @@
 #include "training/dry_run.h"
 #include "training/validate.h"
 
-static const char *prog_name(const char *argv0)
+/* argparse's prog is the script's basename; users' log tooling expects "pretrain_gpt.py". */
+static void prog_name(char *buf, size_t n, const char *argv0)
 {
     const char *s = strrchr(argv0, '/');
-    return s ? s + 1 : argv0;
+    s = s ? s + 1 : argv0;
+    size_t len = strlen(s);
+    snprintf(buf, n, "%s%s", s, len > 3 && !strcmp(s + len - 3, ".py") ? "" : ".py");
 }
 
 /* Python prints "Kind: message", or just "Kind" for a bare assertion. */
@@ -33,9 +36,8 @@ static void print_failure(const struct mc_args *a, const char *prog)
 
 int main(int argc, char **argv)
 {
-    /* Megatron's parser is named after the script, which users' log tooling sees. */
-    const char *prog = getenv("MC_PROG_NAME") ? getenv("MC_PROG_NAME") : "pretrain_gpt.py";
-    (void)prog_name;
+    char prog[256];
+    prog_name(prog, sizeof(prog), argv[0]);
     static const char *const defaults[] = {"tokenizer_type", "GPT2BPETokenizer", NULL};
     struct mc_args *a = NULL;
     int rc = 1;

@@ -592,7 +592,7 @@ static bool check_choice(const struct mc_arg_def *d, const struct mc_val *v)
     char s[512];
     mc_py_str(s, sizeof(s), v);
     for (const char *const *c = d->choices; *c; c++)
-        if (!strcmp(*c, s))
+        if (strcmp(*c, "None") && !strcmp(*c, s)) /* a None choice never matches a string */
             return true;
     return false;
 }
@@ -604,7 +604,7 @@ static void choices_text(const struct mc_arg_def *d, char *buf, size_t n)
     for (const char *const *c = d->choices; *c; c++) {
         if (c != d->choices)
             at = put(buf, n, at, ", ");
-        if (d->type == MC_ARGT_STR)
+        if (d->type == MC_ARGT_STR && strcmp(*c, "None"))
             at = py_str_repr(buf, n, at, *c);
         else
             at = put(buf, n, at, *c);

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from cli_common import DRIVER, PRETRAIN, Checker, run
+from cli_common import DRIVER, PRETRAIN, Checker, load_golden, run
 
 TINY = ['--num-layers', '4', '--hidden-size', '64', '--num-attention-heads', '4',
         '--seq-length', '128', '--max-position-embeddings', '128', '--micro-batch-size', '2',
@@ -19,6 +19,22 @@ TINY = ['--num-layers', '4', '--hidden-size', '64', '--num-attention-heads', '4'
 def last(err):
     lines = [l for l in err.splitlines() if l.strip()]
     return lines[-1] if lines else ''
+
+
+def check_usage(c):
+    """argparse's usage text, line for line, apart from our extensions."""
+    want = load_golden()['usage'].replace('[--distributed-backend {nccl,gloo}]',
+                                          '[--distributed-backend {nccl,gloo,hccl,mpi}]')
+    rc, out, err = run([PRETRAIN, '--lr', 'x'], extra_env={'COLUMNS': '80'})
+    lines = err.splitlines()
+    k = [i for i, l in enumerate(lines) if '[--dry-run]' in l]
+    if k:  # drop the megatron.c extension options at the end of the usage
+        j = k[0]
+        while j < len(lines) and not lines[j].startswith('pretrain_gpt.py: error'):
+            j += 1
+        lines = lines[:k[0]] + lines[j:]
+    got = '\n'.join(lines) + '\n'
+    c.check(rc == 2 and got == want, 'usage text differs from argparse\'s')
 
 
 def check_cli(c):
@@ -154,6 +170,7 @@ def check_log(c):
 def main():
     c = Checker('test_cli_behaviour')
     check_cli(c)
+    check_usage(c)
     check_pyfloat(c)
     check_log(c)
     return c.summary()

@@ -371,10 +371,24 @@ def compact(cases):
     return base
 
 
+def usage_text():
+    """argparse's usage block as printed before an error (COLUMNS unset: 80 columns)."""
+    os.environ.pop('COLUMNS', None)
+    sys.argv = ['pretrain_gpt.py', '--lr', 'x']
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            MA.parse_args()
+    except SystemExit:
+        pass
+    return err.getvalue()
+
+
 def main():
     cases = [run_case(*c) for c in CASES]
     base = compact(cases)
-    out = {'megatron': 'Megatron-LM core_v0.12.1', 'baseline_dump': base, 'cases': cases}
+    out = {'megatron': 'Megatron-LM core_v0.12.1', 'usage': usage_text(), 'baseline_dump': base,
+           'cases': cases}
     path = os.path.join(HERE, 'megatron_cli.json')
     tmp = path + '.tmp'
     with open(tmp, 'w') as f:
