@@ -25,8 +25,9 @@ def main():
         if not c.check(rc == 0, '%s: driver failed: %s' % (name, err)):
             continue
         got = [l.split() for l in out.splitlines() if l.startswith('step ')]
-        want = case['steps']
-        c.check(len(got) == len(want), '%s: %d steps, Megatron %d' % (name, len(got), len(want)))
+        want = case['steps']  # the golden keeps the first 10 (Megatron CI lines) or 200 steps
+        c.check(len(got) >= len(want), '%s: %d steps, Megatron %d' % (name, len(got), len(want)))
+        got = got[:len(want)]
         bad = 0
         for g, w in zip(got, want):
             it, nmb, consumed, lr, wd = int(g[1]), int(g[2]), int(g[3]), float(g[4]), float(g[5])
