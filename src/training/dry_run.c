@@ -9,6 +9,7 @@
 
 #include "training/flops.h"
 #include "training/microbatches.h"
+#include "training/schedule_args.h"
 #include "training/theoretical_memory.h"
 
 int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp)
@@ -83,28 +84,11 @@ static void list_refused(struct mc_args *a, FILE *out)
     a->exit_code = code;
 }
 
-static mc_status microbatches(struct mc_args *a, FILE *out, struct mc_microbatches *mb)
-{
-    const struct mc_val *r = &a->v[MC_A_rampup_batch_size];
-    const char *items[16];
-    int n = 0;
-    for (int k = 0; r->kind == MC_V_LIST && k < r->n && k < 16; k++)
-        items[n++] = r->items[k].s;
-    if (mc_microbatches_init(mb, r->kind == MC_V_LIST ? items : NULL, r->kind == MC_V_LIST ? r->n : 0,
-                             mc_args_int(a, MC_A_global_batch_size),
-                             mc_args_int(a, MC_A_micro_batch_size),
-                             mc_args_int(a, MC_A_data_parallel_size),
-                             mc_args_bool(a, MC_A_decrease_batch_size_if_needed), out) != MC_OK)
-        return fail(a, "AssertionError");
-    return MC_OK;
-}
-
 mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
 {
     struct mc_microbatches mb;
-    mc_status st = microbatches(a, out, &mb);
-    if (st != MC_OK)
-        return st;
+    if (mc_microbatches_init_from_args(a, out, &mb) != MC_OK)
+        return fail(a, "AssertionError");
     if (mc_args_truthy(a, MC_A_train_samples) && out)
         fprintf(out, "setting training iterations to %lld\n",
                 (long long)mc_microbatches_train_iters(&mb, mc_args_int(a, MC_A_train_samples)));

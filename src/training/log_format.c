@@ -191,3 +191,65 @@ size_t mc_log_format_memory(char *buf, size_t n, int rank, const char *name, dou
             "max reserved: %s", rank, name, v[0], v[1], v[2], v[3]);
     return b.at;
 }
+
+void mc_log_accum_init(struct mc_log_accum *acc) { memset(acc, 0, sizeof(*acc)); }
+
+static int accum_key(struct mc_log_accum *acc, const char *name)
+{
+    for (int k = 0; k < acc->n; k++)
+        if (!strcmp(acc->names[k], name))
+            return k;
+    if (acc->n == MC_LOG_MAX_LOSSES || strlen(name) >= sizeof(acc->names[0]))
+        return -1;
+    snprintf(acc->names[acc->n], sizeof(acc->names[0]), "%s", name);
+    acc->sums[acc->n] = 0.0f;
+    return acc->n++;
+}
+
+mc_status mc_log_accum_add(struct mc_log_accum *acc, int n, const char *const *names,
+                           const float *values, bool skipped_iter)
+{
+    bool got_nan = false;
+    if (!skipped_iter)
+        acc->advanced++;
+    acc->skipped += skipped_iter ? 1 : 0;
+    for (int k = 0; k < n; k++) {
+        if (skipped_iter) {
+            got_nan = got_nan || isnan(values[k]) || isinf(values[k]);
+            continue;
+        }
+        int j = accum_key(acc, names[k]);
+        if (j < 0)
+            return mc_error(MC_ERR_CONFIG, "training log: loss key '%s' does not fit (at most %d "
+                            "keys of up to %zu characters)", names[k], MC_LOG_MAX_LOSSES,
+                            sizeof(acc->names[0]) - 1);
+        acc->sums[j] = acc->sums[j] + values[k]; /* float32 addition, as the CUDA tensor */
+    }
+    acc->nan += got_nan ? 1 : 0;
+    return MC_OK;
+}
+
+void mc_log_accum_fill(const struct mc_log_accum *acc, const char **names_buf,
+                       struct mc_log_train_line *l)
+{
+    for (int k = 0; k < acc->n; k++)
+        names_buf[k] = acc->names[k];
+    l->n_losses = acc->n;
+    l->loss_names = names_buf;
+    l->loss_sums = acc->sums;
+    l->advanced_iters = acc->advanced;
+    l->skipped_iters = acc->skipped;
+    l->nan_iters = acc->nan;
+}
+
+void mc_log_accum_reset(struct mc_log_accum *acc)
+{
+    for (int k = 0; k < acc->n; k++)
+        acc->sums[k] = 0.0f;
+    acc->advanced = acc->skipped = acc->nan = 0;
+}
+
+double mc_log_throughput(double flops_per_iter, double elapsed_per_iter_s, int64_t world)
+{
+    return flops_per_iter / (elapsed_per_iter_s * 1e12 * (double)world);
+}

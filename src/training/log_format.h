@@ -40,6 +40,28 @@ struct mc_log_train_line {
     double params_norm;             /* printed rounded to float32 */
 };
 
+/* training_log's running totals between two printed lines (its total_loss_dict): losses are
+ * float32 sums over advanced iterations, keyed in first-seen order; a skipped iteration adds
+ * nothing but counts as a nan iteration when any of its losses is +-inf or NaN. */
+#define MC_LOG_MAX_LOSSES 8
+struct mc_log_accum {
+    int n;
+    char names[MC_LOG_MAX_LOSSES][64];
+    float sums[MC_LOG_MAX_LOSSES];
+    int64_t advanced, skipped, nan;
+};
+MC_API void mc_log_accum_init(struct mc_log_accum *acc);
+/* Adds one iteration's reduced losses. MC_ERR_CONFIG when more than MC_LOG_MAX_LOSSES keys. */
+MC_API mc_status mc_log_accum_add(struct mc_log_accum *acc, int n, const char *const *names,
+                                  const float *values, bool skipped_iter);
+/* Points the line's loss/counter fields at the totals (valid while acc lives). */
+MC_API void mc_log_accum_fill(const struct mc_log_accum *acc, const char **names_buf,
+                              struct mc_log_train_line *l);
+/* After a printed line: sums and counters back to zero, keys kept (as Megatron does). */
+MC_API void mc_log_accum_reset(struct mc_log_accum *acc);
+/* TFLOP/s per GPU: flops / (seconds per iteration x 1e12 x world size). */
+MC_API double mc_log_throughput(double flops_per_iter, double elapsed_per_iter_s, int64_t world);
+
 /* Writes the line (no newline) to buf; returns the length needed (snprintf convention). */
 MC_API size_t mc_log_format_train_line(char *buf, size_t n, const struct mc_log_train_line *l);
 

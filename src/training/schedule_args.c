@@ -5,6 +5,21 @@
 
 #define A(x) MC_A_##x
 
+mc_status mc_microbatches_init_from_args(const struct mc_args *a, FILE *log,
+                                         struct mc_microbatches *mb)
+{
+    const struct mc_val *r = &a->v[A(rampup_batch_size)];
+    const char *items[3] = {NULL, NULL, NULL};
+    bool ramp = r->kind == MC_V_LIST;
+    for (int k = 0; ramp && k < r->n && k < 3; k++)
+        items[k] = r->items[k].s;
+    return mc_microbatches_init(mb, ramp ? items : NULL, ramp ? r->n : 0,
+                                mc_args_int(a, A(global_batch_size)),
+                                mc_args_int(a, A(micro_batch_size)),
+                                mc_args_int(a, A(data_parallel_size)),
+                                mc_args_bool(a, A(decrease_batch_size_if_needed)), log);
+}
+
 mc_status mc_opt_sched_config_from_args(struct mc_args *a, struct mc_microbatches *mb, FILE *log,
                                         struct mc_opt_sched_config *c)
 {

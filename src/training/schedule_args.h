@@ -11,6 +11,11 @@
 extern "C" {
 #endif
 
+/* The micro-batch calculator of set_global_variables: constant, or ramp-up from
+ * --rampup-batch-size; rank 0's INFO lines to `log`. MC_ERR_CONFIG with Megatron's message. */
+MC_API mc_status mc_microbatches_init_from_args(const struct mc_args *a, FILE *log,
+                                                struct mc_microbatches *mb);
+
 /* Fills `c` from validated args, writing lr_decay_iters/lr_decay_samples (and train_iters for
  * sample-based runs, via update_train_iters with `mb`, printing "setting training iterations to
  * N" to `log`) back into `a` as Megatron does. MC_ERR_CONFIG "either train-iters or

@@ -32,15 +32,8 @@ static int run_sched(int argc, char **argv)
         rc = fail(a, "args");
         goto out;
     }
-    const struct mc_val *r = &a->v[MC_A_rampup_batch_size];
-    const char *items[8] = {0};
-    for (int k = 0; r->kind == MC_V_LIST && k < r->n && k < 8; k++)
-        items[k] = r->items[k].s;
     struct mc_microbatches mb;
-    if (mc_microbatches_init(&mb, r->kind == MC_V_LIST ? items : NULL, r->kind == MC_V_LIST ? r->n : 0,
-                             mc_args_int(a, MC_A_global_batch_size), mc_args_int(a, MC_A_micro_batch_size),
-                             mc_args_int(a, MC_A_data_parallel_size),
-                             mc_args_bool(a, MC_A_decrease_batch_size_if_needed), stdout) != MC_OK) {
+    if (mc_microbatches_init_from_args(a, stdout, &mb) != MC_OK) {
         rc = fail(a, "microbatches");
         goto out;
     }

@@ -56,5 +56,24 @@ int main(void)
     mc_log_format_memory(buf, sizeof(buf), 0, "(after 5 iterations)", 1843.25, 2711.5, 3072.0, 3072.0);
     CHECK(!strcmp(buf, "[Rank 0] (after 5 iterations) memory (MB) | allocated: 1843.25 | max "
                        "allocated: 2711.5 | reserved: 3072.0 | max reserved: 3072.0"));
+    /* Accumulation: fp16-style interval of 3 iterations, the middle one skipped with inf. */
+    struct mc_log_accum acc;
+    mc_log_accum_init(&acc);
+    const char *keys[] = {"lm loss"};
+    float v1[] = {2.5f}, vinf[] = {INFINITY}, v3[] = {3.25f};
+    CHECK(mc_log_accum_add(&acc, 1, keys, v1, false) == MC_OK);
+    CHECK(mc_log_accum_add(&acc, 1, keys, vinf, true) == MC_OK);
+    CHECK(mc_log_accum_add(&acc, 1, keys, v3, false) == MC_OK);
+    CHECK(acc.advanced == 2 && acc.skipped == 1 && acc.nan == 1 && acc.sums[0] == 5.75f);
+    const char *nb[MC_LOG_MAX_LOSSES];
+    struct mc_log_train_line l2 = l;
+    sums[0] = 0;
+    mc_log_accum_fill(&acc, nb, &l2);
+    mc_log_format_train_line(buf, sizeof(buf), &l2);
+    CHECK(strstr(buf, " lm loss: 2.875000E+00 |") != NULL);
+    CHECK(strstr(buf, " number of skipped iterations:   1 | number of nan iterations:   1 |") != NULL);
+    mc_log_accum_reset(&acc);
+    CHECK(acc.n == 1 && acc.sums[0] == 0.0f && acc.advanced == 0 && acc.nan == 0);
+    CHECK(mc_log_throughput(2e12, 0.5, 4) == 1.0);
     return test_summary("test_log_format");
 }
