@@ -305,6 +305,9 @@ mc_status mc_args_init(struct mc_args **out)
     }
     /* Megatron reads LOCAL_RANK when it builds the parser. */
     const char *lr = getenv("LOCAL_RANK");
+    if (!lr) /* under mpirun */
+        lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK")
+                                                  : getenv("MPI_LOCALRANKID");
     if (lr && *lr)
         mc_args_set_int(a, MC_A_local_rank, strtoll(lr, NULL, 10));
     *out = a;
@@ -775,9 +778,16 @@ static bool is_mindspeed_refused(const char *tok)
     return false;
 }
 
+/* Megatron reads RANK / WORLD_SIZE (torchrun sets them). Under mpirun they are absent, so the
+ * launcher's own variables stand in (OpenMPI, then PMI as MPICH/Slurm set it). */
 static mc_status env_int(struct mc_args *a, const char *var, const char *dflt, enum mc_arg_id id)
 {
+    bool rank = !strcmp(var, "RANK");
     const char *s = getenv(var);
+    if (!s)
+        s = getenv(rank ? "OMPI_COMM_WORLD_RANK" : "OMPI_COMM_WORLD_SIZE");
+    if (!s)
+        s = getenv(rank ? "PMI_RANK" : "PMI_SIZE");
     if (!s)
         s = dflt;
     int64_t v;

@@ -79,6 +79,13 @@ def check_cli(c):
     # Rank != 0 prints nothing on stdout.
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY, world_size=2, rank=1)
     c.check(rc == 0 and out == '', 'rank 1 silent: %r' % out[:200])
+    # Under mpirun (no RANK/WORLD_SIZE) the launcher's variables give the layout.
+    import os, subprocess
+    env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE')}
+    env.update({'OMPI_COMM_WORLD_RANK': '0', 'OMPI_COMM_WORLD_SIZE': '4'})
+    out = subprocess.run([PRETRAIN, '--dry-run'] + TINY, stdout=subprocess.PIPE, env=env,
+                         universal_newlines=True).stdout
+    c.check(out.startswith('using world size: 4, data-parallel size: 4'), 'OpenMPI layout: %s' % out[:80])
     # LOCAL_RANK sets the --local-rank default, as Megatron's parser does.
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY, extra_env={'LOCAL_RANK': '3'})
     c.check('  local_rank ...................................... 3' in out, 'LOCAL_RANK default')
