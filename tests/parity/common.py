@@ -87,8 +87,9 @@ def driver_command():
     return [exe]
 
 
-def run_driver(in_path, out_path, threads=None):
+def run_driver(in_path, out_path, threads=None, env_extra=None):
     env = dict(os.environ)
+    env.update(env_extra or {})
     if threads is not None:
         env['OMP_NUM_THREADS'] = str(threads)
     r = subprocess.run(driver_command() + [in_path, out_path], env=env, capture_output=True, text=True)
