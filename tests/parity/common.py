@@ -12,6 +12,10 @@ from parity.configs import CONFIGS
 from reference import gpt_twin as T
 from reference import mcdump
 
+# The twin's tensors are tiny: torch's intra-op threads only add synchronisation, which on a
+# loaded 2-core machine made a test 8x slower (50 s vs 6 s). The C driver keeps OMP_NUM_THREADS.
+torch.set_num_threads(1)
+
 # what travels to the driver: every struct mc_gpt_config field the twin knows, derived values
 # included, so both sides build exactly the same model
 CONFIG_FIELDS = [k for k in T.DEFAULTS]

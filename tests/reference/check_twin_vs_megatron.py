@@ -19,6 +19,8 @@ import shim  # noqa: E402  (patches torch before Megatron is imported)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+torch.set_num_threads(1)  # tiny tensors: threads only add synchronisation
+
 from reference import gpt_twin as T  # noqa: E402
 from parity.configs import CONFIGS  # noqa: E402
 
