@@ -361,6 +361,7 @@ class GPTTwin(torch.nn.Module):
     def __init__(self, cfg):
         super().__init__()
         c = self.c = derive(cfg)
+        self.hooks = None  # a dict to record the hook-point activations of include/megatron/dump.h
         self.dropout = Dropout()
         self.embedding = Embedding(c)
         self.decoder = TransformerBlock(c, self.dropout)
@@ -371,6 +372,16 @@ class GPTTwin(torch.nn.Module):
         if self.c['untie_embeddings_and_output_weights']:
             return self.output_layer.weight
         return self.embedding.word_embeddings.weight
+
+    def _hook(self, name, t):
+        """Same names and repeat rule ("@1", "@2", ...) as mc_dump_hook."""
+        if self.hooks is None:
+            return
+        key, k = name, 0
+        while key in self.hooks:
+            k += 1
+            key = '%s@%d' % (name, k)
+        self.hooks[key] = t.detach().clone()
 
     def set_dropout(self, mode, step=0, micro=0):
         """'torch' or 'philox' (the C engine's streams at this step / micro-batch)."""
@@ -393,13 +404,17 @@ class GPTTwin(torch.nn.Module):
             x = x + self.embedding.position_embeddings.weight[position_ids]
         x = x.transpose(0, 1).contiguous()
         x = self.dropout(x, c['hidden_dropout'], 0, self.training)
+        self._hook('embedding.output', x)
         if attention_mask is None:
             attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
         freqs = rope_freqs(c, s) if c['position_embedding_type'] == POS_ROPE else None
-        for layer in self.decoder.layers:
+        for i, layer in enumerate(self.decoder.layers):
             x = layer(x, attention_mask, freqs)
+            self._hook('decoder.layers.%d.output' % i, x)
         x = self.decoder.final_layernorm(x)
+        self._hook('decoder.final_layernorm.output', x)
         logits = torch.matmul(x, self.output_weight().t())
+        self._hook('output_layer.output', logits)
         loss = None
         if labels is not None:
             loss = VocabCrossEntropy.apply(logits.float(), labels.transpose(0, 1).contiguous())
