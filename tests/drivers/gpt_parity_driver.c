@@ -17,6 +17,8 @@
  * parameter from a training forward/backward on the initial weights; then for opt.steps steps of
  * (zero grads, forward, backward, optimizer step): train.loss [steps] (sum of loss * dloss before the
  * step), train.grad_norm [steps] and param.<name> after the last step.
+ * With MC_DUMP_HOOKS=PATH the debug hook points (include/megatron/dump.h) of the eval forward
+ * are written to PATH.
  * Every failure prints the status and message and exits 1. */
 #include "megatron/dump.h"
 #include "megatron/gpt.h"
@@ -263,7 +265,13 @@ int main(int argc, char **argv)
     const float *dloss = tensor(in, "dloss", MC_DTYPE_F32, n, true);
 
     TRY(mc_dump_init(&out));
+    /* with MC_DUMP_HOOKS=path, the hook points of this eval forward only go to path */
+    bool hooks = mc_dump_hooks_active();
     TRY(mc_gpt_forward(m, &batch, false, NULL));
+    if (hooks) {
+        TRY(mc_dump_hooks_flush());
+        mc_dump_hooks_disable();
+    }
     int64_t lshape[3] = {s, b, c->padded_vocab_size / c->tensor_model_parallel_size};
     TRY(mc_dump_add_f32(out, "logits", 3, lshape, mc_gpt_logits(m)));
 
