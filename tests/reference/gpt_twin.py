@@ -478,3 +478,44 @@ def set_lr_wd(opt, lr, wd):
     for g in opt.param_groups:
         g['lr'] = lr
         g['weight_decay'] = wd * g['wd_mult']
+
+
+# ---- tensor-parallel layout -------------------------------------------------------------------
+
+def tp_shard(name, t, c, tp, rank):
+    """This rank's shard of full (tp = 1) parameter `t` in Megatron's layout (spec 2.2-2.4, 3.3,
+    3.6): vocab rows for the embedding / output layer, contiguous output rows for column-parallel
+    weights and biases (QKV: whole query groups), input columns for row-parallel weights, SwiGLU
+    fc1 = [gate_r; up_r]; norms and row-parallel biases are replicated."""
+    def rows(x):
+        n = x.shape[0] // tp
+        return x[rank * n:(rank + 1) * n]
+    if name.endswith('word_embeddings.weight') or name == 'output_layer.weight':
+        return rows(t)
+    if '.linear_qkv.' in name:
+        return rows(t)
+    if '.linear_fc1.' in name:
+        if c['activation'] == ACT_SWIGLU:
+            gate, up = torch.chunk(t, 2, dim=0)
+            return torch.cat((rows(gate), rows(up)), dim=0)
+        return rows(t)
+    if name.endswith('linear_proj.weight') or name.endswith('linear_fc2.weight'):
+        n = t.shape[1] // tp
+        return t[:, rank * n:(rank + 1) * n]
+    return t
+
+
+def tp_unshard(name, shards, c):
+    """Inverse of tp_shard: the full parameter from every rank's shard (replicated tensors are
+    taken from rank 0)."""
+    tp = len(shards)
+    if name.endswith('linear_proj.weight') or name.endswith('linear_fc2.weight'):
+        return torch.cat(shards, dim=1)
+    if '.linear_fc1.' in name and c['activation'] == ACT_SWIGLU:
+        halves = [torch.chunk(x, 2, dim=0) for x in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    if (name.endswith('word_embeddings.weight') or name == 'output_layer.weight' or
+            '.linear_qkv.' in name or '.linear_fc1.' in name):
+        return torch.cat(shards, dim=0)
+    assert tp >= 1
+    return shards[0]
