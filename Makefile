@@ -26,7 +26,7 @@ asan:
 setup:
 	bash scripts/setup.sh
 
-demo: build
+demo: setup build
 	bash scripts/demo.sh
 
 clean:
