@@ -17,6 +17,10 @@
  * parameter from a training forward/backward on the initial weights; then for opt.steps steps of
  * (zero grads, forward, backward, optimizer step): train.loss [steps] (sum of loss * dloss before the
  * step), train.grad_norm [steps] and param.<name> after the last step.
+ * Gradient accumulation (optional): accum.tokens, accum.labels [M, b, s] i64 and accum.dloss
+ * [M, b, s] f32 run M training micro-batches at mc_gpt_set_step(0) with grads accumulating, as
+ * Megatron's forward_backward_no_pipelining does; OUT gets accum.loss [M, b, s] and
+ * accum.grad.<name>.
  * With MC_DUMP_HOOKS=PATH the debug hook points (include/megatron/dump.h) of the eval forward
  * are written to PATH.
  * Every failure prints the status and message and exits 1. */
@@ -170,6 +174,36 @@ static void dump_params(mc_dump *out, const mc_gpt_model *m, const char *prefix,
     }
 }
 
+/* M micro-batches, one optimizer step's worth: zero grads once, then forward + backward each
+ * (the model counts the micro-batches for its dropout streams). */
+static void accumulate(const mc_dump *in, mc_gpt_model *m, mc_dump *out)
+{
+    const struct mc_dump_tensor *tok = mc_dump_find(in, "accum.tokens");
+    if (!tok)
+        return;
+    if (tok->ndim != 3)
+        die("accum.tokens must be [M, b, s]", NULL);
+    int64_t M = tok->shape[0], b = tok->shape[1], s = tok->shape[2], n = b * s;
+    const int64_t *tokens = tensor(in, "accum.tokens", MC_DTYPE_I64, M * n, true);
+    const int64_t *labels = tensor(in, "accum.labels", MC_DTYPE_I64, M * n, true);
+    const float *dloss = tensor(in, "accum.dloss", MC_DTYPE_F32, M * n, true);
+    float *loss = mc_alloc((size_t)(M * n) * sizeof(float));
+    if (!loss)
+        die("out of memory", NULL);
+    mc_gpt_zero_grad(m);
+    mc_gpt_set_step(m, 0);
+    for (int64_t k = 0; k < M; k++) {
+        struct mc_gpt_batch mb = {.b = b, .s = s, .tokens = tokens + k * n,
+                                  .labels = labels + k * n};
+        TRY(mc_gpt_forward(m, &mb, true, loss + k * n));
+        TRY(mc_gpt_backward(m, dloss + k * n));
+    }
+    int64_t shape[3] = {M, b, s};
+    TRY(mc_dump_add_f32(out, "accum.loss", 3, shape, loss));
+    dump_params(out, m, "accum.grad.", true);
+    mc_free(loss);
+}
+
 static float read_opt_f32(const mc_dump *in, const char *key)
 {
     double v;
@@ -288,6 +322,7 @@ int main(int argc, char **argv)
     dump_params(out, m, "grad.", true);
     mc_free(loss);
 
+    accumulate(in, m, out);
     train(in, m, &batch, dloss, out);
     TRY(mc_dump_write(out, argv[2]));
     mc_dump_free(out);
