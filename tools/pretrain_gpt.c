@@ -77,6 +77,13 @@ int main(int argc, char **argv)
             print_failure(a, prog);
         goto out;
     }
+    /* The checks of Megatron's start-up that follow validate_args (micro-batch calculator,
+     * scheduler), so a real run reports configuration errors before refusing. */
+    if (mc_dry_run_report(a, NULL) != MC_OK) {
+        print_failure(a, prog);
+        rc = 1;
+        goto out;
+    }
     fprintf(stderr, "NotImplementedError: the training loop is not available yet in this build "
                     "of megatron.c (missing: model engine, data pipeline and train loop wiring "
                     "in src/training/training.c); use --dry-run to check a configuration\n");

@@ -9,6 +9,7 @@
 
 #include "training/flops.h"
 #include "training/microbatches.h"
+#include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
 #include "training/theoretical_memory.h"
 
@@ -84,14 +85,31 @@ static void list_refused(struct mc_args *a, FILE *out)
     a->exit_code = code;
 }
 
+/* get_optimizer_param_scheduler: Megatron builds it after the model (its messages come later
+ * in a real run's log). Derives train_iters for sample-based runs. */
+static mc_status scheduler(struct mc_args *a, struct mc_microbatches *mb, FILE *out)
+{
+    struct mc_opt_sched_config c;
+    struct mc_opt_sched s;
+    memset(&c, 0, sizeof(c));
+    bool by_iters = mc_args_truthy(a, MC_A_train_iters);
+    if (!by_iters && !mc_args_truthy(a, MC_A_train_samples)) {
+        mc_opt_sched_config_from_args(a, mb, out, &c);
+        return fail(a, "Exception");
+    }
+    if (mc_opt_sched_config_from_args(a, mb, out, &c) != MC_OK)
+        return fail(a, "TypeError");
+    if (mc_opt_sched_init(&s, &c, out) != MC_OK)
+        return fail(a, "AssertionError");
+    return MC_OK;
+}
+
 mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
 {
     struct mc_microbatches mb;
+    mc_status st;
     if (mc_microbatches_init_from_args(a, out, &mb) != MC_OK)
         return fail(a, "AssertionError");
-    if (mc_args_truthy(a, MC_A_train_samples) && out)
-        fprintf(out, "setting training iterations to %lld\n",
-                (long long)mc_microbatches_train_iters(&mb, mc_args_int(a, MC_A_train_samples)));
     bool assumed;
     int64_t vocab = mc_dry_run_vocab_size(a, &assumed);
     int64_t padded = -1;
@@ -104,8 +122,9 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
             fprintf(out, " > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
                     (long long)vocab, (long long)(padded - vocab), (long long)padded);
     }
-    if (!out)
-        return MC_OK;
+    st = scheduler(a, &mb, out);
+    if (st != MC_OK || !out)
+        return st;
     int64_t tp = mc_args_int(a, MC_A_tensor_model_parallel_size);
     int64_t pp = mc_args_int(a, MC_A_pipeline_model_parallel_size);
     int64_t cp = mc_args_int(a, MC_A_context_parallel_size);

@@ -10,8 +10,9 @@
 extern "C" {
 #endif
 
-/* After mc_args_validate: prints (to `out`, rank 0; NULL = silent) the micro-batch calculator
- * lines, the tokenizer's vocab padding, the parallel layout, the options a real run would
+/* After mc_args_validate: builds the micro-batch calculator and the LR scheduler as Megatron's
+ * start-up does (their errors are reported), and prints (to `out`, rank 0; NULL = silent) the
+ * calculator lines, the scheduler lines, the tokenizer's vocab padding, the parallel layout, the options a real run would
  * refuse, report_theoretical_memory's lines and the FLOPs per iteration. Failure:
  * MC_ERR_CONFIG with a->err / a->err_kind set. */
 MC_API mc_status mc_dry_run_report(struct mc_args *a, FILE *out);

@@ -76,6 +76,16 @@ def check_cli(c):
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--tensorboard-dir', '/tmp/tb'])
     c.check(rc == 0 and 'a real run would stop here: --tensorboard-dir is not supported' in out,
             'dry run lists refusals')
+    # The checks that follow validate_args in Megatron's start-up (calculator, scheduler).
+    no_iters = TINY[:-4]
+    rc, out, err = run([PRETRAIN, '--dry-run'] + no_iters + ['--lr', '1e-3'])
+    c.check(rc == 1 and last(err) == 'Exception: either train-iters or train-samples should be '
+            'provided.', 'no train-iters/samples: %s' % err)
+    rc, out, err = run([PRETRAIN] + TINY + ['--global-batch-size', '3'])
+    c.check(rc == 1 and last(err) == 'AssertionError: global batch size (3) is not divisible by '
+            'micro batch size (2) times data parallel size (1)', 'real run gbs check: %s' % err)
+    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--lr-warmup-iters', '20'])
+    c.check(rc == 1 and last(err).startswith('AssertionError: warmup steps'), 'warmup >= decay')
     # Rank != 0 prints nothing on stdout.
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY, world_size=2, rank=1)
     c.check(rc == 0 and out == '', 'rank 1 silent: %r' % out[:200])
