@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "megatron.h"
+#include "core/pyformat.h"
 #include "training/args_table.h"
 
 #ifdef __cplusplus
@@ -124,8 +125,6 @@ MC_API mc_status mc_args_set_str(struct mc_args *a, enum mc_arg_id id, const cha
 MC_API mc_status mc_args_set_sym(struct mc_args *a, enum mc_arg_id id, const char *s);
 
 /* ---- Python formatting -------------------------------------------------------------------- */
-/* repr(float) of Python 3: shortest round-trip digits, "1e-05", "0.0001", "1.0", "inf", "nan". */
-MC_API void mc_py_float_repr(char *buf, size_t n, double x);
 /* str(value) (lists hold repr() of their items). Returns the length that was needed. */
 MC_API size_t mc_py_str(char *buf, size_t n, const struct mc_val *v);
 
