@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "megatron/tokenizer.h"
 #include "training/flops.h"
 #include "training/microbatches.h"
 #include "optimizer/lr_scheduler.h"
@@ -15,11 +16,11 @@
 
 int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp)
 {
-    int64_t m = divisible_by * tp;
-    return m > 0 ? (orig + m - 1) / m * m : orig;
+    return mc_tok_padded_vocab_size(orig, divisible_by, tp);
 }
 
-/* Entries of a GPT-2 vocab.json: top-level "key": value pairs. */
+/* Entries of a GPT-2 vocab.json (top-level "key": value pairs): the fallback when the
+ * tokenizer cannot be built (e.g. no merges file). */
 static int64_t count_json_entries(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -48,6 +49,19 @@ int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed)
 {
     const char *t = mc_args_str(a, MC_A_tokenizer_type);
     *assumed = false;
+    /* Build the real tokenizer when its files are there: its size is Megatron's. */
+    struct mc_tokenizer_args ta = {
+        .tokenizer_type = t, .vocab_file = mc_args_str(a, MC_A_vocab_file),
+        .merge_file = mc_args_str(a, MC_A_merge_file),
+        .tokenizer_model = mc_args_str(a, MC_A_tokenizer_model),
+        .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size)};
+    mc_tokenizer *tok = NULL;
+    if (t && mc_tok_init(&ta, &tok) == MC_OK) {
+        int64_t n = mc_tok_vocab_size(tok);
+        mc_tok_free(tok);
+        return n;
+    }
+    mc_clear_error();
     if (t && !strcmp(t, "NullTokenizer"))
         return mc_args_is_none(a, MC_A_vocab_size) ? -1 : mc_args_int(a, MC_A_vocab_size) + 1;
     if (t && !strcmp(t, "GPT2BPETokenizer")) {
@@ -58,8 +72,6 @@ int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed)
         *assumed = true;
         return 50257;
     }
-    if (!mc_args_is_none(a, MC_A_vocab_size))
-        return mc_args_int(a, MC_A_vocab_size);
     return -1;
 }
 
@@ -140,12 +152,12 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
             (long long)mb.num_micro_batches, (long long)mb.running,
             (long long)mc_args_int(a, MC_A_micro_batch_size));
     if (assumed)
-        fprintf(out, "megatron.c dry run: --vocab-file not readable, assuming GPT-2's 50257 "
-                     "entries\n");
+        fprintf(out, "megatron.c dry run: GPT-2 tokenizer files not readable, assuming its "
+                     "50257 entries\n");
     list_refused(a, out);
     if (padded < 0) {
-        fprintf(out, "megatron.c dry run: vocabulary size unknown (give --vocab-size or a "
-                     "readable --vocab-file): no memory or FLOP estimate\n");
+        fprintf(out, "megatron.c dry run: vocabulary size unknown (the tokenizer files are not "
+                     "readable): no memory or FLOP estimate\n");
         return MC_OK;
     }
     struct mc_memory_estimate e;

@@ -17,11 +17,11 @@ extern "C" {
  * MC_ERR_CONFIG with a->err / a->err_kind set. */
 MC_API mc_status mc_dry_run_report(struct mc_args *a, FILE *out);
 
-/* The tokenizer's vocabulary size as Megatron's build_tokenizer reports it, without loading
- * the tokenizer: NullTokenizer vocab_size + 1; GPT2BPETokenizer the entries of --vocab-file
- * (50257 when the file cannot be read, *assumed set). -1 if unknown. */
+/* The tokenizer's vocabulary size as Megatron's build_tokenizer reports it: from the real
+ * tokenizer when its files load; otherwise NullTokenizer vocab_size + 1, GPT2BPETokenizer the
+ * entries of --vocab-file (50257 when unreadable, *assumed set). -1 if unknown. */
 MC_API int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed);
-/* _vocab_size_with_padding: ceil(orig / (divisible_by * tp)) * (divisible_by * tp). */
+/* _vocab_size_with_padding (mc_tok_padded_vocab_size). */
 MC_API int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp);
 
 #ifdef __cplusplus
