@@ -86,6 +86,20 @@ def check_cli(c):
             'micro batch size (2) times data parallel size (1)', 'real run gbs check: %s' % err)
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--lr-warmup-iters', '20'])
     c.check(rc == 1 and last(err).startswith('AssertionError: warmup steps'), 'warmup >= decay')
+    # The dry run builds the real tokenizer when its files load (HuggingFace goldens of the
+    # tokenizer tests; vocab sizes recorded there by the `tokenizers` package).
+    import json, os
+    gold = os.path.join(os.environ.get('MC_SOURCE_DIR', ''), 'tests', 'golden', 'tokenizer')
+    with open(os.path.join(gold, 'hf_cases.json')) as f:
+        sizes = {k: v['vocab_size'] for k, v in json.load(f)['cases'].items()}
+    for name in ('hf_gpt2', 'hf_llama3'):
+        rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + [
+            '--tokenizer-type', 'HuggingFaceTokenizer', '--tensor-model-parallel-size', '2',
+            '--tokenizer-model', os.path.join(gold, name, 'tokenizer.json')], world_size=2)
+        n = sizes[name]
+        padded = -(-n // 256) * 256
+        c.check(' > padded vocab (size: %d) with %d dummy tokens (new size: %d)' % (
+            n, padded - n, padded) in out, '%s vocab padding: %s' % (name, err[-200:]))
     # Rank != 0 prints nothing on stdout.
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY, world_size=2, rank=1)
     c.check(rc == 0 and out == '', 'rank 1 silent: %r' % out[:200])
