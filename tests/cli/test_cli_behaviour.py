@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from cli_common import DRIVER, PRETRAIN, Checker, load_golden, run
+from cli_common import DRIVER, PRETRAIN, SRC, Checker, load_golden, run
 
 TINY = ['--num-layers', '4', '--hidden-size', '64', '--num-attention-heads', '4',
         '--seq-length', '128', '--max-position-embeddings', '128', '--micro-batch-size', '2',
@@ -89,7 +89,7 @@ def check_cli(c):
     # The dry run builds the real tokenizer when its files load (HuggingFace goldens of the
     # tokenizer tests; vocab sizes recorded there by the `tokenizers` package).
     import json, os
-    gold = os.path.join(os.environ.get('MC_SOURCE_DIR', ''), 'tests', 'golden', 'tokenizer')
+    gold = os.path.join(SRC, 'tests', 'golden', 'tokenizer')
     with open(os.path.join(gold, 'hf_cases.json')) as f:
         sizes = {k: v['vocab_size'] for k, v in json.load(f)['cases'].items()}
     for name in ('hf_gpt2', 'hf_llama3'):
