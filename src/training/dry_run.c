@@ -5,6 +5,7 @@
  * (theoretical_memory_usage.py) and num_floating_point_operations (training.py). */
 #include "training/dry_run.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "megatron/tokenizer.h"
@@ -97,6 +98,48 @@ static void list_refused(struct mc_args *a, FILE *out)
     a->exit_code = code;
 }
 
+/* initialize_megatron after set_global_variables: logging level, distributed and model-parallel
+ * initialization (announced only: the dry run starts no MPI), the seed. */
+static mc_status initialize(struct mc_args *a, FILE *out, int *log_level)
+{
+    const char *env = getenv("MEGATRON_LOGGING_LEVEL");
+    bool set = false;
+    if (env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (end == env || *end) {
+            snprintf(a->err, sizeof(a->err), "invalid literal for int() with base 10: '%s'", env);
+            a->err_kind = "ValueError";
+            a->exit_code = 1;
+            return MC_ERR_CONFIG;
+        }
+        *log_level = (int)v;
+        set = true;
+    }
+    if (!mc_args_is_none(a, MC_A_logging_level)) {
+        *log_level = (int)mc_args_int(a, MC_A_logging_level);
+        set = true;
+    }
+    if (out && set) /* logged before the new level takes effect */
+        fprintf(out, "INFO:megatron.training.initialize:Setting logging level to %d\n", *log_level);
+    if (out) {
+        fprintf(out, "> initializing torch distributed ...\n");
+        fprintf(out, "> initialized tensor model parallel with size %lld\n",
+                (long long)mc_args_int(a, MC_A_tensor_model_parallel_size));
+        fprintf(out, "> initialized pipeline model parallel with size %lld\n",
+                (long long)mc_args_int(a, MC_A_pipeline_model_parallel_size));
+        fprintf(out, "> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
+    }
+    if (mc_args_int(a, MC_A_seed) <= 0) {
+        snprintf(a->err, sizeof(a->err), "Seed (%lld) should be a positive integer.",
+                 (long long)mc_args_int(a, MC_A_seed));
+        a->err_kind = "ValueError";
+        a->exit_code = 1;
+        return MC_ERR_CONFIG;
+    }
+    return MC_OK;
+}
+
 /* get_optimizer_param_scheduler: Megatron builds it after the model (its messages come later
  * in a real run's log). Derives train_iters for sample-based runs. */
 static mc_status scheduler(struct mc_args *a, struct mc_microbatches *mb, FILE *out)
@@ -134,7 +177,10 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
             fprintf(out, " > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
                     (long long)vocab, (long long)(padded - vocab), (long long)padded);
     }
-    st = scheduler(a, &mb, out);
+    int log_level = 20;
+    st = initialize(a, out, &log_level);
+    if (st == MC_OK) /* Python logging drops INFO lines above level 20 */
+        st = scheduler(a, &mb, log_level <= 20 ? out : NULL);
     if (st != MC_OK || !out)
         return st;
     int64_t tp = mc_args_int(a, MC_A_tensor_model_parallel_size);

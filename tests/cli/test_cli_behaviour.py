@@ -100,6 +100,20 @@ def check_cli(c):
         padded = -(-n // 256) * 256
         c.check(' > padded vocab (size: %d) with %d dummy tokens (new size: %d)' % (
             n, padded - n, padded) in out, '%s vocab padding: %s' % (name, err[-200:]))
+    # initialize_megatron's lines and its seed check.
+    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--tensor-model-parallel-size', '2',
+                                                         '--logging-level', '30'], world_size=4)
+    want = ['INFO:megatron.training.initialize:Setting logging level to 30',
+            '> initializing torch distributed ...',
+            '> initialized tensor model parallel with size 2',
+            '> initialized pipeline model parallel with size 1',
+            '> setting random seeds to 1234 ...']
+    lines = out.splitlines()
+    c.check(rc == 0 and all(w in lines for w in want) and
+            lines.index(want[0]) < lines.index(want[-1]), 'initialize lines')
+    c.check(not any('optimizer_param_scheduler' in l for l in lines), 'INFO dropped at level 30')
+    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--seed', '0'])
+    c.check(rc == 1 and last(err) == 'ValueError: Seed (0) should be a positive integer.', 'seed 0')
     # Rank != 0 prints nothing on stdout.
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY, world_size=2, rank=1)
     c.check(rc == 0 and out == '', 'rank 1 silent: %r' % out[:200])
