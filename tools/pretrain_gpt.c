@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "training/args.h"
 #include "training/dry_run.h"
@@ -36,6 +37,9 @@ static void print_failure(const struct mc_args *a, const char *prog)
 
 int main(int argc, char **argv)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* Megatron's _TRAIN_START_TIME */
+    double t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     char prog[256];
     prog_name(prog, sizeof(prog), argv[0]);
     static const char *const defaults[] = {"tokenizer_type", "GPT2BPETokenizer", NULL};
@@ -72,14 +76,14 @@ int main(int argc, char **argv)
         goto out;
     }
     if (dry) {
-        rc = mc_dry_run_report(a, rank0 ? stdout : NULL) == MC_OK ? 0 : 1;
+        rc = mc_dry_run_report(a, rank0 ? stdout : NULL, t0) == MC_OK ? 0 : 1;
         if (rc)
             print_failure(a, prog);
         goto out;
     }
     /* The checks of Megatron's start-up that follow validate_args (micro-batch calculator,
      * scheduler), so a real run reports configuration errors before refusing. */
-    if (mc_dry_run_report(a, NULL) != MC_OK) {
+    if (mc_dry_run_report(a, NULL, t0) != MC_OK) {
         print_failure(a, prog);
         rc = 1;
         goto out;

@@ -7,9 +7,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "megatron/tokenizer.h"
 #include "training/flops.h"
+#include "training/log_format.h"
 #include "training/microbatches.h"
 #include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
@@ -159,7 +161,7 @@ static mc_status scheduler(struct mc_args *a, struct mc_microbatches *mb, FILE *
     return MC_OK;
 }
 
-mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
+mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
 {
     struct mc_microbatches mb;
     mc_status st;
@@ -179,6 +181,15 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
     }
     int log_level = 20;
     st = initialize(a, out, &log_level);
+    if (st == MC_OK && out) { /* pretrain(): then the model, optimizer and scheduler */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        fprintf(out, "time to initialize megatron (seconds): %.3f\n",
+                (double)now.tv_sec + 1e-9 * (double)now.tv_nsec - start_time);
+        char dt[96];
+        mc_log_format_datetime(dt, sizeof(dt), "after megatron is initialized", 0);
+        fprintf(out, "%s\n", dt);
+    }
     if (st == MC_OK) /* Python logging drops INFO lines above level 20 */
         st = scheduler(a, &mb, log_level <= 20 ? out : NULL);
     if (st != MC_OK || !out)
