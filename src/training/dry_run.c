@@ -7,7 +7,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "megatron/tokenizer.h"
 #include "training/flops.h"
@@ -16,6 +15,7 @@
 #include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
 #include "training/theoretical_memory.h"
+#include "training/training.h"
 
 int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp)
 {
@@ -182,10 +182,7 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
     int log_level = 20;
     st = initialize(a, out, &log_level);
     if (st == MC_OK && out) { /* pretrain(): then the model, optimizer and scheduler */
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        fprintf(out, "time to initialize megatron (seconds): %.3f\n",
-                (double)now.tv_sec + 1e-9 * (double)now.tv_nsec - start_time);
+        fprintf(out, "time to initialize megatron (seconds): %.3f\n", mc_time_now() - start_time);
         char dt[96];
         mc_log_format_datetime(dt, sizeof(dt), "after megatron is initialized", 0);
         fprintf(out, "%s\n", dt);

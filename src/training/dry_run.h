@@ -14,7 +14,7 @@ extern "C" {
  * start-up does (their errors are reported), and prints (to `out`, rank 0; NULL = silent) the
  * calculator lines, the scheduler lines, the tokenizer's vocab padding, the parallel layout, the options a real run would
  * refuse, report_theoretical_memory's lines and the FLOPs per iteration. start_time is the
- * process start (seconds since the epoch) for "time to initialize megatron". Failure:
+ * process start on mc_time_now()'s clock, for "time to initialize megatron". Failure:
  * MC_ERR_CONFIG with a->err / a->err_kind set. */
 MC_API mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time);
 

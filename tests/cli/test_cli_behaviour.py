@@ -1,5 +1,5 @@
 """pretrain_gpt behaviour that Megatron's goldens do not cover: --help, refusing unsupported
-options by name, the refusal of a real run (no training loop yet), MindSpeed options,
+options by name, a real run getting past the front end, MindSpeed options,
 Python float repr, and the training-log / validation-box text against the spec's examples
 (Megatron fixtures) and against Python's own formatting of the same values."""
 import math
@@ -46,9 +46,11 @@ def check_cli(c):
     for g in ('network size:', 'learning rate:', 'distributed:', 'megatron.c extensions:'):
         c.check('\n' + g + '\n' in out, '--help has group %s' % g)
 
+    # A real run passes the front end and reaches the training setup (which stops here for
+    # want of tokenizer files).
     rc, out, err = run([PRETRAIN] + TINY)
-    c.check(rc == 1 and 'training loop is not available yet' in err,
-            'real run refused: %d %s' % (rc, err))
+    c.check(rc == 1 and '--vocab-file' in err and 'not supported' not in err,
+            'real run reaches the loop: %s' % err[-300:])
     rc, out, err = run([PRETRAIN] + TINY + ['--apply-layernorm-1p'])
     c.check(rc == 1 and last(err) == 'NotImplementedError: --apply-layernorm-1p is not '
             'supported by megatron.c yet', 'unsupported flag refused: %s' % err)
@@ -58,7 +60,7 @@ def check_cli(c):
     c.check(rc == 1 and '--yaml-cfg is not supported' in err, 'yaml refused: %s' % err)
     # A non-default value is refused, the default value is not.
     rc, out, err = run([PRETRAIN] + TINY + ['--rerun-mode', 'disabled'])
-    c.check(rc == 1 and 'training loop is not available' in err, 'default value accepted: %s' % err)
+    c.check(rc == 1 and 'not supported' not in err, 'default value accepted: %s' % err[-300:])
     # Accepted no-op knobs and the MindSpeed dialect.
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + [
         '--use-flash-attn', '--transformer-impl', 'local', '--no-masked-softmax-fusion',
@@ -82,8 +84,8 @@ def check_cli(c):
     c.check(rc == 1 and last(err) == 'Exception: either train-iters or train-samples should be '
             'provided.', 'no train-iters/samples: %s' % err)
     rc, out, err = run([PRETRAIN] + TINY + ['--global-batch-size', '3'])
-    c.check(rc == 1 and last(err) == 'AssertionError: global batch size (3) is not divisible by '
-            'micro batch size (2) times data parallel size (1)', 'real run gbs check: %s' % err)
+    c.check(rc == 1 and last(err).endswith('global batch size (3) is not divisible by micro batch '
+            'size (2) times data parallel size (1)'), 'real run gbs check: %s' % err)
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--lr-warmup-iters', '20'])
     c.check(rc == 1 and last(err).startswith('AssertionError: warmup steps'), 'warmup >= decay')
     # The dry run builds the real tokenizer when its files load (HuggingFace goldens of the
