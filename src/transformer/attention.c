@@ -98,13 +98,12 @@ static void attention_keep(const struct mc_tfm_ctx *c, int64_t layer)
     const struct mc_tfm_dims *d = c->d;
     int64_t ss = c->s * c->s;
     uint32_t c3 = mc_tfm_dropout_stream(c, MC_TFM_SITE_ATTN_PROBS(layer));
-    for (int64_t bi = 0; bi < c->b; bi++)
-        for (int64_t hl = 0; hl < d->np_l; hl++) {
-            int64_t head = d->tp_rank * d->np_l + hl;
-            mc_rng_dropout_mask(c->scr->attn_keep + (bi * d->np_l + hl) * ss,
-                                (bi * d->np + head) * ss, ss, c->seed, c->step, c3,
-                                c->cfg->attention_dropout);
-        }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c->b * d->np_l; i++) {
+        int64_t bi = i / d->np_l, head = d->tp_rank * d->np_l + i % d->np_l;
+        mc_rng_dropout_mask(c->scr->attn_keep + i * ss, (bi * d->np + head) * ss, ss, c->seed,
+                            c->step, c3, c->cfg->attention_dropout);
+    }
 }
 
 void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
