@@ -1,6 +1,6 @@
 /* Times GPTModel forward+backward (and the Adam step) on the GPT-2 124M shape (12 layers,
  * h 768, 12 heads, vocab 50257 -> 50304) for a micro-batch of b x s tokens.
- * Build: see bench/README.md. Usage: gpt_bench B S [iters] */
+ * Build and run: see docs/engine.md (Benchmark). Usage: gpt_bench B S [iters] */
 #include "megatron/optimizer.h"
 
 #include <stdio.h>

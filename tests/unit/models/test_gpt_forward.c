@@ -69,7 +69,17 @@ static void ref_rope(double *t, int64_t pos, const struct mc_gpt_config *c, int6
     for (int64_t i = 0; i < dim; i++)
         tmp[i] = t[i];
     for (int64_t i = 0; i < dim / 2; i++) {
-        double f = pos / pow(c->rotary_base, 2.0 * (double)i / (double)dim);
+        double inv = 1.0 / pow(c->rotary_base, 2.0 * (double)i / (double)dim);
+        if (c->use_rope_scaling) { /* Llama 3: factor, low 1, high 4, original context 8192 */
+            double wl = 2.0 * M_PI / inv, fac = c->rope_scaling_factor;
+            if (wl > 8192.0)
+                inv /= fac;
+            else if (wl >= 8192.0 / 4.0) {
+                double sm = (8192.0 / wl - 1.0) / 3.0;
+                inv = (1.0 - sm) * inv / fac + sm * inv;
+            }
+        }
+        double f = (double)pos * inv;
         double cs = cos(f), sn = sin(f);
         int64_t a = c->rotary_interleaved ? 2 * i : i;
         int64_t b = c->rotary_interleaved ? 2 * i + 1 : i + dim / 2;
@@ -345,6 +355,12 @@ int main(void)
     c.rotary_percent = 0.5f;
     c.num_query_groups = 8;
     check_against_reference("llama-interleaved-partial-rope", c);
+    c = llama();
+    c.use_rope_scaling = true;
+    c.rope_scaling_factor = 8.0f;
+    c.rotary_base = 500000.0f;
+    c.kv_channels = 32; /* wavelengths spanning all three regimes of the scaling */
+    check_against_reference("llama3-rope-scaling", c);
     test_api();
     CHECK(mc_alloc_live_bytes() == 0);
     return test_summary("test_gpt_forward");
