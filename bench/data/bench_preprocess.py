@@ -7,7 +7,6 @@ Megatron's.
 usage: MEGATRON_ROOT=... /usr/bin/python3 bench_preprocess.py CORPUS.jsonl BUILD_DIR SHARED_DIR
        [WORKERS...]   (default workers: 1 2)
 """
-import json
 import os
 import resource
 import subprocess
@@ -34,24 +33,16 @@ def count_tokens(prefix):
     return int(np.frombuffer(idx, np.int32, n, 34).astype(np.int64).sum())
 
 
-def hf_tokens_per_s(corpus, gpt2, workers):
-    os.environ["RAYON_NUM_THREADS"] = str(workers)
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    tok = Tokenizer(models.BPE.from_file(gpt2 + "/vocab.json", gpt2 + "/merges.txt"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t, c = time.time(), time.process_time()
-    total = 0
-    batch = []
-    with open(corpus, encoding="utf-8") as f:
-        for line in f:
-            batch.append(json.loads(line)["text"])
-            if len(batch) == 1024:
-                total += sum(len(e.ids) for e in tok.encode_batch(batch))
-                batch = []
-    if batch:
-        total += sum(len(e.ids) for e in tok.encode_batch(batch))
-    return (time.time() - t, time.process_time() - c), total
+def hf_run(corpus, gpt2, workers):
+    """HuggingFace tokenizers in a child process: ((wall, cpu), tokens)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.time()
+    out = subprocess.run([sys.executable, os.path.join(here, "bench_hf.py"), corpus, gpt2,
+                          str(workers)], check=True, capture_output=True, text=True).stdout
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return (time.time() - t, cpu), int(out.split()[-1])
 
 
 def main():
@@ -74,7 +65,7 @@ def main():
             same = all(open(os.path.join(tmp, "c%d_text_document%s" % (w, e)), "rb").read() ==
                        open(os.path.join(tmp, "m%d_text_document%s" % (w, e)), "rb").read()
                        for e in (".bin", ".idx"))
-            h, hf_tok = hf_tokens_per_s(corpus, gpt2, w)
+            h, hf_tok = hf_run(corpus, gpt2, w)
             rows.append((w, c, m, h, ntok, hf_tok, same))
     print("corpus: %s, %.1f MB; per-core rates divide by CPU seconds (user+sys of all "
           "workers), so a busy machine does not skew them" % (corpus, mb))
