@@ -402,12 +402,21 @@ static int64_t utf8_invalid_at(const unsigned char *s, size_t n)
     return -1;
 }
 
+/* Error messages of worker threads; OOM is returned as a shared constant, never freed. */
+static char OOM_MSG[] = "out of memory";
+
+static void free_msg(char *m)
+{
+    if (m != OOM_MSG)
+        free(m);
+}
+
 static char *msgf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *msgf(const char *fmt, ...)
 {
     char *m = malloc(1024);
     if (!m)
-        return NULL;
+        return OOM_MSG;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(m, 1024, fmt, ap);
@@ -418,12 +427,14 @@ static char *msgf(const char *fmt, ...)
 static int push_len(struct doc_out *d, int64_t n)
 {
     if (d->n_lens == d->cap_lens) {
-        d->cap_lens = d->cap_lens ? 2 * d->cap_lens : 16;
-        d->lens = realloc(d->lens, (size_t)d->cap_lens * sizeof(int32_t));
-        if (!d->lens)
+        int64_t cap = d->cap_lens ? 2 * d->cap_lens : 16;
+        int32_t *p = realloc(d->lens, (size_t)cap * sizeof(int32_t));
+        if (!p)
             return -1;
+        d->lens = p;
+        d->cap_lens = cap;
     }
-    if (n > INT32_MAX)
+    if (n >= INT32_MAX) /* room for the eod that may join it */
         return -1;
     d->lens[d->n_lens++] = (int32_t)n;
     return 0;
@@ -458,11 +469,11 @@ static char *encode_value(const struct ctx *c, const struct line *ln, const char
     if (c->a->given[O_APPEND_EOD] && d->tokens.len > 0) {
         int64_t eod = c->eod;
         if (d->tokens.len == d->tokens.cap) {
-            /* one extra slot: encode once more into a 0-length text grows the buffer */
+            /* struct mc_tokens has no push: grow it by hand for the one extra id */
             int64_t cap = d->tokens.cap * 2 + 16;
             int64_t *p = mc_alloc((size_t)cap * sizeof(int64_t));
             if (!p)
-                return msgf("out of memory");
+                return OOM_MSG;
             memcpy(p, d->tokens.data, (size_t)d->tokens.len * sizeof(int64_t));
             mc_free(d->tokens.data);
             d->tokens.data = p;
@@ -601,7 +612,7 @@ static struct line *batch_add(struct run *r)
         b->cap = cap;
     }
     struct line *ln = &b->lines[b->n++];
-    free(ln->err);
+    free_msg(ln->err);
     ln->err = NULL;
     return ln;
 }
@@ -700,7 +711,7 @@ static void run_free(struct run *r, int workers)
             free(ln->docs[k].lens);
         }
         free(ln->docs);
-        free(ln->err);
+        free_msg(ln->err);
     }
     free(r->b.lines);
     free(r->b.text);
