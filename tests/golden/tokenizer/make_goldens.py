@@ -99,9 +99,79 @@ def hf_golden():
                    "cases": cases}, f, ensure_ascii=False)
 
 
+# Small normalization rules (source code points -> target code points, hex) so that one
+# committed model exercises the precompiled charsmap without the 240 KB of nmt_nfkc's.
+SPM_RULES = [("FF21", "41"), ("FF41", "61"), ("FB01", "66 69"), ("2460", "31"), ("3000", "20"),
+             ("65 301", "E9"), ("41 42 43", "61 62 63"), ("2028", "20 20"), ("D7", "78")]
+
+
+def spm_models(d):
+    import sentencepiece as spm
+    corpus = os.path.join(d, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for p in LIC:
+            f.write(open(p, encoding="utf-8").read() + "\n")
+        f.write("\u6771\u4eac\u90fd \u4e2d\u6587 caf\u00e9 na\u00efve \uff26\uff55\uff4c\uff4c \u2460\u2461 \ufb01\n")
+    rules = os.path.join(d, "rules.tsv")
+    with open(rules, "w") as f:
+        for a, b in SPM_RULES:
+            f.write("%s\t%s\n" % (a, b))
+    common = dict(input=corpus, minloglevel=2, num_threads=1)
+    # Unigram with the default nmt_nfkc normalizer (precompiled charsmap)
+    spm.SentencePieceTrainer.train(model_prefix=os.path.join(d, "uni_nfkc"), vocab_size=600, **common)
+    # Llama-2-like BPE: identity normalizer, byte fallback, split digits, no whitespace removal
+    spm.SentencePieceTrainer.train(model_prefix=os.path.join(d, "bpe_llama"), vocab_size=600,
+                                   model_type="bpe", byte_fallback=True, split_digits=True,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   allow_whitespace_only_pieces=True, **common)
+    # Unigram with user-defined and control symbols, a pad piece and a small custom charsmap
+    spm.SentencePieceTrainer.train(model_prefix=os.path.join(d, "uni_user"), vocab_size=500,
+                                   user_defined_symbols=["<EOD>", "@@", "foo bar"],
+                                   control_symbols=["<ctl>"], pad_id=3, normalization_rule_tsv=rules,
+                                   **common)
+    # BPE with whitespace as suffix and no bos piece
+    spm.SentencePieceTrainer.train(model_prefix=os.path.join(d, "bpe_suffix"), vocab_size=400,
+                                   model_type="bpe", normalization_rule_name="identity",
+                                   treat_whitespace_as_suffix=True, bos_id=-1, **common)
+    return ["uni_nfkc", "bpe_llama", "uni_user", "bpe_suffix"]
+
+
+SPM_EXTRA = ["  lead  and  trail  ", "foo bar", "x@@y", "<EOD>", "a<EOD>b<s>c</s>d<pad>e", "<ctl>",
+             "\uff21\uff22\uff43 ABC \ufb01 \u2460 e\u0301 \u00d7", "1234567890", "<CLS><SEP><MASK>"]
+
+
+def spm_golden():
+    import shutil
+    import tempfile
+    import sentencepiece
+    mt = td.megatron_tokenizer_module()
+    classes = {"SentencePieceTokenizer": mt._SentencePieceTokenizer,
+               "GPTSentencePieceTokenizer": mt._GPTSentencePieceTokenizer,
+               "Llama2Tokenizer": mt._Llama2Tokenizer}
+    out_dir = os.path.join(HERE, "spm")
+    os.makedirs(out_dir, exist_ok=True)
+    texts = texts_for_goldens(60, 30) + SPM_EXTRA
+    cases = {}
+    with tempfile.TemporaryDirectory() as d:
+        for name in spm_models(d):
+            shutil.copy(os.path.join(d, name + ".model"), os.path.join(out_dir, name + ".model"))
+            for kind, cls in classes.items():
+                tok = cls(os.path.join(out_dir, name + ".model"))
+                pad = getattr(tok, "pad") if kind != "Llama2Tokenizer" else -1
+                cases["%s/%s" % (name, kind)] = {
+                    "ids": [tok.tokenize(t) for t in texts],
+                    "vocab_size": tok.vocab_size, "eod": tok.eod, "pad": pad}
+    with open(os.path.join(HERE, "spm_cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"made_by": "make_goldens.py with Megatron-LM core_v0.12.1 tokenizer classes and "
+                   "sentencepiece %s" % sentencepiece.__version__, "texts": texts, "cases": cases}, f,
+                  ensure_ascii=False, separators=(",", ":"))
+
+
 if __name__ == "__main__":
-    what = sys.argv[1:] or ["gpt2", "hf"]
+    what = sys.argv[1:] or ["gpt2", "hf", "spm"]
     if "gpt2" in what:
         gpt2_golden()
     if "hf" in what:
         hf_golden()
+    if "spm" in what:
+        spm_golden()
