@@ -436,6 +436,111 @@ static int64_t merge_loop(const mc_bpe *b, int32_t *sym, int32_t *rank, int32_t 
     return n;
 }
 
+/* The same loop for long pieces in O(n log n): a linked list of symbols and a min-heap of
+ * (rank, position). Each round pops *all* entries of the lowest rank first (ranks are unique
+ * per pair, so they are the occurrences of one pair, in position order) and merges the ones
+ * still valid left to right; the pairs this creates go on the heap only afterwards. That is
+ * GPT-2's round exactly: all occurrences of the best pair, before any newly formed pair. */
+struct heap64 {
+    uint64_t *h;
+    int64_t n;
+};
+
+static void h64_push(struct heap64 *q, uint64_t v)
+{
+    int64_t i = q->n++;
+    while (i > 0 && q->h[(i - 1) / 2] > v) {
+        q->h[i] = q->h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    q->h[i] = v;
+}
+
+static uint64_t h64_pop(struct heap64 *q)
+{
+    uint64_t top = q->h[0], last = q->h[--q->n];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && q->h[c + 1] < q->h[c])
+            c++;
+        if (q->h[c] >= last)
+            break;
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    if (q->n)
+        q->h[i] = last;
+    return top;
+}
+
+static mc_status merge_loop_long(const mc_bpe *b, int32_t *sym, int64_t n, int64_t *n_out)
+{
+    /* next/prev links, the heap (each merge pushes at most 2), and the positions of one round */
+    int64_t *next = mc_alloc((size_t)n * sizeof(int64_t)), *prev = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *round = mc_alloc((size_t)n * sizeof(int64_t));
+    struct heap64 q = {mc_alloc((size_t)(3 * n + 1) * sizeof(uint64_t)), 0};
+    if (!next || !prev || !round || !q.h) {
+        mc_free(next);
+        mc_free(prev);
+        mc_free(round);
+        mc_free(q.h);
+        return MC_ERR_NOMEM;
+    }
+    int32_t res = -1;
+    for (int64_t i = 0; i < n; i++) {
+        next[i] = i + 1 < n ? i + 1 : -1;
+        prev[i] = i - 1;
+        int32_t r = i + 1 < n ? merge_rank(b, sym[i], sym[i + 1], &res) : NO_RANK;
+        if (r != NO_RANK)
+            h64_push(&q, (uint64_t)r << 32 | (uint64_t)i);
+    }
+    while (q.n) {
+        uint32_t r0 = (uint32_t)(q.h[0] >> 32);
+        int64_t nr = 0;
+        while (q.n && (uint32_t)(q.h[0] >> 32) == r0) {
+            int64_t pos = (int64_t)(h64_pop(&q) & 0xffffffffu);
+            if (nr == 0 || round[nr - 1] != pos)
+                round[nr++] = pos;
+        }
+        int64_t nt = 0;
+        for (int64_t k = 0; k < nr; k++) {
+            int64_t p = round[k], nx = sym[p] >= 0 ? next[p] : -1;
+            if (nx < 0 || merge_rank(b, sym[p], sym[nx], &res) != (int32_t)r0)
+                continue; /* stale: this occurrence was consumed by an overlapping one */
+            sym[p] = res;
+            next[p] = next[nx];
+            if (next[nx] >= 0)
+                prev[next[nx]] = p;
+            sym[nx] = -1;
+            round[nt++] = p; /* reuse the array: merged positions, in order */
+        }
+        for (int64_t k = 0; k < nt; k++) {
+            int64_t p = round[k];
+            if (sym[p] < 0)
+                continue;
+            int32_t r;
+            if (prev[p] >= 0 && (r = merge_rank(b, sym[prev[p]], sym[p], &res)) != NO_RANK)
+                h64_push(&q, (uint64_t)r << 32 | (uint64_t)prev[p]);
+            if (next[p] >= 0 && (r = merge_rank(b, sym[p], sym[next[p]], &res)) != NO_RANK)
+                h64_push(&q, (uint64_t)r << 32 | (uint64_t)p);
+        }
+    }
+    int64_t w = 0;
+    for (int64_t i = 0; i >= 0; i = next[i])
+        sym[w++] = sym[i];
+    *n_out = w;
+    mc_free(next);
+    mc_free(prev);
+    mc_free(round);
+    mc_free(q.h);
+    return MC_OK;
+}
+
+#define LONG_WORD 64
+
 mc_status mc_bpe_encode_word(const mc_bpe *b, const char *s, size_t len, int64_t unknown_id,
                              struct mc_tokens *out)
 {
@@ -451,15 +556,21 @@ mc_status mc_bpe_encode_word(const mc_bpe *b, const char *s, size_t len, int64_t
         if (cache_get(b, h, s, len, out))
             return MC_OK;
     }
-    int32_t stack_buf[3 * 64], *buf = stack_buf;
-    if (len > 64 && !(buf = mc_alloc(3 * len * sizeof(int32_t))))
+    int32_t stack_buf[3 * LONG_WORD], *buf = stack_buf;
+    if (len > LONG_WORD && !(buf = mc_alloc(len * sizeof(int32_t))))
         return MC_ERR_NOMEM;
-    int32_t *sym = buf, *rank = buf + len, *res = buf + 2 * len;
+    int32_t *sym = buf;
     for (size_t i = 0; i < len; i++)
         sym[i] = (unsigned char)s[i];
-    int64_t n = merge_loop(b, sym, rank, res, (int64_t)len);
+    int64_t n = 0;
+    mc_status st = MC_OK;
+    if (len > LONG_WORD)
+        st = merge_loop_long(b, sym, (int64_t)len, &n);
+    else
+        n = merge_loop(b, sym, buf + len, buf + 2 * len, (int64_t)len);
     int64_t start = out->len;
-    mc_status st = emit_symbols(b, sym, n, unknown_id, out);
+    if (st == MC_OK)
+        st = emit_symbols(b, sym, n, unknown_id, out);
     if (st == MC_OK && h && n <= UINT16_MAX)
         cache_put(b, h, s, len, out->data + start, n);
     if (buf != stack_buf)
