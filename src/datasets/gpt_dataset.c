@@ -1,0 +1,564 @@
+/* GPTDataset: document index, sample index and shuffle index of one split, their cache files,
+ * and sample assembly (tokens, labels, loss_mask, position_ids, attention_mask). Mirrors
+ * megatron/core/datasets/gpt_dataset.py (GPTDataset, _build_document_index,
+ * _build_shuffle_index, _get_ltor_masks_and_position_ids) and megatron_dataset.py (the
+ * description and its MD5). The caches are byte-identical to Megatron's. */
+#include "megatron/gpt_dataset.h"
+
+#include "core/md5.h"
+#include "datasets/description.h"
+#include "datasets/gptds_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct mc_gpt_dataset {
+    const struct mc_gpt_config *c;
+    struct mc_gpt_lowlevel *ll;
+    int split;
+    int64_t beg, end, num_samples;
+    struct mc_json *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
+    char *description;
+    char hash[33];
+    bool built_anew;
+    int32_t *doc;            /* [n_doc] */
+    int64_t n_doc;
+    int64_t *pairs;          /* [2 * (S + 1)] */
+    int64_t *shuf;           /* [S] */
+    int64_t S;
+};
+
+const char *mc_split_name(int split)
+{
+    static const char *names[] = {"train", "valid", "test"};
+    return split >= 0 && split < 3 ? names[split] : "?";
+}
+
+/* The tokenizer's unique_identifiers map. */
+struct mc_json *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
+{
+    struct mc_json *o = mc_json_obj(), *paths = mc_json_list();
+    mc_status st = mc_json_add(o, "class", mc_json_str(t->class_name ? t->class_name : ""));
+    for (int i = 0; !st && i < t->n_paths; i++)
+        st = mc_json_add(paths, NULL, mc_json_str(t->paths[i]));
+    if (st) {
+        mc_json_free(paths);
+        mc_json_free(o);
+        return NULL;
+    }
+    st = mc_json_add(o, "tokenizer_path", paths);
+    for (int i = 0; !st && i < t->n_extra; i++)
+        st = mc_json_add(o, t->extra_keys[i], mc_json_str(t->extra_values[i]));
+    if (st) {
+        mc_json_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* MegatronDataset.unique_identifiers for GPTDataset / MockGPTDataset. */
+static struct mc_json *gpt_identifiers(const struct mc_gpt_config *c, const char *path,
+                                       int64_t num_samples, int split)
+{
+    struct mc_json *o = mc_json_obj();
+    mc_status st = mc_json_add(o, "class", mc_json_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
+    if (!st) st = mc_json_add(o, "dataset_path", mc_json_str(path));
+    if (!st) st = mc_json_add(o, "num_samples", num_samples < 0 ? mc_json_null() : mc_json_int(num_samples));
+    if (!st) st = mc_json_add(o, "index_split", mc_json_str(mc_split_name(split)));
+    if (!st) st = mc_json_add(o, "random_seed", mc_json_int(c->random_seed));
+    if (!st) st = mc_json_add(o, "sequence_length", mc_json_int(c->sequence_length));
+    if (!st) st = mc_json_add(o, "split", mc_json_str(c->split));
+    if (!st) {
+        struct mc_json *m = c->has_split_matrix ? mc_json_list() : mc_json_null();
+        for (int i = 0; c->has_split_matrix && !st && i < 3; i++) {
+            if (!c->split_present[i]) {
+                st = mc_json_add(m, NULL, mc_json_null());
+                continue;
+            }
+            struct mc_json *pair = mc_json_list();
+            st = mc_json_add(pair, NULL, c->split_lo_is_int0[i] ? mc_json_int(0)
+                                                                 : mc_json_float(c->split_lo[i]));
+            if (!st) st = mc_json_add(pair, NULL, mc_json_float(c->split_hi[i]));
+            if (!st) st = mc_json_add(m, NULL, pair);
+            else mc_json_free(pair);
+        }
+        if (!st) st = mc_json_add(o, "split_matrix", m);
+        else mc_json_free(m);
+    }
+    if (!st) st = mc_json_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
+    if (st) {
+        mc_json_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Description text and MD5 of an identifiers map. */
+mc_status mc_gptds_describe(const struct mc_json *ids, char **text, char hash[33])
+{
+    mc_status st = mc_json_dump(ids, text);
+    if (!st)
+        mc_md5_hex(*text, strlen(*text), hash);
+    return st;
+}
+
+/* ---- epochs and indices ------------------------------------------------------------------ */
+
+static mc_status num_epochs(const mc_gpt_dataset *d, int64_t tokens, int64_t *out)
+{
+    int x = d->c->add_extra_token_to_sequence ? 1 : 0;
+    if (tokens <= 1)
+        return mc_error(MC_ERR_CONFIG, "the %s split of %s has %lld token%s (sequences [%lld, %lld) "
+                        "of %lld, --split \"%s\"): at least 2 are needed. Megatron hangs here "
+                        "(or asserts tokens_per_epoch > 1); give that split more data or change "
+                        "--split", mc_split_name(d->split),
+                        d->ll->path_prefix ? d->ll->path_prefix : "mock data", (long long)tokens,
+                        tokens == 1 ? "" : "s", (long long)d->beg, (long long)d->end,
+                        (long long)d->ll->n_sequences, d->c->split ? d->c->split : "(per split)");
+    int64_t e = 1;
+    if (d->num_samples >= 0) {
+        int64_t need = d->num_samples * d->c->sequence_length + x;
+        e = need <= tokens ? 1 : (need + tokens - 1) / tokens;
+    }
+    *out = e;
+    return MC_OK;
+}
+
+static void fill_epochs(int32_t *doc, int64_t beg, int64_t end, int64_t epochs)
+{
+    int64_t n = end - beg, k = 0;
+    for (int64_t e = 0; e < epochs; e++)
+        for (int64_t i = 0; i < n; i++)
+            doc[k++] = (int32_t)(beg + i);
+}
+
+static mc_status build_indices(mc_gpt_dataset *d)
+{
+    const struct mc_gpt_config *c = d->c;
+    int x = c->add_extra_token_to_sequence ? 1 : 0;
+    int64_t seq = c->sequence_length, T = 0, E = 1;
+    for (int64_t i = d->beg; i < d->end; i++)
+        T += d->ll->sequence_lengths[i];
+    mc_status st = num_epochs(d, T, &E);
+    if (st)
+        return st;
+    bool sep = false;
+    int64_t sans = 0;
+    if (E > 1) {
+        sans = ((E - 1) * T - x) / seq;
+        int64_t last = d->num_samples - sans, per = (T - x) / seq;
+        if (last < 0 || last > per + 1)
+            return mc_error(MC_ERR_INTERNAL, "final-epoch sample count %lld outside [0, %lld]",
+                            (long long)last, (long long)per + 1);
+        sep = last < (int64_t)(0.80 * (double)per);
+    }
+    struct mc_np_rng rng;
+    if ((st = mc_np_rng_seed(&rng, c->random_seed)))
+        return st;
+    int64_t n = d->end - d->beg;
+    d->n_doc = E * n;
+    if (!(d->doc = mc_alloc(sizeof(int32_t) * (size_t)d->n_doc)))
+        return MC_ERR_NOMEM;
+    /* document index: all epochs shuffled together, or the first E-1 then the last alone */
+    if (!sep) {
+        fill_epochs(d->doc, d->beg, d->end, E);
+        mc_np_rng_shuffle_i32(&rng, d->doc, d->n_doc);
+    } else {
+        fill_epochs(d->doc, d->beg, d->end, E - 1);
+        mc_np_rng_shuffle_i32(&rng, d->doc, (E - 1) * n);
+        fill_epochs(d->doc + (E - 1) * n, d->beg, d->end, 1);
+        mc_np_rng_shuffle_i32(&rng, d->doc + (E - 1) * n, n);
+    }
+    bool drop_last = d->split != MC_SPLIT_VALID || c->drop_last_partial_validation_sequence;
+    d->S = mc_gpt_num_samples(E, T, seq, drop_last, x);
+    if (!(d->pairs = mc_alloc(sizeof(int64_t) * 2 * (size_t)(d->S + 1))) ||
+        !(d->shuf = mc_alloc(sizeof(int64_t) * (size_t)(d->S ? d->S : 1))))
+        return MC_ERR_NOMEM;
+    if ((st = mc_gpt_build_sample_idx(d->pairs, d->ll->sequence_lengths, d->doc, d->n_doc, seq, E,
+                                      T, drop_last, x)))
+        return st;
+    /* shuffle index: [0, sans) and [sans, S) shuffled separately with a separate final epoch */
+    int64_t first = sep ? sans : d->S;
+    for (int64_t i = 0; i < d->S; i++)
+        d->shuf[i] = i;
+    mc_np_rng_shuffle_i64(&rng, d->shuf, first);
+    if (first < d->S)
+        mc_np_rng_shuffle_i64(&rng, d->shuf + first, d->S - first);
+    return MC_OK;
+}
+
+/* ---- cache files ------------------------------------------------------------------------- */
+
+mc_status mc_gptds_mkdirs(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof(buf))
+        return mc_error(MC_ERR_IO, "cache path too long: %s", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char ch = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return mc_error(MC_ERR_IO, "cannot create cache directory %s: %s", buf,
+                                strerror(errno));
+            buf[i] = ch;
+        }
+    }
+    return MC_OK;
+}
+
+mc_status mc_gptds_cache_path(char *out, size_t cap, const char *dir, const char *hash,
+                              const char *cls, int split, const char *affix)
+{
+    int n = snprintf(out, cap, "%s/%s-%s-%s-%s", dir, hash, cls, mc_split_name(split), affix);
+    if (n < 0 || (size_t)n >= cap)
+        return mc_error(MC_ERR_IO, "cache path too long under %s", dir);
+    return MC_OK;
+}
+
+bool mc_gptds_file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+mc_status mc_gptds_write_text(const char *path, const char *text)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    size_t n = strlen(text);
+    int bad = fwrite(text, 1, n, f) != n;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return mc_error(MC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    return MC_OK;
+}
+
+/* The directory of this dataset's cache, or "" when it is not cached (mock without
+ * --data-cache-path). */
+static void cache_dir(const mc_gpt_dataset *d, char *out, size_t cap)
+{
+    if (d->c->path_to_cache)
+        snprintf(out, cap, "%s", d->c->path_to_cache);
+    else if (!d->c->mock && d->ll->path_prefix)
+        snprintf(out, cap, "%s/cache/GPTDataset_indices", d->ll->path_prefix);
+    else
+        out[0] = '\0';
+}
+
+static mc_status save_cache(const mc_gpt_dataset *d, const char *dir, const char *cls)
+{
+    char p[4096];
+    mc_status st;
+    if ((st = mc_gptds_mkdirs(dir)))
+        return st;
+    if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "description.txt")) ||
+        (st = mc_gptds_write_text(p, d->description)))
+        return st;
+    int64_t shape[2] = {d->n_doc, 0};
+    if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "document_index.npy")) ||
+        (st = mc_npy_save(p, "<i4", 1, shape, d->doc)))
+        return st;
+    /* sample index: int32 when every value fits (max over the document index length and the
+     * whole dataset's sequence lengths), as helpers.build_sample_idx decides */
+    int64_t maxv = d->n_doc;
+    for (int64_t i = 0; i < d->ll->n_sequences; i++)
+        if (d->ll->sequence_lengths[i] > maxv)
+            maxv = d->ll->sequence_lengths[i];
+    int64_t np = 2 * (d->S + 1);
+    bool narrow = maxv <= INT32_MAX;
+    void *buf = mc_alloc((narrow ? 4 : 8) * (size_t)np);
+    if (!buf)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < np; i++) {
+        if (narrow) ((int32_t *)buf)[i] = (int32_t)d->pairs[i];
+        else ((int64_t *)buf)[i] = d->pairs[i];
+    }
+    shape[0] = d->S + 1;
+    shape[1] = 2;
+    st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "sample_index.npy");
+    if (!st)
+        st = mc_npy_save(p, narrow ? "<i4" : "<i8", 2, shape, buf);
+    mc_free(buf);
+    if (st)
+        return st;
+    /* shuffle index: uint32 unless the sample count reaches 2^32 - 2 */
+    narrow = d->S < (int64_t)UINT32_MAX - 1;
+    if (!(buf = mc_alloc((narrow ? 4 : 8) * (size_t)(d->S ? d->S : 1))))
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < d->S; i++) {
+        if (narrow) ((uint32_t *)buf)[i] = (uint32_t)d->shuf[i];
+        else ((int64_t *)buf)[i] = d->shuf[i];
+    }
+    shape[0] = d->S;
+    st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "shuffle_index.npy");
+    if (!st)
+        st = mc_npy_save(p, narrow ? "<u4" : "<i8", 1, shape, buf);
+    mc_free(buf);
+    return st;
+}
+
+/* Widens a loaded integer array to int64. */
+static int64_t npy_at(const struct mc_npy *a, int64_t i)
+{
+    switch (a->descr[1]) {
+    case 'i':
+        switch (a->descr[2]) {
+        case '2': return ((const int16_t *)a->data)[i];
+        case '4': return ((const int32_t *)a->data)[i];
+        default: return ((const int64_t *)a->data)[i];
+        }
+    default:
+        switch (a->descr[2]) {
+        case '2': return ((const uint16_t *)a->data)[i];
+        case '4': return ((const uint32_t *)a->data)[i];
+        default: return (int64_t)((const uint64_t *)a->data)[i];
+        }
+    }
+}
+
+/* Loads a cache hit, checking shapes and every index against the data so that a stale or
+ * foreign cache gives an error instead of an out-of-bounds read. */
+static mc_status load_cache(mc_gpt_dataset *d, const char *dir, const char *cls)
+{
+    char p[4096];
+    struct mc_npy a[3] = {0};
+    static const char *affix[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
+    mc_status st = MC_OK;
+    for (int k = 0; k < 3 && !st; k++)
+        if (!(st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, affix[k])))
+            st = mc_npy_load(p, &a[k]);
+    if (st)
+        goto out;
+    mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "*");
+    if (a[0].ndim != 1 || a[1].ndim != 2 || a[1].shape[1] != 2 || a[2].ndim != 1 ||
+        a[2].shape[0] != a[1].shape[0] - 1) {
+        st = mc_error(MC_ERR_FORMAT, "cache %s: inconsistent shapes (document_index %lld, "
+                      "sample_index %lld x %lld, shuffle_index %lld)", p, (long long)a[0].shape[0],
+                      (long long)a[1].shape[0], (long long)a[1].shape[1], (long long)a[2].shape[0]);
+        goto out;
+    }
+    d->n_doc = a[0].shape[0];
+    d->S = a[2].shape[0];
+    d->doc = mc_alloc(sizeof(int32_t) * (size_t)(d->n_doc ? d->n_doc : 1));
+    d->pairs = mc_alloc(sizeof(int64_t) * 2 * (size_t)(d->S + 1));
+    d->shuf = mc_alloc(sizeof(int64_t) * (size_t)(d->S ? d->S : 1));
+    if (!d->doc || !d->pairs || !d->shuf) {
+        st = MC_ERR_NOMEM;
+        goto out;
+    }
+    for (int64_t i = 0; i < d->n_doc; i++) {
+        int64_t v = npy_at(&a[0], i);
+        if (v < 0 || v >= d->ll->n_sequences) {
+            st = mc_error(MC_ERR_FORMAT, "cache %s: document_index[%lld] = %lld is not a sequence "
+                          "of %s (%lld sequences): stale cache?", p, (long long)i, (long long)v,
+                          d->ll->path_prefix ? d->ll->path_prefix : "mock data",
+                          (long long)d->ll->n_sequences);
+            goto out;
+        }
+        d->doc[i] = (int32_t)v;
+    }
+    for (int64_t i = 0; i < 2 * (d->S + 1); i++) {
+        int64_t v = npy_at(&a[1], i);
+        int64_t lim = i % 2 == 0 ? d->n_doc - 1 : d->ll->sequence_lengths[d->doc[d->pairs[i - 1]]];
+        if (v < 0 || v > lim) {
+            st = mc_error(MC_ERR_FORMAT, "cache %s: sample_index entry %lld = %lld out of range "
+                          "[0, %lld]: stale cache?", p, (long long)i, (long long)v, (long long)lim);
+            goto out;
+        }
+        d->pairs[i] = v;
+    }
+    for (int64_t i = 0; i < d->S; i++) {
+        int64_t v = npy_at(&a[2], i);
+        if (v < 0 || v >= d->S) {
+            st = mc_error(MC_ERR_FORMAT, "cache %s: shuffle_index[%lld] = %lld out of range",
+                          p, (long long)i, (long long)v);
+            goto out;
+        }
+        d->shuf[i] = v;
+    }
+out:
+    for (int k = 0; k < 3; k++)
+        mc_npy_free(&a[k]);
+    return st;
+}
+
+static mc_status indices_cached(mc_gpt_dataset *d)
+{
+    char dir[4096], p[4200];
+    const char *cls = d->c->mock ? "MockGPTDataset" : "GPTDataset";
+    cache_dir(d, dir, sizeof(dir));
+    bool hit = dir[0] != '\0';
+    static const char *affix[4] = {"description.txt", "document_index.npy", "sample_index.npy",
+                                   "shuffle_index.npy"};
+    for (int k = 0; hit && k < 4; k++) {
+        mc_status st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, affix[k]);
+        if (st)
+            return st;
+        hit = mc_gptds_file_exists(p);
+    }
+    if (hit) {
+        mc_log(MC_LOG_INFO, "Load the %s %s indices from %s", cls, mc_split_name(d->split), dir);
+        return load_cache(d, dir, cls);
+    }
+    mc_log(MC_LOG_INFO, "Build and save the %s %s indices", cls, mc_split_name(d->split));
+    d->built_anew = true;
+    mc_status st = build_indices(d);
+    if (!st && dir[0])
+        st = save_cache(d, dir, cls);
+    return st;
+}
+
+mc_status mc_gpt_dataset_init(const struct mc_gpt_config *c, struct mc_gpt_lowlevel *ll,
+                              int64_t beg, int64_t end, int64_t num_samples, int split,
+                              mc_gpt_dataset **out)
+{
+    *out = NULL;
+    if (beg < 0 || end < beg || end > ll->n_sequences || end - beg > INT32_MAX)
+        return mc_error(MC_ERR_CONFIG, "split %s range [%lld, %lld) is outside the %lld sequences "
+                        "of %s", mc_split_name(split), (long long)beg, (long long)end,
+                        (long long)ll->n_sequences, ll->path_prefix ? ll->path_prefix : "mock data");
+    if (c->sequence_length < 2 || c->sequence_length > INT32_MAX)
+        return mc_error(MC_ERR_CONFIG, "--seq-length %lld: must be at least 2",
+                        (long long)c->sequence_length);
+    mc_gpt_dataset *d = mc_calloc(1, sizeof(*d));
+    if (!d)
+        return MC_ERR_NOMEM;
+    d->c = c;
+    d->ll = ll;
+    d->split = split;
+    d->beg = beg;
+    d->end = end;
+    d->num_samples = num_samples;
+    mc_status st;
+    if (!(d->ids = gpt_identifiers(c, ll->path_prefix, num_samples, split))) {
+        st = mc_error(MC_ERR_NOMEM, "out of memory describing a GPTDataset");
+        goto fail;
+    }
+    if ((st = mc_gptds_describe(d->ids, &d->description, d->hash)) || (st = indices_cached(d)))
+        goto fail;
+    *out = d;
+    return MC_OK;
+fail:
+    mc_gpt_dataset_free(d);
+    return st;
+}
+
+void mc_gpt_dataset_free(mc_gpt_dataset *d)
+{
+    if (!d)
+        return;
+    mc_free(d->doc);
+    mc_free(d->pairs);
+    mc_free(d->shuf);
+    mc_free(d->description);
+    mc_json_free(d->ids);
+    mc_free(d);
+}
+
+int64_t mc_gpt_dataset_len(const mc_gpt_dataset *d) { return d->S; }
+const char *mc_gpt_dataset_description(const mc_gpt_dataset *d) { return d->description; }
+const char *mc_gpt_dataset_hash(const mc_gpt_dataset *d) { return d->hash; }
+bool mc_gpt_dataset_built_anew(const mc_gpt_dataset *d) { return d->built_anew; }
+const struct mc_json *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
+int mc_gptds_split(const mc_gpt_dataset *d) { return d->split; }
+
+/* ---- samples ----------------------------------------------------------------------------- */
+
+mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+{
+    if (idx < 0 || idx >= d->S)
+        return mc_error(MC_ERR_CONFIG, "sample %lld out of range for a dataset of %lld samples",
+                        (long long)idx, (long long)d->S);
+    int x = d->c->add_extra_token_to_sequence ? 1 : 0;
+    int64_t want = d->c->sequence_length + x, got = 0;
+    int64_t s = d->shuf[idx];
+    int64_t p0 = d->pairs[2 * s], o0 = d->pairs[2 * s + 1];
+    int64_t p1 = d->pairs[2 * s + 2], o1 = d->pairs[2 * s + 3];
+    mc_status st;
+    for (int64_t q = p0; q <= p1; q++) {
+        int64_t seqi = d->doc[q];
+        int64_t off = q == p0 ? o0 : 0;
+        int64_t len = q < p1 ? d->ll->sequence_lengths[seqi] - off : o1 + x - off;
+        if (len <= 0)
+            continue;
+        if (got + len > want)
+            return mc_error(MC_ERR_FORMAT, "sample %lld spans %lld tokens, more than seq + %d = "
+                            "%lld: corrupt sample index", (long long)idx, (long long)(got + len),
+                            x, (long long)want);
+        if ((st = d->ll->get(d->ll->ctx, seqi, off, len, out + got)))
+            return st;
+        got += len;
+    }
+    for (; got < want; got++)
+        out[got] = d->c->pad;
+    return MC_OK;
+}
+
+/* _get_ltor_masks_and_position_ids on tokens (before pad replacement), then the pad masking. */
+static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const int64_t *labels,
+                  int64_t seq, struct mc_gpt_sample *s)
+{
+    for (int64_t i = 0; i < seq; i++) {
+        s->loss_mask[i] = c->eod_mask_loss && tokens[i] == c->eod ? 0.0f : 1.0f;
+        s->position_ids[i] = i;
+    }
+    if (s->attention_mask)
+        for (int64_t r = 0; r < seq; r++)
+            for (int64_t col = 0; col < seq; col++)
+                s->attention_mask[r * seq + col] = col > r;
+    int64_t prev = 0;
+    for (int64_t e = 0; e < seq; e++) {
+        if (tokens[e] != c->eod)
+            continue;
+        if (c->reset_attention_mask && s->attention_mask)
+            for (int64_t r = e + 1; r < seq; r++)
+                memset(s->attention_mask + r * seq, 1, (size_t)(e + 1));
+        if (c->reset_position_ids) {
+            for (int64_t i = e + 1; i < seq; i++)
+                s->position_ids[i] -= e + 1 - prev;
+            prev = e + 1;
+        }
+    }
+    for (int64_t i = 0; i < seq; i++)
+        if (labels[i] == c->pad)
+            s->loss_mask[i] = 0.0f;
+}
+
+mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt_sample *s)
+{
+    const struct mc_gpt_config *c = d->c;
+    int64_t seq = c->sequence_length;
+    int x = c->add_extra_token_to_sequence ? 1 : 0;
+    int64_t *text = mc_alloc(sizeof(int64_t) * (size_t)(seq + 1));
+    if (!text)
+        return MC_ERR_NOMEM;
+    mc_status st = mc_gpt_dataset_get_text(d, idx, text);
+    if (st)
+        goto out;
+    for (int64_t i = 0; i < seq; i++) {
+        s->tokens[i] = text[i];
+        s->labels[i] = x ? text[i + 1] : (i + 1 < seq ? text[i + 1] : c->pad);
+    }
+    if (!c->create_attention_mask)
+        s->attention_mask = NULL;
+    masks(c, s->tokens, s->labels, seq, s);
+    for (int64_t i = 0; i < seq; i++) {
+        if (s->tokens[i] == c->pad) s->tokens[i] = 0;
+        if (s->labels[i] == c->pad) s->labels[i] = 0;
+    }
+out:
+    mc_free(text);
+    return st;
+}
