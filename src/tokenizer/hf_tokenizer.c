@@ -7,8 +7,8 @@
  * eos token), or a tokenizer.json path. Supported pipeline pieces (anything else is refused
  * with MC_ERR_UNSUPPORTED naming it):
  *   normalizer     null; NFC only for text whose code points are all below U+0300 (already NFC)
- *   pre_tokenizer  ByteLevel (GPT-2 regex or none, add_prefix_space), or Sequence of
- *                  Split(Regex GPT-2 | Llama-3 | Qwen2 pattern, Isolated) + ByteLevel
+ *   pre_tokenizer  ByteLevel (GPT-2 regex or none, add_prefix_space), or a Sequence of
+ *                  Split(Regex GPT-2 | Llama-3 | Qwen2 pattern, Isolated) and ByteLevel
  *   model          BPE (vocab, merges as "a b" or [a, b], ignore_merges, unk_token), no dropout,
  *                  no subword prefix/suffix, no byte_fallback
  *   added_tokens   split out of the text first (leftmost-longest), lstrip/rstrip/single_word off
@@ -38,9 +38,14 @@ struct added {
 
 struct hf {
     mc_bpe *bpe;
-    bool ignore_merges, nfc, add_prefix_space, byte_level_decoder;
-    int n_split;                /* pre-tokenizer splitters applied in turn (0..2) */
-    enum mc_pretok split[2];
+    bool ignore_merges, nfc, byte_level_decoder;
+    /* pre-tokenizer stages applied in turn: a Split regex, or ByteLevel (which may prepend a
+     * space to each piece it receives and split it with the GPT-2 regex) */
+    int n_stage;
+    struct stage {
+        bool byte_level, prefix_space, split;
+        enum mc_pretok pattern;
+    } stage[4];
     int64_t unk_id;             /* -1: none */
     struct added *added;        /* sorted by length, longest first */
     int n_added;
@@ -91,21 +96,24 @@ static bool empty_or_null(const struct mc_json *o, const char *key)
 }
 
 /* ---- pipeline configuration ---------------------------------------------------------------- */
+static mc_status add_stage(struct hf *h, struct stage s, const char *path)
+{
+    if (h->n_stage == 4)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: more than four pre-tokenizers", path);
+    h->stage[h->n_stage++] = s;
+    return MC_OK;
+}
+
 static mc_status add_split(struct hf *h, enum mc_pretok k, const char *path)
 {
-    if (h->n_split == 2)
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: more than two splitting pre-tokenizers", path);
-    h->split[h->n_split++] = k;
-    return MC_OK;
+    return add_stage(h, (struct stage){false, false, true, k}, path);
 }
 
 static mc_status config_byte_level(struct hf *h, const struct mc_json *p, const char *path)
 {
-    h->add_prefix_space = is_true(p, "add_prefix_space");
     const struct mc_json *re = mc_json_get(p, "use_regex");
-    if (!re || re->type == MC_JSON_TRUE)
-        return add_split(h, MC_PRETOK_GPT2, path);
-    return MC_OK;
+    bool split = !re || re->type == MC_JSON_TRUE;
+    return add_stage(h, (struct stage){true, is_true(p, "add_prefix_space"), split, MC_PRETOK_GPT2}, path);
 }
 
 static mc_status config_pretok_one(struct hf *h, const struct mc_json *p, const char *path)
@@ -428,17 +436,36 @@ static mc_status load_eos(struct hf *h, const struct mc_json *vocab, const char 
 struct enc {
     const struct hf *h;
     struct mc_tokens *out;
-    int level; /* which splitter runs next */
+    int level; /* which stage runs next */
 };
+
+static mc_status encode_piece(void *ctx, const char *piece, size_t len);
+
+/* Runs stage e->level on one piece and hands its pieces to the next stage. */
+static mc_status run_stage(struct enc *e, const char *piece, size_t len)
+{
+    const struct stage *sg = &e->h->stage[e->level];
+    struct enc sub = {e->h, e->out, e->level + 1};
+    if (!(sg->byte_level && sg->prefix_space && piece[0] != ' '))
+        return sg->split ? mc_pretok_split(sg->pattern, MC_UNI_TABLE_ONIG, piece, len, encode_piece, &sub)
+                         : encode_piece(&sub, piece, len);
+    char *buf = mc_alloc(len + 1); /* ByteLevel's add_prefix_space */
+    if (!buf)
+        return MC_ERR_NOMEM;
+    buf[0] = ' ';
+    memcpy(buf + 1, piece, len);
+    mc_status st = sg->split ? mc_pretok_split(sg->pattern, MC_UNI_TABLE_ONIG, buf, len + 1, encode_piece, &sub)
+                             : encode_piece(&sub, buf, len + 1);
+    mc_free(buf);
+    return st;
+}
 
 static mc_status encode_piece(void *ctx, const char *piece, size_t len)
 {
     struct enc *e = ctx;
     const struct hf *h = e->h;
-    if (e->level < h->n_split) { /* apply the next splitter to this piece */
-        struct enc sub = {h, e->out, e->level + 1};
-        return mc_pretok_split(h->split[e->level], MC_UNI_TABLE_ONIG, piece, len, encode_piece, &sub);
-    }
+    if (e->level < h->n_stage)
+        return run_stage(e, piece, len);
     if (h->ignore_merges) {
         int32_t sym = mc_bpe_find_symbol(h->bpe, piece, len);
         int64_t id = sym >= 0 ? mc_bpe_get_id(h->bpe, sym) : -1;
@@ -465,16 +492,7 @@ static mc_status encode_segment(const struct hf *h, const char *s, size_t n, str
             i += (size_t)l;
         }
     struct enc e = {h, out, 0};
-    if (!h->add_prefix_space || s[0] == ' ')
-        return encode_piece(&e, s, n);
-    char *buf = mc_alloc(n + 1);
-    if (!buf)
-        return MC_ERR_NOMEM;
-    buf[0] = ' ';
-    memcpy(buf + 1, s, n);
-    mc_status st = encode_piece(&e, buf, n + 1);
-    mc_free(buf);
-    return st;
+    return encode_piece(&e, s, n);
 }
 
 static mc_status hf_encode(const mc_tokenizer *t, const char *text, size_t len, struct mc_tokens *out)

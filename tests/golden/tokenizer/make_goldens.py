@@ -71,6 +71,12 @@ def hf_models():
     out["hf_llama3"] = (t, "<|end_of_text|>")
 
     t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(L3), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+    out["hf_split_prefix"] = (train(t, 500, ["<|endoftext|>"]), "<|endoftext|>")
+
+    t = Tokenizer(models.BPE())
     t.normalizer = normalizers.NFC()
     t.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN), behavior="isolated", invert=False),
