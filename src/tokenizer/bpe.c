@@ -12,6 +12,7 @@
 #include "tokenizer/unicode.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,7 +258,7 @@ mc_status mc_bpe_add_merge(mc_bpe *b, int32_t a, int32_t bb, int32_t rank)
 
 static inline int32_t merge_rank(const mc_bpe *b, int32_t a, int32_t bb, int32_t *res)
 {
-    if (!b->mcap)
+    if (!b->mcap || a < 0 || bb < 0) /* negative symbols (unknown) never merge */
         return NO_RANK;
     uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)bb) + 1;
     uint32_t i = merge_slot(b, key);
@@ -633,4 +634,86 @@ int64_t mc_bpe_unmap(char *o, const char *s, size_t len)
         p += l;
     }
     return n;
+}
+
+/* ---- character-level BPE (HuggingFace models without ByteLevel, e.g. Llama-2/Mistral) ------- */
+#define UNK_SYM (-2)
+
+/* Initial symbols of HF's BPE::merge_word: each character if the vocab has it, else its bytes
+ * as <0xXX> tokens (byte_fallback, all of them must exist), else one unknown (a run of unknown
+ * characters is one unknown when fuse_unk). Returns the count, or -1 for a character that has
+ * no token at all (HF would drop it silently). */
+static int64_t char_symbols(const mc_bpe *b, const char *s, size_t len, bool byte_fallback,
+                            bool has_unk, bool fuse_unk, int32_t *sym, size_t *bad_at)
+{
+    int64_t n = 0;
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        uint32_t cp;
+        int l = mc_utf8_decode(p, end, &cp);
+        if (!l)
+            l = 1; /* the caller validated UTF-8 */
+        int32_t c = mc_bpe_find_symbol(b, (const char *)p, (size_t)l);
+        if (c >= 0 && b->sym_id[c] >= 0) {
+            sym[n++] = c;
+        } else {
+            int64_t k = 0;
+            bool all = byte_fallback;
+            for (int i = 0; all && i < l; i++) {
+                char name[8];
+                snprintf(name, sizeof(name), "<0x%02X>", p[i]);
+                int32_t bs = mc_bpe_find_symbol(b, name, 6);
+                all = bs >= 0 && b->sym_id[bs] >= 0;
+                sym[n + k++] = bs;
+            }
+            if (all) {
+                n += k;
+            } else if (has_unk) {
+                if (!(fuse_unk && n > 0 && sym[n - 1] == UNK_SYM))
+                    sym[n++] = UNK_SYM;
+            } else {
+                *bad_at = (size_t)(p - (const unsigned char *)s);
+                return -1;
+            }
+        }
+        p += l;
+    }
+    return n;
+}
+
+mc_status mc_bpe_encode_chars(const mc_bpe *b, const char *s, size_t len, bool byte_fallback,
+                              int64_t unk_id, bool fuse_unk, struct mc_tokens *out)
+{
+    if (len == 0)
+        return MC_OK;
+    uint64_t h = 0;
+    if (len <= CACHE_MAX_WORD) {
+        h = hash_bytes(s, len);
+        if (cache_get(b, h, s, len, out))
+            return MC_OK;
+    }
+    /* a character gives at most 4 byte symbols, and never more than its bytes */
+    int32_t stack_buf[3 * LONG_WORD], *buf = stack_buf;
+    if (len > LONG_WORD && !(buf = mc_alloc(3 * len * sizeof(int32_t))))
+        return MC_ERR_NOMEM;
+    size_t bad_at = 0;
+    int64_t n = char_symbols(b, s, len, byte_fallback, unk_id >= 0, fuse_unk, buf, &bad_at);
+    mc_status st = MC_OK;
+    if (n < 0)
+        st = mc_error(MC_ERR_FORMAT, "the character at byte %zu of \"%.*s\" has no token: the "
+                      "model has neither it, byte_fallback, nor an unk_token (HuggingFace drops "
+                      "such characters silently)", bad_at, (int)(len > 40 ? 40 : len), s);
+    else if (n > LONG_WORD)
+        st = merge_loop_long(b, buf, n, &n);
+    else
+        n = merge_loop(b, buf, buf + n, buf + 2 * n, n);
+    int64_t start = out->len;
+    if (st == MC_OK && (st = mc_tok_reserve(out, n)) == MC_OK)
+        for (int64_t i = 0; i < n; i++)
+            out->data[out->len++] = buf[i] == UNK_SYM ? unk_id : b->sym_id[buf[i]];
+    if (st == MC_OK && h && n <= UINT16_MAX)
+        cache_put(b, h, s, len, out->data + start, n);
+    if (buf != stack_buf)
+        mc_free(buf);
+    return st;
 }

@@ -76,6 +76,9 @@ def hf_models():
         pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
     out["hf_split_prefix"] = (train(t, 500, ["<|endoftext|>"]), "<|endoftext|>")
 
+    out["hf_llama2"] = (llama2_style(metaspace=False), "</s>")
+    out["hf_metaspace"] = (llama2_style(metaspace=True), "</s>")
+
     t = Tokenizer(models.BPE())
     t.normalizer = normalizers.NFC()
     t.pre_tokenizer = pre_tokenizers.Sequence([
@@ -84,6 +87,44 @@ def hf_models():
     t = train(t, 700, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     out["hf_qwen2"] = (t, "<|endoftext|>")
     return out
+
+
+def llama2_style(metaspace):
+    """A SentencePiece-style BPE in tokenizer.json form, as transformers converts Llama-2 /
+    Mistral: character-level BPE, <0xXX> byte tokens in the model vocab (ids 3..258) for byte
+    fallback, <unk> fused, a BOS template; either the old normalizer (Prepend + Replace) or the
+    newer Metaspace pre-tokenizer (prepend_scheme first)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tr = trainers.BpeTrainer(vocab_size=700, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=90,
+                             show_progress=False)
+    t.train(LIC, tr)
+    j = json.loads(t.to_str())
+    old = j["model"]["vocab"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = 3 + b
+    for tok, i in sorted(old.items(), key=lambda kv: kv[1]):
+        if tok not in vocab:
+            vocab[tok] = len(vocab)
+    j["model"]["vocab"] = vocab
+    for a in j["added_tokens"]:
+        a["id"] = vocab[a["content"]]
+    if metaspace:
+        j["normalizer"] = None
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                              "split": False}
+        j["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                        "split": False}
+    else:
+        j["decoder"] = json.loads(decoders.Sequence([
+            decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+            decoders.Strip(" ", 1, 0)]).__getstate__())
+    t = Tokenizer.from_str(json.dumps(j))
+    t.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                     special_tokens=[("<s>", 1)])
+    return t
 
 
 def hf_golden():
@@ -96,6 +137,7 @@ def hf_golden():
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos}, f, indent=2)
         use = [t for t in texts if name != "hf_qwen2" or all(ord(ch) < 0x300 for ch in t)]
+        use += ["", " ", "  two  spaces ", "<s>x</s>y", "a<unk>b", "\u2581already"]
         cases[name] = {"texts": use, "ids": [tok.encode(t).ids for t in use],
                        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
                        "eod": tok.token_to_id(eos)}
