@@ -4,7 +4,8 @@ reference for megatron.c's datasets. Megatron is read from MEGATRON_ROOT (defaul
 /work/ref/Megatron-LM); its megatron/ package is copied to a scratch directory outside the source
 tree and helpers.cpp is compiled there with pybind11 (once per checkout, reused afterwards).
 
-Usage as a script (one JSON job on stdin, results as JSON on stdout):
+Usage as a script (a JSON list of jobs on stdin, a JSON list of results on stdout; one
+process serves them all, so Megatron is imported once). A job:
   {"cache": DIR, "sizes": [..], "seq": N, "seed": S, "split": "969,30,1" | null,
    "blend": [tokens] | null, "blend_per_split": [[tokens] | null, x3] | null,
    "tokenizer": ["_GPT2BPETokenizer", ["vocab.json", "merges.txt"], {}], "eod": E, "pad": P,
@@ -73,11 +74,17 @@ def _shims():
     dist.get_rank = lambda *a, **k: _get_rank(*a, **k) if dist.is_initialized() else 0
 
 
+_ready = False
+
+
 def run(job):
-    sys.path.insert(0, prepared_copy())
-    _shims()
-    import logging
-    logging.disable(logging.WARNING)
+    global _ready
+    if not _ready:
+        sys.path.insert(0, prepared_copy())
+        _shims()
+        import logging
+        logging.disable(logging.WARNING)
+        _ready = True
     import numpy
     from megatron.core.datasets.megatron_tokenizer import MegatronTokenizer
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
@@ -130,4 +137,4 @@ def run(job):
 
 
 if __name__ == '__main__':
-    print(json.dumps(run(json.load(sys.stdin))))
+    print(json.dumps([run(j) for j in json.load(sys.stdin)]))

@@ -57,9 +57,10 @@ def sizes_for(train_iters, gbs, eval_interval, eval_iters):
     return [train_iters * gbs, (train_iters // eval_interval + 1) * eval_iters * gbs, eval_iters * gbs]
 
 
-def run_megatron(job):
+def run_megatron(jobs):
+    """All jobs in one Megatron process (a hang, e.g. an empty split, times out)."""
     r = subprocess.run([PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'megatron_ref.py')],
-                       input=json.dumps(job), capture_output=True, text=True, timeout=300)
+                       input=json.dumps(jobs), capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         print(r.stderr[-3000:])
         raise SystemExit('Megatron reference run failed')
@@ -86,13 +87,21 @@ def compare_dumps(a, b, what):
             check(len(da) > 0 and da == db, f'{what}: {split} samples differ ({len(da)} vs {len(db)} bytes)')
 
 
+CASES = []
+
+
 def case(name, work, c_args, job, n_dump=24):
-    """Megatron and megatron.c build caches in separate directories: same files, same bytes,
-    same samples; then each reuses the other's cache."""
-    dm, dc = os.path.join(work, name, 'meg'), os.path.join(work, name, 'c')
+    """Queued; see verify()."""
+    dm = os.path.join(work, name, 'meg')
     os.makedirs(os.path.dirname(dm), exist_ok=True)
-    job = dict(job, cache=dm, dump=n_dump, dump_path=os.path.join(work, name, 'dm'))
-    ref = run_megatron(job)
+    CASES.append((name, work, c_args, dict(job, cache=dm, dump=n_dump,
+                                           dump_path=os.path.join(work, name, 'dm')), n_dump))
+
+
+def verify(name, work, c_args, job, n_dump, ref):
+    """Megatron and megatron.c build caches in separate directories: same files, same bytes,
+    same samples; megatron.c reuses Megatron's cache (Megatron reusing ours: reuse_by_megatron)."""
+    dm, dc = os.path.join(work, name, 'meg'), os.path.join(work, name, 'c')
     r = run_c(c_args + ['--data-cache-path', dc, '--dump-samples', str(n_dump),
                         '--dump-path', os.path.join(work, name, 'dc')])
     check(r.returncode == 0, f'{name}: prepare_cache failed: {r.stderr}')
@@ -121,13 +130,21 @@ def case(name, work, c_args, job, n_dump=24):
     after = {f: os.stat(os.path.join(dx, f)).st_mtime_ns for f in os.listdir(dx)}
     check(before == after, f'{name}: megatron.c rewrote files of a Megatron cache')
     compare_dumps(os.path.join(work, name, 'dm'), os.path.join(work, name, 'dx'), name + ' (loaded)')
-    # Megatron loads ours without rebuilding
-    dy = os.path.join(work, name, 'y')
-    shutil.copytree(dc, dy)
-    before = {f: os.stat(os.path.join(dy, f)).st_mtime_ns for f in os.listdir(dy)}
-    ref2 = run_megatron(dict(job, cache=dy, dump=0))
-    after = {f: os.stat(os.path.join(dy, f)).st_mtime_ns for f in os.listdir(dy)}
-    check(before == after and ref2['hashes'] == ref['hashes'], f'{name}: Megatron rebuilt from our cache')
+
+
+def reuse_by_megatron(results):
+    """Megatron loads megatron.c's caches (copies) without rebuilding or rewriting a file."""
+    jobs, stamps = [], []
+    for (name, work, _, job, _), ref in zip(CASES, results):
+        dc, dy = os.path.join(work, name, 'c'), os.path.join(work, name, 'y')
+        if not os.path.isdir(dc):
+            continue
+        shutil.copytree(dc, dy)
+        stamps.append((name, dy, ref, {f: os.stat(os.path.join(dy, f)).st_mtime_ns for f in os.listdir(dy)}))
+        jobs.append(dict(job, cache=dy, dump=0))
+    for (name, dy, ref, before), ref2 in zip(stamps, run_megatron(jobs)):
+        after = {f: os.stat(os.path.join(dy, f)).st_mtime_ns for f in os.listdir(dy)}
+        check(before == after and ref2['hashes'] == ref['hashes'], f'{name}: Megatron rebuilt from our cache')
 
 
 def main():
@@ -199,6 +216,10 @@ def main():
                    '--data-cache-path', os.path.join(work, 'ecache')] + gpt2)
         check(r.returncode != 0 and 'test split' in r.stderr and '0 tokens' in r.stderr,
               f'empty split: rc {r.returncode}, stderr {r.stderr!r}')
+        results = run_megatron([c[3] for c in CASES])
+        for c, ref in zip(CASES, results):
+            verify(*c, ref)
+        reuse_by_megatron(results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f'test_gptds_megatron: {passed} passed, {failed} failed')
