@@ -2,7 +2,7 @@
 # Installs everything megatron.c needs on a fresh Debian 12 machine: the C toolchain, CMake,
 # OpenMP, MPI, the GEMM libraries, and Debian's CPU PyTorch for the parity tests.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libblis-dev libopenmpi-dev openmpi-bin
+pkgs=(build-essential cmake pkg-config libopenblas-dev libblis-dev libdnnl-dev libopenmpi-dev openmpi-bin
       python3 python3-numpy python3-torch python3-regex)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -40,6 +40,20 @@ struct mc_opt_step_result {
 MC_API mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
                              struct mc_opt_step_result *res);
 
+/* Optimizer state of parameter i (the index of mc_gpt_param), for checkpoints: Adam's
+ * exp_avg and exp_avg_sq, or SGD's momentum_buffer ([numel] each; NULL when the optimizer has
+ * no such state). Valid until mc_opt_free. */
+struct mc_opt_param_state {
+    float *exp_avg;
+    float *exp_avg_sq;
+    float *momentum_buffer;
+};
+MC_API struct mc_opt_param_state mc_opt_param_state(const mc_optimizer *o, int64_t i);
+/* Steps taken (Adam's bias-correction step t of the last update; 0 before the first). */
+MC_API int64_t mc_opt_step_count(const mc_optimizer *o);
+/* Restores the step count after loading a checkpoint (the next step uses t = step + 1). */
+MC_API void mc_opt_set_step_count(mc_optimizer *o, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif

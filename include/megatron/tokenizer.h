@@ -38,6 +38,11 @@ MC_API mc_status mc_tok_decode(const mc_tokenizer *t, const int64_t *ids, int64_
                                char **out, size_t *out_len);
 MC_API int64_t mc_tok_vocab_size(const mc_tokenizer *t); /* unpadded */
 MC_API int64_t mc_tok_eod(const mc_tokenizer *t);        /* -1 if the tokenizer has none */
+/* The pad id GPTDataset uses: the tokenizer's pad if reading Megatron's .pad does not raise,
+ * else -1 (only SentencePiece-based tokenizers have one; see spec megatron-data.md 3.7). */
+MC_API int64_t mc_tok_pad(const mc_tokenizer *t);
+/* Megatron's class name for unique_identifiers/descriptions, e.g. "_GPT2BPETokenizer". */
+MC_API const char *mc_tok_class_name(const mc_tokenizer *t);
 /* Megatron's _vocab_size_with_padding: round up to make_vocab_size_divisible_by * tp. */
 MC_API int64_t mc_tok_padded_vocab_size(int64_t orig, int64_t divisible_by, int64_t tp);
 

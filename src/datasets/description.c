@@ -3,6 +3,7 @@
  * separators with 4-space indentation, "[]"/"{}" for empty containers, ensure_ascii escaping
  * (\uXXXX, surrogate pairs above U+FFFF), and float repr (shortest round-trip digits). */
 #include "datasets/description.h"
+#include "core/pyformat.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -136,55 +137,15 @@ struct mc_json *mc_json_clone(const struct mc_json *v)
     }
 }
 
-/* Python's float repr: the shortest digit string that reads back to x, positional when the
- * decimal exponent is in [-4, 16), else d.ddde+XX; integral values keep ".0". */
-void mc_py_float_repr(double x, char *buf)
+/* json.dumps of a float: Python's repr digits, NaN/Infinity spelled as json writes them. */
+static void json_float(double x, char *buf, size_t n)
 {
-    if (isnan(x)) { strcpy(buf, "NaN"); return; }
-    if (isinf(x)) { strcpy(buf, x > 0 ? "Infinity" : "-Infinity"); return; }
-    if (x == 0) { strcpy(buf, signbit(x) ? "-0.0" : "0.0"); return; }
-    char tmp[40];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(tmp, sizeof(tmp), "%.*e", p - 1, x);
-        if (strtod(tmp, NULL) == x)
-            break;
-    }
-    /* tmp = [-]d[.ddd]e[+-]XX */
-    char digits[24];
-    int nd = 0, neg = tmp[0] == '-';
-    const char *q = tmp + neg;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.')
-            digits[nd++] = *q;
-    int e = atoi(q + 1);
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    char *o = buf;
-    if (neg)
-        *o++ = '-';
-    if (e >= -4 && e < 16) {
-        if (e < 0) {
-            o += sprintf(o, "0.");
-            for (int i = 0; i < -e - 1; i++)
-                *o++ = '0';
-            o += sprintf(o, "%s", digits);
-        } else {
-            for (int i = 0; i <= e; i++)
-                *o++ = i < nd ? digits[i] : '0';
-            *o++ = '.';
-            if (nd > e + 1)
-                o += sprintf(o, "%s", digits + e + 1);
-            else
-                *o++ = '0';
-        }
-        *o = '\0';
-    } else {
-        *o++ = digits[0];
-        if (nd > 1)
-            o += sprintf(o, ".%s", digits + 1);
-        sprintf(o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
-    }
+    if (isnan(x))
+        snprintf(buf, n, "NaN");
+    else if (isinf(x))
+        snprintf(buf, n, x > 0 ? "Infinity" : "-Infinity");
+    else
+        mc_py_float_repr(buf, n, x);
 }
 
 struct sbuf {
@@ -289,7 +250,7 @@ static void dump(struct sbuf *b, const struct mc_json *v, int level)
     case MC_JSON_NULL: sb_puts(b, "null"); break;
     case MC_JSON_BOOL: sb_puts(b, v->i ? "true" : "false"); break;
     case MC_JSON_INT: snprintf(t, sizeof(t), "%lld", (long long)v->i); sb_puts(b, t); break;
-    case MC_JSON_FLOAT: mc_py_float_repr(v->f, t); sb_puts(b, t); break;
+    case MC_JSON_FLOAT: json_float(v->f, t, sizeof(t)); sb_puts(b, t); break;
     case MC_JSON_STR: dump_str(b, v->s); break;
     case MC_JSON_LIST:
     case MC_JSON_OBJ: {

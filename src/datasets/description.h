@@ -33,7 +33,5 @@ struct mc_json *mc_json_clone(const struct mc_json *v);
 void mc_json_free(struct mc_json *v);
 /* json.dumps(v, indent=4) with ensure_ascii; the text is mc_alloc'ed. */
 mc_status mc_json_dump(const struct mc_json *v, char **out);
-/* Python repr() of a float ("0.969", "1e-05", "1.0"). buf holds at least 32 bytes. */
-void mc_py_float_repr(double x, char *buf);
 
 #endif

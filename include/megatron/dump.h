@@ -1,0 +1,62 @@
+/* Tensor dumps: a small self-describing file of named tensors (magic, version, count, then per
+ * tensor name/dtype/ndim/shape/data; byte layout in docs/formats/dump.md). Used to hand weights
+ * and batches to test drivers, to record activations and grads at fixed hook points, and for
+ * small goldens, so that one reader (C here, tests/reference/mcdump.py in Python) serves all.
+ * Megatron has no counterpart; names inside a dump are Megatron's parameter names. */
+#ifndef MEGATRON_DUMP_H
+#define MEGATRON_DUMP_H
+
+#include "megatron.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MC_DUMP_VERSION 1
+#define MC_DUMP_MAX_DIMS 8
+#define MC_DUMP_MAX_NAME 1024
+
+/* One tensor of a dump. Owned by the dump: valid until mc_dump_free. */
+struct mc_dump_tensor {
+    char *name;                       /* NUL-terminated */
+    enum mc_dtype dtype;
+    int ndim;                         /* 0 (scalar) .. MC_DUMP_MAX_DIMS */
+    int64_t shape[MC_DUMP_MAX_DIMS];
+    int64_t numel;                    /* product of shape (1 for a scalar) */
+    void *data;                       /* numel * mc_dtype_size(dtype) bytes, row-major */
+};
+
+typedef struct mc_dump mc_dump;
+
+/* An empty dump. Free with mc_dump_free. */
+MC_API mc_status mc_dump_init(mc_dump **out);
+MC_API void mc_dump_free(mc_dump *d);
+/* Appends a copy of `data` [shape] under `name`. Names must be unique (MC_ERR_CONFIG otherwise). */
+MC_API mc_status mc_dump_add(mc_dump *d, const char *name, enum mc_dtype dtype, int ndim,
+                             const int64_t *shape, const void *data);
+/* Convenience for f32 / i64 tensors and scalars. */
+MC_API mc_status mc_dump_add_f32(mc_dump *d, const char *name, int ndim, const int64_t *shape,
+                                 const float *data);
+MC_API mc_status mc_dump_add_scalar_f32(mc_dump *d, const char *name, float v);
+MC_API mc_status mc_dump_add_scalar_i64(mc_dump *d, const char *name, int64_t v);
+
+MC_API int64_t mc_dump_count(const mc_dump *d);
+/* The i-th tensor in file order (0 <= i < count). */
+MC_API const struct mc_dump_tensor *mc_dump_get(const mc_dump *d, int64_t i);
+/* The named tensor, or NULL. */
+MC_API const struct mc_dump_tensor *mc_dump_find(const mc_dump *d, const char *name);
+/* A scalar (or one-element tensor) of any numeric dtype as double/int64: MC_ERR_FORMAT naming the
+ * tensor when it is missing or has more than one element. */
+MC_API mc_status mc_dump_get_f64(const mc_dump *d, const char *name, double *out);
+MC_API mc_status mc_dump_get_i64(const mc_dump *d, const char *name, int64_t *out);
+
+/* Writes `path` (via path.tmp + rename, so a reader never sees half a file). */
+MC_API mc_status mc_dump_write(const mc_dump *d, const char *path);
+/* Reads a whole dump; MC_ERR_IO / MC_ERR_FORMAT naming the path, the tensor and what was wrong. */
+MC_API mc_status mc_dump_read(const char *path, mc_dump **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGATRON_DUMP_H */

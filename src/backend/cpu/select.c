@@ -1,0 +1,86 @@
+/* Chooses the CPU ops table once at startup: AVX-512 kernels (kernels/<op>_avx512.c + BLAS GEMM)
+ * when CPUID and XGETBV say they can run, else the scalar references with BLAS GEMM.
+ * MC_KERNELS=ref forces the references (the definition every fast kernel is tested against).
+ * Plays the role of PyTorch's CPU capability dispatch; Megatron itself only targets CUDA. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels/kernels_avx512.h"
+#include "megatron.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Provided by the reference table (ref_table.c). */
+const struct mc_backend_ops *mc_cpu_backend_ref_blas(void);
+
+static const struct mc_backend_ops avx512_ops = {
+    .version = MC_BACKEND_VERSION,
+    .name = "cpu-avx512",
+    .gemm = gemm_blas,
+    .layernorm_fwd = layernorm_fwd_avx512,
+    .layernorm_bwd = layernorm_bwd_avx512,
+    .rmsnorm_fwd = rmsnorm_fwd_avx512,
+    .rmsnorm_bwd = rmsnorm_bwd_avx512,
+    .gelu_tanh_fwd = gelu_tanh_fwd_avx512,
+    .gelu_tanh_bwd = gelu_tanh_bwd_avx512,
+    .gelu_erf_fwd = gelu_erf_fwd_avx512,
+    .gelu_erf_bwd = gelu_erf_bwd_avx512,
+    .squared_relu_fwd = squared_relu_fwd_avx512,
+    .squared_relu_bwd = squared_relu_bwd_avx512,
+    .swiglu_fwd = swiglu_fwd_avx512,
+    .swiglu_bwd = swiglu_bwd_avx512,
+    .bias_grad = bias_grad_avx512,
+    .bias_dropout_add = bias_dropout_add_avx512,
+    .masked_softmax_fwd = masked_softmax_fwd_avx512,
+    .masked_softmax_bwd = masked_softmax_bwd_avx512,
+    .rope_fwd = rope_fwd_avx512,
+    .rope_bwd = rope_bwd_avx512,
+    .embedding_fwd = embedding_fwd_avx512,
+    .embedding_bwd = embedding_bwd_avx512,
+    .xent_max = xent_max_avx512,
+    .xent_sumexp = xent_sumexp_avx512,
+    .xent_bwd = xent_bwd_avx512,
+    .sumsq = sumsq_avx512,
+    .count_zeros = count_zeros_avx512,
+    .scale = scale_avx512,
+    .adamw = adamw_avx512,
+    .sgd = sgd_avx512,
+};
+
+static const struct mc_backend_ops *chosen;
+static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
+
+static void choose(void)
+{
+    const char *env = getenv("MC_KERNELS");
+    const char *why;
+    bool want_ref = env && !strcmp(env, "ref");
+    if (env && *env && !want_ref && strcmp(env, "auto") && strcmp(env, "avx512"))
+        mc_log(MC_LOG_WARN, "MC_KERNELS=%s is not one of ref, avx512, auto; choosing automatically",
+               env);
+    if (want_ref) {
+        chosen = mc_backend_ref();
+        why = "forced by MC_KERNELS=ref";
+    } else if (mc_cpu_has_avx512()) {
+        chosen = &avx512_ops;
+        why = "CPU and OS support AVX-512 F/BW/VL/DQ";
+    } else {
+        chosen = mc_cpu_backend_ref_blas();
+        why = "no usable AVX-512 (CPU flag or OS XSAVE support missing)";
+        if (env && !strcmp(env, "avx512"))
+            mc_log(MC_LOG_WARN, "MC_KERNELS=avx512 requested but this CPU/OS cannot run AVX-512");
+    }
+    char feats[160];
+    mc_cpu_features_str(feats, (int)sizeof feats);
+    const struct mc_cpu_features *f = mc_cpu_features();
+    mc_log(MC_LOG_INFO, "CPU kernels: %s (%s); CPU: %s [%s]; GEMM: %s", chosen->name, why,
+           f->brand[0] ? f->brand : f->vendor, feats,
+           chosen->gemm == gemm_blas ? mc_gemm_blas_name() : "reference triple loop");
+}
+
+const struct mc_backend_ops *mc_cpu_backend_select(void)
+{
+    pthread_once(&chosen_once, choose);
+    return chosen;
+}

@@ -1,0 +1,199 @@
+/* GPTModel forward (embedding -> decoder layers -> final norm -> output layer -> per-token
+ * vocab-parallel cross-entropy) and backward, mirrors GPTModel.forward in
+ * megatron/core/models/gpt/gpt_model.py, LanguageModelEmbedding and
+ * TransformerBlock.forward (transformer_block.py). Batches arrive batch-first [b, s] as
+ * pretrain_gpt's get_batch returns them; inside, everything is sequence-first. */
+#include "models/gpt/gpt_model.h"
+
+#include "core/rng.h"
+
+static mc_status check_ids(const int64_t *ids, int64_t n, int64_t limit, const char *what,
+                           const char *bound)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= limit)
+            return mc_error(MC_ERR_SHAPE, "%s[%lld] = %lld is outside [0, %lld) (%s)", what,
+                            (long long)i, (long long)ids[i], (long long)limit, bound);
+    return MC_OK;
+}
+
+static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_batch *bt)
+{
+    const struct mc_gpt_config *c = &m->cfg;
+    if (!bt || !bt->tokens)
+        return mc_error(MC_ERR_SHAPE, "forward: no batch or no tokens");
+    if (bt->b < 1 || bt->b > c->micro_batch_size)
+        return mc_error(MC_ERR_SHAPE, "forward: batch size %lld is outside [1, %lld] "
+                        "(--micro-batch-size)", (long long)bt->b,
+                        (long long)c->micro_batch_size);
+    if (bt->s < 1 || bt->s > c->seq_length)
+        return mc_error(MC_ERR_SHAPE, "forward: sequence length %lld is outside [1, %lld] "
+                        "(--seq-length)", (long long)bt->s, (long long)c->seq_length);
+    int64_t n = bt->b * bt->s;
+    mc_status st;
+    if ((st = check_ids(bt->tokens, n, c->padded_vocab_size, "tokens", "padded vocab")) != MC_OK)
+        return st;
+    if (bt->labels &&
+        (st = check_ids(bt->labels, n, c->padded_vocab_size, "labels", "padded vocab")) != MC_OK)
+        return st;
+    if (bt->position_ids && c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE &&
+        (st = check_ids(bt->position_ids, n, c->max_position_embeddings, "position_ids",
+                        "--max-position-embeddings")) != MC_OK)
+        return st;
+    return MC_OK;
+}
+
+/* [b, s] batch-first -> [s, b] sequence-first. */
+static void to_seq_first(int64_t *dst, const int64_t *src, int64_t b, int64_t s)
+{
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t si = 0; si < s; si++)
+            dst[si * b + bi] = src[bi * s + si];
+}
+
+static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
+{
+    const struct mc_gpt_config *c = &m->cfg;
+    int64_t b = m->fwd_b, s = m->fwd_s;
+    return (struct mc_tfm_ctx){
+        .be = m->be,
+        .tp = &m->tp,
+        .cfg = c,
+        .d = &m->dims,
+        .scr = &m->scratch,
+        .b = b,
+        .s = s,
+        .T = b * s,
+        .attn_mask = m->fwd_mask,
+        .rope_cos = m->rope_cos,
+        .rope_sin = m->rope_sin,
+        .hidden_dropout = m->fwd_training && c->hidden_dropout > 0.0f,
+        .attention_dropout = m->fwd_training && c->attention_dropout > 0.0f,
+        .seed = c->seed,
+        .step = (uint32_t)m->step,
+        .micro = m->fwd_micro,
+    };
+}
+
+/* LanguageModelEmbedding: word (+ learned position) embeddings, then embedding dropout. */
+static mc_status embed(struct mc_gpt_model *m, const struct mc_tfm_ctx *c, float *x0)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    mc_status st = mc_tp_embedding_forward(m->be, &m->tp, x0, m->word_w, m->ids_sf, c->T, d->h,
+                                           d->V_l);
+    if (st != MC_OK)
+        return st;
+    if (m->pos_w) {
+        float *pe = m->scratch.h1;
+        m->be->embedding_fwd(pe, m->pos_w, m->pos_sf, c->T, d->h, 0,
+                             m->cfg.max_position_embeddings);
+        m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T, d->h);
+    }
+    if (c->hidden_dropout) {
+        mc_rng_dropout_mask(m->emb_keep, 0, c->T * d->h, c->seed, c->step,
+                            mc_tfm_dropout_stream(c, MC_TFM_SITE_EMBEDDING),
+                            m->cfg.hidden_dropout);
+        m->be->bias_dropout_add(x0, x0, NULL, NULL, m->emb_keep,
+                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T, d->h);
+    }
+    return MC_OK;
+}
+
+static const float *output_weight(const struct mc_gpt_model *m)
+{
+    return m->out_w ? m->out_w : m->word_w;
+}
+
+mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
+                         float *loss)
+{
+    m->fwd_valid = false;
+    mc_status st = check_batch(m, batch);
+    if (st != MC_OK)
+        return st;
+    if (loss && !batch->labels)
+        return mc_error(MC_ERR_SHAPE, "forward: a loss output needs labels");
+    const struct mc_tfm_dims *d = &m->dims;
+    int64_t b = batch->b, s = batch->s, T = b * s;
+    m->fwd_b = b;
+    m->fwd_s = s;
+    m->fwd_mask = batch->attention_mask;
+    m->fwd_training = training;
+    m->fwd_labels = batch->labels != NULL;
+    m->fwd_micro = training ? m->micro_next++ : 0;
+    struct mc_tfm_ctx c = make_ctx(m);
+
+    to_seq_first(m->ids_sf, batch->tokens, b, s);
+    if (m->pos_w) {
+        if (batch->position_ids) {
+            to_seq_first(m->pos_sf, batch->position_ids, b, s);
+        } else {
+            for (int64_t t = 0; t < T; t++)
+                m->pos_sf[t] = t / b;
+        }
+    }
+    float *x0 = m->acts[0].x_in;
+    if ((st = embed(m, &c, x0)) != MC_OK)
+        return st;
+    for (int64_t l = 0; l < d->L; l++) {
+        float *out = l + 1 < d->L ? m->acts[l + 1].x_in : m->x_final;
+        if ((st = mc_tfm_layer_forward(&c, l, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
+            return st;
+    }
+    mc_tfm_norm_forward(&c, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->lnf_w, m->lnf_b);
+    if ((st = mc_tp_linear_col_forward(m->be, &m->tp, m->logits, m->lnf, output_weight(m), NULL,
+                                       T, d->h, d->V_l)) != MC_OK)
+        return st;
+    if (batch->labels) {
+        to_seq_first(m->labels_sf, batch->labels, b, s);
+        if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, m->xent_max,
+                                              m->xent_sumexp, m->xent_target, m->logits,
+                                              m->labels_sf, T, d->V_l)) != MC_OK)
+            return st;
+        if (loss)
+            for (int64_t bi = 0; bi < b; bi++)
+                for (int64_t si = 0; si < s; si++)
+                    loss[bi * s + si] = m->loss_sf[si * b + bi];
+    }
+    m->fwd_valid = true;
+    return MC_OK;
+}
+
+mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
+{
+    if (!m->fwd_valid || !m->fwd_labels)
+        return mc_error(MC_ERR_SHAPE, "backward needs a successful forward with labels "
+                        "(and at most one backward per forward)");
+    if (!dloss)
+        return mc_error(MC_ERR_SHAPE, "backward: no dloss");
+    m->fwd_valid = false; /* the logits are overwritten by their grad below */
+    const struct mc_tfm_dims *d = &m->dims;
+    struct mc_tfm_ctx c = make_ctx(m);
+    int64_t b = c.b, s = c.s, T = c.T;
+    mc_status st;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t si = 0; si < s; si++)
+            m->dloss_sf[si * b + bi] = dloss[bi * s + si];
+
+    mc_tp_cross_entropy_backward(m->be, &m->tp, m->logits, m->logits, m->xent_max,
+                                 m->xent_sumexp, m->labels_sf, m->dloss_sf, T, d->V_l);
+    float *dlnf = m->scratch.h2;
+    if ((st = mc_tp_linear_col_backward(m->be, &m->tp, dlnf, m->out_g ? m->out_g : m->word_g,
+                                        NULL, m->logits, m->lnf, output_weight(m), T, d->h,
+                                        d->V_l)) != MC_OK)
+        return st;
+    mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, m->x_final, m->lnf_w, m->lnf_mean,
+                         m->lnf_rstd);
+    for (int64_t l = d->L - 1; l >= 0; l--)
+        if ((st = mc_tfm_layer_backward(&c, l, &m->layer_w[l], &m->layer_g[l], &m->acts[l],
+                                        m->dx)) != MC_OK)
+            return st;
+    if (c.hidden_dropout)
+        m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, m->emb_keep,
+                                1.0f / (1.0f - m->cfg.hidden_dropout), T, d->h);
+    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, m->dx, m->ids_sf, T, d->h, d->V_l);
+    if (m->pos_g)
+        m->be->embedding_bwd(m->pos_g, m->dx, m->pos_sf, T, d->h, 0,
+                             m->cfg.max_position_embeddings);
+    return MC_OK;
+}

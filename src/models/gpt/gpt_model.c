@@ -1,0 +1,375 @@
+/* GPTModel: mirrors megatron/core/models/gpt/gpt_model.py with the local layer spec
+ * (gpt_layer_specs.py:get_gpt_layer_local_spec), LanguageModelEmbedding and the output layer +
+ * vocab-parallel loss. Owns one parameter block and one grad block (named views in Megatron's
+ * state_dict order) and every activation buffer, sized at init for (micro_batch_size,
+ * seq_length) so that forward and backward never allocate.
+ *
+ * Dropout randomness (the exact contract the PyTorch twin reproduces; rng.h defines Philox
+ * and the keep rule): key = config seed; counter word c2 = the step set by mc_gpt_set_step;
+ * c3 = (micro << 24) | site, where micro counts the training forwards since the last
+ * mc_gpt_set_step (mod 256) and site is 0 for the embedding dropout, 1 + 3l for the attention
+ * probabilities of layer l (0-based), 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
+ * Element indices: hidden sites index the sequence-first [s, b, h] tensor; attention sites
+ * index the GLOBAL [b, num_attention_heads, s, s] probabilities (so masks do not depend on the
+ * tensor-parallel size).
+ *
+ * Initialization (spec §4): every weight is a slice of a full master matrix whose element k is
+ * normal sample k of Philox stream (c2 = 0xffffffff, c3 = ordinal) with ordinals in Megatron's
+ * construction order: word embeddings 0, position embeddings 1, layer l: linear_proj 2 + 4l,
+ * linear_qkv 3 + 4l, linear_fc1 4 + 4l, linear_fc2 5 + 4l, output layer 2 + 4L. Std is
+ * init_method_std, or init_method_std / sqrt(2 num_layers) for linear_proj and linear_fc2.
+ * The SwiGLU fc1 master is the logical [gate_full; up_full] and rank r holds
+ * [gate_r; up_r], so the model is the same for any tensor-parallel size (Megatron's CPU init is
+ * not, spec §4). */
+#include "models/gpt/gpt_model.h"
+
+#include "core/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+uint32_t mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site)
+{
+    return ((c->micro & 0xffu) << 24) | (site & 0xffffffu);
+}
+
+/* ---- dims ------------------------------------------------------------------------------- */
+
+static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
+{
+    d->L = c->num_layers;
+    d->h = c->hidden_size;
+    d->np = c->num_attention_heads;
+    d->ng = c->num_query_groups;
+    d->hn = c->kv_channels;
+    d->ffn = c->ffn_hidden_size;
+    d->V = c->padded_vocab_size;
+    d->tp = c->tensor_model_parallel_size;
+    d->tp_rank = c->tensor_model_parallel_rank;
+    d->np_l = d->np / d->tp;
+    d->ng_l = d->ng / d->tp;
+    d->per_group = d->np / d->ng;
+    d->qkv_l = (d->np + 2 * d->ng) * d->hn / d->tp;
+    d->ctx_l = d->np_l * d->hn;
+    d->gated = c->activation == MC_ACT_SWIGLU;
+    d->ffn_l = d->ffn / d->tp;
+    d->fc1_l = d->gated ? 2 * d->ffn_l : d->ffn_l;
+    d->V_l = d->V / d->tp;
+    d->rot_dim = 0;
+    if (c->position_embedding_type == MC_POS_ROPE) {
+        d->rot_dim = d->hn;
+        if (c->rotary_percent < 1.0f)
+            d->rot_dim = (int64_t)((double)d->hn * (double)c->rotary_percent);
+    }
+    d->b_max = c->micro_batch_size;
+    d->s_max = c->seq_length;
+    d->layernorm = c->normalization == MC_NORM_LAYERNORM;
+    d->linear_bias = c->add_bias_linear;
+    d->qkv_bias = c->add_bias_linear || c->add_qkv_bias;
+}
+
+/* ---- parameters ------------------------------------------------------------------------- */
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* Adds one parameter (pass 2 also records its slot pointers). */
+static void add_param(struct mc_gpt_model *m, bool assign, const char *name, int ndim,
+                      int64_t d0, int64_t d1, enum mc_gpt_init init, int64_t ordinal,
+                      int partition_dim, bool gated, float **slot_p, float **slot_g)
+{
+    int64_t numel = ndim == 1 ? d0 : d0 * d1;
+    if (assign) {
+        struct mc_gpt_param *p = &m->params[m->n_params];
+        snprintf(p->name, sizeof(p->name), "%s", name);
+        p->offset = m->n_elements;
+        p->init = init;
+        p->ordinal = ordinal;
+        p->gated = gated;
+        size_t len = strlen(name);
+        p->view = (struct mc_param_view){
+            .name = p->name,
+            .ndim = ndim,
+            .shape = {d0, ndim == 1 ? 0 : d1},
+            .numel = numel,
+            .data = m->param_block + p->offset,
+            .grad = m->grad_block + p->offset,
+            .no_weight_decay = ndim == 1 || (len >= 5 && strcmp(name + len - 5, ".bias") == 0),
+            .tensor_parallel = partition_dim >= 0,
+            .partition_dim = partition_dim,
+        };
+        *slot_p = p->view.data;
+        *slot_g = p->view.grad;
+    }
+    m->n_params++;
+    m->n_elements += align16(numel);
+}
+
+/* Walks the parameters in Megatron's state_dict order (spec §3.7). */
+static void walk_params(struct mc_gpt_model *m, bool assign)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    const struct mc_gpt_config *c = &m->cfg;
+    char nm[MC_GPT_NAME_MAX];
+    m->n_params = 0;
+    m->n_elements = 0;
+    add_param(m, assign, "embedding.word_embeddings.weight", 2, d->V_l, d->h, MC_INIT_NORMAL, 0,
+              0, false, &m->word_w, &m->word_g);
+    if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
+        add_param(m, assign, "embedding.position_embeddings.weight", 2,
+                  c->max_position_embeddings, d->h, MC_INIT_NORMAL, 1, -1, false, &m->pos_w,
+                  &m->pos_g);
+    for (int64_t l = 0; l < d->L; l++) {
+        struct mc_tfm_layer_weights *w = &m->layer_w[l], *g = &m->layer_g[l];
+        const char *pre = "decoder.layers";
+#define NAME(suffix) (snprintf(nm, sizeof(nm), "%s.%lld.%s", pre, (long long)l, suffix), nm)
+        add_param(m, assign, NAME("input_layernorm.weight"), 1, d->h, 0, MC_INIT_ONE, -1, -1,
+                  false, &w->ln1_w, &g->ln1_w);
+        if (d->layernorm)
+            add_param(m, assign, NAME("input_layernorm.bias"), 1, d->h, 0, MC_INIT_ZERO, -1, -1,
+                      false, &w->ln1_b, &g->ln1_b);
+        add_param(m, assign, NAME("self_attention.linear_proj.weight"), 2, d->h, d->ctx_l,
+                  MC_INIT_SCALED_NORMAL, 2 + 4 * l, 1, false, &w->proj_w, &g->proj_w);
+        if (d->linear_bias)
+            add_param(m, assign, NAME("self_attention.linear_proj.bias"), 1, d->h, 0,
+                      MC_INIT_ZERO, -1, -1, false, &w->proj_b, &g->proj_b);
+        add_param(m, assign, NAME("self_attention.linear_qkv.weight"), 2, d->qkv_l, d->h,
+                  MC_INIT_NORMAL, 3 + 4 * l, 0, false, &w->qkv_w, &g->qkv_w);
+        if (d->qkv_bias)
+            add_param(m, assign, NAME("self_attention.linear_qkv.bias"), 1, d->qkv_l, 0,
+                      MC_INIT_ZERO, -1, 0, false, &w->qkv_b, &g->qkv_b);
+        add_param(m, assign, NAME("pre_mlp_layernorm.weight"), 1, d->h, 0, MC_INIT_ONE, -1, -1,
+                  false, &w->ln2_w, &g->ln2_w);
+        if (d->layernorm)
+            add_param(m, assign, NAME("pre_mlp_layernorm.bias"), 1, d->h, 0, MC_INIT_ZERO, -1,
+                      -1, false, &w->ln2_b, &g->ln2_b);
+        add_param(m, assign, NAME("mlp.linear_fc1.weight"), 2, d->fc1_l, d->h, MC_INIT_NORMAL,
+                  4 + 4 * l, 0, d->gated, &w->fc1_w, &g->fc1_w);
+        if (d->linear_bias)
+            add_param(m, assign, NAME("mlp.linear_fc1.bias"), 1, d->fc1_l, 0, MC_INIT_ZERO, -1, 0,
+                      d->gated, &w->fc1_b, &g->fc1_b);
+        add_param(m, assign, NAME("mlp.linear_fc2.weight"), 2, d->h, d->ffn_l,
+                  MC_INIT_SCALED_NORMAL, 5 + 4 * l, 1, false, &w->fc2_w, &g->fc2_w);
+        if (d->linear_bias)
+            add_param(m, assign, NAME("mlp.linear_fc2.bias"), 1, d->h, 0, MC_INIT_ZERO, -1, -1,
+                      false, &w->fc2_b, &g->fc2_b);
+#undef NAME
+    }
+    add_param(m, assign, "decoder.final_layernorm.weight", 1, d->h, 0, MC_INIT_ONE, -1, -1, false,
+              &m->lnf_w, &m->lnf_g);
+    if (d->layernorm)
+        add_param(m, assign, "decoder.final_layernorm.bias", 1, d->h, 0, MC_INIT_ZERO, -1, -1,
+                  false, &m->lnf_b, &m->lnf_bg);
+    if (c->untie_embeddings_and_output_weights)
+        add_param(m, assign, "output_layer.weight", 2, d->V_l, d->h, MC_INIT_NORMAL, 2 + 4 * d->L,
+                  0, false, &m->out_w, &m->out_g);
+}
+
+/* Master row of local row r of a dim-0 sharded weight (SwiGLU fc1: [gate_r; up_r] of the
+ * logical [gate; up]). */
+static int64_t master_row(const struct mc_gpt_model *m, const struct mc_gpt_param *p, int64_t r)
+{
+    int64_t rows = p->view.shape[0], rank = m->dims.tp_rank;
+    if (!p->gated)
+        return rank * rows + r;
+    int64_t half = rows / 2, full_half = half * m->dims.tp;
+    return r < half ? rank * half + r : full_half + rank * half + (r - half);
+}
+
+static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *p)
+{
+    const struct mc_param_view *v = &p->view;
+    if (p->init == MC_INIT_ONE || p->init == MC_INIT_ZERO) {
+        float val = p->init == MC_INIT_ONE ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < v->numel; i++)
+            v->data[i] = val;
+        return;
+    }
+    float std = m->cfg.init_method_std;
+    if (p->init == MC_INIT_SCALED_NORMAL)
+        std = (float)((double)std / sqrt(2.0 * (double)m->dims.L));
+    int64_t rows = v->shape[0], cols = v->shape[1];
+    uint32_t c3 = (uint32_t)p->ordinal;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t first;
+        if (v->partition_dim == 0)
+            first = master_row(m, p, r) * cols;
+        else if (v->partition_dim == 1)
+            first = r * cols * m->dims.tp + m->dims.tp_rank * cols;
+        else
+            first = r * cols;
+        mc_rng_normal_fill(v->data + r * cols, first, cols, m->cfg.seed, 0xffffffffu, c3, std);
+    }
+}
+
+/* ---- activations ------------------------------------------------------------------------ */
+
+/* Carves sub-buffers from one block; with base == NULL it only counts. */
+struct carver {
+    char *base;
+    size_t used;
+};
+
+static void *carve(struct carver *cv, int64_t n, size_t elem)
+{
+    void *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += ((size_t)n * elem + 63) / 64 * 64;
+    return p;
+}
+
+static void carve_all(struct mc_gpt_model *m, struct carver *cv)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
+    const size_t F = sizeof(float), B = 1;
+    bool drop_h = m->cfg.hidden_dropout > 0.0f, drop_a = m->cfg.attention_dropout > 0.0f;
+    for (int64_t l = 0; l < d->L; l++) {
+        struct mc_tfm_layer_acts *a = &m->acts[l];
+        a->x_in = carve(cv, T * d->h, F);
+        a->ln1 = carve(cv, T * d->h, F);
+        a->ln1_mean = carve(cv, T, F);
+        a->ln1_rstd = carve(cv, T, F);
+        a->qkv = carve(cv, T * d->qkv_l, F);
+        a->probs = carve(cv, P, F);
+        a->ctx = carve(cv, T * d->ctx_l, F);
+        a->keep_attn_out = drop_h ? carve(cv, T * d->h, B) : NULL;
+        a->x_mid = carve(cv, T * d->h, F);
+        a->ln2 = carve(cv, T * d->h, F);
+        a->ln2_mean = carve(cv, T, F);
+        a->ln2_rstd = carve(cv, T, F);
+        a->fc1 = carve(cv, T * d->fc1_l, F);
+        a->act = carve(cv, T * d->ffn_l, F);
+        a->keep_mlp_out = drop_h ? carve(cv, T * d->h, B) : NULL;
+    }
+    struct mc_tfm_scratch *s = &m->scratch;
+    s->attn_a = carve(cv, P, F);
+    s->attn_b = carve(cv, P, F);
+    s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
+    s->h1 = carve(cv, T * d->h, F);
+    s->h2 = carve(cv, T * d->h, F);
+    s->dqkv = carve(cv, T * d->qkv_l, F);
+    s->dctx = carve(cv, T * d->ctx_l, F);
+    s->dfc1 = carve(cv, T * d->fc1_l, F);
+    s->dact = carve(cv, T * d->ffn_l, F);
+    m->emb_keep = drop_h ? carve(cv, T * d->h, B) : NULL;
+    m->x_final = carve(cv, T * d->h, F);
+    m->lnf = carve(cv, T * d->h, F);
+    m->lnf_mean = carve(cv, T, F);
+    m->lnf_rstd = carve(cv, T, F);
+    m->logits = carve(cv, T * d->V_l, F);
+    m->xent_max = carve(cv, T, F);
+    m->xent_sumexp = carve(cv, T, F);
+    m->xent_target = carve(cv, T, F);
+    m->loss_sf = carve(cv, T, F);
+    m->dloss_sf = carve(cv, T, F);
+    m->dx = carve(cv, T * d->h, F);
+    m->ids_sf = carve(cv, T, sizeof(int64_t));
+    m->pos_sf = carve(cv, T, sizeof(int64_t));
+    m->labels_sf = carve(cv, T, sizeof(int64_t));
+    if (d->rot_dim > 0) {
+        m->rope_cos = carve(cv, d->s_max * d->rot_dim, F);
+        m->rope_sin = carve(cv, d->s_max * d->rot_dim, F);
+    }
+}
+
+/* ---- init / free ------------------------------------------------------------------------ */
+
+mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
+{
+    if (!out)
+        return mc_error(MC_ERR_CONFIG, "mc_gpt_model_init: no output pointer");
+    *out = NULL;
+    if (!cfg)
+        return mc_error(MC_ERR_CONFIG, "mc_gpt_model_init: no config");
+    mc_status st = MC_ERR_NOMEM;
+    struct mc_gpt_model *m = mc_calloc(1, sizeof(*m));
+    if (!m)
+        return MC_ERR_NOMEM;
+    m->cfg = *cfg;
+    if ((st = mc_gpt_config_validate(&m->cfg)) != MC_OK)
+        goto out_free;
+    st = MC_ERR_NOMEM;
+    derive_dims(&m->dims, &m->cfg);
+    m->be = mc_backend();
+    m->tp = (struct mc_tp_group){m->cfg.tensor_model_parallel_size,
+                                 m->cfg.tensor_model_parallel_rank, NULL};
+    m->layer_w = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_w));
+    m->layer_g = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_g));
+    m->acts = mc_calloc((size_t)m->dims.L, sizeof(*m->acts));
+    if (!m->layer_w || !m->layer_g || !m->acts)
+        goto out_free;
+
+    walk_params(m, false);
+    m->params = mc_calloc((size_t)m->n_params, sizeof(*m->params));
+    m->param_block = mc_alloc((size_t)m->n_elements * sizeof(float));
+    m->grad_block = mc_calloc((size_t)m->n_elements, sizeof(float));
+    if (!m->params || !m->param_block || !m->grad_block)
+        goto out_free;
+    memset(m->param_block, 0, (size_t)m->n_elements * sizeof(float));
+    walk_params(m, true);
+    for (int64_t i = 0; i < m->n_params; i++)
+        init_param(m, &m->params[i]);
+
+    struct carver cv = {NULL, 0};
+    carve_all(m, &cv);
+    m->act_block = mc_alloc(cv.used);
+    if (!m->act_block)
+        goto out_free;
+    cv = (struct carver){m->act_block, 0};
+    carve_all(m, &cv);
+    if (m->dims.rot_dim > 0)
+        mc_tfm_rope_tables(m->rope_cos, m->rope_sin, &m->cfg, m->dims.rot_dim, m->dims.s_max);
+    *out = m;
+    return MC_OK;
+
+out_free:
+    mc_gpt_model_free(m);
+    return st;
+}
+
+void mc_gpt_model_free(mc_gpt_model *m)
+{
+    if (!m)
+        return;
+    mc_free(m->act_block);
+    mc_free(m->grad_block);
+    mc_free(m->param_block);
+    mc_free(m->params);
+    mc_free(m->acts);
+    mc_free(m->layer_g);
+    mc_free(m->layer_w);
+    mc_free(m);
+}
+
+const struct mc_gpt_config *mc_gpt_model_config(const mc_gpt_model *m) { return &m->cfg; }
+
+int64_t mc_gpt_num_params(const mc_gpt_model *m) { return m->n_params; }
+
+struct mc_param_view mc_gpt_param(const mc_gpt_model *m, int64_t i)
+{
+    MC_ASSERT(i >= 0 && i < m->n_params);
+    return m->params[i].view;
+}
+
+int64_t mc_gpt_param_index(const mc_gpt_model *m, const char *name)
+{
+    for (int64_t i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int64_t mc_gpt_num_elements(const mc_gpt_model *m) { return m->n_elements; }
+
+void mc_gpt_zero_grad(mc_gpt_model *m)
+{
+    memset(m->grad_block, 0, (size_t)m->n_elements * sizeof(float));
+}
+
+void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
+{
+    m->step = step;
+    m->micro_next = 0;
+}
+
+const float *mc_gpt_logits(const mc_gpt_model *m) { return m->logits; }

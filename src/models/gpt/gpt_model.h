@@ -1,0 +1,55 @@
+/* GPTModel internals shared by gpt_model.c (construction, parameters, init) and gpt_forward.c
+ * (forward, loss, backward). Private header. */
+#ifndef MC_GPT_MODEL_H
+#define MC_GPT_MODEL_H
+
+#include "megatron/gpt.h"
+#include "transformer/transformer.h"
+
+#define MC_GPT_NAME_MAX 96
+
+enum mc_gpt_init { MC_INIT_NORMAL, MC_INIT_SCALED_NORMAL, MC_INIT_ONE, MC_INIT_ZERO };
+
+struct mc_gpt_param {
+    struct mc_param_view view;
+    char name[MC_GPT_NAME_MAX];
+    int64_t offset;        /* into param_block / grad_block, in floats (64-byte aligned) */
+    enum mc_gpt_init init;
+    int64_t ordinal;       /* construction order of the master matrix (RNG stream) */
+    bool gated;            /* SwiGLU fc1: rows are [gate_r; up_r] */
+};
+
+struct mc_gpt_model {
+    struct mc_gpt_config cfg; /* validated */
+    struct mc_tfm_dims dims;
+    struct mc_tp_group tp;
+    const struct mc_backend_ops *be;
+
+    int64_t n_params, n_elements;
+    struct mc_gpt_param *params; /* state_dict order */
+    float *param_block, *grad_block;
+    float *word_w, *word_g, *pos_w, *pos_g, *lnf_w, *lnf_g, *lnf_b, *lnf_bg, *out_w, *out_g;
+    struct mc_tfm_layer_weights *layer_w, *layer_g; /* [L] */
+
+    void *act_block;                 /* every buffer below lives in it */
+    struct mc_tfm_layer_acts *acts;  /* [L] */
+    struct mc_tfm_scratch scratch;
+    uint8_t *emb_keep;               /* [T, h] embedding dropout keep mask */
+    float *x_final;                  /* [T, h] last layer output */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;                   /* [T, V_l]; the grad in place after backward */
+    float *xent_max, *xent_sumexp, *xent_target, *loss_sf, *dloss_sf; /* [T] */
+    float *dx;                       /* [T, h] */
+    int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
+    float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
+
+    int64_t step;
+    uint32_t micro_next;
+    /* the last forward, for backward */
+    bool fwd_valid, fwd_labels, fwd_training;
+    int64_t fwd_b, fwd_s;
+    uint32_t fwd_micro;
+    const uint8_t *fwd_mask;
+};
+
+#endif /* MC_GPT_MODEL_H */

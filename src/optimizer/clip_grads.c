@@ -1,0 +1,59 @@
+/* Gradient norm, zero count and clipping, mirrors megatron/core/optimizer/clip_grads.py
+ * (get_grad_norm_fp32, clip_grad_by_total_norm_fp32, count_zeros_fp32): only grads that are
+ * tensor-parallel shards or live on tensor-parallel rank 0 are counted (so replicated
+ * parameters count once), squares are summed per parameter in state-dict order in double
+ * (fixed order, thread-count independent), then all-reduced over the tensor-parallel group;
+ * clip_coeff = clip_grad / (norm + 1e-6) scales every grad when it is below 1. */
+#include "optimizer/optimizer_internal.h"
+
+#include <math.h>
+
+static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
+{
+    return v->tensor_parallel || m->tp.rank == 0;
+}
+
+mc_status mc_opt_grad_norm(const struct mc_gpt_model *m, float *norm)
+{
+    double sq = 0.0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const struct mc_param_view *v = &m->params[i].view;
+        if (counted(m, v))
+            sq += m->be->sumsq(v->grad, v->numel);
+    }
+    float total = (float)sq;
+    mc_status st = mc_tp_all_reduce_sum(&m->tp, &total, 1);
+    if (st != MC_OK)
+        return st;
+    *norm = sqrtf(total);
+    return MC_OK;
+}
+
+mc_status mc_opt_count_zeros(const struct mc_gpt_model *m, int64_t *zeros)
+{
+    int64_t z = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const struct mc_param_view *v = &m->params[i].view;
+        if (counted(m, v))
+            z += m->be->count_zeros(v->grad, v->numel);
+    }
+    float total = (float)z; /* Megatron reduces the count as a float tensor too */
+    mc_status st = mc_tp_all_reduce_sum(&m->tp, &total, 1);
+    if (st != MC_OK)
+        return st;
+    *zeros = m->tp.size == 1 ? z : (int64_t)total;
+    return MC_OK;
+}
+
+void mc_opt_clip_grads(struct mc_gpt_model *m, float clip_grad, float norm)
+{
+    if (clip_grad <= 0.0f)
+        return;
+    float coeff = clip_grad / (norm + 1.0e-6f);
+    if (!(coeff < 1.0f))
+        return;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const struct mc_param_view *v = &m->params[i].view;
+        m->be->scale(v->grad, coeff, v->numel);
+    }
+}

@@ -1,0 +1,132 @@
+/* Adam (decoupled weight decay) and SGD over the GPT model's parameter views, mirrors
+ * megatron/core/optimizer/optimizer.py (FP32Optimizer.step: grad norm, clip, count zeros,
+ * inner optimizer step) with torch.optim.AdamW / SGD as the inner optimizers. Weight decay is
+ * 0 for Megatron's no-decay group (biases and 1-D parameters). State lives in one block laid
+ * out like the parameter block. */
+#include "optimizer/optimizer_internal.h"
+
+#include <string.h>
+
+struct mc_optimizer {
+    struct mc_optimizer_config cfg;
+    struct mc_gpt_model *model;
+    float *state; /* Adam: [exp_avg block | exp_avg_sq block]; SGD: [momentum block] */
+    int64_t step;
+};
+
+void mc_opt_config_default(struct mc_optimizer_config *cfg)
+{
+    *cfg = (struct mc_optimizer_config){
+        .optimizer = MC_OPT_ADAM,
+        .adam_beta1 = 0.9f,
+        .adam_beta2 = 0.999f,
+        .adam_eps = 1e-8f,
+        .sgd_momentum = 0.9f,
+        .clip_grad = 1.0f,
+    };
+}
+
+static mc_status check_config(const struct mc_optimizer_config *c)
+{
+    if (c->optimizer != MC_OPT_ADAM && c->optimizer != MC_OPT_SGD)
+        return mc_error(MC_ERR_CONFIG, "--optimizer: invalid value %d (expected adam or sgd)",
+                        (int)c->optimizer);
+    if (!(c->adam_beta1 >= 0.0f && c->adam_beta1 < 1.0f))
+        return mc_error(MC_ERR_CONFIG, "--adam-beta1 (%g) must be in [0, 1)",
+                        (double)c->adam_beta1);
+    if (!(c->adam_beta2 >= 0.0f && c->adam_beta2 < 1.0f))
+        return mc_error(MC_ERR_CONFIG, "--adam-beta2 (%g) must be in [0, 1)",
+                        (double)c->adam_beta2);
+    if (!(c->adam_eps >= 0.0f))
+        return mc_error(MC_ERR_CONFIG, "--adam-eps (%g) must be >= 0", (double)c->adam_eps);
+    if (!(c->sgd_momentum >= 0.0f))
+        return mc_error(MC_ERR_CONFIG, "--sgd-momentum (%g) must be >= 0",
+                        (double)c->sgd_momentum);
+    if (!(c->clip_grad >= 0.0f))
+        return mc_error(MC_ERR_CONFIG, "--clip-grad (%g) must be >= 0", (double)c->clip_grad);
+    return MC_OK;
+}
+
+mc_status mc_opt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m, mc_optimizer **out)
+{
+    if (!out || !cfg || !m)
+        return mc_error(MC_ERR_CONFIG, "mc_opt_init: missing config, model or output");
+    *out = NULL;
+    mc_status st = check_config(cfg);
+    if (st != MC_OK)
+        return st;
+    mc_optimizer *o = mc_calloc(1, sizeof(*o));
+    if (!o)
+        return MC_ERR_NOMEM;
+    o->cfg = *cfg;
+    o->model = m;
+    int64_t blocks = cfg->optimizer == MC_OPT_ADAM ? 2 : 1;
+    o->state = mc_calloc((size_t)(blocks * m->n_elements), sizeof(float));
+    if (!o->state) {
+        mc_free(o);
+        return MC_ERR_NOMEM;
+    }
+    *out = o;
+    return MC_OK;
+}
+
+void mc_opt_free(mc_optimizer *o)
+{
+    if (!o)
+        return;
+    mc_free(o->state);
+    mc_free(o);
+}
+
+struct mc_opt_param_state mc_opt_param_state(const mc_optimizer *o, int64_t i)
+{
+    MC_ASSERT(i >= 0 && i < o->model->n_params);
+    int64_t off = o->model->params[i].offset;
+    if (o->cfg.optimizer == MC_OPT_ADAM)
+        return (struct mc_opt_param_state){o->state + off, o->state + o->model->n_elements + off,
+                                           NULL};
+    return (struct mc_opt_param_state){NULL, NULL, o->state + off};
+}
+
+int64_t mc_opt_step_count(const mc_optimizer *o) { return o->step; }
+void mc_opt_set_step_count(mc_optimizer *o, int64_t step) { o->step = step; }
+
+static void update(mc_optimizer *o, float lr, float weight_decay)
+{
+    struct mc_gpt_model *m = o->model;
+    const struct mc_optimizer_config *c = &o->cfg;
+    o->step++;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const struct mc_param_view *v = &m->params[i].view;
+        float wd = v->no_weight_decay ? 0.0f : weight_decay;
+        struct mc_opt_param_state s = mc_opt_param_state(o, i);
+        if (c->optimizer == MC_OPT_ADAM)
+            m->be->adamw(v->data, s.exp_avg, s.exp_avg_sq, v->grad, v->numel, lr, c->adam_beta1,
+                         c->adam_beta2, c->adam_eps, wd, o->step);
+        else
+            m->be->sgd(v->data, s.momentum_buffer, v->grad, v->numel, lr, c->sgd_momentum, wd,
+                       o->step == 1);
+    }
+}
+
+mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
+                      struct mc_opt_step_result *res)
+{
+    if (!o)
+        return mc_error(MC_ERR_CONFIG, "mc_opt_step: no optimizer");
+    struct mc_gpt_model *m = o->model;
+    float norm = 0.0f;
+    int64_t zeros = 0;
+    mc_status st = mc_opt_grad_norm(m, &norm);
+    if (st != MC_OK)
+        return st;
+    mc_opt_clip_grads(m, o->cfg.clip_grad, norm);
+    if ((st = mc_opt_count_zeros(m, &zeros)) != MC_OK)
+        return st;
+    update(o, lr, weight_decay);
+    if (res) {
+        res->grad_norm = norm;
+        res->num_zeros = zeros;
+    }
+    return MC_OK;
+}

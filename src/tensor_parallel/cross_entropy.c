@@ -1,0 +1,36 @@
+/* Vocab-parallel cross-entropy, mirrors megatron/core/tensor_parallel/cross_entropy.py
+ * (_VocabParallelCrossEntropy without label smoothing): local max -> all-reduce MAX, local sum
+ * of exps and target logit -> all-reduce SUM, loss = log(sumexp) - target_logit. Padded vocab
+ * entries are real logits and take part in the softmax, as in Megatron. */
+#include "tensor_parallel/tensor_parallel.h"
+
+#include <math.h>
+
+mc_status mc_tp_cross_entropy_forward(const struct mc_backend_ops *be,
+                                      const struct mc_tp_group *g, float *loss, float *max,
+                                      float *sumexp, float *target_logit, const float *logits,
+                                      const int64_t *target, int64_t T, int64_t vocab_local)
+{
+    be->xent_max(max, logits, T, vocab_local);
+    mc_status st = mc_tp_all_reduce_max(g, max, T);
+    if (st != MC_OK)
+        return st;
+    be->xent_sumexp(sumexp, target_logit, logits, max, target, T, vocab_local,
+                    (int64_t)g->rank * vocab_local);
+    if ((st = mc_tp_all_reduce_sum(g, sumexp, T)) != MC_OK)
+        return st;
+    if ((st = mc_tp_all_reduce_sum(g, target_logit, T)) != MC_OK)
+        return st;
+    for (int64_t t = 0; t < T; t++)
+        loss[t] = logf(sumexp[t]) - target_logit[t];
+    return MC_OK;
+}
+
+void mc_tp_cross_entropy_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+                                  float *dlogits, const float *logits, const float *max,
+                                  const float *sumexp, const int64_t *target, const float *dloss,
+                                  int64_t T, int64_t vocab_local)
+{
+    be->xent_bwd(dlogits, logits, max, sumexp, target, dloss, T, vocab_local,
+                 (int64_t)g->rank * vocab_local);
+}

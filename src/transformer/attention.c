@@ -1,0 +1,190 @@
+/* Self-attention core: RoPE tables and application (mirrors models/common/embeddings/
+ * rotary_pos_embedding.py and rope_utils.py) and DotProductAttention of the local spec
+ * (transformer/dot_product_attention.py): scores = (q k^T) / sqrt(hn) [/ layer with
+ * --apply-query-key-layer-scaling, multiplied back before the softmax], masked fill -10000,
+ * softmax, attention dropout, probs @ v. GQA: query head i of a group uses that group's key
+ * and value head (the repeat_interleave of Megatron), read in place from the fused QKV output
+ * laid out per query group [q heads of g | k_g | v_g]. */
+#include "core/rng.h"
+#include "transformer/transformer.h"
+
+#include <math.h>
+
+/* inv_freq in fp32 as RotaryEmbedding computes it, with Llama 3 scaling (_apply_scaling). */
+static float inv_freq(const struct mc_gpt_config *cfg, int64_t i, int64_t dim)
+{
+    float e = (float)(2 * i) / (float)dim;
+    float f = 1.0f / powf(cfg->rotary_base, e);
+    if (!cfg->use_rope_scaling)
+        return f;
+    const float factor = cfg->rope_scaling_factor, low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
+    float wavelen = 2.0f * (float)M_PI / f;
+    float scaled = wavelen > old_ctx / low ? f / factor : f;
+    float smooth = (old_ctx / wavelen - low) / (high - low);
+    bool medium = !(wavelen < old_ctx / high) && !(wavelen > old_ctx / low);
+    return medium ? (1.0f - smooth) * scaled / factor + smooth * scaled : scaled;
+}
+
+void mc_tfm_rope_tables(float *cos_t, float *sin_t, const struct mc_gpt_config *cfg,
+                        int64_t rot_dim, int64_t s_max)
+{
+    int64_t half = rot_dim / 2;
+    for (int64_t p = 0; p < s_max; p++) {
+        for (int64_t i = 0; i < half; i++) {
+            float f = (float)p * inv_freq(cfg, i, rot_dim);
+            /* emb = cat(freqs, freqs), or each frequency twice in a row when interleaved */
+            int64_t a = cfg->rotary_interleaved ? 2 * i : i;
+            int64_t b = cfg->rotary_interleaved ? 2 * i + 1 : i + half;
+            cos_t[p * rot_dim + a] = cos_t[p * rot_dim + b] = cosf(f);
+            sin_t[p * rot_dim + a] = sin_t[p * rot_dim + b] = sinf(f);
+        }
+    }
+}
+
+/* Rotates the query heads and the key head of every group (contiguous in the QKV layout) in
+ * place; positions are always 0..s-1 (Megatron ignores position_ids for RoPE). */
+void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, float *qkv, bool backward)
+{
+    const struct mc_tfm_dims *d = c->d;
+    int64_t group = (d->per_group + 2) * d->hn;
+    for (int64_t t = 0; t < c->T; t++) {
+        int64_t pos = t / c->b;
+        const float *cs = c->rope_cos + pos * d->rot_dim, *sn = c->rope_sin + pos * d->rot_dim;
+        for (int64_t g = 0; g < d->ng_l; g++) {
+            float *p = qkv + t * d->qkv_l + g * group;
+            if (backward)
+                c->be->rope_bwd(p, cs, sn, 1, d->per_group + 1, d->hn, d->rot_dim,
+                                c->cfg->rotary_interleaved);
+            else
+                c->be->rope_fwd(p, cs, sn, 1, d->per_group + 1, d->hn, d->rot_dim,
+                                c->cfg->rotary_interleaved);
+        }
+    }
+}
+
+/* Pointers to head hl (local) of batch row bi inside the fused QKV activations. */
+struct heads {
+    const float *q, *k, *v;
+    int64_t ld; /* row stride between consecutive sequence positions */
+};
+
+static struct heads head_ptrs(const struct mc_tfm_ctx *c, const float *qkv, int64_t bi,
+                              int64_t hl)
+{
+    const struct mc_tfm_dims *d = c->d;
+    int64_t g = hl / d->per_group, qi = hl % d->per_group;
+    const float *base = qkv + bi * d->qkv_l + g * (d->per_group + 2) * d->hn;
+    return (struct heads){base + qi * d->hn, base + d->per_group * d->hn,
+                          base + (d->per_group + 1) * d->hn, c->b * d->qkv_l};
+}
+
+static float score_alpha(const struct mc_tfm_ctx *c, int64_t layer, float *mult)
+{
+    double alpha = 1.0 / sqrt((double)c->d->hn);
+    *mult = 1.0f;
+    if (c->cfg->apply_query_key_layer_scaling) {
+        double coeff = (double)(layer + 1); /* 1-based layer number */
+        alpha /= coeff;
+        *mult = (float)coeff;
+    }
+    return (float)alpha;
+}
+
+/* keep masks for every (b, local head) block: element index in the GLOBAL [b, np, s, s]
+ * layout, so the masks do not depend on the tensor-parallel size. */
+static void attention_keep(const struct mc_tfm_ctx *c, int64_t layer)
+{
+    const struct mc_tfm_dims *d = c->d;
+    int64_t ss = c->s * c->s;
+    uint32_t c3 = mc_tfm_dropout_stream(c, MC_TFM_SITE_ATTN_PROBS(layer));
+    for (int64_t bi = 0; bi < c->b; bi++)
+        for (int64_t hl = 0; hl < d->np_l; hl++) {
+            int64_t head = d->tp_rank * d->np_l + hl;
+            mc_rng_dropout_mask(c->scr->attn_keep + (bi * d->np_l + hl) * ss,
+                                (bi * d->np + head) * ss, ss, c->seed, c->step, c3,
+                                c->cfg->attention_dropout);
+        }
+}
+
+void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
+                                   struct mc_tfm_layer_acts *a)
+{
+    const struct mc_tfm_dims *d = c->d;
+    const struct mc_backend_ops *be = c->be;
+    int64_t s = c->s, ss = s * s, nbh = c->b * d->np_l;
+    float mult;
+    float alpha = score_alpha(c, layer, &mult);
+    for (int64_t bi = 0; bi < c->b; bi++)
+        for (int64_t hl = 0; hl < d->np_l; hl++) {
+            struct heads hp = head_ptrs(c, a->qkv, bi, hl);
+            be->gemm(false, true, s, s, d->hn, alpha, hp.q, hp.ld, hp.k, hp.ld, 0.0f,
+                     a->probs + (bi * d->np_l + hl) * ss, s);
+        }
+    if (c->attn_mask) {
+        for (int64_t bi = 0; bi < c->b; bi++)
+            be->masked_softmax_fwd(a->probs + bi * d->np_l * ss, d->np_l, s, s, mult,
+                                   c->attn_mask + bi * ss);
+    } else {
+        be->masked_softmax_fwd(a->probs, nbh, s, s, mult, NULL);
+    }
+    const float *p = a->probs;
+    if (c->attention_dropout) {
+        attention_keep(c, layer);
+        be->bias_dropout_add(c->scr->attn_a, a->probs, NULL, NULL, c->scr->attn_keep,
+                             1.0f / (1.0f - c->cfg->attention_dropout), nbh * s, s);
+        p = c->scr->attn_a;
+    }
+    for (int64_t bi = 0; bi < c->b; bi++)
+        for (int64_t hl = 0; hl < d->np_l; hl++) {
+            struct heads hp = head_ptrs(c, a->qkv, bi, hl);
+            be->gemm(false, false, s, d->hn, s, 1.0f, p + (bi * d->np_l + hl) * ss, s, hp.v,
+                     hp.ld, 0.0f, a->ctx + bi * d->ctx_l + hl * d->hn, c->b * d->ctx_l);
+        }
+}
+
+/* dqkv gets every element: dQ per head, dK and dV summed over the heads of their group in
+ * head order (fixed, so deterministic). */
+void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
+                                    const struct mc_tfm_layer_acts *a, const float *dctx,
+                                    float *dqkv)
+{
+    const struct mc_tfm_dims *d = c->d;
+    const struct mc_backend_ops *be = c->be;
+    int64_t s = c->s, ss = s * s, nbh = c->b * d->np_l, ldc = c->b * d->ctx_l;
+    float mult;
+    float alpha = score_alpha(c, layer, &mult);
+    float scale = 1.0f / (1.0f - c->cfg->attention_dropout);
+    const float *pd = a->probs;
+    if (c->attention_dropout) {
+        attention_keep(c, layer);
+        be->bias_dropout_add(c->scr->attn_a, a->probs, NULL, NULL, c->scr->attn_keep, scale,
+                             nbh * s, s);
+        pd = c->scr->attn_a;
+    }
+    float *dp = c->scr->attn_b;
+    for (int64_t bi = 0; bi < c->b; bi++)
+        for (int64_t hl = 0; hl < d->np_l; hl++) {
+            struct heads hp = head_ptrs(c, a->qkv, bi, hl);
+            struct heads dh = head_ptrs(c, dqkv, bi, hl);
+            const float *dc = dctx + bi * d->ctx_l + hl * d->hn;
+            int64_t off = (bi * d->np_l + hl) * ss;
+            float beta = hl % d->per_group == 0 ? 0.0f : 1.0f;
+            be->gemm(false, true, s, s, d->hn, 1.0f, dc, ldc, hp.v, hp.ld, 0.0f, dp + off, s);
+            be->gemm(true, false, s, d->hn, s, 1.0f, pd + off, s, dc, ldc, beta, (float *)dh.v,
+                     dh.ld);
+        }
+    if (c->attention_dropout)
+        be->bias_dropout_add(dp, dp, NULL, NULL, c->scr->attn_keep, scale, nbh * s, s);
+    be->masked_softmax_bwd(dp, a->probs, nbh, s, s, mult);
+    for (int64_t bi = 0; bi < c->b; bi++)
+        for (int64_t hl = 0; hl < d->np_l; hl++) {
+            struct heads hp = head_ptrs(c, a->qkv, bi, hl);
+            struct heads dh = head_ptrs(c, dqkv, bi, hl);
+            int64_t off = (bi * d->np_l + hl) * ss;
+            float beta = hl % d->per_group == 0 ? 0.0f : 1.0f;
+            be->gemm(false, false, s, d->hn, s, alpha, dp + off, s, hp.k, hp.ld, 0.0f,
+                     (float *)dh.q, dh.ld);
+            be->gemm(true, false, s, d->hn, s, alpha, dp + off, s, hp.q, hp.ld, beta,
+                     (float *)dh.k, dh.ld);
+        }
+}

@@ -1,0 +1,245 @@
+/* GPT model configuration: Megatron's defaults and the checks of
+ * megatron/training/arguments.py:validate_args and
+ * megatron/core/transformer/transformer_config.py:TransformerConfig.__post_init__ that concern
+ * the model. Messages name options in their command-line spelling. */
+#include "megatron/gpt.h"
+
+#include <math.h>
+
+void mc_gpt_config_default(struct mc_gpt_config *cfg)
+{
+    *cfg = (struct mc_gpt_config){
+        .num_layers = 0, /* required, as in Megatron (no default) */
+        .hidden_size = 0,
+        .num_attention_heads = 0,
+        .num_query_groups = 0,
+        .kv_channels = 0,
+        .ffn_hidden_size = 0,
+        .vocab_size = 0,
+        .padded_vocab_size = 0,
+        .make_vocab_size_divisible_by = 128,
+        .max_position_embeddings = 0,
+        .seq_length = 0,
+        .micro_batch_size = 0,
+        .normalization = MC_NORM_LAYERNORM,
+        .norm_epsilon = 1e-5f,
+        .position_embedding_type = MC_POS_LEARNED_ABSOLUTE,
+        .rotary_percent = 1.0f,
+        .rotary_base = 10000.0f,
+        .rotary_interleaved = false,
+        .use_rope_scaling = false,
+        .rope_scaling_factor = 8.0f,
+        .activation = MC_ACT_GELU_TANH,
+        .add_bias_linear = true,
+        .add_qkv_bias = false,
+        .apply_query_key_layer_scaling = false,
+        .attention_softmax_in_fp32 = false,
+        .untie_embeddings_and_output_weights = false,
+        .fp32_residual_connection = false,
+        .hidden_dropout = 0.1f,
+        .attention_dropout = 0.1f,
+        .init_method_std = 0.02f,
+        .seed = 1234,
+        .params_dtype = MC_DTYPE_F32,
+        .tensor_model_parallel_size = 1,
+        .tensor_model_parallel_rank = 0,
+    };
+}
+
+static mc_status positive(int64_t v, const char *opt)
+{
+    if (v <= 0)
+        return mc_error(MC_ERR_CONFIG, "%s must be given and positive (got %lld)", opt,
+                        (long long)v);
+    return MC_OK;
+}
+
+static mc_status check_sizes(const struct mc_gpt_config *c)
+{
+    mc_status st;
+    if ((st = positive(c->num_layers, "--num-layers")) != MC_OK ||
+        (st = positive(c->hidden_size, "--hidden-size")) != MC_OK ||
+        (st = positive(c->num_attention_heads, "--num-attention-heads")) != MC_OK ||
+        (st = positive(c->vocab_size, "vocab size (from the tokenizer)")) != MC_OK ||
+        (st = positive(c->seq_length, "--seq-length")) != MC_OK ||
+        (st = positive(c->micro_batch_size, "--micro-batch-size")) != MC_OK ||
+        (st = positive(c->make_vocab_size_divisible_by, "--make-vocab-size-divisible-by")) != MC_OK)
+        return st;
+    if (c->num_query_groups < 0 || c->kv_channels < 0 || c->ffn_hidden_size < 0 ||
+        c->padded_vocab_size < 0 || c->max_position_embeddings < 0)
+        return mc_error(MC_ERR_CONFIG,
+                        "negative size: --num-query-groups %lld, --kv-channels %lld, "
+                        "--ffn-hidden-size %lld, padded vocab %lld, --max-position-embeddings %lld",
+                        (long long)c->num_query_groups, (long long)c->kv_channels,
+                        (long long)c->ffn_hidden_size, (long long)c->padded_vocab_size,
+                        (long long)c->max_position_embeddings);
+    if (c->tensor_model_parallel_size < 1)
+        return mc_error(MC_ERR_CONFIG, "--tensor-model-parallel-size must be >= 1 (got %d)",
+                        c->tensor_model_parallel_size);
+    if (c->tensor_model_parallel_rank < 0 ||
+        c->tensor_model_parallel_rank >= c->tensor_model_parallel_size)
+        return mc_error(MC_ERR_CONFIG,
+                        "tensor-model-parallel rank %d is outside [0, %d) "
+                        "(--tensor-model-parallel-size %d)",
+                        c->tensor_model_parallel_rank, c->tensor_model_parallel_size,
+                        c->tensor_model_parallel_size);
+    return MC_OK;
+}
+
+static mc_status check_enums(const struct mc_gpt_config *c)
+{
+    if ((unsigned)c->normalization > MC_NORM_RMSNORM)
+        return mc_error(MC_ERR_CONFIG, "--normalization: invalid value %d (expected LayerNorm "
+                        "or RMSNorm)", (int)c->normalization);
+    if ((unsigned)c->position_embedding_type > MC_POS_NONE)
+        return mc_error(MC_ERR_CONFIG, "--position-embedding-type: invalid value %d (expected "
+                        "learned_absolute, rope or none)", (int)c->position_embedding_type);
+    if ((unsigned)c->activation > MC_ACT_SQUARED_RELU)
+        return mc_error(MC_ERR_CONFIG, "activation: invalid value %d (expected gelu, swiglu "
+                        "or squared-relu)", (int)c->activation);
+    if (c->params_dtype != MC_DTYPE_F32)
+        return mc_error(MC_ERR_UNSUPPORTED, "params dtype %s (--fp16/--bf16): only float32 "
+                        "training is implemented", mc_dtype_name(c->params_dtype));
+    return MC_OK;
+}
+
+/* TransformerConfig.__post_init__ and validate_args rules on heads, groups and widths. */
+static mc_status derive_widths(struct mc_gpt_config *c)
+{
+    int64_t tp = c->tensor_model_parallel_size;
+    if (c->kv_channels == 0) {
+        if (c->hidden_size % c->num_attention_heads != 0)
+            return mc_error(MC_ERR_CONFIG, "--num-attention-heads (%lld) must divide "
+                            "--hidden-size (%lld) when --kv-channels is not given",
+                            (long long)c->num_attention_heads, (long long)c->hidden_size);
+        c->kv_channels = c->hidden_size / c->num_attention_heads;
+    }
+    if (c->num_attention_heads % tp != 0)
+        return mc_error(MC_ERR_CONFIG, "--num-attention-heads (%lld) must be a multiple of "
+                        "--tensor-model-parallel-size (%lld)",
+                        (long long)c->num_attention_heads, (long long)tp);
+    if (c->num_query_groups == 0)
+        c->num_query_groups = c->num_attention_heads;
+    if (c->num_attention_heads % c->num_query_groups != 0)
+        return mc_error(MC_ERR_CONFIG, "--num-query-groups (%lld) must divide "
+                        "--num-attention-heads (%lld)", (long long)c->num_query_groups,
+                        (long long)c->num_attention_heads);
+    if (c->num_query_groups % tp != 0)
+        return mc_error(MC_ERR_CONFIG, "--num-query-groups (%lld) must be a multiple of "
+                        "--tensor-model-parallel-size (%lld)", (long long)c->num_query_groups,
+                        (long long)tp);
+    if (c->ffn_hidden_size == 0) {
+        /* validate_args: SwiGLU keeps the parameter count of a 4h MLP, rounded down to 64 */
+        if (c->activation == MC_ACT_SWIGLU)
+            c->ffn_hidden_size = (int64_t)((4.0 * (double)c->hidden_size * 2.0 / 3.0) / 64.0) * 64;
+        else
+            c->ffn_hidden_size = 4 * c->hidden_size;
+        if (c->ffn_hidden_size <= 0)
+            return mc_error(MC_ERR_CONFIG, "derived --ffn-hidden-size is %lld for --hidden-size "
+                            "%lld; give --ffn-hidden-size", (long long)c->ffn_hidden_size,
+                            (long long)c->hidden_size);
+    }
+    if (c->ffn_hidden_size % tp != 0)
+        return mc_error(MC_ERR_CONFIG, "--ffn-hidden-size (%lld) must be a multiple of "
+                        "--tensor-model-parallel-size (%lld)", (long long)c->ffn_hidden_size,
+                        (long long)tp);
+    return MC_OK;
+}
+
+/* tokenizer.py:_vocab_size_with_padding */
+static mc_status derive_vocab(struct mc_gpt_config *c)
+{
+    int64_t tp = c->tensor_model_parallel_size;
+    int64_t mult = c->make_vocab_size_divisible_by * tp;
+    if (c->padded_vocab_size == 0) {
+        c->padded_vocab_size = (c->vocab_size + mult - 1) / mult * mult;
+        return MC_OK;
+    }
+    if (c->padded_vocab_size < c->vocab_size)
+        return mc_error(MC_ERR_CONFIG, "padded vocab size (%lld) is smaller than the vocab size "
+                        "(%lld)", (long long)c->padded_vocab_size, (long long)c->vocab_size);
+    if (c->padded_vocab_size % tp != 0)
+        return mc_error(MC_ERR_CONFIG, "padded vocab size (%lld) must be a multiple of "
+                        "--tensor-model-parallel-size (%lld)", (long long)c->padded_vocab_size,
+                        (long long)tp);
+    return MC_OK;
+}
+
+static mc_status check_positions(struct mc_gpt_config *c)
+{
+    if (c->max_position_embeddings == 0) {
+        if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
+            return mc_error(MC_ERR_CONFIG, "--max-position-embeddings must be given for "
+                            "--position-embedding-type learned_absolute");
+        c->max_position_embeddings = c->seq_length;
+    }
+    if (c->max_position_embeddings < c->seq_length)
+        return mc_error(MC_ERR_CONFIG, "--max-position-embeddings (%lld) must be greater than or "
+                        "equal to --seq-length (%lld)", (long long)c->max_position_embeddings,
+                        (long long)c->seq_length);
+    if (c->position_embedding_type != MC_POS_ROPE)
+        return MC_OK;
+    if (!(c->rotary_percent > 0.0f && c->rotary_percent <= 1.0f))
+        return mc_error(MC_ERR_CONFIG, "--rotary-percent (%g) must be in (0, 1]",
+                        (double)c->rotary_percent);
+    int64_t dim = c->kv_channels;
+    if (c->rotary_percent < 1.0f)
+        dim = (int64_t)((double)dim * (double)c->rotary_percent);
+    if (dim < 2 || dim % 2 != 0)
+        return mc_error(MC_ERR_CONFIG, "rotary dimension %lld (kv channels %lld x --rotary-percent "
+                        "%g) must be even and >= 2", (long long)dim, (long long)c->kv_channels,
+                        (double)c->rotary_percent);
+    if (!(c->rotary_base > 0.0f) || !isfinite(c->rotary_base))
+        return mc_error(MC_ERR_CONFIG, "--rotary-base (%g) must be positive",
+                        (double)c->rotary_base);
+    if (c->use_rope_scaling && !(c->rope_scaling_factor > 0.0f))
+        return mc_error(MC_ERR_CONFIG, "--rope-scaling-factor (%g) must be positive",
+                        (double)c->rope_scaling_factor);
+    return MC_OK;
+}
+
+static mc_status check_probabilities(const struct mc_gpt_config *c)
+{
+    if (!(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f))
+        return mc_error(MC_ERR_CONFIG, "--hidden-dropout (%g) must be in [0, 1)",
+                        (double)c->hidden_dropout);
+    if (!(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f))
+        return mc_error(MC_ERR_CONFIG, "--attention-dropout (%g) must be in [0, 1)",
+                        (double)c->attention_dropout);
+    if (!(c->init_method_std >= 0.0f) || !isfinite(c->init_method_std))
+        return mc_error(MC_ERR_CONFIG, "--init-method-std (%g) must be >= 0",
+                        (double)c->init_method_std);
+    if (!(c->norm_epsilon > 0.0f) || !isfinite(c->norm_epsilon))
+        return mc_error(MC_ERR_CONFIG, "--norm-epsilon (%g) must be positive",
+                        (double)c->norm_epsilon);
+    return MC_OK;
+}
+
+/* validate_args items 35, 41, 48 and the bias-activation-fusion rule of TransformerConfig. */
+static mc_status apply_megatron_rules(struct mc_gpt_config *c)
+{
+    if (c->fp32_residual_connection)
+        return mc_error(MC_ERR_CONFIG, "--fp32-residual-connection: residual connection in fp32 "
+                        "only supported when using fp16 or bf16.");
+    if (c->apply_query_key_layer_scaling)
+        c->attention_softmax_in_fp32 = true;
+    if (c->add_bias_linear)
+        c->add_qkv_bias = true;
+    /* --disable-bias-linear turns --bias-gelu-fusion off, so the MLP uses exact (erf) GELU */
+    if (!c->add_bias_linear && c->activation == MC_ACT_GELU_TANH)
+        c->activation = MC_ACT_GELU_ERF;
+    return MC_OK;
+}
+
+mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg)
+{
+    if (!cfg)
+        return mc_error(MC_ERR_CONFIG, "no GPT config given");
+    mc_status st;
+    if ((st = check_sizes(cfg)) != MC_OK || (st = check_enums(cfg)) != MC_OK ||
+        (st = derive_widths(cfg)) != MC_OK || (st = derive_vocab(cfg)) != MC_OK ||
+        (st = check_positions(cfg)) != MC_OK || (st = check_probabilities(cfg)) != MC_OK ||
+        (st = apply_megatron_rules(cfg)) != MC_OK)
+        return st;
+    return MC_OK;
+}

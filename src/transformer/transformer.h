@@ -1,0 +1,121 @@
+/* Transformer internals shared by the layer code (attention.c, mlp.c, transformer_layer.c) and
+ * the GPT model (models/gpt/gpt_model.c): derived sizes, per-layer weight views, saved
+ * activations and the per-call context. Private header.
+ *
+ * Layout conventions: activations are sequence-first, token t = s_index * b + b_index, so a
+ * [T, h] matrix is Megatron's [s, b, h]. Weights are [out, in] (torch layout). */
+#ifndef MC_TRANSFORMER_H
+#define MC_TRANSFORMER_H
+
+#include "backend/backend.h"
+#include "megatron/gpt.h"
+#include "tensor_parallel/tensor_parallel.h"
+
+/* Sizes derived from a validated config; _l = this tensor-parallel rank's share. */
+struct mc_tfm_dims {
+    int64_t L, h, np, ng, hn, ffn, V, tp, tp_rank;
+    int64_t np_l, ng_l, per_group;   /* per_group = np / ng query heads per key/value head */
+    int64_t qkv_l;                   /* (np + 2 ng) hn / tp: linear_qkv rows on this rank */
+    int64_t ctx_l;                   /* np_l * hn: linear_proj input width on this rank */
+    int64_t ffn_l, fc1_l;            /* ffn / tp; fc1 rows (2 ffn_l when gated) */
+    int64_t V_l;                     /* padded vocab / tp */
+    int64_t rot_dim;                 /* RoPE channels (0 without RoPE) */
+    int64_t b_max, s_max;
+    bool gated, layernorm, qkv_bias, linear_bias;
+};
+
+/* Pointers into the parameter (or grad) block for one layer; NULL where absent. */
+struct mc_tfm_layer_weights {
+    float *ln1_w, *ln1_b;   /* input_layernorm [h] */
+    float *proj_w, *proj_b; /* self_attention.linear_proj [h, ctx_l], [h] */
+    float *qkv_w, *qkv_b;   /* self_attention.linear_qkv [qkv_l, h], [qkv_l] */
+    float *ln2_w, *ln2_b;   /* pre_mlp_layernorm [h] */
+    float *fc1_w, *fc1_b;   /* mlp.linear_fc1 [fc1_l, h], [fc1_l] */
+    float *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
+};
+
+/* What one layer's forward keeps for its backward (sized for b_max x s_max). */
+struct mc_tfm_layer_acts {
+    float *x_in;            /* [T, h] layer input (first residual) */
+    float *ln1;             /* [T, h] */
+    float *ln1_mean, *ln1_rstd; /* [T] */
+    float *qkv;             /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
+    float *probs;           /* [b, np_l, s, s] softmax output before dropout */
+    float *ctx;             /* [T, ctx_l] */
+    uint8_t *keep_attn_out; /* [T, h] hidden-dropout keep mask after linear_proj */
+    float *x_mid;           /* [T, h] second residual */
+    float *ln2;             /* [T, h] */
+    float *ln2_mean, *ln2_rstd; /* [T] */
+    float *fc1;             /* [T, fc1_l] linear_fc1 output WITHOUT bias (fused into the act) */
+    float *act;             /* [T, ffn_l] */
+    uint8_t *keep_mlp_out;  /* [T, h] */
+};
+
+/* Buffers reused by every layer (never read across layers). */
+struct mc_tfm_scratch {
+    float *attn_a;       /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd) */
+    float *attn_b;       /* [b, np_l, s, s] grad of probs (bwd) */
+    uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
+    float *h1, *h2;      /* [T, h] */
+    float *dqkv;         /* [T, qkv_l] */
+    float *dctx;         /* [T, ctx_l] */
+    float *dfc1;         /* [T, fc1_l] */
+    float *dact;         /* [T, ffn_l] */
+};
+
+/* One forward or backward call. */
+struct mc_tfm_ctx {
+    const struct mc_backend_ops *be;
+    const struct mc_tp_group *tp;
+    const struct mc_gpt_config *cfg;
+    const struct mc_tfm_dims *d;
+    struct mc_tfm_scratch *scr;
+    int64_t b, s, T;
+    const uint8_t *attn_mask; /* [b, 1, s, s], 1 = masked; NULL = causal */
+    const float *rope_cos, *rope_sin; /* [s_max, rot_dim] */
+    bool hidden_dropout, attention_dropout; /* active this call */
+    uint64_t seed;
+    uint32_t step, micro;     /* Philox counter word c2 and the micro-batch in c3 (rng.h) */
+};
+
+/* Dropout sites (the low 24 bits of Philox counter word c3; see gpt_model.c). */
+uint32_t mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site);
+#define MC_TFM_SITE_EMBEDDING 0u
+#define MC_TFM_SITE_ATTN_PROBS(l) (1u + 3u * (uint32_t)(l))
+#define MC_TFM_SITE_ATTN_OUT(l) (2u + 3u * (uint32_t)(l))
+#define MC_TFM_SITE_MLP_OUT(l) (3u + 3u * (uint32_t)(l))
+
+/* attention.c: RoPE tables and core attention (DotProductAttention, local spec). */
+void mc_tfm_rope_tables(float *cos, float *sin, const struct mc_gpt_config *cfg, int64_t rot_dim,
+                        int64_t s_max);
+void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, float *qkv, bool backward);
+void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
+                                   struct mc_tfm_layer_acts *a);
+void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
+                                    const struct mc_tfm_layer_acts *a, const float *dctx,
+                                    float *dqkv);
+
+/* mlp.c: the activation of the MLP (bias fused), forward and backward. */
+void mc_tfm_mlp_act_forward(const struct mc_tfm_ctx *c, float *y, const float *u,
+                            const float *bias);
+void mc_tfm_mlp_act_backward(const struct mc_tfm_ctx *c, float *du, const float *dy,
+                             const float *u, const float *bias);
+
+/* transformer_layer.c: one pre-norm layer. forward reads a->x_in, writes x_out [T, h];
+ * backward takes dx [T, h] = grad of the layer output and leaves the grad of its input there. */
+mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
+                               const struct mc_tfm_layer_weights *w,
+                               struct mc_tfm_layer_acts *a, float *x_out);
+mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
+                                const struct mc_tfm_layer_weights *w,
+                                const struct mc_tfm_layer_weights *g,
+                                const struct mc_tfm_layer_acts *a, float *dx);
+
+/* norm.c: LayerNorm or RMSNorm per the config (b may be NULL for RMSNorm). */
+void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, float *y, float *mean, float *rstd,
+                         const float *x, const float *w, const float *b);
+void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, float *dx, float *dw, float *db,
+                          const float *dy, const float *x, const float *w, const float *mean,
+                          const float *rstd);
+
+#endif /* MC_TRANSFORMER_H */

@@ -1,0 +1,25 @@
+"""Optional: the PyTorch twin against Megatron-LM core_v0.12.1's own GPTModel (local spec) on
+every parity config (reference/check_twin_vs_megatron.py). Runs only where a Megatron checkout
+and the team's CPU shim exist (MEGATRON_ROOT, default /work/ref/Megatron-LM; MC_SHIM_DIR, default
+/work/shared/megatron-cpu); elsewhere it prints 'skipped' and passes, since CI machines need not
+carry Megatron."""
+import os
+import subprocess
+import sys
+
+root = os.environ.get('MEGATRON_ROOT', '/work/ref/Megatron-LM')
+shim = os.environ.get('MC_SHIM_DIR', '/work/shared/megatron-cpu')
+if not (os.path.isdir(os.path.join(root, 'megatron', 'core')) and os.path.exists(os.path.join(shim, 'shim.py'))):
+    print('test_twin_megatron: 0 passed, 0 failed (skipped: no Megatron checkout at %s or shim at %s)' % (root, shim))
+    sys.exit(0)
+here = os.path.dirname(os.path.abspath(__file__))
+env = dict(os.environ, MEGATRON_ROOT=root, MC_SHIM_DIR=shim, PYTHONWARNINGS='ignore')
+r = subprocess.run([sys.executable, os.path.join(here, '..', 'reference', 'check_twin_vs_megatron.py')],
+                   env=env, capture_output=True, text=True)
+lines = [l for l in r.stdout.splitlines() if l.strip()]
+print('\n'.join(lines))
+if r.returncode != 0:
+    print(r.stderr[-3000:])
+n = sum(1 for l in lines if 'worst rel err' in l)
+print('test_twin_megatron: %d passed, %d failed' % (n if r.returncode == 0 else 0, 0 if r.returncode == 0 else 1))
+sys.exit(r.returncode)

@@ -1,0 +1,465 @@
+"""PyTorch twin of Megatron core's GPTModel with the local layer spec (core_v0.12.1), for the
+parity tests of the C engine (include/megatron/gpt.h).
+
+Our own code, written from Megatron's behaviour (megatron/core/models/gpt/gpt_model.py,
+transformer/{attention,dot_product_attention,mlp,transformer_layer}.py, fusions/fused_bias_gelu.py,
+models/common/embeddings/{rotary_pos_embedding,rope_utils}.py, tensor_parallel/cross_entropy.py)
+and /work/shared/spec/megatron-model-parallel-ckpt.md sections 2.5, 3, 6.4, 6.5:
+
+* parameter names, shapes, layouts and state-dict order are Megatron's (tp = 1): `linear_proj`
+  registered before `linear_qkv`, QKV rows grouped per query group, SwiGLU fc1 = [gate; up];
+* activations sequence-first [s, b, h]; pre-norm layers; final norm; logits [s, b, V];
+* per-token cross-entropy [b, s] in Megatron's max-shift / log-sum-exp form;
+* GELU: Megatron's fused bias-GELU (tanh approximation, 0.79788456 and 0.044715, with its
+  hand-written backward) or exact erf; SwiGLU; squared ReLU;
+* attention: 1/sqrt(kv_channels) scale (divided by the layer number with
+  apply_query_key_layer_scaling, multiplied back before the softmax), masked_fill(-10000),
+  GQA by repeat_interleave; RoPE ignores position_ids.
+
+The config is a dict using the C struct's field names (struct mc_gpt_config) and enum codes.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+# enum codes of include/megatron/gpt.h
+NORM_LAYERNORM, NORM_RMSNORM = 0, 1
+POS_LEARNED, POS_ROPE, POS_NONE = 0, 1, 2
+ACT_GELU_TANH, ACT_GELU_ERF, ACT_SWIGLU, ACT_SQUARED_RELU = 0, 1, 2, 3
+
+DEFAULTS = dict(
+    num_layers=2, hidden_size=32, num_attention_heads=4, num_query_groups=0, kv_channels=0,
+    ffn_hidden_size=0, vocab_size=100, padded_vocab_size=0, make_vocab_size_divisible_by=128,
+    max_position_embeddings=64, seq_length=16, micro_batch_size=2,
+    normalization=NORM_LAYERNORM, norm_epsilon=1e-5, position_embedding_type=POS_LEARNED,
+    rotary_percent=1.0, rotary_base=10000.0, rotary_interleaved=0, use_rope_scaling=0,
+    rope_scaling_factor=8.0, activation=ACT_GELU_TANH, add_bias_linear=1, add_qkv_bias=0,
+    apply_query_key_layer_scaling=0, attention_softmax_in_fp32=0,
+    untie_embeddings_and_output_weights=0, fp32_residual_connection=0, hidden_dropout=0.0,
+    attention_dropout=0.0, init_method_std=0.02, seed=1234,
+)
+FLOAT_FIELDS = {'norm_epsilon', 'rotary_percent', 'rotary_base', 'rope_scaling_factor',
+                'hidden_dropout', 'attention_dropout', 'init_method_std'}
+
+
+def f32(x):
+    """The value a C `float` field holds (configs travel as f32 scalars)."""
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def derive(cfg):
+    """Fill Megatron's derived fields as TransformerConfig / validate_args do (tp = 1)."""
+    c = dict(DEFAULTS)
+    c.update(cfg)
+    for k in FLOAT_FIELDS:
+        c[k] = f32(c[k])
+    if not c['num_query_groups']:
+        c['num_query_groups'] = c['num_attention_heads']
+    if not c['kv_channels']:
+        c['kv_channels'] = c['hidden_size'] // c['num_attention_heads']
+    if not c['ffn_hidden_size']:
+        c['ffn_hidden_size'] = 4 * c['hidden_size']
+    if not c['padded_vocab_size']:
+        m = c['make_vocab_size_divisible_by']
+        c['padded_vocab_size'] = (c['vocab_size'] + m - 1) // m * m
+    if c['apply_query_key_layer_scaling']:
+        c['attention_softmax_in_fp32'] = 1  # TransformerConfig.__post_init__
+    assert c['num_attention_heads'] % c['num_query_groups'] == 0
+    return c
+
+
+# ---- elementwise pieces -------------------------------------------------------------------
+
+class BiasGeluTanh(torch.autograd.Function):
+    """Megatron's fused bias-GELU: tanh approximation with 8-digit constants and its own backward
+    formula (fusions/fused_bias_gelu.py), applied to y + bias."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+        d = 0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t)
+        return d * g
+
+
+def activation(c, u):
+    a = c['activation']
+    if a == ACT_GELU_TANH:
+        return BiasGeluTanh.apply(u)
+    if a == ACT_GELU_ERF:
+        return F.gelu(u)
+    if a == ACT_SWIGLU:
+        gate, up = torch.chunk(u, 2, dim=-1)
+        return F.silu(gate) * up
+    if a == ACT_SQUARED_RELU:
+        return torch.pow(F.relu(u), 2)
+    raise ValueError('activation %r' % a)
+
+
+class VocabCrossEntropy(torch.autograd.Function):
+    """tensor_parallel/cross_entropy.py at tp = 1: loss = log(sum exp(z)) - z[target] with
+    z = logits - max; backward softmax - onehot."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        z = logits - logits.max(dim=-1, keepdim=True)[0]
+        t = torch.gather(z, -1, target.unsqueeze(-1)).squeeze(-1)
+        e = z.exp()
+        s = e.sum(dim=-1)
+        ctx.save_for_backward(e / s.unsqueeze(-1), target)
+        return torch.log(s) - t
+
+    @staticmethod
+    def backward(ctx, g):
+        sm, target = ctx.saved_tensors
+        grad = sm.clone()
+        grad.scatter_add_(-1, target.unsqueeze(-1), -torch.ones_like(target, dtype=grad.dtype).unsqueeze(-1))
+        return grad * g.unsqueeze(-1), None
+
+
+# ---- RoPE ---------------------------------------------------------------------------------
+
+def rope_inv_freq(c):
+    dim = c['kv_channels']
+    if c['rotary_percent'] < 1.0:
+        dim = int(dim * c['rotary_percent'])
+    inv = 1.0 / (c['rotary_base'] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    if c['use_rope_scaling']:
+        factor, low, high, old = c['rope_scaling_factor'], 1, 4, 8192
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
+def rope_freqs(c, s):
+    """[s, 1, 1, dim]: positions 0..s-1 always (Megatron's RoPE ignores position_ids)."""
+    inv = rope_inv_freq(c)
+    f = torch.outer(torch.arange(s, dtype=torch.float32), inv)
+    if not c['rotary_interleaved']:
+        emb = torch.cat((f, f), dim=-1)
+    else:
+        emb = torch.stack((f.reshape(-1, 1), f.reshape(-1, 1)), dim=-1).reshape(f.shape[0], -1)
+    return emb[:, None, None, :]
+
+
+def rotate_half(x, interleaved):
+    if not interleaved:
+        a, b = torch.chunk(x, 2, dim=-1)
+        return torch.cat((-b, a), dim=-1)
+    a, b = x[..., ::2], x[..., 1::2]
+    return torch.stack((-b, a), dim=-1).reshape(x.shape)
+
+
+def apply_rope(t, freqs, interleaved):
+    d = freqs.shape[-1]
+    head, rest = t[..., :d], t[..., d:]
+    head = head * torch.cos(freqs) + rotate_half(head, interleaved) * torch.sin(freqs)
+    return torch.cat((head, rest), dim=-1)
+
+
+
+# ---- dropout ----------------------------------------------------------------------------------
+
+_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+
+
+def philox4x32_10(c0, c1, c2, c3, seed):
+    """Philox4x32-10 (Salmon et al., SC'11) on uint64 numpy arrays holding 32-bit words; the
+    generator the C engine's src/core/rng.h defines (key = (seed low, seed high))."""
+    import numpy as np
+    c = [np.asarray(x, dtype=np.uint64) & _MASK for x in (c0, c1, c2, c3)]
+    k0, k1 = np.uint64(seed & _MASK), np.uint64((seed >> 32) & _MASK)
+    for r in range(10):
+        p0 = np.uint64(_M0) * c[0]
+        p1 = np.uint64(_M1) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & np.uint64(_MASK),
+             (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & np.uint64(_MASK)]
+        if r < 9:
+            k0 = np.uint64((int(k0) + _W0) & _MASK)
+            k1 = np.uint64((int(k1) + _W1) & _MASK)
+    return c
+
+
+def philox_keep(n, seed, c2, c3, p):
+    """Keep mask of elements 0..n-1 of stream (c2, c3), rng.h's rule: element i uses word i % 4
+    of block i // 4 (counter (i//4 low, i//4 high, c2, c3)); u = (word >> 8) * 2^-24; keep iff
+    u >= p in fp32."""
+    import numpy as np
+    j = np.arange((n + 3) // 4, dtype=np.uint64)
+    words = philox4x32_10(j & np.uint64(_MASK), j >> np.uint64(32), np.full_like(j, c2),
+                          np.full_like(j, c3), seed)
+    w = np.stack(words, axis=1).reshape(-1)[:n]
+    u = (w >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    return torch.from_numpy(u >= np.float32(p))
+
+
+class Dropout:
+    """Where dropout draws from. mode 'torch': torch's generator (statistics only). mode
+    'philox': the C engine's documented streams (src/models/gpt/gpt_model.c): key = seed,
+    c2 = step, c3 = (micro << 24) | site with site 0 = embedding, 1 + 3l = attention probs of
+    layer l, 2 + 3l = after linear_proj, 3 + 3l = after linear_fc2; hidden sites index the
+    [s, b, h] tensor, attention sites the [b, np, s, s] probabilities."""
+
+    def __init__(self):
+        self.mode, self.seed, self.step, self.micro = 'torch', 0, 0, 0
+
+    def __call__(self, x, p, site, training):
+        if not training or p == 0.0:
+            return x
+        if self.mode == 'torch':
+            return F.dropout(x, p, True)
+        c3 = ((self.micro & 0xff) << 24) | (site & 0xffffff)
+        keep = philox_keep(x.numel(), self.seed, self.step & _MASK, c3, f32(p)).view(x.shape)
+        scale = float(torch.tensor(1.0, dtype=torch.float32) / (1.0 - torch.tensor(p, dtype=torch.float32)))
+        return x * keep.to(x.dtype) * scale
+
+# ---- modules (names = Megatron's state-dict names) -----------------------------------------
+
+class Weight(torch.nn.Module):
+    def __init__(self, rows, cols):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(rows, cols))
+
+
+class Linear(torch.nn.Module):
+    """Column/row-parallel linear at tp = 1: y = x W^T (+ b); the bias is returned separately
+    where Megatron uses skip_bias_add and added by the caller."""
+
+    def __init__(self, out_f, in_f, bias):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(out_f, in_f))
+        self.bias = torch.nn.Parameter(torch.zeros(out_f)) if bias else None
+
+    def forward(self, x):
+        return torch.matmul(x, self.weight.t()), self.bias
+
+
+class Norm(torch.nn.Module):
+    def __init__(self, c, n):
+        super().__init__()
+        self.rms = c['normalization'] == NORM_RMSNORM
+        self.eps = c['norm_epsilon']
+        self.weight = torch.nn.Parameter(torch.ones(n))
+        self.bias = None if self.rms else torch.nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        if self.rms:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
+class SelfAttention(torch.nn.Module):
+    def __init__(self, c, layer_number, drop):
+        super().__init__()
+        self.c = c
+        self.drop = drop
+        self.layer_number = layer_number  # 1-based, global
+        np_, ng, hn, h = c['num_attention_heads'], c['num_query_groups'], c['kv_channels'], c['hidden_size']
+        # Megatron registers linear_proj (in Attention.__init__) before linear_qkv
+        self.linear_proj = Linear(h, np_ * hn, c['add_bias_linear'])
+        self.linear_qkv = Linear((np_ + 2 * ng) * hn, h, c['add_bias_linear'] or c['add_qkv_bias'])
+
+    def forward(self, x, mask, freqs):
+        c = self.c
+        s, b, _ = x.shape
+        np_, ng, hn = c['num_attention_heads'], c['num_query_groups'], c['kv_channels']
+        qkv, qkv_b = self.linear_qkv(x)
+        if qkv_b is not None:
+            qkv = qkv + qkv_b
+        qkv = qkv.view(s, b, ng, (np_ // ng + 2) * hn)
+        q, k, v = torch.split(qkv, [np_ // ng * hn, hn, hn], dim=3)
+        q = q.reshape(s, b, np_, hn)
+        if freqs is not None:
+            q = apply_rope(q, freqs, c['rotary_interleaved'])
+            k = apply_rope(k, freqs, c['rotary_interleaved'])
+        if np_ // ng > 1:
+            k = k.repeat_interleave(np_ // ng, dim=2)
+            v = v.repeat_interleave(np_ // ng, dim=2)
+        scale = 1.0 / math.sqrt(hn)
+        coeff = None
+        if c['apply_query_key_layer_scaling']:
+            coeff = self.layer_number
+            scale /= coeff
+        # [b, np, sq, sk]
+        scores = torch.einsum('sbnd,tbnd->bnst', q, k) * scale
+        if coeff is not None:
+            scores = scores * coeff
+        scores = scores.masked_fill(mask, -10000.0)
+        probs = torch.softmax(scores, dim=-1)
+        probs = self.drop(probs, c['attention_dropout'], 1 + 3 * (self.layer_number - 1), self.training)
+        ctx = torch.einsum('bnst,tbnd->sbnd', probs, v).reshape(s, b, np_ * hn)
+        return self.linear_proj(ctx)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        ffn, h = c['ffn_hidden_size'], c['hidden_size']
+        gated = c['activation'] == ACT_SWIGLU
+        self.linear_fc1 = Linear(2 * ffn if gated else ffn, h, c['add_bias_linear'])
+        self.linear_fc2 = Linear(h, ffn, c['add_bias_linear'])
+
+    def forward(self, x):
+        u, ub = self.linear_fc1(x)
+        if ub is not None:
+            u = u + ub
+        return self.linear_fc2(activation(self.c, u))
+
+
+class TransformerLayer(torch.nn.Module):
+    def __init__(self, c, layer_number, drop):
+        super().__init__()
+        self.c = c
+        self.drop = drop
+        self.layer_number = layer_number
+        h = c['hidden_size']
+        self.input_layernorm = Norm(c, h)
+        self.self_attention = SelfAttention(c, layer_number, drop)
+        self.pre_mlp_layernorm = Norm(c, h)
+        self.mlp = MLP(c)
+
+    def bias_dropout_add(self, out, bias, residual, site):
+        if bias is not None:
+            out = out + bias
+        return residual + self.drop(out, self.c['hidden_dropout'], site, self.training)
+
+    def forward(self, x, mask, freqs):
+        l0 = self.layer_number - 1
+        o, ob = self.self_attention(self.input_layernorm(x), mask, freqs)
+        x = self.bias_dropout_add(o, ob, x, 2 + 3 * l0)
+        y, yb = self.mlp(self.pre_mlp_layernorm(x))
+        return self.bias_dropout_add(y, yb, x, 3 + 3 * l0)
+
+
+class TransformerBlock(torch.nn.Module):
+    def __init__(self, c, drop):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([TransformerLayer(c, i + 1, drop) for i in range(c['num_layers'])])
+        self.final_layernorm = Norm(c, c['hidden_size'])
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.word_embeddings = Weight(c['padded_vocab_size'], c['hidden_size'])
+        if c['position_embedding_type'] == POS_LEARNED:
+            self.position_embeddings = Weight(c['max_position_embeddings'], c['hidden_size'])
+
+
+class GPTTwin(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        c = self.c = derive(cfg)
+        self.dropout = Dropout()
+        self.embedding = Embedding(c)
+        self.decoder = TransformerBlock(c, self.dropout)
+        if c['untie_embeddings_and_output_weights']:
+            self.output_layer = Weight(c['padded_vocab_size'], c['hidden_size'])
+
+    def output_weight(self):
+        if self.c['untie_embeddings_and_output_weights']:
+            return self.output_layer.weight
+        return self.embedding.word_embeddings.weight
+
+    def set_dropout(self, mode, step=0, micro=0):
+        """'torch' or 'philox' (the C engine's streams at this step / micro-batch)."""
+        self.dropout.mode, self.dropout.step, self.dropout.micro = mode, step, micro
+        self.dropout.seed = int(self.c['seed'])
+
+    def set_dropout_rates(self, hidden, attention):
+        self.c['hidden_dropout'], self.c['attention_dropout'] = f32(hidden), f32(attention)
+
+    def forward(self, tokens, position_ids=None, attention_mask=None, labels=None):
+        """tokens [b, s] int64; position_ids [b, s] (None = 0..s-1); attention_mask [b, 1, s, s]
+        bool, True = masked out (None = causal); labels [b, s]. Returns (logits [s, b, V],
+        per-token loss [b, s] or None)."""
+        c = self.c
+        b, s = tokens.shape
+        x = self.embedding.word_embeddings.weight[tokens]
+        if c['position_embedding_type'] == POS_LEARNED:
+            if position_ids is None:
+                position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
+            x = x + self.embedding.position_embeddings.weight[position_ids]
+        x = x.transpose(0, 1).contiguous()
+        x = self.dropout(x, c['hidden_dropout'], 0, self.training)
+        if attention_mask is None:
+            attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
+        freqs = rope_freqs(c, s) if c['position_embedding_type'] == POS_ROPE else None
+        for layer in self.decoder.layers:
+            x = layer(x, attention_mask, freqs)
+        x = self.decoder.final_layernorm(x)
+        logits = torch.matmul(x, self.output_weight().t())
+        loss = None
+        if labels is not None:
+            loss = VocabCrossEntropy.apply(logits.float(), labels.transpose(0, 1).contiguous())
+            loss = loss.transpose(0, 1).contiguous()
+        return logits, loss
+
+
+# ---- weights, optimizer -----------------------------------------------------------------------
+
+def randomize(model, gen, std=0.2):
+    """Fresh random weights for parity tests: every tensor random (norm weights around 1, biases
+    non-zero) so that every gradient path is exercised."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith('layernorm.weight'):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith('.bias'):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=gen))
+
+
+def no_weight_decay(name, p):
+    """Megatron's rule (optimizer/__init__.py _get_param_groups): biases and every 1-D tensor."""
+    return name.endswith('.bias') or p.dim() == 1
+
+
+def grad_norm_and_clip(params, clip_grad):
+    """optimizer/clip_grads.py at tp = pp = 1: L2 norm of all grads in fp32; scale by
+    clip/(norm + 1e-6) when that is below 1. Returns the norm before clipping."""
+    norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params))
+    if clip_grad > 0:
+        coeff = clip_grad / (norm + 1e-6)
+        if coeff < 1.0:
+            for p in params:
+                p.grad.mul_(coeff)
+    return float(norm)
+
+
+def make_adamw(model, beta1, beta2, eps):
+    """AdamW (decoupled weight decay, bias correction) with Megatron's two groups; torch.optim.AdamW
+    is what Megatron falls back to without apex/TE and is mathematically apex FusedAdam adam_w_mode."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if no_weight_decay(name, p) else decay).append(p)
+    groups = [dict(params=decay, wd_mult=1.0), dict(params=no_decay, wd_mult=0.0)]
+    return torch.optim.AdamW(groups, lr=0.0, betas=(beta1, beta2), eps=eps, weight_decay=0.0)
+
+
+def make_sgd(model, momentum):
+    """--optimizer sgd: torch.optim.SGD (weight decay added to the gradient, momentum buffer
+    started from the first gradient) with Megatron's two groups."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if no_weight_decay(name, p) else decay).append(p)
+    groups = [dict(params=decay, wd_mult=1.0), dict(params=no_decay, wd_mult=0.0)]
+    return torch.optim.SGD(groups, lr=0.0, momentum=momentum, weight_decay=0.0)
+
+
+def set_lr_wd(opt, lr, wd):
+    for g in opt.param_groups:
+        g['lr'] = lr
+        g['weight_decay'] = wd * g['wd_mult']

@@ -1,0 +1,83 @@
+"""HuggingFaceTokenizer vs the HuggingFace `tokenizers` package, run live when installed, else
+vs the committed golden tests/golden/tokenizer/hf_cases.json (made by make_goldens.py with the
+same package). Models: small byte-level BPEs trained on the license texts with the pipelines
+of GPT-2 (with and without add_prefix_space), Llama-3 (Split regex, ignore_merges, BOS
+template, special tokens) and Qwen2 (NFC, its own regex). Also vocab size, eod, decode and the
+refusal of pipelines megatron.c does not implement."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokdriver as td  # noqa: E402
+
+c = td.Counter("test_hf_tokenizer")
+GOLD = os.path.join(td.SRC, "tests", "golden", "tokenizer")
+golden = json.load(open(os.path.join(GOLD, "hf_cases.json"), encoding="utf-8"))["cases"]
+try:
+    import tokenizers
+    print("reference: tokenizers", tokenizers.__version__, "(live)")
+except ImportError:
+    tokenizers = None
+    print("reference: golden hf_cases.json (python package `tokenizers` not installed)")
+
+texts_live = td.NASTY + td.random_strings(2000, seed=77) + td.license_lines(800)
+for name, case in golden.items():
+    model = os.path.join(GOLD, name)
+    if tokenizers is not None:
+        ref = tokenizers.Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+        texts = [t for t in texts_live if name != "hf_qwen2" or all(ord(ch) < 0x300 for ch in t)]
+        want = [ref.encode(t).ids for t in texts]
+        vocab_size = ref.get_vocab_size(with_added_tokens=True)
+    else:
+        ref, texts, want, vocab_size = None, case["texts"], case["ids"], case["vocab_size"]
+    got = td.encode(texts, "HuggingFaceTokenizer", model=model)
+    for t, g, w in zip(texts, got, want):
+        c.check(g == w, "%s encode %r: got %s want %s" % (name, t, g, w))
+    rc, out = td.info("HuggingFaceTokenizer", model=model)
+    c.check(out == "%d %d -1 _HuggingFaceTokenizer" % (vocab_size, case["eod"]), "%s info %s" % (name, out))
+    # a tokenizer.json path works as well as its directory
+    g2 = td.encode(texts[:50], "HuggingFaceTokenizer", model=os.path.join(model, "tokenizer.json"))
+    c.check(g2 == got[:50], "%s via file path" % name)
+    if ref is not None:
+        ids = [w for w in want[:300]] + [[5, 300, 7], [0], [170, 171]]
+        dec = td.decode(ids, "HuggingFaceTokenizer", model=model)
+        for i, d in zip(ids, dec):
+            w = ref.decode(i, skip_special_tokens=False)
+            c.check(d == w, "%s decode %s: got %r want %r" % (name, i, d, w))
+    if name == "hf_qwen2":
+        r = td.encode(["caf\u00e9 ok", "e\u0301", "\u6771\u4eac"], "HuggingFaceTokenizer", model=model)
+        c.check(isinstance(r[0], list), "NFC: Latin-1 is fine")
+        c.check(all(isinstance(x, str) and "NFC" in x for x in r[1:]), "NFC beyond U+0300 refused: %s" % r[1:])
+
+# pipelines that are refused with a message naming what is unsupported
+base = json.load(open(os.path.join(GOLD, "hf_llama3", "tokenizer.json"), encoding="utf-8"))
+bad_cases = [
+    ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\w+|[^\\w\\s]+"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+     "\\w+|[^\\w\\s]+"),
+    ("pre_tokenizer", {"type": "Metaspace", "replacement": "\u2581"}, "Metaspace"),
+    ("normalizer", {"type": "NFKC"}, "NFKC"),
+    ("post_processor", {"type": "RobertaProcessing"}, "RobertaProcessing"),
+    ("model", dict(base["model"], type="WordPiece"), "WordPiece"),
+    ("model", dict(base["model"], byte_fallback=True), "byte_fallback"),
+    ("added_tokens", [dict(base["added_tokens"][0], lstrip=True)], "lstrip"),
+]
+with tempfile.TemporaryDirectory() as d:
+    for key, value, needle in bad_cases:
+        j = dict(base)
+        j[key] = value
+        json.dump(j, open(os.path.join(d, "tokenizer.json"), "w"))
+        rc, out = td.info("HuggingFaceTokenizer", model=d)
+        c.check(rc != 0 and "MC_ERR_UNSUPPORTED" in out and needle in out, "refuse %s: %s" % (needle, out))
+    open(os.path.join(d, "tokenizer.json"), "w").write('{"model": [1, 2')
+    rc, out = td.info("HuggingFaceTokenizer", model=d)
+    c.check(rc != 0 and "tokenizer.json:1:16" in out, "bad JSON: %s" % out)
+    rc, out = td.info("HuggingFaceTokenizer", model=os.path.join(d, "nope"))
+    c.check(rc != 0 and "does not exist" in out, "missing: %s" % out)
+    rc, out = td.info("HuggingFaceTokenizer")
+    c.check(rc != 0 and "--tokenizer-model" in out, "no model: %s" % out)
+
+c.finish()
