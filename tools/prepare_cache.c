@@ -152,7 +152,7 @@ static void tokenizer_ids(const struct args *a, int64_t *eod, int64_t *pad)
         *eod = 50256; /* GPT2BPETokenizer's <|endoftext|> */
 }
 
-static int dump(const struct args *a, const struct mc_gpt_config *c, mc_megatron_dataset *ds[3])
+static int dump(const struct args *a, const struct mc_gpt_dataset_config *c, mc_megatron_dataset *ds[3])
 {
     int64_t seq = c->sequence_length;
     int64_t *tok = malloc(sizeof(int64_t) * (size_t)seq), *lab = malloc(sizeof(int64_t) * (size_t)seq);
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
         return rc;
     mc_log_set_level(MC_LOG_WARN);
     struct mc_blend blend = {0}, per[3] = {{0}};
-    struct mc_gpt_config c = {0};
+    struct mc_gpt_dataset_config c = {0};
     mc_megatron_dataset *ds[3] = {NULL, NULL, NULL};
     char vocab_buf[32];
     mc_status st;
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
             goto fail;
         c.blend_per_split[i] = &per[i];
     }
-    if ((st = mc_gpt_config_finalize(&c)))
+    if ((st = mc_gpt_dataset_config_finalize(&c)))
         goto fail;
     int64_t train_iters = a.train_iters > 0 ? a.train_iters : a.train_samples / a.gbs;
     int64_t sizes[3];

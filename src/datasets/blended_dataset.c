@@ -9,7 +9,7 @@
 #include <string.h>
 
 struct mc_blended_dataset {
-    const struct mc_gpt_config *c;
+    const struct mc_gpt_dataset_config *c;
     mc_gpt_dataset **datasets;
     int n;
     int split;
@@ -130,7 +130,7 @@ static mc_status verify(const mc_blended_dataset *b)
     return MC_OK;
 }
 
-mc_status mc_blended_dataset_init(const struct mc_gpt_config *c, mc_gpt_dataset **datasets, int n,
+mc_status mc_blended_dataset_init(const struct mc_gpt_dataset_config *c, mc_gpt_dataset **datasets, int n,
                                   const double *weights, int64_t size, mc_blended_dataset **out)
 {
     *out = NULL;

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 struct mc_gpt_dataset {
-    const struct mc_gpt_config *c;
+    const struct mc_gpt_dataset_config *c;
     struct mc_gpt_lowlevel *ll;
     int split;
     int64_t beg, end, num_samples;
@@ -61,7 +61,7 @@ struct mc_json *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
 }
 
 /* MegatronDataset.unique_identifiers for GPTDataset / MockGPTDataset. */
-static struct mc_json *gpt_identifiers(const struct mc_gpt_config *c, const char *path,
+static struct mc_json *gpt_identifiers(const struct mc_gpt_dataset_config *c, const char *path,
                                        int64_t num_samples, int split)
 {
     struct mc_json *o = mc_json_obj();
@@ -138,7 +138,7 @@ static void fill_epochs(int32_t *doc, int64_t beg, int64_t end, int64_t epochs)
 
 static mc_status build_indices(mc_gpt_dataset *d)
 {
-    const struct mc_gpt_config *c = d->c;
+    const struct mc_gpt_dataset_config *c = d->c;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
     int64_t seq = c->sequence_length, T = 0, E = 1;
     for (int64_t i = d->beg; i < d->end; i++)
@@ -420,7 +420,7 @@ static mc_status indices_cached(mc_gpt_dataset *d)
     return st;
 }
 
-mc_status mc_gpt_dataset_init(const struct mc_gpt_config *c, struct mc_gpt_lowlevel *ll,
+mc_status mc_gpt_dataset_init(const struct mc_gpt_dataset_config *c, struct mc_gpt_lowlevel *ll,
                               int64_t beg, int64_t end, int64_t num_samples, int split,
                               mc_gpt_dataset **out)
 {
@@ -507,7 +507,7 @@ mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t 
 }
 
 /* _get_ltor_masks_and_position_ids on tokens (before pad replacement), then the pad masking. */
-static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const int64_t *labels,
+static void masks(const struct mc_gpt_dataset_config *c, const int64_t *tokens, const int64_t *labels,
                   int64_t seq, struct mc_gpt_sample *s)
 {
     for (int64_t i = 0; i < seq; i++) {
@@ -538,7 +538,7 @@ static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const in
 
 mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt_sample *s)
 {
-    const struct mc_gpt_config *c = d->c;
+    const struct mc_gpt_dataset_config *c = d->c;
     int64_t seq = c->sequence_length;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
     int64_t *text = mc_alloc(sizeof(int64_t) * (size_t)(seq + 1));

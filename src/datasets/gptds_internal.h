@@ -20,7 +20,7 @@ int mc_gptds_split(const mc_gpt_dataset *d);
  * array and the datasets), freed on failure too. weights may be NULL with size < 0
  * (exhaustive: each component's length). */
 typedef struct mc_blended_dataset mc_blended_dataset;
-mc_status mc_blended_dataset_init(const struct mc_gpt_config *c, mc_gpt_dataset **datasets, int n,
+mc_status mc_blended_dataset_init(const struct mc_gpt_dataset_config *c, mc_gpt_dataset **datasets, int n,
                                   const double *weights, int64_t size, mc_blended_dataset **out);
 void mc_blended_dataset_free(mc_blended_dataset *b);
 int64_t mc_blended_dataset_len(const mc_blended_dataset *b);

@@ -4,6 +4,7 @@
  * blend lists, build_sample_idx on hand-checked cases (drop_last both ways), the blending
  * indices, and the error paths (bad seed, bad split, empty split, missing files). */
 #include "core/md5.h"
+#include "core/pyformat.h"
 #include "datasets/description.h"
 #include "megatron/gpt_dataset.h"
 #include "test.h"
@@ -37,7 +38,7 @@ static void test_repr(void)
     };
     char buf[40];
     for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
-        mc_py_float_repr(cases[i].x, buf);
+        mc_py_float_repr(buf, sizeof(buf), cases[i].x);
         if (strcmp(buf, cases[i].want))
             fprintf(stderr, "repr(%.17g) = %s, want %s\n", cases[i].x, buf, cases[i].want);
         CHECK(!strcmp(buf, cases[i].want));
@@ -47,7 +48,7 @@ static void test_repr(void)
 /* The spec's fixture description (megatron-data.md 4.8), whose MD5 Megatron computed. */
 static void test_description(void)
 {
-    struct mc_gpt_config c = {0};
+    struct mc_gpt_dataset_config c = {0};
     const char *pre[1] = {"preprocess/b_eod_text_document"};
     struct mc_blend b = {1, pre, NULL};
     c.random_seed = 1234;
@@ -57,7 +58,7 @@ static void test_description(void)
     char vb[32];
     CHECK(mc_gpt_tokenizer_desc_from_args(&c.tokenizer, "GPT2BPETokenizer", "vocab.json",
                                           "merges.txt", NULL, 0, vb) == MC_OK);
-    CHECK(mc_gpt_config_finalize(&c) == MC_OK);
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_OK);
     CHECK(c.split_present[0] && c.split_present[1] && c.split_present[2]);
     CHECK(c.split_hi[0] == 0.969 && c.split_hi[1] == 0.999 && c.split_hi[2] == 1.0);
     int64_t beg, end;
@@ -119,23 +120,23 @@ static void test_split_errors(void)
 {
     const char *pre[1] = {"x"};
     struct mc_blend b = {1, pre, NULL};
-    struct mc_gpt_config c = {0};
+    struct mc_gpt_dataset_config c = {0};
     c.blend = &b;
     c.split = "1,2,3,4";
-    CHECK(mc_gpt_config_finalize(&c) == MC_ERR_CONFIG);
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_ERR_CONFIG);
     CHECK(strstr(mc_last_error(), "more than 3") != NULL);
     c.split = "0,0,0";
-    CHECK(mc_gpt_config_finalize(&c) == MC_ERR_CONFIG);
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_ERR_CONFIG);
     c.split = "1.2.3";
-    CHECK(mc_gpt_config_finalize(&c) == MC_ERR_CONFIG);
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_ERR_CONFIG);
     c.split = NULL;
-    CHECK(mc_gpt_config_finalize(&c) == MC_ERR_CONFIG);
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_ERR_CONFIG);
     c.split = "0,1,0"; /* the integer 0 appears only as a present first bound */
-    CHECK(mc_gpt_config_finalize(&c) == MC_OK);
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_OK);
     CHECK(!c.split_present[0] && c.split_present[1] && !c.split_present[2]);
     c.blend = NULL;
     c.split = "99,1,0";
-    CHECK(mc_gpt_config_finalize(&c) == MC_OK && c.mock && !strcmp(c.split, "1,1,1"));
+    CHECK(mc_gpt_dataset_config_finalize(&c) == MC_OK && c.mock && !strcmp(c.split, "1,1,1"));
     CHECK(c.split_hi[0] == 1.0 / 3 && c.split_hi[1] == 2.0 / 3);
     c.split = NULL;
     mc_gpt_split_range(&c, 1, 100000, &(int64_t){0}, &(int64_t){0});
