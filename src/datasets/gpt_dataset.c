@@ -476,7 +476,9 @@ int mc_gptds_split(const mc_gpt_dataset *d) { return d->split; }
 
 /* ---- samples ----------------------------------------------------------------------------- */
 
-mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+/* Reads the seq + x tokens of item idx (padded with pad), token 0 into *head and tokens
+ * 1.. into rest[0..], so that a sample can be assembled without a scratch buffer. */
+static mc_status read_text(const mc_gpt_dataset *d, int64_t idx, int64_t *head, int64_t *rest)
 {
     if (idx < 0 || idx >= d->S)
         return mc_error(MC_ERR_CONFIG, "sample %lld out of range for a dataset of %lld samples",
@@ -497,13 +499,29 @@ mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t 
             return mc_error(MC_ERR_FORMAT, "sample %lld spans %lld tokens, more than seq + %d = "
                             "%lld: corrupt sample index", (long long)idx, (long long)(got + len),
                             x, (long long)want);
-        if ((st = d->ll->get(d->ll->ctx, seqi, off, len, out + got)))
+        if (got == 0) {
+            if ((st = d->ll->get(d->ll->ctx, seqi, off, 1, head)))
+                return st;
+            off++;
+            len--;
+            got++;
+        }
+        if (len > 0 && (st = d->ll->get(d->ll->ctx, seqi, off, len, rest + got - 1)))
             return st;
         got += len;
     }
+    if (got == 0) {
+        *head = d->c->pad;
+        got++;
+    }
     for (; got < want; got++)
-        out[got] = d->c->pad;
+        rest[got - 1] = d->c->pad;
     return MC_OK;
+}
+
+mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+{
+    return read_text(d, idx, out, out + 1);
 }
 
 /* _get_ltor_masks_and_position_ids on tokens (before pad replacement), then the pad masking. */
@@ -541,16 +559,15 @@ mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt
     const struct mc_gpt_dataset_config *c = d->c;
     int64_t seq = c->sequence_length;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
-    int64_t *text = mc_alloc(sizeof(int64_t) * (size_t)(seq + 1));
-    if (!text)
-        return MC_ERR_NOMEM;
-    mc_status st = mc_gpt_dataset_get_text(d, idx, text);
+    /* text[0] -> tokens[0], text[1..] -> labels[0..]: labels are then final (x = 1) and tokens
+     * are labels shifted right by one */
+    mc_status st = read_text(d, idx, s->tokens, s->labels);
     if (st)
-        goto out;
-    for (int64_t i = 0; i < seq; i++) {
-        s->tokens[i] = text[i];
-        s->labels[i] = x ? text[i + 1] : (i + 1 < seq ? text[i + 1] : c->pad);
-    }
+        return st;
+    for (int64_t i = 1; i < seq; i++)
+        s->tokens[i] = s->labels[i - 1];
+    if (!x)
+        s->labels[seq - 1] = c->pad; /* torch.roll, then the last label is pad */
     if (!c->create_attention_mask)
         s->attention_mask = NULL;
     masks(c, s->tokens, s->labels, seq, s);
@@ -558,7 +575,5 @@ mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt
         if (s->tokens[i] == c->pad) s->tokens[i] = 0;
         if (s->labels[i] == c->pad) s->labels[i] = 0;
     }
-out:
-    mc_free(text);
-    return st;
+    return MC_OK;
 }
