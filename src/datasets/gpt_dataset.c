@@ -21,7 +21,7 @@ struct mc_gpt_dataset {
     struct mc_gpt_lowlevel *ll;
     int split;
     int64_t beg, end, num_samples;
-    struct mc_json *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
+    struct mc_desc *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
     char *description;
     char hash[33];
     bool built_anew;
@@ -39,68 +39,68 @@ const char *mc_split_name(int split)
 }
 
 /* The tokenizer's unique_identifiers map. */
-struct mc_json *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
+struct mc_desc *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
 {
-    struct mc_json *o = mc_json_obj(), *paths = mc_json_list();
-    mc_status st = mc_json_add(o, "class", mc_json_str(t->class_name ? t->class_name : ""));
+    struct mc_desc *o = mc_desc_obj(), *paths = mc_desc_list();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str(t->class_name ? t->class_name : ""));
     for (int i = 0; !st && i < t->n_paths; i++)
-        st = mc_json_add(paths, NULL, mc_json_str(t->paths[i]));
+        st = mc_desc_add(paths, NULL, mc_desc_str(t->paths[i]));
     if (st) {
-        mc_json_free(paths);
-        mc_json_free(o);
+        mc_desc_free(paths);
+        mc_desc_free(o);
         return NULL;
     }
-    st = mc_json_add(o, "tokenizer_path", paths);
+    st = mc_desc_add(o, "tokenizer_path", paths);
     for (int i = 0; !st && i < t->n_extra; i++)
-        st = mc_json_add(o, t->extra_keys[i], mc_json_str(t->extra_values[i]));
+        st = mc_desc_add(o, t->extra_keys[i], mc_desc_str(t->extra_values[i]));
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
 }
 
 /* MegatronDataset.unique_identifiers for GPTDataset / MockGPTDataset. */
-static struct mc_json *gpt_identifiers(const struct mc_gpt_dataset_config *c, const char *path,
+static struct mc_desc *gpt_identifiers(const struct mc_gpt_dataset_config *c, const char *path,
                                        int64_t num_samples, int split)
 {
-    struct mc_json *o = mc_json_obj();
-    mc_status st = mc_json_add(o, "class", mc_json_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
-    if (!st) st = mc_json_add(o, "dataset_path", mc_json_str(path));
-    if (!st) st = mc_json_add(o, "num_samples", num_samples < 0 ? mc_json_null() : mc_json_int(num_samples));
-    if (!st) st = mc_json_add(o, "index_split", mc_json_str(mc_split_name(split)));
-    if (!st) st = mc_json_add(o, "random_seed", mc_json_int(c->random_seed));
-    if (!st) st = mc_json_add(o, "sequence_length", mc_json_int(c->sequence_length));
-    if (!st) st = mc_json_add(o, "split", mc_json_str(c->split));
+    struct mc_desc *o = mc_desc_obj();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
+    if (!st) st = mc_desc_add(o, "dataset_path", mc_desc_str(path));
+    if (!st) st = mc_desc_add(o, "num_samples", num_samples < 0 ? mc_desc_null() : mc_desc_int(num_samples));
+    if (!st) st = mc_desc_add(o, "index_split", mc_desc_str(mc_split_name(split)));
+    if (!st) st = mc_desc_add(o, "random_seed", mc_desc_int(c->random_seed));
+    if (!st) st = mc_desc_add(o, "sequence_length", mc_desc_int(c->sequence_length));
+    if (!st) st = mc_desc_add(o, "split", mc_desc_str(c->split));
     if (!st) {
-        struct mc_json *m = c->has_split_matrix ? mc_json_list() : mc_json_null();
+        struct mc_desc *m = c->has_split_matrix ? mc_desc_list() : mc_desc_null();
         for (int i = 0; c->has_split_matrix && !st && i < 3; i++) {
             if (!c->split_present[i]) {
-                st = mc_json_add(m, NULL, mc_json_null());
+                st = mc_desc_add(m, NULL, mc_desc_null());
                 continue;
             }
-            struct mc_json *pair = mc_json_list();
-            st = mc_json_add(pair, NULL, c->split_lo_is_int0[i] ? mc_json_int(0)
-                                                                 : mc_json_float(c->split_lo[i]));
-            if (!st) st = mc_json_add(pair, NULL, mc_json_float(c->split_hi[i]));
-            if (!st) st = mc_json_add(m, NULL, pair);
-            else mc_json_free(pair);
+            struct mc_desc *pair = mc_desc_list();
+            st = mc_desc_add(pair, NULL, c->split_lo_is_int0[i] ? mc_desc_int(0)
+                                                                 : mc_desc_float(c->split_lo[i]));
+            if (!st) st = mc_desc_add(pair, NULL, mc_desc_float(c->split_hi[i]));
+            if (!st) st = mc_desc_add(m, NULL, pair);
+            else mc_desc_free(pair);
         }
-        if (!st) st = mc_json_add(o, "split_matrix", m);
-        else mc_json_free(m);
+        if (!st) st = mc_desc_add(o, "split_matrix", m);
+        else mc_desc_free(m);
     }
-    if (!st) st = mc_json_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
+    if (!st) st = mc_desc_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
 }
 
 /* Description text and MD5 of an identifiers map. */
-mc_status mc_gptds_describe(const struct mc_json *ids, char **text, char hash[33])
+mc_status mc_gptds_describe(const struct mc_desc *ids, char **text, char hash[33])
 {
-    mc_status st = mc_json_dump(ids, text);
+    mc_status st = mc_desc_dump(ids, text);
     if (!st)
         mc_md5_hex(*text, strlen(*text), hash);
     return st;
@@ -463,7 +463,7 @@ void mc_gpt_dataset_free(mc_gpt_dataset *d)
     mc_free(d->pairs);
     mc_free(d->shuf);
     mc_free(d->description);
-    mc_json_free(d->ids);
+    mc_desc_free(d->ids);
     mc_free(d);
 }
 
@@ -471,7 +471,7 @@ int64_t mc_gpt_dataset_len(const mc_gpt_dataset *d) { return d->S; }
 const char *mc_gpt_dataset_description(const mc_gpt_dataset *d) { return d->description; }
 const char *mc_gpt_dataset_hash(const mc_gpt_dataset *d) { return d->hash; }
 bool mc_gpt_dataset_built_anew(const mc_gpt_dataset *d) { return d->built_anew; }
-const struct mc_json *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
+const struct mc_desc *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
 int mc_gptds_split(const mc_gpt_dataset *d) { return d->split; }
 
 /* ---- samples ----------------------------------------------------------------------------- */

@@ -6,14 +6,14 @@
 #include "megatron/gpt_dataset.h"
 #include "datasets/description.h"
 
-struct mc_json *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t);
-mc_status mc_gptds_describe(const struct mc_json *ids, char **text, char hash[33]);
+struct mc_desc *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t);
+mc_status mc_gptds_describe(const struct mc_desc *ids, char **text, char hash[33]);
 mc_status mc_gptds_cache_path(char *out, size_t cap, const char *dir, const char *hash,
                               const char *cls, int split, const char *affix);
 bool mc_gptds_file_exists(const char *path);
 mc_status mc_gptds_write_text(const char *path, const char *text);
 mc_status mc_gptds_mkdirs(const char *path);
-const struct mc_json *mc_gptds_identifiers(const mc_gpt_dataset *d);
+const struct mc_desc *mc_gptds_identifiers(const mc_gpt_dataset *d);
 int mc_gptds_split(const mc_gpt_dataset *d);
 
 /* BlendedDataset over GPTDatasets (blended_dataset.c). Takes ownership of datasets[] (the

@@ -202,6 +202,21 @@ def main():
         std('per_split', None, None, 32, 17, 20, 4, 10, 2,
             per_split=[['0.7', a, '0.3', b], [c], ['1', b]])
         std('per_split_unweighted', None, None, 16, 8, 20, 4, 10, 2, per_split=[[a, c], [b, c], None])
+        # blends read from files (--data-args-path, --per-split-data-args-path)
+        fa = os.path.join(work, 'blend.txt')
+        open(fa, 'w').write(f'0.25 {a}\n 0.75\t{c}\n')
+        job = dict(base, seq=32, seed=21, sizes=sizes_for(20, 4, 10, 2), flags={}, split='969,30,1',
+                   blend=['0.25', a, '0.75', c])
+        case('data_args_path', work, ['--data-args-path', fa, '--split', '969,30,1', '--seq-length', '32',
+                                      '--seed', '21', '--train-iters', '20', '--global-batch-size', '4',
+                                      '--eval-interval', '10', '--eval-iters', '2'] + gpt2, job)
+        fj = os.path.join(work, 'per_split.json')
+        json.dump({'train': f'0.5 {a} 0.5 {c}', 'valid': [b], 'test': None}, open(fj, 'w'))
+        job = dict(base, seq=16, seed=22, sizes=sizes_for(20, 4, 10, 2), flags={}, split=None,
+                   blend_per_split=[['0.5', a, '0.5', c], [b], None])
+        case('per_split_args_path', work, ['--per-split-data-args-path', fj, '--seq-length', '16',
+                                           '--seed', '22', '--train-iters', '20', '--global-batch-size', '4',
+                                           '--eval-interval', '10', '--eval-iters', '2'] + gpt2, job)
         # mock data: MockGPTDataset from numpy's default_rng(0) document lengths
         d = os.path.join(work, 'mock')
         job = dict(base, seq=16, seed=1234, sizes=sizes_for(10, 4, 5, 2), flags={}, split=None, blend=None)

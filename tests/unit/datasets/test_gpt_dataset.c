@@ -105,15 +105,15 @@ static void test_description(void)
     CHECK(strstr(mc_last_error(), "test split") != NULL);
 
     /* json escaping: quotes, backslash, control, non-ASCII (BMP and astral) */
-    struct mc_json *o = mc_json_obj();
-    CHECK(mc_json_add(o, "k", mc_json_str("a\"b\\c\n\x01\x7f\xc3\xa9\xf0\x9f\x98\x80")) == MC_OK);
-    struct mc_json *l = mc_json_list();
-    CHECK(mc_json_add(o, "e", l) == MC_OK);
+    struct mc_desc *o = mc_desc_obj();
+    CHECK(mc_desc_add(o, "k", mc_desc_str("a\"b\\c\n\x01\x7f\xc3\xa9\xf0\x9f\x98\x80")) == MC_OK);
+    struct mc_desc *l = mc_desc_list();
+    CHECK(mc_desc_add(o, "e", l) == MC_OK);
     char *txt;
-    CHECK(mc_json_dump(o, &txt) == MC_OK);
+    CHECK(mc_desc_dump(o, &txt) == MC_OK);
     CHECK(!strcmp(txt, "{\n    \"k\": \"a\\\"b\\\\c\\n\\u0001\\u007f\\u00e9\\ud83d\\ude00\",\n    \"e\": []\n}"));
     mc_free(txt);
-    mc_json_free(o);
+    mc_desc_free(o);
 }
 
 static void test_split_errors(void)
