@@ -9,7 +9,7 @@
 #include "megatron/gpt_dataset.h"
 
 struct mc_train_data {
-    struct mc_gpt_config cfg;        /* the dataset config (GPTDatasetConfig) */
+    struct mc_gpt_dataset_config cfg;        /* the dataset config (GPTDatasetConfig) */
     struct mc_blend blend, per_split[3];
     char vocab_buf[32];
     mc_megatron_dataset *ds[3];
@@ -49,7 +49,7 @@ static mc_status blend_from_option(const struct mc_args *a, enum mc_arg_id id, s
 
 static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int64_t eod)
 {
-    struct mc_gpt_config *c = &d->cfg;
+    struct mc_gpt_dataset_config *c = &d->cfg;
     c->random_seed = mc_args_int(a, MC_A_seed);
     c->sequence_length = mc_args_int(a, MC_A_seq_length);
     c->path_to_cache = mc_args_str(a, MC_A_data_cache_path);
@@ -86,7 +86,7 @@ static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int
     if (!c->blend && !c->blend_per_split[0] && !mc_args_bool(a, MC_A_mock_data))
         return mc_error(MC_ERR_CONFIG, "no training data: give --data-path (or --train-data-path "
                                        "/ --valid-data-path / --test-data-path, or --mock-data)");
-    return mc_gpt_config_finalize(c);
+    return mc_gpt_dataset_config_finalize(c);
 }
 
 mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret)
