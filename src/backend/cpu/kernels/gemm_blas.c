@@ -4,9 +4,9 @@
  * Row-major C[M,N] = alpha op(A) op(B) + beta C.
  *
  * Threads follow OpenMP's setting (OMP_NUM_THREADS / omp_set_num_threads) so the whole program
- * has one knob. oneDNN and OpenBLAS gave bit-identical results for 1, 2, 3, 4 and 16 threads on
- * the model's shapes (tests/unit/backend/test_kernels.c keeps checking 1/2/3); BLIS does not on
- * small shapes, which is one reason it is not the default.
+ * has one knob. Results must not depend on the thread count: OpenBLAS partitions only M and N
+ * (checked up to 32 threads); oneDNN does not guarantee it, so we tile C ourselves (below);
+ * BLIS fails tests/unit/backend/test_kernels.c's 1/2/3-thread comparison on small shapes.
  *
  * OpenBLAS (DYNAMIC_ARCH builds) picks its kernels from CPUID when the library loads. Some
  * versions do not know newer AVX-512 CPUs (e.g. AMD Zen4 in OpenBLAS < 0.3.22 on some models)
@@ -94,6 +94,44 @@ static void blas_setup(void)
 }
 
 static void blas_threads(void) {}
+
+/* oneDNN's own threading splits K across threads for some shapes (small M or N, or NT with a
+ * long K; seen from 4-8 threads), which changes the bits with the thread count. So we split C
+ * ourselves into tiles whose size depends only on the shape, and each tile is one
+ * single-threaded dnnl_sgemm: the same calls whatever OMP_NUM_THREADS is, hence the same bits.
+ * Cost on one thread, measured: 0-6% (the NT shapes re-pack B per row tile). */
+#define TILE_M 256
+#define TILE_N 1024
+
+static void gemm_tile(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                      float *C, int64_t ldc, int64_t tile, int64_t ntn)
+{
+    int64_t i0 = tile / ntn * TILE_M, j0 = tile % ntn * TILE_N;
+    int64_t m = M - i0 < TILE_M ? M - i0 : TILE_M, n = N - j0 < TILE_N ? N - j0 : TILE_N;
+    const float *a = ta ? A + i0 : A + i0 * lda; /* op(A) rows i0.. */
+    const float *b = tb ? B + j0 * ldb : B + j0; /* op(B) cols j0.. */
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, alpha, a, lda, b, ldb,
+                                  beta, C + i0 * ldc + j0, ldc);
+    MC_ASSERT(st == dnnl_success);
+}
+
+static void gemm_onednn_tiled(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                              const float *A, int64_t lda, const float *B, int64_t ldb,
+                              float beta, float *C, int64_t ldc)
+{
+    int64_t ntm = (M + TILE_M - 1) / TILE_M, ntn = (N + TILE_N - 1) / TILE_N;
+    int64_t ntiles = ntm * ntn;
+    /* small products are not worth waking the team; which thread runs a tile never matters */
+    bool par = ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
+#pragma omp parallel if (par)
+    {
+        omp_set_num_threads(1); /* no nested threads inside oneDNN, even with nesting enabled */
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < ntiles; t++)
+            gemm_tile(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, t, ntn);
+    }
+}
 #endif
 
 static void blas_setup_once(void)
@@ -128,8 +166,6 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 #else
-    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
-                                  beta, C, ldc);
-    MC_ASSERT(st == dnnl_success);
+    gemm_onednn_tiled(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
 }
