@@ -9,8 +9,8 @@
  * shapes). So we never let the library thread: C is cut into tiles whose size depends only on
  * the shape, each tile is one single-threaded library call, and OpenMP distributes the tiles.
  * The calls are the same whatever the thread count, hence the same bits, and the whole program
- * has one thread pool and one knob (OMP_NUM_THREADS). Cost: 0-6% on one thread (the library
- * re-packs the shared operand per tile), measured in docs/gemm.md.
+ * has one thread pool and one knob (OMP_NUM_THREADS). Cost on one thread: none measurable for
+ * oneDNN, a few % for OpenBLAS (the library re-packs the shared operand per tile), docs/gemm.md.
  *
  * OpenBLAS (DYNAMIC_ARCH builds) picks its kernels from CPUID when the library loads. Some
  * versions do not know newer AVX-512 CPUs and fall back to Haswell/SSE3 kernels. Because its
@@ -42,8 +42,29 @@ void gotoblas_dynamic_quit(void) __attribute__((weak));
 #error "gemm_blas.c: define one of MC_BLAS_OPENBLAS, MC_BLAS_BLIS, MC_BLAS_ONEDNN (cmake/blas.cmake)"
 #endif
 
-#define TILE_M 256  /* rows of C per tile */
-#define TILE_N 1024 /* columns of C per tile */
+/* Tiles of C: start at 256 x 1024 and halve (columns first, down to 64 x 256) until there are
+ * at least MIN_TILES, so that a few threads get balanced work even for T = 256 or the 768 x 768
+ * weight grads. Depends on the shape only, never on the thread count. */
+#define MIN_TILES 24
+
+struct tiling {
+    int64_t tm, tn, ntn, ntiles;
+};
+
+static struct tiling tiles_for(int64_t M, int64_t N)
+{
+    struct tiling t = {256, 1024, 0, 0};
+    for (;;) {
+        t.ntn = (N + t.tn - 1) / t.tn;
+        t.ntiles = (M + t.tm - 1) / t.tm * t.ntn;
+        if (t.ntiles >= MIN_TILES || (t.tn <= 256 && t.tm <= 64))
+            return t;
+        if (t.tn > 256)
+            t.tn /= 2;
+        else
+            t.tm /= 2;
+    }
+}
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static char blas_desc[128];
@@ -118,10 +139,10 @@ static void sgemm_1thread(bool ta, bool tb, int64_t m, int64_t n, int64_t K, flo
 
 static void gemm_tile(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                       const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                      float *C, int64_t ldc, int64_t tile, int64_t ntn)
+                      float *C, int64_t ldc, int64_t tile, const struct tiling *tl)
 {
-    int64_t i0 = tile / ntn * TILE_M, j0 = tile % ntn * TILE_N;
-    int64_t m = M - i0 < TILE_M ? M - i0 : TILE_M, n = N - j0 < TILE_N ? N - j0 : TILE_N;
+    int64_t i0 = tile / tl->ntn * tl->tm, j0 = tile % tl->ntn * tl->tn;
+    int64_t m = M - i0 < tl->tm ? M - i0 : tl->tm, n = N - j0 < tl->tn ? N - j0 : tl->tn;
     const float *a = ta ? A + i0 : A + i0 * lda; /* op(A) rows i0.. */
     const float *b = tb ? B + j0 * ldb : B + j0; /* op(B) columns j0.. */
     sgemm_1thread(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, C + i0 * ldc + j0, ldc);
@@ -144,14 +165,14 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     MC_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
               ldb <= INT32_MAX && ldc <= INT32_MAX);
 #endif
-    int64_t ntn = (N + TILE_N - 1) / TILE_N, ntiles = (M + TILE_M - 1) / TILE_M * ntn;
+    struct tiling tl = tiles_for(M, N);
     /* small products are not worth waking the team; which thread runs a tile never matters */
-    bool par = ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
+    bool par = tl.ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
 #pragma omp parallel if (par)
     {
         omp_set_num_threads(1); /* no nested threads inside the library, even if nesting is on */
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < ntiles; t++)
-            gemm_tile(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, t, ntn);
+        for (int64_t t = 0; t < tl.ntiles; t++)
+            gemm_tile(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, t, &tl);
     }
 }
