@@ -237,8 +237,36 @@ def test_partitions_glob(gpt2):
         check(r.returncode == 1 and "no file matches" in r.stderr, "glob without match")
 
 
+def test_interrupt(gpt2):
+    """SIGINT while the tool waits for input (a FIFO): exit 130, temporaries removed."""
+    import signal
+    import time
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "in.jsonl")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([os.path.abspath(TOOL), "--input", "in.jsonl", "--output-prefix",
+                              "o", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
+                              gpt2 + "/vocab.json", "--merge-file", gpt2 + "/merges.txt",
+                              "--workers", "2"], cwd=tmp, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        with open(fifo, "w") as f:
+            for i in range(3000):  # more than one batch
+                f.write('{"text": "doc %d"}\n' % i)
+            f.flush()
+            deadline = time.time() + 20
+            while time.time() < deadline and not [x for x in os.listdir(tmp) if ".tmp." in x]:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+            err = p.communicate(timeout=30)[1]
+        check(p.returncode == 130 and "interrupted" in err,
+              "SIGINT: exit %s, stderr %r" % (p.returncode, err[-300:]))
+        check(sorted(os.listdir(tmp)) == ["in.jsonl"], "SIGINT left %s" % os.listdir(tmp))
+
+
 def main():
     gpt2 = gpt2_dir()
+    test_interrupt(gpt2)
     test_partitions_glob(gpt2)
     test_goldens(gpt2)
     test_progress_lines(gpt2)
