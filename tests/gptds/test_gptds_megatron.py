@@ -195,12 +195,12 @@ def main():
         base = dict(tokenizer=tok, eod=50256, pad=None)
 
         def std(name, data_c, data_job, seq, seed, iters, gbs, interval, evals, split='969,30,1',
-                extra=(), flags=None, per_split=None):
+                extra=(), flags=None, per_split=None, pad=None, n_dump=24):
             args = ['--seq-length', str(seq), '--seed', str(seed), '--train-iters', str(iters),
                     '--global-batch-size', str(gbs), '--eval-interval', str(interval),
                     '--eval-iters', str(evals)] + gpt2 + list(extra)
             job = dict(base, seq=seq, seed=seed, sizes=sizes_for(iters, gbs, interval, evals),
-                       flags=flags or {})
+                       flags=flags or {}, pad=pad)
             if per_split:
                 for opt, toks in zip(['--train-data-path', '--valid-data-path', '--test-data-path'], per_split):
                     if toks:
@@ -209,7 +209,7 @@ def main():
             else:
                 args += ['--data-path'] + data_c + ['--split', split]
                 job.update(blend=data_job, split=split)
-            case(name, work, args, job)
+            case(name, work, args, job, n_dump=n_dump)
 
         # single dataset: one epoch, several epochs with and without a separate final epoch
         std('single_1epoch', [a], [a], 32, 1234, 20, 8, 10, 2)
@@ -229,6 +229,17 @@ def main():
         std('per_split', None, None, 32, 17, 20, 4, 10, 2,
             per_split=[['0.7', a, '0.3', b], [c], ['1', b]])
         std('per_split_unweighted', None, None, 16, 8, 20, 4, 10, 2, per_split=[[a, c], [b, c], None])
+        # GPTDatasetConfig fields the CLI does not expose: no extra token (samples do not share
+        # a token) and a kept partial validation sequence (float32 ceil, padding), with a real pad
+        # id (it also masks and zeroes genuine tokens of that id); eod_mask_loss keeps Megatron
+        # off its cached-mask path (spec 4.6)
+        std('no_extra_token', [a], [a], 32, 77, 20, 4, 10, 2,
+            extra=['--no-add-extra-token-to-sequence', '--eod-mask-loss'],
+            flags=dict(add_extra_token_to_sequence=False, eod_mask_loss=True))
+        std('partial_valid', [b], [b], 24, 78, 20, 4, 10, 5, split='90,9,1',
+            extra=['--keep-partial-validation-sequence', '--pad-id', '17', '--eod-mask-loss'],
+            flags=dict(drop_last_partial_validation_sequence=False, eod_mask_loss=True), pad=17,
+            n_dump=400)
         # blends read from files (--data-args-path, --per-split-data-args-path)
         fa = 'blend.txt'
         open(fa, 'w').write(f'0.25 {a}\n 0.75\t{c}\n')
