@@ -139,8 +139,9 @@ struct mc_gpt_sample {
     int64_t *position_ids;    /* [seq] */
     uint8_t *attention_mask;  /* [seq * seq], 1 = masked out; may be NULL to skip */
 };
-/* Builds (or loads from the cache) the indices of one split. ll is borrowed for the dataset's
- * life. num_samples < 0 means None (one epoch). */
+/* Builds (or loads from the cache) the indices of one split: sequences [beg, end) of ll, at
+ * least num_samples samples (< 0 means None: one epoch). ll and c are borrowed for the
+ * dataset's life. A split with fewer than 2 tokens is MC_ERR_CONFIG (Megatron hangs). */
 MC_API mc_status mc_gpt_dataset_init(const struct mc_gpt_dataset_config *c, struct mc_gpt_lowlevel *ll,
                                      int64_t beg, int64_t end, int64_t num_samples, int split,
                                      mc_gpt_dataset **out);
@@ -149,7 +150,10 @@ MC_API int64_t mc_gpt_dataset_len(const mc_gpt_dataset *d);
 MC_API const char *mc_gpt_dataset_description(const mc_gpt_dataset *d);
 MC_API const char *mc_gpt_dataset_hash(const mc_gpt_dataset *d);
 MC_API bool mc_gpt_dataset_built_anew(const mc_gpt_dataset *d);
-/* Item idx (0 <= idx < len), Megatron's GPTDataset.__getitem__. */
+/* Item idx (0 <= idx < len), Megatron's GPTDataset.__getitem__: pad ids in tokens/labels become
+ * 0 and their loss_mask 0. s->attention_mask is set to NULL when the config does not create
+ * one (--no-create-attention-mask-in-dataloader). Reentrant: no state changes, no allocation
+ * (Megatron's reuse of a cached loss mask across items is not reproduced, spec 4.6). */
 MC_API mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt_sample *s);
 /* The raw seq + 1 (or seq) tokens of item idx, padded with pad: out has seq + 1 entries. */
 MC_API mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out);
@@ -169,7 +173,10 @@ MC_API mc_status mc_megatron_dataset_get_text(const mc_megatron_dataset *d, int6
 MC_API void mc_megatron_dataset_free(mc_megatron_dataset *d);
 
 /* BlendedMegatronDatasetBuilder(GPTDataset or MockGPTDataset, sizes, config).build().
- * sizes[i] < 0 means None. out[i] is NULL for a split that is not built. */
+ * sizes[i] < 0 means None. out[i] is NULL for a split that is not built. Not MPI-aware: every
+ * caller builds (or loads) on its own; cache files are written under temporary names and
+ * renamed, so concurrent builders of one cache are safe. Megatron instead builds on rank 0,
+ * then the other ranks load after a barrier; a caller wanting that calls this on rank 0 first. */
 MC_API mc_status mc_gpt_build_datasets(const struct mc_gpt_dataset_config *c, const int64_t sizes[3],
                                        mc_megatron_dataset *out[3]);
 
