@@ -195,15 +195,20 @@ struct mc_npy {
     char descr[8];       /* "<i4", "<i8", "<u4", "<i2" */
     int ndim;
     int64_t shape[2];
-    void *data;          /* owned (mc_alloc) */
+    void *data;          /* owned (mc_alloc), or inside map */
+    void *map;           /* mc_npy_map: the read-only file mapping */
+    size_t map_len;
 };
 MC_API size_t mc_npy_itemsize(const char *descr);
 /* numpy.save bytes (format 1.0, numpy 1.24 header padding), written to path via a temporary
  * name and renamed into place. */
 MC_API mc_status mc_npy_save(const char *path, const char *descr, int ndim, const int64_t *shape,
                              const void *data);
-MC_API mc_status mc_npy_load(const char *path, struct mc_npy *out);
-MC_API void mc_npy_free(struct mc_npy *a);
+MC_API mc_status mc_npy_load(const char *path, struct mc_npy *out); /* read into memory */
+MC_API mc_status mc_npy_map(const char *path, struct mc_npy *out);  /* mmap, read-only */
+MC_API int64_t mc_npy_count(const struct mc_npy *a);                 /* number of elements */
+MC_API int64_t mc_npy_get(const struct mc_npy *a, int64_t i);        /* element i as int64 */
+MC_API void mc_npy_free(struct mc_npy *a);                           /* frees or unmaps */
 
 #ifdef __cplusplus
 }
