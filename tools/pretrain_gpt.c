@@ -1,7 +1,8 @@
-/* pretrain_gpt: Megatron-LM's pretrain_gpt.py command line (core_v0.12.1). For now it parses
- * and validates the arguments exactly as Megatron does and, with --dry-run, prints the start-up
- * report (layout, arguments dump, micro-batches, vocab padding), the theoretical memory per rank
- * and the FLOPs per iteration. A real run refuses: the training loop is not in this build yet.
+/* pretrain_gpt: Megatron-LM's pretrain_gpt.py (core_v0.12.1). Parses and validates the
+ * arguments exactly as Megatron does, refuses the options megatron.c does not implement, then
+ * trains (src/training/training.c). With --dry-run it prints the start-up report instead
+ * (layout, arguments dump, micro-batches, vocab padding, initialization lines), the theoretical
+ * memory per rank and the FLOPs per iteration, without MPI.
  *
  * Exit statuses follow Megatron: 2 for command-line errors, 1 for failed checks, 0 otherwise. */
 #include <stdio.h>
@@ -74,7 +75,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (dry) {
-        rc = mc_dry_run_report(a, rank0 ? stdout : NULL) == MC_OK ? 0 : 1;
+        rc = mc_dry_run_report(a, rank0 ? stdout : NULL, t0) == MC_OK ? 0 : 1;
         if (rc)
             print_failure(a, prog);
         goto out;

@@ -9,7 +9,7 @@
 #include "megatron/gpt_dataset.h"
 
 struct mc_train_data {
-    struct mc_gpt_dataset_config cfg;        /* the dataset config (GPTDatasetConfig) */
+    struct mc_gpt_dataset_config cfg; /* GPTDatasetConfig */
     struct mc_blend blend, per_split[3];
     char vocab_buf[32];
     mc_megatron_dataset *ds[3];

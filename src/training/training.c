@@ -16,6 +16,7 @@
 #include "training/dry_run.h"
 #include "training/flops.h"
 #include "training/log_format.h"
+#include "training/model_config.h"
 #include "training/microbatches.h"
 #include "training/schedule_args.h"
 #include "training/train_data.h"
@@ -105,66 +106,17 @@ static mc_status build_tokenizer(struct trainer *t)
     return MC_OK;
 }
 
-static void model_config_from_args(const struct trainer *t, struct mc_gpt_config *c)
-{
-    const struct mc_args *a = t->a;
-    mc_gpt_config_default(c);
-    c->num_layers = mc_args_int(a, MC_A_num_layers);
-    c->hidden_size = mc_args_int(a, MC_A_hidden_size);
-    c->num_attention_heads = mc_args_int(a, MC_A_num_attention_heads);
-    c->num_query_groups = mc_args_bool(a, MC_A_group_query_attention)
-                              ? mc_args_int(a, MC_A_num_query_groups) : 0;
-    c->kv_channels = mc_args_int(a, MC_A_kv_channels);
-    c->ffn_hidden_size = mc_args_int(a, MC_A_ffn_hidden_size);
-    c->vocab_size = mc_tok_vocab_size(t->tok);
-    c->padded_vocab_size = t->padded_vocab;
-    c->make_vocab_size_divisible_by = mc_args_int(a, MC_A_make_vocab_size_divisible_by);
-    c->max_position_embeddings = mc_args_int(a, MC_A_max_position_embeddings);
-    c->seq_length = t->seq;
-    c->micro_batch_size = t->mbs;
-    c->normalization = strcmp(mc_args_str(a, MC_A_normalization), "RMSNorm") ? MC_NORM_LAYERNORM
-                                                                              : MC_NORM_RMSNORM;
-    c->norm_epsilon = (float)mc_args_float(a, MC_A_norm_epsilon);
-    const char *pe = mc_args_str(a, MC_A_position_embedding_type);
-    c->position_embedding_type = !strcmp(pe, "rope") ? MC_POS_ROPE
-                                 : !strcmp(pe, "none") ? MC_POS_NONE : MC_POS_LEARNED_ABSOLUTE;
-    c->rotary_percent = (float)mc_args_float(a, MC_A_rotary_percent);
-    c->rotary_base = (float)mc_args_float(a, MC_A_rotary_base);
-    c->rotary_interleaved = mc_args_bool(a, MC_A_rotary_interleaved);
-    c->use_rope_scaling = mc_args_bool(a, MC_A_use_rope_scaling);
-    c->rope_scaling_factor = (float)mc_args_float(a, MC_A_rope_scaling_factor);
-    c->activation = mc_args_bool(a, MC_A_swiglu) ? MC_ACT_SWIGLU
-                    : mc_args_bool(a, MC_A_squared_relu) ? MC_ACT_SQUARED_RELU
-                    : mc_args_bool(a, MC_A_bias_gelu_fusion) ? MC_ACT_GELU_TANH : MC_ACT_GELU_ERF;
-    c->add_bias_linear = mc_args_bool(a, MC_A_add_bias_linear);
-    c->add_qkv_bias = mc_args_bool(a, MC_A_add_qkv_bias);
-    c->apply_query_key_layer_scaling = mc_args_bool(a, MC_A_apply_query_key_layer_scaling);
-    c->attention_softmax_in_fp32 = mc_args_bool(a, MC_A_attention_softmax_in_fp32);
-    c->untie_embeddings_and_output_weights = mc_args_bool(a, MC_A_untie_embeddings_and_output_weights);
-    c->hidden_dropout = (float)mc_args_float(a, MC_A_hidden_dropout);
-    c->attention_dropout = (float)mc_args_float(a, MC_A_attention_dropout);
-    c->init_method_std = (float)mc_args_float(a, MC_A_init_method_std);
-    c->seed = (uint64_t)mc_args_int(a, MC_A_seed);
-}
-
 static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
     struct mc_gpt_config c;
-    model_config_from_args(t, &c);
-    mc_status st = mc_gpt_model_init(&c, &t->model);
-    if (st)
+    mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, 0, &c);
+    if (st || (st = mc_gpt_model_init(&c, &t->model)))
         return st;
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
            (long long)mc_gpt_num_elements(t->model));
     struct mc_optimizer_config oc;
-    mc_opt_config_default(&oc);
-    oc.optimizer = strcmp(mc_args_str(a, MC_A_optimizer), "sgd") ? MC_OPT_ADAM : MC_OPT_SGD;
-    oc.adam_beta1 = (float)mc_args_float(a, MC_A_adam_beta1);
-    oc.adam_beta2 = (float)mc_args_float(a, MC_A_adam_beta2);
-    oc.adam_eps = (float)mc_args_float(a, MC_A_adam_eps);
-    oc.sgd_momentum = (float)mc_args_float(a, MC_A_sgd_momentum);
-    oc.clip_grad = (float)mc_args_float(a, MC_A_clip_grad);
+    mc_opt_config_from_args(a, &oc);
     if ((st = mc_opt_init(&oc, t->model, &t->opt)))
         return st;
     struct mc_opt_sched_config sc;
