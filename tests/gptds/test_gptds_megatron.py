@@ -240,6 +240,20 @@ def main():
             extra=['--keep-partial-validation-sequence', '--pad-id', '17', '--eod-mask-loss'],
             flags=dict(drop_last_partial_validation_sequence=False, eod_mask_loss=True), pad=17,
             n_dump=400)
+        # other tokenizers' descriptions (NullTokenizer: eod = V; SentencePiece: its model path)
+        job = dict(base, seq=16, seed=5, sizes=sizes_for(10, 4, 5, 1), flags={}, split='969,30,1',
+                   blend=[a], tokenizer=['_NullTokenizer', [None], {'vocab_size': 50300}], eod=50300)
+        case('null_tokenizer', work, ['--data-path', a, '--split', '969,30,1', '--seq-length', '16',
+                                      '--seed', '5', '--train-iters', '10', '--global-batch-size', '4',
+                                      '--eval-interval', '5', '--eval-iters', '1',
+                                      '--tokenizer-type', 'NullTokenizer', '--vocab-size', '50300'], job)
+        job = dict(base, seq=16, seed=6, sizes=sizes_for(10, 4, 5, 1), flags={}, split='969,30,1',
+                   blend=[a], tokenizer=['_Llama2Tokenizer', ['tok/llama.model'], {'vocab_extra_ids': 0}])
+        case('llama2_tokenizer', work, ['--data-path', a, '--split', '969,30,1', '--seq-length', '16',
+                                        '--seed', '6', '--train-iters', '10', '--global-batch-size', '4',
+                                        '--eval-interval', '5', '--eval-iters', '1', '--eod-id', '50256',
+                                        '--tokenizer-type', 'Llama2Tokenizer',
+                                        '--tokenizer-model', 'tok/llama.model'], job)
         # blends read from files (--data-args-path, --per-split-data-args-path)
         fa = 'blend.txt'
         open(fa, 'w').write(f'0.25 {a}\n 0.75\t{c}\n')
