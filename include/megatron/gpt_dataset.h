@@ -82,7 +82,7 @@ struct mc_blend {
 };
 
 /* GPTDatasetConfig. Strings are borrowed for the lifetime of every dataset built from it. */
-struct mc_gpt_config {
+struct mc_gpt_dataset_config {
     int64_t random_seed;          /* --seed */
     int64_t sequence_length;      /* --seq-length */
     const char *split;            /* --split, e.g. "969, 30, 1"; NULL with blend_per_split */
@@ -95,7 +95,7 @@ struct mc_gpt_config {
     bool drop_last_partial_validation_sequence; /* true from the CLI */
     bool add_extra_token_to_sequence;           /* true from the CLI */
     bool mmap_bin_files;
-    /* derived by mc_gpt_config_finalize */
+    /* derived by mc_gpt_dataset_config_finalize */
     bool mock;
     bool has_split_matrix;
     bool split_present[3];
@@ -104,9 +104,9 @@ struct mc_gpt_config {
 };
 /* BlendedMegatronDatasetConfig.__post_init__: validation, mock detection (then split = "1,1,1"),
  * split string -> split matrix. */
-MC_API mc_status mc_gpt_config_finalize(struct mc_gpt_config *c);
+MC_API mc_status mc_gpt_dataset_config_finalize(struct mc_gpt_dataset_config *c);
 /* split index range [beg, end) of a dataset with n elements (Python round half-even). */
-MC_API void mc_gpt_split_range(const struct mc_gpt_config *c, int split, int64_t n, int64_t *beg,
+MC_API void mc_gpt_split_range(const struct mc_gpt_dataset_config *c, int split, int64_t n, int64_t *beg,
                                int64_t *end);
 
 /* ---- low-level dataset ------------------------------------------------------------------- */
@@ -141,7 +141,7 @@ struct mc_gpt_sample {
 };
 /* Builds (or loads from the cache) the indices of one split. ll is borrowed for the dataset's
  * life. num_samples < 0 means None (one epoch). */
-MC_API mc_status mc_gpt_dataset_init(const struct mc_gpt_config *c, struct mc_gpt_lowlevel *ll,
+MC_API mc_status mc_gpt_dataset_init(const struct mc_gpt_dataset_config *c, struct mc_gpt_lowlevel *ll,
                                      int64_t beg, int64_t end, int64_t num_samples, int split,
                                      mc_gpt_dataset **out);
 MC_API void mc_gpt_dataset_free(mc_gpt_dataset *d);
@@ -170,7 +170,7 @@ MC_API void mc_megatron_dataset_free(mc_megatron_dataset *d);
 
 /* BlendedMegatronDatasetBuilder(GPTDataset or MockGPTDataset, sizes, config).build().
  * sizes[i] < 0 means None. out[i] is NULL for a split that is not built. */
-MC_API mc_status mc_gpt_build_datasets(const struct mc_gpt_config *c, const int64_t sizes[3],
+MC_API mc_status mc_gpt_build_datasets(const struct mc_gpt_dataset_config *c, const int64_t sizes[3],
                                        mc_megatron_dataset *out[3]);
 
 /* get_blend_from_list: tokens -> blend (weights only when every other token parses as a

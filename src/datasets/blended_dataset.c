@@ -9,7 +9,7 @@
 #include <string.h>
 
 struct mc_blended_dataset {
-    const struct mc_gpt_config *c;
+    const struct mc_gpt_dataset_config *c;
     mc_gpt_dataset **datasets;
     int n;
     int split;
@@ -22,23 +22,23 @@ struct mc_blended_dataset {
     int64_t len;
 };
 
-static struct mc_json *blended_identifiers(const mc_blended_dataset *b)
+static struct mc_desc *blended_identifiers(const mc_blended_dataset *b)
 {
-    struct mc_json *o = mc_json_obj(), *list = mc_json_list(), *w = mc_json_list();
-    mc_status st = mc_json_add(o, "class", mc_json_str("BlendedDataset"));
+    struct mc_desc *o = mc_desc_obj(), *list = mc_desc_list(), *w = mc_desc_list();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str("BlendedDataset"));
     for (int i = 0; !st && i < b->n; i++)
-        st = mc_json_add(list, NULL, mc_json_clone(mc_gptds_identifiers(b->datasets[i])));
-    if (!st) { st = mc_json_add(o, "datasets", list); list = NULL; }
-    if (!st) st = mc_json_add(o, "split", mc_json_str(mc_split_name(b->split)));
+        st = mc_desc_add(list, NULL, mc_desc_clone(mc_gptds_identifiers(b->datasets[i])));
+    if (!st) { st = mc_desc_add(o, "datasets", list); list = NULL; }
+    if (!st) st = mc_desc_add(o, "split", mc_desc_str(mc_split_name(b->split)));
     for (int i = 0; !st && i < b->n; i++)
-        st = mc_json_add(w, NULL, b->size >= 0 ? mc_json_float(b->weights[i])
-                                               : mc_json_int((int64_t)b->weights[i]));
-    if (!st) { st = mc_json_add(o, "weights", w); w = NULL; }
-    if (!st) st = mc_json_add(o, "size", b->size >= 0 ? mc_json_int(b->size) : mc_json_null());
-    mc_json_free(list);
-    mc_json_free(w);
+        st = mc_desc_add(w, NULL, b->size >= 0 ? mc_desc_float(b->weights[i])
+                                               : mc_desc_int((int64_t)b->weights[i]));
+    if (!st) { st = mc_desc_add(o, "weights", w); w = NULL; }
+    if (!st) st = mc_desc_add(o, "size", b->size >= 0 ? mc_desc_int(b->size) : mc_desc_null());
+    mc_desc_free(list);
+    mc_desc_free(w);
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
@@ -130,7 +130,7 @@ static mc_status verify(const mc_blended_dataset *b)
     return MC_OK;
 }
 
-mc_status mc_blended_dataset_init(const struct mc_gpt_config *c, mc_gpt_dataset **datasets, int n,
+mc_status mc_blended_dataset_init(const struct mc_gpt_dataset_config *c, mc_gpt_dataset **datasets, int n,
                                   const double *weights, int64_t size, mc_blended_dataset **out)
 {
     *out = NULL;
@@ -165,13 +165,13 @@ mc_status mc_blended_dataset_init(const struct mc_gpt_config *c, mc_gpt_dataset 
     }
     if (size >= 0)
         mc_blend_normalize(b->weights, n);
-    struct mc_json *ids = blended_identifiers(b);
+    struct mc_desc *ids = blended_identifiers(b);
     if (!ids) {
         st = mc_error(MC_ERR_NOMEM, "out of memory describing a BlendedDataset");
         goto fail;
     }
     st = mc_gptds_describe(ids, &b->description, b->hash);
-    mc_json_free(ids);
+    mc_desc_free(ids);
     if (st)
         goto fail;
     char p[4096];

@@ -17,11 +17,11 @@
 #include <unistd.h>
 
 struct mc_gpt_dataset {
-    const struct mc_gpt_config *c;
+    const struct mc_gpt_dataset_config *c;
     struct mc_gpt_lowlevel *ll;
     int split;
     int64_t beg, end, num_samples;
-    struct mc_json *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
+    struct mc_desc *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
     char *description;
     char hash[33];
     bool built_anew;
@@ -39,68 +39,68 @@ const char *mc_split_name(int split)
 }
 
 /* The tokenizer's unique_identifiers map. */
-struct mc_json *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
+struct mc_desc *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
 {
-    struct mc_json *o = mc_json_obj(), *paths = mc_json_list();
-    mc_status st = mc_json_add(o, "class", mc_json_str(t->class_name ? t->class_name : ""));
+    struct mc_desc *o = mc_desc_obj(), *paths = mc_desc_list();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str(t->class_name ? t->class_name : ""));
     for (int i = 0; !st && i < t->n_paths; i++)
-        st = mc_json_add(paths, NULL, mc_json_str(t->paths[i]));
+        st = mc_desc_add(paths, NULL, mc_desc_str(t->paths[i]));
     if (st) {
-        mc_json_free(paths);
-        mc_json_free(o);
+        mc_desc_free(paths);
+        mc_desc_free(o);
         return NULL;
     }
-    st = mc_json_add(o, "tokenizer_path", paths);
+    st = mc_desc_add(o, "tokenizer_path", paths);
     for (int i = 0; !st && i < t->n_extra; i++)
-        st = mc_json_add(o, t->extra_keys[i], mc_json_str(t->extra_values[i]));
+        st = mc_desc_add(o, t->extra_keys[i], mc_desc_str(t->extra_values[i]));
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
 }
 
 /* MegatronDataset.unique_identifiers for GPTDataset / MockGPTDataset. */
-static struct mc_json *gpt_identifiers(const struct mc_gpt_config *c, const char *path,
+static struct mc_desc *gpt_identifiers(const struct mc_gpt_dataset_config *c, const char *path,
                                        int64_t num_samples, int split)
 {
-    struct mc_json *o = mc_json_obj();
-    mc_status st = mc_json_add(o, "class", mc_json_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
-    if (!st) st = mc_json_add(o, "dataset_path", mc_json_str(path));
-    if (!st) st = mc_json_add(o, "num_samples", num_samples < 0 ? mc_json_null() : mc_json_int(num_samples));
-    if (!st) st = mc_json_add(o, "index_split", mc_json_str(mc_split_name(split)));
-    if (!st) st = mc_json_add(o, "random_seed", mc_json_int(c->random_seed));
-    if (!st) st = mc_json_add(o, "sequence_length", mc_json_int(c->sequence_length));
-    if (!st) st = mc_json_add(o, "split", mc_json_str(c->split));
+    struct mc_desc *o = mc_desc_obj();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
+    if (!st) st = mc_desc_add(o, "dataset_path", mc_desc_str(path));
+    if (!st) st = mc_desc_add(o, "num_samples", num_samples < 0 ? mc_desc_null() : mc_desc_int(num_samples));
+    if (!st) st = mc_desc_add(o, "index_split", mc_desc_str(mc_split_name(split)));
+    if (!st) st = mc_desc_add(o, "random_seed", mc_desc_int(c->random_seed));
+    if (!st) st = mc_desc_add(o, "sequence_length", mc_desc_int(c->sequence_length));
+    if (!st) st = mc_desc_add(o, "split", mc_desc_str(c->split));
     if (!st) {
-        struct mc_json *m = c->has_split_matrix ? mc_json_list() : mc_json_null();
+        struct mc_desc *m = c->has_split_matrix ? mc_desc_list() : mc_desc_null();
         for (int i = 0; c->has_split_matrix && !st && i < 3; i++) {
             if (!c->split_present[i]) {
-                st = mc_json_add(m, NULL, mc_json_null());
+                st = mc_desc_add(m, NULL, mc_desc_null());
                 continue;
             }
-            struct mc_json *pair = mc_json_list();
-            st = mc_json_add(pair, NULL, c->split_lo_is_int0[i] ? mc_json_int(0)
-                                                                 : mc_json_float(c->split_lo[i]));
-            if (!st) st = mc_json_add(pair, NULL, mc_json_float(c->split_hi[i]));
-            if (!st) st = mc_json_add(m, NULL, pair);
-            else mc_json_free(pair);
+            struct mc_desc *pair = mc_desc_list();
+            st = mc_desc_add(pair, NULL, c->split_lo_is_int0[i] ? mc_desc_int(0)
+                                                                 : mc_desc_float(c->split_lo[i]));
+            if (!st) st = mc_desc_add(pair, NULL, mc_desc_float(c->split_hi[i]));
+            if (!st) st = mc_desc_add(m, NULL, pair);
+            else mc_desc_free(pair);
         }
-        if (!st) st = mc_json_add(o, "split_matrix", m);
-        else mc_json_free(m);
+        if (!st) st = mc_desc_add(o, "split_matrix", m);
+        else mc_desc_free(m);
     }
-    if (!st) st = mc_json_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
+    if (!st) st = mc_desc_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
 }
 
 /* Description text and MD5 of an identifiers map. */
-mc_status mc_gptds_describe(const struct mc_json *ids, char **text, char hash[33])
+mc_status mc_gptds_describe(const struct mc_desc *ids, char **text, char hash[33])
 {
-    mc_status st = mc_json_dump(ids, text);
+    mc_status st = mc_desc_dump(ids, text);
     if (!st)
         mc_md5_hex(*text, strlen(*text), hash);
     return st;
@@ -138,7 +138,7 @@ static void fill_epochs(int32_t *doc, int64_t beg, int64_t end, int64_t epochs)
 
 static mc_status build_indices(mc_gpt_dataset *d)
 {
-    const struct mc_gpt_config *c = d->c;
+    const struct mc_gpt_dataset_config *c = d->c;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
     int64_t seq = c->sequence_length, T = 0, E = 1;
     for (int64_t i = d->beg; i < d->end; i++)
@@ -420,7 +420,7 @@ static mc_status indices_cached(mc_gpt_dataset *d)
     return st;
 }
 
-mc_status mc_gpt_dataset_init(const struct mc_gpt_config *c, struct mc_gpt_lowlevel *ll,
+mc_status mc_gpt_dataset_init(const struct mc_gpt_dataset_config *c, struct mc_gpt_lowlevel *ll,
                               int64_t beg, int64_t end, int64_t num_samples, int split,
                               mc_gpt_dataset **out)
 {
@@ -463,7 +463,7 @@ void mc_gpt_dataset_free(mc_gpt_dataset *d)
     mc_free(d->pairs);
     mc_free(d->shuf);
     mc_free(d->description);
-    mc_json_free(d->ids);
+    mc_desc_free(d->ids);
     mc_free(d);
 }
 
@@ -471,12 +471,14 @@ int64_t mc_gpt_dataset_len(const mc_gpt_dataset *d) { return d->S; }
 const char *mc_gpt_dataset_description(const mc_gpt_dataset *d) { return d->description; }
 const char *mc_gpt_dataset_hash(const mc_gpt_dataset *d) { return d->hash; }
 bool mc_gpt_dataset_built_anew(const mc_gpt_dataset *d) { return d->built_anew; }
-const struct mc_json *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
+const struct mc_desc *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
 int mc_gptds_split(const mc_gpt_dataset *d) { return d->split; }
 
 /* ---- samples ----------------------------------------------------------------------------- */
 
-mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+/* Reads the seq + x tokens of item idx (padded with pad), token 0 into *head and tokens
+ * 1.. into rest[0..], so that a sample can be assembled without a scratch buffer. */
+static mc_status read_text(const mc_gpt_dataset *d, int64_t idx, int64_t *head, int64_t *rest)
 {
     if (idx < 0 || idx >= d->S)
         return mc_error(MC_ERR_CONFIG, "sample %lld out of range for a dataset of %lld samples",
@@ -497,17 +499,33 @@ mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t 
             return mc_error(MC_ERR_FORMAT, "sample %lld spans %lld tokens, more than seq + %d = "
                             "%lld: corrupt sample index", (long long)idx, (long long)(got + len),
                             x, (long long)want);
-        if ((st = d->ll->get(d->ll->ctx, seqi, off, len, out + got)))
+        if (got == 0) {
+            if ((st = d->ll->get(d->ll->ctx, seqi, off, 1, head)))
+                return st;
+            off++;
+            len--;
+            got++;
+        }
+        if (len > 0 && (st = d->ll->get(d->ll->ctx, seqi, off, len, rest + got - 1)))
             return st;
         got += len;
     }
+    if (got == 0) {
+        *head = d->c->pad;
+        got++;
+    }
     for (; got < want; got++)
-        out[got] = d->c->pad;
+        rest[got - 1] = d->c->pad;
     return MC_OK;
 }
 
+mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+{
+    return read_text(d, idx, out, out + 1);
+}
+
 /* _get_ltor_masks_and_position_ids on tokens (before pad replacement), then the pad masking. */
-static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const int64_t *labels,
+static void masks(const struct mc_gpt_dataset_config *c, const int64_t *tokens, const int64_t *labels,
                   int64_t seq, struct mc_gpt_sample *s)
 {
     for (int64_t i = 0; i < seq; i++) {
@@ -538,19 +556,18 @@ static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const in
 
 mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt_sample *s)
 {
-    const struct mc_gpt_config *c = d->c;
+    const struct mc_gpt_dataset_config *c = d->c;
     int64_t seq = c->sequence_length;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
-    int64_t *text = mc_alloc(sizeof(int64_t) * (size_t)(seq + 1));
-    if (!text)
-        return MC_ERR_NOMEM;
-    mc_status st = mc_gpt_dataset_get_text(d, idx, text);
+    /* text[0] -> tokens[0], text[1..] -> labels[0..]: labels are then final (x = 1) and tokens
+     * are labels shifted right by one */
+    mc_status st = read_text(d, idx, s->tokens, s->labels);
     if (st)
-        goto out;
-    for (int64_t i = 0; i < seq; i++) {
-        s->tokens[i] = text[i];
-        s->labels[i] = x ? text[i + 1] : (i + 1 < seq ? text[i + 1] : c->pad);
-    }
+        return st;
+    for (int64_t i = 1; i < seq; i++)
+        s->tokens[i] = s->labels[i - 1];
+    if (!x)
+        s->labels[seq - 1] = c->pad; /* torch.roll, then the last label is pad */
     if (!c->create_attention_mask)
         s->attention_mask = NULL;
     masks(c, s->tokens, s->labels, seq, s);
@@ -558,7 +575,5 @@ mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt
         if (s->tokens[i] == c->pad) s->tokens[i] = 0;
         if (s->labels[i] == c->pad) s->labels[i] = 0;
     }
-out:
-    mc_free(text);
-    return st;
+    return MC_OK;
 }

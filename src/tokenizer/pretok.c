@@ -76,25 +76,31 @@ static mc_status run_end(const struct cur *c, const unsigned char *p, int k, con
     return MC_OK;
 }
 
-/* Length of a contraction suffix at p ("s", "t", "re", "ve", "m", "ll", "d", in that order),
- * 0 if none. icase: ASCII case-insensitive (the (?i:...) group of the Llama-3 pattern). */
+/* Byte length of a contraction suffix at p ("s", "t", "re", "ve", "m", "ll", "d", in that order),
+ * 0 if none. icase: the (?i:...) group of the Llama-3 pattern, where both engines also let
+ * U+017F LATIN SMALL LETTER LONG S match "s" (its case folding) and nothing else non-ASCII. */
 static int contraction(const unsigned char *p, const unsigned char *end, bool icase)
 {
     static const char *suf[] = {"s", "t", "re", "ve", "m", "ll", "d"};
     for (int i = 0; i < 7; i++) {
-        size_t n = strlen(suf[i]);
-        if ((size_t)(end - p) < n)
-            continue;
-        size_t k = 0;
-        for (; k < n; k++) {
-            unsigned char ch = p[k];
+        const unsigned char *q = p;
+        const char *w = suf[i];
+        for (; *w; w++) {
+            if (q >= end)
+                break;
+            unsigned char ch = *q;
             if (icase && ch >= 'A' && ch <= 'Z')
                 ch = (unsigned char)(ch - 'A' + 'a');
-            if (ch != (unsigned char)suf[i][k])
+            if (ch == (unsigned char)*w) {
+                q++;
+            } else if (icase && *w == 's' && end - q >= 2 && q[0] == 0xC5 && q[1] == 0xBF) {
+                q += 2;
+            } else {
                 break;
+            }
         }
-        if (k == n)
-            return (int)n;
+        if (!*w)
+            return (int)(q - p);
     }
     return 0;
 }

@@ -66,6 +66,11 @@ mc_status mc_tok_load_merges(mc_bpe *b, const char *text, size_t n, const char *
  * Thread-safe; results for short pieces are cached. */
 mc_status mc_bpe_encode_word(const mc_bpe *b, const char *s, size_t len, int64_t unknown_id,
                              struct mc_tokens *out);
+/* HuggingFace BPE on Unicode characters (models without ByteLevel): a character missing from
+ * the vocab becomes its <0xXX> byte tokens (byte_fallback) or unk_id (one per run if fuse_unk);
+ * MC_ERR_FORMAT if it has none of these. Thread-safe, cached like mc_bpe_encode_word. */
+mc_status mc_bpe_encode_chars(const mc_bpe *b, const char *s, size_t len, bool byte_fallback,
+                              int64_t unk_id, bool fuse_unk, struct mc_tokens *out);
 int32_t mc_bpe_n_symbols(const mc_bpe *b);
 /* Raw bytes of a symbol. */
 const char *mc_bpe_symbol_bytes(const mc_bpe *b, int32_t sym, size_t *len);

@@ -25,7 +25,7 @@ for _ in range(1500):  # dense in the characters the patterns care about
     extra.append("".join(rng.choice(["'", "s", "S", "t", "T", "re", "RE", "vE", "m", "LL", "d", "1", "22",
                                      "\u0663", "\u00b2", " ", "  ", "\t", "\n", "\r", "\r\n", "\u00a0",
                                      "\u3000", "a", "\u00e9", "\u6771", "!", "?!", ".", "\u0308", "_",
-                                     "\U0001F600", "\u2028", "\u0085", "\u000b", "x"])
+                                     "\U0001F600", "\u2028", "\u0085", "\u000b", "x", "\u017f", "\u212a", "\u0130"])
                          for _ in range(rng.randint(1, 25))))
 texts = td.NASTY + td.random_strings(3000, seed=11) + extra + td.license_lines(1000)
 

@@ -186,3 +186,38 @@ class Counter:
     def finish(self):
         print("%s: %d passed, %d failed" % (self.name, self.passed, self.failed))
         raise SystemExit(1 if self.failed else 0)
+
+
+def megatron_tokenizer_module():
+    """Megatron's megatron/training/tokenizer/tokenizer.py, loaded without importing the whole
+    megatron package (whose __init__ chain needs a newer torch): the package modules it needs
+    are registered by hand and multimodal_tokenizer (unused here) is stubbed. None if the
+    Megatron source is not there."""
+    import importlib.util
+    import sys
+    import types
+    root = MEGATRON
+    tdir = os.path.join(root, "megatron", "training", "tokenizer")
+    if not os.path.isdir(tdir):
+        return None
+    if "megatron.training.tokenizer.tokenizer" in sys.modules:
+        return sys.modules["megatron.training.tokenizer.tokenizer"]
+    for name, path in (("megatron", "megatron"), ("megatron.core", "megatron/core"),
+                       ("megatron.core.datasets", "megatron/core/datasets"),
+                       ("megatron.training", "megatron/training"),
+                       ("megatron.training.tokenizer", "megatron/training/tokenizer")):
+        m = types.ModuleType(name)
+        m.__path__ = [os.path.join(root, path)]
+        sys.modules[name] = m
+
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(name, os.path.join(root, path))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    load("megatron.core.datasets.megatron_tokenizer", "megatron/core/datasets/megatron_tokenizer.py")
+    stub = types.ModuleType("megatron.training.tokenizer.multimodal_tokenizer")
+    stub.MultimodalTokenizer = object
+    sys.modules[stub.__name__] = stub
+    return load("megatron.training.tokenizer.tokenizer", "megatron/training/tokenizer/tokenizer.py")
