@@ -98,6 +98,18 @@ with tempfile.TemporaryDirectory() as d:
         json.dump(j, open(os.path.join(d, "tokenizer.json"), "w"))
         rc, out = td.info("HuggingFaceTokenizer", model=d)
         c.check(rc != 0 and "MC_ERR_UNSUPPORTED" in out and needle in out, "refuse %s: %s" % (needle, out))
+    json.dump(base, open(os.path.join(d, "tokenizer.json"), "w"))
+    json.dump({"tokenizer_class": "LlamaTokenizerFast", "eos_token": "<|end_of_text|>",
+               "add_eos_token": True}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+    rc, out = td.info("HuggingFaceTokenizer", model=d)
+    c.check(rc != 0 and "add_eos_token=true" in out and "MC_ERR_UNSUPPORTED" in out, "add_eos: %s" % out)
+    json.dump({"tokenizer_class": "LlamaTokenizerFast", "eos_token": "<nope>"},
+              open(os.path.join(d, "tokenizer_config.json"), "w"))
+    rc, out = td.info("HuggingFaceTokenizer", model=d)
+    c.check(rc != 0 and "eos_token <nope>" in out, "bad eos: %s" % out)
+    os.remove(os.path.join(d, "tokenizer_config.json"))
+    rc, out = td.info("HuggingFaceTokenizer", model=d)
+    c.check(rc == 0 and out.split()[1] == "-1", "no config: eod -1: %s" % out)
     open(os.path.join(d, "tokenizer.json"), "w").write('{"model": [1, 2')
     rc, out = td.info("HuggingFaceTokenizer", model=d)
     c.check(rc != 0 and "tokenizer.json:1:16" in out, "bad JSON: %s" % out)
