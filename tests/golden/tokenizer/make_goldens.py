@@ -128,7 +128,7 @@ def llama2_style(metaspace):
 
 
 def hf_golden():
-    texts = texts_for_goldens(150, 60)
+    texts = texts_for_goldens(80, 30)
     cases = {}
     for name, (tok, eos) in hf_models().items():
         d = os.path.join(HERE, name)
@@ -136,8 +136,8 @@ def hf_golden():
         tok.save(os.path.join(d, "tokenizer.json"))
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos}, f, indent=2)
-        use = [t for t in texts if name != "hf_qwen2" or all(ord(ch) < 0x300 for ch in t)]
-        use += ["", " ", "  two  spaces ", "<s>x</s>y", "a<unk>b", "\u2581already"]
+        use = texts + ["", " ", "  two  spaces ", "<s>x</s>y", "a<unk>b", "\u2581already"]
+        use = [t for t in use if name != "hf_qwen2" or all(ord(ch) < 0x300 for ch in t)]
         cases[name] = {"texts": use, "ids": [tok.encode(t).ids for t in use],
                        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
                        "eod": tok.token_to_id(eos)}
