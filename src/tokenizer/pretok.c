@@ -7,6 +7,10 @@
  *  LLAMA3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *  QWEN2  the same with \p{N} instead of \p{N}{1,3}
+ *  TIKTOKEN_V1 (Megatron's PATTERN_TIKTOKEN) [^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|
+ *         \s*[\r\n]|\s+(?!\S)|\s+: Qwen2's without contractions; the possessive quantifiers and
+ *         the single [\r\n] change nothing (the classes are disjoint; \s* backtracks to the last
+ *         newline of the run either way)
  *
  * Every code point falls into one of the classes L, N, S (\s) or O (other), from the tables of
  * unicode_classes.c. At each position the alternatives are tried in pattern order; each match
@@ -166,7 +170,8 @@ static mc_status split_gpt2(const struct cur *c, mc_pretok_emit emit, void *ctx)
     return MC_OK;
 }
 
-static mc_status split_llama3(const struct cur *c, int max_digits, mc_pretok_emit emit, void *ctx)
+static mc_status split_llama3(const struct cur *c, int max_digits, bool contractions,
+                              mc_pretok_emit emit, void *ctx)
 {
     const unsigned char *p = c->s;
     mc_status st;
@@ -180,7 +185,7 @@ static mc_status split_llama3(const struct cur *c, int max_digits, mc_pretok_emi
         const unsigned char *e = NULL;
         int n;
         bool nl = cp == '\r' || cp == '\n';
-        if (cp == '\'' && (n = contraction(p + 1, c->end, true))) {
+        if (contractions && cp == '\'' && (n = contraction(p + 1, c->end, true))) {
             e = p + 1 + n;                                  /* (?i:'s|'t|...) */
         } else if (cls == MC_UNI_L) {
             if ((st = run_end(c, p, MC_UNI_L, &e)))         /* \p{L}+ */
@@ -237,8 +242,9 @@ mc_status mc_pretok_split(enum mc_pretok kind, enum mc_uni_table table, const ch
     struct cur c = {(const unsigned char *)text, (const unsigned char *)text + len, table};
     switch (kind) {
     case MC_PRETOK_GPT2: return split_gpt2(&c, emit, ctx);
-    case MC_PRETOK_LLAMA3: return split_llama3(&c, 3, emit, ctx);
-    case MC_PRETOK_QWEN2: return split_llama3(&c, 1, emit, ctx);
+    case MC_PRETOK_LLAMA3: return split_llama3(&c, 3, true, emit, ctx);
+    case MC_PRETOK_QWEN2: return split_llama3(&c, 1, true, emit, ctx);
+    case MC_PRETOK_TIKTOKEN_V1: return split_llama3(&c, 1, false, emit, ctx);
     }
     return mc_error(MC_ERR_INTERNAL, "unknown pre-tokenizer %d", (int)kind);
 }

@@ -221,6 +221,12 @@ def megatron_tokenizer_module():
     stub = types.ModuleType("megatron.training.tokenizer.multimodal_tokenizer")
     stub.MultimodalTokenizer = object
     sys.modules[stub.__name__] = stub
+    # CustomTikTokenizer imports print_rank_0 from megatron.training and megatron.training.utils
+    quiet = lambda *a, **k: None  # noqa: E731
+    sys.modules["megatron.training"].print_rank_0 = quiet
+    utils = types.ModuleType("megatron.training.utils")
+    utils.print_rank_0 = quiet
+    sys.modules[utils.__name__] = utils
     return load("megatron.training.tokenizer.tokenizer", "megatron/training/tokenizer/tokenizer.py")
 
 

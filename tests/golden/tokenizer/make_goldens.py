@@ -215,11 +215,66 @@ def spm_golden():
                   ensure_ascii=False, separators=(",", ":"))
 
 
+def tiktoken_vocab(path, n_merges=700):
+    """A tiktoken JSON vocab ({rank, token_bytes, token_str}): the 256 bytes, then the merges of
+    a byte-level BPE trained by HuggingFace `tokenizers` on the license texts, in merge order."""
+    import base64
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.train(LIC, trainers.BpeTrainer(vocab_size=256 + n_merges, show_progress=False,
+                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    byte_of = {v: k for k, v in _bytes_to_unicode().items()}
+    toks = [bytes([i]) for i in range(256)]
+    for a, b in json.loads(t.to_str())["model"]["merges"]:
+        tb = bytes(byte_of[ch] for ch in a + b)
+        if tb not in toks:
+            toks.append(tb)
+    with open(path, "w") as f:
+        json.dump([{"rank": i, "token_bytes": base64.b64encode(tb).decode(),
+                    "token_str": tb.decode("utf-8", "replace")} for i, tb in enumerate(toks)], f)
+    return len(toks)
+
+
+def _bytes_to_unicode():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+TIKTOKEN_CONFIGS = [  # (vocab_size, num_special_tokens, special_tokens)
+    (900, 100, None), (950, 40, ["<unk>", "<s>", "</s>", "<mask>", "<|endoftext|>"])]
+
+
+def tiktoken_golden():
+    import tiktoken
+    mt = td.megatron_tokenizer_module()
+    path = os.path.join(HERE, "tiktoken_vocab.json")
+    tiktoken_vocab(path)
+    texts = texts_for_goldens(80, 30) + ["<s>x</s>", "<|endoftext|>", "<SPECIAL_7>"]
+    cases = []
+    for vs, ns, sp in TIKTOKEN_CONFIGS:
+        tok = mt.CustomTikTokenizer(path, mt.PATTERN_TIKTOKEN, vs, ns, sp)
+        cases.append({"vocab_size": vs, "num_special_tokens": ns, "special_tokens": sp,
+                      "eod": tok.eod, "ids": [tok.tokenize(t) for t in texts]})
+    with open(os.path.join(HERE, "tiktoken_cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"made_by": "make_goldens.py with Megatron-LM core_v0.12.1 CustomTikTokenizer "
+                   "(pattern v1) and tiktoken %s" % tiktoken.__version__, "texts": texts,
+                   "cases": cases}, f, ensure_ascii=False, separators=(",", ":"))
+
+
 if __name__ == "__main__":
-    what = sys.argv[1:] or ["gpt2", "hf", "spm"]
+    what = sys.argv[1:] or ["gpt2", "hf", "spm", "tiktoken"]
     if "gpt2" in what:
         gpt2_golden()
     if "hf" in what:
         hf_golden()
     if "spm" in what:
         spm_golden()
+    if "tiktoken" in what:
+        tiktoken_golden()
