@@ -50,8 +50,9 @@ if pre_tokenizers is not None:
         for t, g in zip(texts_onig, got):
             w = [s for s, _ in split.pre_tokenize_str(t)]
             c.check(g == w, "%s %r: got %r want %r" % (kind, t, g, w))
-# the Llama-3 and Qwen2 patterns with Python regex's Unicode tables, too
-for kind, p in (("llama3", L3), ("qwen2", QWEN)):
+# the Llama-3, Qwen2 and tiktoken v1 patterns with Python regex's Unicode tables, too
+TIKTOKEN_V1 = r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"
+for kind, p in (("llama3", L3), ("qwen2", QWEN), ("tiktoken_v1", TIKTOKEN_V1)):
     pat = regex.compile(p)
     got = td.pretok(texts, kind, "regex")
     for t, g in zip(texts, got):

@@ -43,6 +43,9 @@ def with_env(env, fn, *a, **kw):
         os.environ.update(old)
 
 
+if mt is not None:  # the matcher tested in test_pretokenizer.py is Megatron's v1 pattern
+    c.check(mt.PATTERN_TIKTOKEN == r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|"
+            r"\s*[\r\n]|\s+(?!\S)|\s+", "PATTERN_TIKTOKEN is the v1 pattern megatron.c implements")
 texts_live = td.NASTY + td.random_strings(1500, seed=31) + td.license_lines(600) + [
     "<s>x</s>", "<|endoftext|>", "<SPECIAL_7>", "it's IT'S 'll", "123456 7.5", "a\r\n\r\n b"]
 for case in golden["cases"]:
