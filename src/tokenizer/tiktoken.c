@@ -5,14 +5,14 @@
  * contain <unk> <s> </s>, then fillers <SPECIAL_k>). tokenize = encode_ordinary (special
  * strings are plain text): the pattern's pieces, each one token if its bytes have a rank, else
  * tiktoken's byte-pair merge (repeatedly join the adjacent pair whose bytes have the lowest
- * rank, leftmost first). eod = eos = id of </s>. Pattern v1 only; v2 needs Unicode letter
- * subcategories (Lu/Ll/Lt/Lm/Lo/M) and is refused. */
+ * rank, leftmost first). eod = eos = id of </s>. Patterns v1 and v2 (pretok.c). */
 #include "tokenizer/tokenizer_impl.h"
 
 #include <stdio.h>
 #include <string.h>
 
 struct tiktoken {
+    enum mc_pretok pattern;
     mc_bpe *bpe; /* symbols = token bytes, id = rank + num_special */
     int64_t n_special;
     char **special; /* n_special strings (for decode) */
@@ -201,7 +201,7 @@ static mc_status tt_piece(void *ctx, const char *piece, size_t len)
 static mc_status tt_encode(const mc_tokenizer *t, const char *text, size_t len, struct mc_tokens *out)
 {
     struct tt_ctx c = {t->impl, out};
-    return mc_pretok_split(MC_PRETOK_TIKTOKEN_V1, MC_UNI_TABLE_ONIG, text, len, tt_piece, &c);
+    return mc_pretok_split(c.k->pattern, MC_UNI_TABLE_ONIG, text, len, tt_piece, &c);
 }
 
 static mc_status tt_decode(const mc_tokenizer *t, const int64_t *ids, int64_t n, struct mc_json_buf *out)
@@ -247,12 +247,10 @@ mc_status mc_tok_tiktoken_init(const struct mc_tokenizer_args *args, mc_tokenize
     if (!pat || (strcmp(pat, "v1") != 0 && strcmp(pat, "v2") != 0))
         return mc_error(MC_ERR_CONFIG, "TikTokenizer needs --tiktoken-pattern v1 or v2 (got %s)",
                         pat ? pat : "none");
-    if (strcmp(pat, "v2") == 0)
-        return mc_error(MC_ERR_UNSUPPORTED, "--tiktoken-pattern v2 is not supported yet (its regex "
-                        "needs the Unicode letter subcategories Lu/Ll/Lt/Lm/Lo and marks); v1 is");
     struct tiktoken *k = mc_calloc(1, sizeof(*k));
     if (!k)
         return MC_ERR_NOMEM;
+    k->pattern = strcmp(pat, "v1") == 0 ? MC_PRETOK_TIKTOKEN_V1 : MC_PRETOK_TIKTOKEN_V2;
     k->vocab_size = args->vocab_size > 0 ? args->vocab_size : 131072;
     k->n_special = args->tiktoken_num_special_tokens > 0 ? args->tiktoken_num_special_tokens : 1000;
     mc_json_doc *doc = NULL;

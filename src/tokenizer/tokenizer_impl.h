@@ -77,7 +77,8 @@ int32_t mc_bpe_n_symbols(const mc_bpe *b);
 const char *mc_bpe_symbol_bytes(const mc_bpe *b, int32_t sym, size_t *len);
 
 /* ---- pre-tokenizers ----------------------------------------------------------------------- */
-enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2, MC_PRETOK_TIKTOKEN_V1 };
+enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2, MC_PRETOK_TIKTOKEN_V1,
+                  MC_PRETOK_TIKTOKEN_V2 };
 /* Calls emit(ctx, start, len) for each piece of text[0..len) in order, as regex findall with the
  * pattern would, with the character classes of the given engine's table. MC_ERR_FORMAT (with
  * the byte offset) on invalid UTF-8. */

@@ -10,7 +10,7 @@
  *   tok_driver bench TYPE VOCAB MERGES MODEL VOCAB_SIZE FILE REPEAT
  *       encodes FILE's lines REPEAT times on one thread, prints MB/s and tokens.
  *   tok_driver pretok KIND TABLE IN OUT
- *       KIND gpt2|llama3|qwen2|tiktoken_v1, TABLE regex|onig: pre-tokenizer pieces of each record of IN, written as records
+ *       KIND gpt2|llama3|qwen2|tiktoken_v1|tiktoken_v2, TABLE regex|onig: pre-tokenizer pieces of each record of IN, written as records
  *       of u32 count + u32 piece lengths (or count 0xFFFFFFFF on error).
  * Use "-" for an unused path. TikTokenizer options come from the environment:
  * MC_TIKTOKEN_PATTERN, MC_TIKTOKEN_NUM_SPECIAL, MC_TIKTOKEN_SPECIAL (space-separated). */
@@ -161,7 +161,8 @@ static int do_pretok(const char *kind, const char *table, const char *in, const 
     enum mc_pretok k = strcmp(kind, "gpt2") == 0     ? MC_PRETOK_GPT2
                        : strcmp(kind, "llama3") == 0 ? MC_PRETOK_LLAMA3
                        : strcmp(kind, "qwen2") == 0  ? MC_PRETOK_QWEN2
-                                                     : MC_PRETOK_TIKTOKEN_V1;
+                       : strcmp(kind, "tiktoken_v1") == 0 ? MC_PRETOK_TIKTOKEN_V1
+                                                          : MC_PRETOK_TIKTOKEN_V2;
     size_t n;
     char *buf = slurp(in, &n);
     FILE *out = fopen(outp, "wb");

@@ -1,7 +1,7 @@
-"""TikTokenizer (pattern v1) vs Megatron-LM's own CustomTikTokenizer running `tiktoken`, live
+"""TikTokenizer (patterns v1 and v2) vs Megatron-LM's own CustomTikTokenizer running `tiktoken`, live
 when both are available, else vs the committed golden tiktoken_cases.json. Vocab: the committed
 tiktoken_vocab.json (made by make_goldens.py). Two special-token configurations; encode, decode,
-vocab size, eod, and refusals (pattern v2, bad files and options)."""
+vocab size, eod, and refusals (bad files and options)."""
 import json
 import os
 import sys
@@ -46,13 +46,20 @@ def with_env(env, fn, *a, **kw):
 if mt is not None:  # the matcher tested in test_pretokenizer.py is Megatron's v1 pattern
     c.check(mt.PATTERN_TIKTOKEN == r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|"
             r"\s*[\r\n]|\s+(?!\S)|\s+", "PATTERN_TIKTOKEN is the v1 pattern megatron.c implements")
+    c.check(mt.PATTERN_TIKTOKEN_V2 == (
+        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
+        "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"),
+        "PATTERN_TIKTOKEN_V2 is the v2 pattern megatron.c implements")
 texts_live = td.NASTY + td.random_strings(1500, seed=31) + td.license_lines(600) + [
-    "<s>x</s>", "<|endoftext|>", "<SPECIAL_7>", "it's IT'S 'll", "123456 7.5", "a\r\n\r\n b"]
+    "<s>x</s>", "<|endoftext|>", "<SPECIAL_7>", "it's IT'S 'll", "123456 7.5", "a\r\n\r\n b",
+    "CamelCaseWords HTTPServer iPhone \u01c4\u01c5\u01c6 \u02b0ab \u4e2d\u6587x e\u0301E\u0301 a/b//\n"]
 for case in golden["cases"]:
     vs, ns, sp = case["vocab_size"], case["num_special_tokens"], case["special_tokens"]
-    env = env_for(ns, sp)
+    env = env_for(ns, sp, case["pattern"])
     if mt is not None:
-        ref = mt.CustomTikTokenizer(VOCAB, mt.PATTERN_TIKTOKEN, vs, ns, sp)
+        pat = mt.PATTERN_TIKTOKEN if case["pattern"] == "v1" else mt.PATTERN_TIKTOKEN_V2
+        ref = mt.CustomTikTokenizer(VOCAB, pat, vs, ns, sp)
         texts = texts_live
         want = [ref.tokenize(t) for t in texts]
         eod = ref.eod
@@ -60,7 +67,7 @@ for case in golden["cases"]:
         ref, texts, want, eod = None, golden["texts"], case["ids"], case["eod"]
     got = with_env(env, td.encode, texts, "TikTokenizer", model=VOCAB, vocab_size=vs)
     for t, g, w in zip(texts, got, want):
-        c.check(g == w, "vocab %d %r: got %s want %s" % (vs, t, g, w))
+        c.check(g == w, "%s vocab %d %r: got %s want %s" % (case["pattern"], vs, t, g, w))
     rc, out = with_env(env, td.info, "TikTokenizer", model=VOCAB, vocab_size=vs)
     c.check(out == "%d %d -1 CustomTikTokenizer" % (vs, eod), "info %s" % out)
     if ref is not None:
@@ -73,8 +80,6 @@ for case in golden["cases"]:
 with tempfile.TemporaryDirectory() as d:
     def info(path, vs=900, **envkw):
         return with_env(env_for(100, None, **envkw), td.info, "TikTokenizer", model=path, vocab_size=vs)
-    rc, out = info(VOCAB, pattern="v2")
-    c.check(rc != 0 and "MC_ERR_UNSUPPORTED" in out and "v2" in out, "v2: %s" % out)
     rc, out = info(VOCAB, pattern="v3")
     c.check(rc != 0 and "--tiktoken-pattern" in out, "bad pattern: %s" % out)
     rc, out = info(VOCAB, vs=5000)

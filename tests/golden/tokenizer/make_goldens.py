@@ -247,8 +247,9 @@ def _bytes_to_unicode():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-TIKTOKEN_CONFIGS = [  # (vocab_size, num_special_tokens, special_tokens)
-    (900, 100, None), (950, 40, ["<unk>", "<s>", "</s>", "<mask>", "<|endoftext|>"])]
+TIKTOKEN_CONFIGS = [  # (pattern, vocab_size, num_special_tokens, special_tokens)
+    ("v1", 900, 100, None), ("v1", 950, 40, ["<unk>", "<s>", "</s>", "<mask>", "<|endoftext|>"]),
+    ("v2", 900, 100, None)]
 
 
 def tiktoken_golden():
@@ -258,13 +259,14 @@ def tiktoken_golden():
     tiktoken_vocab(path)
     texts = texts_for_goldens(80, 30) + ["<s>x</s>", "<|endoftext|>", "<SPECIAL_7>"]
     cases = []
-    for vs, ns, sp in TIKTOKEN_CONFIGS:
-        tok = mt.CustomTikTokenizer(path, mt.PATTERN_TIKTOKEN, vs, ns, sp)
-        cases.append({"vocab_size": vs, "num_special_tokens": ns, "special_tokens": sp,
+    for pattern, vs, ns, sp in TIKTOKEN_CONFIGS:
+        pat = mt.PATTERN_TIKTOKEN if pattern == "v1" else mt.PATTERN_TIKTOKEN_V2
+        tok = mt.CustomTikTokenizer(path, pat, vs, ns, sp)
+        cases.append({"pattern": pattern, "vocab_size": vs, "num_special_tokens": ns, "special_tokens": sp,
                       "eod": tok.eod, "ids": [tok.tokenize(t) for t in texts]})
     with open(os.path.join(HERE, "tiktoken_cases.json"), "w", encoding="utf-8") as f:
         json.dump({"made_by": "make_goldens.py with Megatron-LM core_v0.12.1 CustomTikTokenizer "
-                   "(pattern v1) and tiktoken %s" % tiktoken.__version__, "texts": texts,
+                   "(patterns v1, v2) and tiktoken %s" % tiktoken.__version__, "texts": texts,
                    "cases": cases}, f, ensure_ascii=False, separators=(",", ":"))
 
 
