@@ -142,7 +142,8 @@ static char **list_prefixes(const char *dir, int *count)
         free(full);
     }
     closedir(d);
-    qsort(out, (size_t)n, sizeof(*out), cmp_str);
+    if (n > 0)
+        qsort(out, (size_t)n, sizeof(*out), cmp_str);
     *count = n;
     return out;
 }
