@@ -75,6 +75,13 @@ static void test_factory_errors(void)
     CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG);
     a.tokenizer_type = "GPT2BPETokenizer";
     CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--vocab-file"));
+    a.tokenizer_type = "TikTokenizer";
+    CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--tokenizer-model"));
+    a.tokenizer_model = "x.json";
+    CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--tiktoken-pattern"));
+    a.tokenizer_model = NULL;
+    a.tokenizer_type = "SentencePieceTokenizer";
+    CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--tokenizer-model"));
     mc_tok_free(NULL);
 }
 
