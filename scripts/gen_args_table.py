@@ -194,8 +194,12 @@ def support_of(a):
 def write_options_doc(rows):
     """docs/cli-options.md: every option with its support class, grouped by class."""
     titles = [
-        ('MC_ARG_SUPPORTED', 'Implemented',
-         'Read by megatron.c. Some values are still refused at start-up (see cli-differences.md).'),
+        ('MC_ARG_SUPPORTED', 'Supported',
+         'Parsed, validated and (where it applies) used by the front end: dry run, memory and '
+         'FLOP estimates, micro-batches, LR/WD schedule, log text, model/optimizer configs '
+         '(src/training/model_config.c). The training loop, when it lands, must honour each of '
+         'these or add it to the refused set. Some values are refused at start-up (see '
+         'cli-differences.md).'),
         ('MC_ARG_NOOP', 'Accepted, no effect (CUDA / performance knobs)',
          'These change speed or memory on a GPU, not results; megatron.c accepts and ignores them.'),
         ('MC_ARG_UNUSED', 'Accepted, not used by GPT pretraining',

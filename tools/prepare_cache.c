@@ -10,10 +10,13 @@
  *                 [--data-cache-path DIR] [--tokenizer-type T --vocab-file V --merge-file M
  *                  | --tokenizer-model F | --vocab-size N] [--mock-data]
  *                 [--train-data-path ... --valid-data-path ... --test-data-path ...]
+ *                 [--data-args-path F | --per-split-data-args-path F.json]
  *                 [--prepare-cache-world-size N] [--dump-samples N --dump-path P]
  */
+#include "core/json.h"
 #include "megatron/gpt_dataset.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +28,14 @@ struct args {
     int n_data;
     const char *per_split[3][MAX_PATHS];
     int n_per_split[3];
+    const char *data_args_path, *per_split_args_path;
+    char *args_text;              /* --data-args-path contents, tokens point into it */
+    mc_json_doc *per_split_doc;   /* --per-split-data-args-path, tokens point into it */
     const char *split, *cache, *tok_type, *vocab_file, *merge_file, *tok_model, *dump_path;
     int64_t seq, seed, train_iters, train_samples, gbs, eval_iters, eval_interval, vocab_size;
-    int64_t world_size, dump_samples, eod;
-    bool mock, skip_train, reset_pos, reset_attn, eod_mask, no_attn_mask;
+    int64_t world_size, dump_samples, eod, pad;
+    bool no_extra_token, keep_partial_valid;
+    bool mock, reset_pos, reset_attn, eod_mask, no_attn_mask;
 };
 
 static void usage(void)
@@ -41,6 +48,7 @@ static void usage(void)
             "[--data-cache-path DIR]\n"
             "       [--tokenizer-type T] [--vocab-file F] [--merge-file F] [--tokenizer-model F] "
             "[--vocab-size N]\n"
+            "       [--data-args-path F] [--per-split-data-args-path F]\n"
             "       [--prepare-cache-world-size N] [--dump-samples N --dump-path P]\n");
 }
 
@@ -81,6 +89,7 @@ static int parse(int argc, char **argv, struct args *a)
     a->eval_interval = 1000;
     a->world_size = 1;
     a->eod = -1;
+    a->pad = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
@@ -101,7 +110,12 @@ static int parse(int argc, char **argv, struct args *a)
         INT_OPT("--prepare-cache-world-size", world_size)
         INT_OPT("--dump-samples", dump_samples)
         INT_OPT("--eod-id", eod)
+        INT_OPT("--pad-id", pad)
+        else if (!strcmp(o, "--no-add-extra-token-to-sequence")) a->no_extra_token = true;
+        else if (!strcmp(o, "--keep-partial-validation-sequence")) a->keep_partial_valid = true;
         STR_OPT("--split", split)
+        STR_OPT("--data-args-path", data_args_path)
+        STR_OPT("--per-split-data-args-path", per_split_args_path)
         STR_OPT("--data-cache-path", cache)
         STR_OPT("--tokenizer-type", tok_type)
         STR_OPT("--vocab-file", vocab_file)
@@ -109,7 +123,6 @@ static int parse(int argc, char **argv, struct args *a)
         STR_OPT("--tokenizer-model", tok_model)
         STR_OPT("--dump-path", dump_path)
         else if (!strcmp(o, "--mock-data")) a->mock = true;
-        else if (!strcmp(o, "--skip-train")) a->skip_train = true;
         else if (!strcmp(o, "--reset-position-ids")) a->reset_pos = true;
         else if (!strcmp(o, "--reset-attention-mask")) a->reset_attn = true;
         else if (!strcmp(o, "--eod-mask-loss")) a->eod_mask = true;
@@ -121,8 +134,13 @@ static int parse(int argc, char **argv, struct args *a)
         if (rc)
             return rc;
     }
-    bool per = a->n_per_split[0] || a->n_per_split[1] || a->n_per_split[2];
-    if ((a->n_data > 0) + per + a->mock != 1)
+    if (a->data_args_path && a->n_data)
+        return die("cannot be combined with --data-path", "--data-args-path", NULL);
+    if (a->per_split_args_path && (a->n_per_split[0] || a->n_per_split[1] || a->n_per_split[2]))
+        return die("cannot be combined with --train/valid/test-data-path",
+                   "--per-split-data-args-path", NULL);
+    bool per = a->n_per_split[0] || a->n_per_split[1] || a->n_per_split[2] || a->per_split_args_path;
+    if ((a->n_data > 0 || a->data_args_path) + per + a->mock != 1)
         return die("exactly one of them is required", "--data-path / --*-data-path / --mock-data", NULL);
     if (a->seq < 2)
         return die("is required and must be at least 2", "--seq-length", NULL);
@@ -134,15 +152,99 @@ static int parse(int argc, char **argv, struct args *a)
         return die("must be positive", "--eval-interval / --eval-iters / --prepare-cache-world-size", NULL);
     if (a->dump_samples > 0 && !a->dump_path)
         return die("is required with --dump-samples", "--dump-path", NULL);
-    if (a->n_data && !a->split)
+    if (a->n_data && !a->split) /* not with --data-args-path: Megatron then requires --split */
         a->split = "969, 30, 1"; /* Megatron's default string, spaces included (it is hashed) */
     return 0;
+}
+
+/* Python str.split() of a whole file into dst (pointers into *text, which the caller frees). */
+static mc_status split_words(char *text, const char **dst, int *n, const char *what)
+{
+    char *p = text;
+    *n = 0;
+    while (*p) {
+        while (*p && (isspace((unsigned char)*p) || (*p >= 0x1c && *p <= 0x1f)))
+            *p++ = '\0';
+        if (!*p)
+            break;
+        if (*n == MAX_PATHS)
+            return mc_error(MC_ERR_CONFIG, "%s: more than %d entries", what, MAX_PATHS);
+        dst[(*n)++] = p;
+        while (*p && !(isspace((unsigned char)*p) || (*p >= 0x1c && *p <= 0x1f)))
+            p++;
+    }
+    return *n ? MC_OK : mc_error(MC_ERR_CONFIG, "%s: no data paths in it", what);
+}
+
+static mc_status read_text_file(const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "cannot open %s", path);
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) { free(buf); buf = NULL; }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return MC_ERR_NOMEM;
+    buf[n] = '\0';
+    *out = buf;
+    return MC_OK;
+}
+
+/* --data-args-path: the blend list is the file's whitespace-separated words. */
+static mc_status load_data_args(struct args *a)
+{
+    mc_status st = read_text_file(a->data_args_path, &a->args_text);
+    return st ? st : split_words(a->args_text, a->data, &a->n_data, a->data_args_path);
+}
+
+/* --per-split-data-args-path: {"train": [...] | "w p ...", "valid": ..., "test": ...}. */
+static mc_status load_per_split_args(struct args *a)
+{
+    static const char *keys[3] = {"train", "valid", "test"};
+    mc_status st = mc_json_parse_file(a->per_split_args_path, &a->per_split_doc);
+    if (st)
+        return st;
+    const struct mc_json *root = mc_json_doc_root(a->per_split_doc);
+    for (int i = 0; i < 3; i++) {
+        const struct mc_json *v = mc_json_get(root, keys[i]);
+        if (!v)
+            return mc_error(MC_ERR_CONFIG, "%s: no \"%s\" key (Megatron needs train, valid and test)",
+                            a->per_split_args_path, keys[i]);
+        if (v->type == MC_JSON_NULL)
+            continue;
+        if (v->type == MC_JSON_STRING) {
+            if ((st = split_words((char *)v->str, a->per_split[i], &a->n_per_split[i],
+                                  a->per_split_args_path)))
+                return st;
+            continue;
+        }
+        if (v->type != MC_JSON_ARRAY || v->len == 0 || v->len > MAX_PATHS)
+            return mc_error(MC_ERR_CONFIG, "%s: \"%s\" must be a non-empty list of strings or a "
+                            "string", a->per_split_args_path, keys[i]);
+        for (int64_t k = 0; k < v->len; k++) {
+            if (v->items[k].type != MC_JSON_STRING)
+                return mc_error(MC_ERR_CONFIG, "%s: \"%s\"[%lld] is a %s, expected a string",
+                                a->per_split_args_path, keys[i], (long long)k,
+                                mc_json_type_name(v->items[k].type));
+            a->per_split[i][a->n_per_split[i]++] = v->items[k].str;
+        }
+    }
+    return MC_OK;
 }
 
 /* eod / pad as the datasets see them (spec 3.7); only the samples use them, not the caches. */
 static void tokenizer_ids(const struct args *a, int64_t *eod, int64_t *pad)
 {
-    *pad = -1;
+    *pad = a->pad;
     *eod = a->eod;
     if (*eod >= 0)
         return;
@@ -152,10 +254,11 @@ static void tokenizer_ids(const struct args *a, int64_t *eod, int64_t *pad)
         *eod = 50256; /* GPT2BPETokenizer's <|endoftext|> */
 }
 
-static int dump(const struct args *a, const struct mc_gpt_config *c, mc_megatron_dataset *ds[3])
+static int dump(const struct args *a, const struct mc_gpt_dataset_config *c, mc_megatron_dataset *ds[3])
 {
     int64_t seq = c->sequence_length;
     int64_t *tok = malloc(sizeof(int64_t) * (size_t)seq), *lab = malloc(sizeof(int64_t) * (size_t)seq);
+    (void)a;
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)seq);
     float *lm = malloc(sizeof(float) * (size_t)seq);
     uint8_t *am = malloc((size_t)(seq * seq));
@@ -207,7 +310,7 @@ int main(int argc, char **argv)
         return rc;
     mc_log_set_level(MC_LOG_WARN);
     struct mc_blend blend = {0}, per[3] = {{0}};
-    struct mc_gpt_config c = {0};
+    struct mc_gpt_dataset_config c = {0};
     mc_megatron_dataset *ds[3] = {NULL, NULL, NULL};
     char vocab_buf[32];
     mc_status st;
@@ -219,10 +322,13 @@ int main(int argc, char **argv)
     c.reset_attention_mask = a.reset_attn;
     c.eod_mask_loss = a.eod_mask;
     c.create_attention_mask = !a.no_attn_mask;
-    c.drop_last_partial_validation_sequence = true;
-    c.add_extra_token_to_sequence = true;
+    c.drop_last_partial_validation_sequence = !a.keep_partial_valid;
+    c.add_extra_token_to_sequence = !a.no_extra_token;
     c.mmap_bin_files = true;
     tokenizer_ids(&a, &c.eod, &c.pad);
+    if ((a.data_args_path && (st = load_data_args(&a))) ||
+        (a.per_split_args_path && (st = load_per_split_args(&a))))
+        goto fail;
     if ((st = mc_gpt_tokenizer_desc_from_args(&c.tokenizer, a.tok_type, a.vocab_file, a.merge_file,
                                               a.tok_model, a.vocab_size, vocab_buf)))
         goto fail;
@@ -238,7 +344,7 @@ int main(int argc, char **argv)
             goto fail;
         c.blend_per_split[i] = &per[i];
     }
-    if ((st = mc_gpt_config_finalize(&c)))
+    if ((st = mc_gpt_dataset_config_finalize(&c)))
         goto fail;
     int64_t train_iters = a.train_iters > 0 ? a.train_iters : a.train_samples / a.gbs;
     int64_t sizes[3];
@@ -268,5 +374,7 @@ out:
         mc_blend_free(&per[i]);
     }
     mc_blend_free(&blend);
+    free(a.args_text);
+    mc_json_doc_free(a.per_split_doc);
     return rc;
 }

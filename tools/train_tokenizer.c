@@ -67,7 +67,8 @@ int main(int argc, char **argv)
 {
     const char **inputs = calloc((size_t)argc, sizeof(char *));
     const char **special = calloc((size_t)argc + 1, sizeof(char *));
-    int n_in = 0, n_special = -1;
+    int n_in = 0, n_special = -1, rc = 0;
+    mc_bpe_trainer *tr = NULL;
     long long vocab_size = 0, min_freq = 2;
     const char *outdir = NULL, *json_key = NULL;
     for (int i = 1; i < argc; i++) {
@@ -84,13 +85,15 @@ int main(int argc, char **argv)
             vocab_size = strtoll(argv[++i], &end, 10);
             if (*end || vocab_size <= 0) {
                 fprintf(stderr, "train_tokenizer: --vocab-size %s: expected a positive integer\n", argv[i]);
-                return 2;
+                rc = 2;
+                goto out;
             }
         } else if (strcmp(a, "--min-frequency") == 0 && i + 1 < argc) {
             min_freq = strtoll(argv[++i], &end, 10);
             if (*end || min_freq < 1) {
                 fprintf(stderr, "train_tokenizer: --min-frequency %s: expected an integer >= 1\n", argv[i]);
-                return 2;
+                rc = 2;
+                goto out;
             }
         } else if (strcmp(a, "--output-dir") == 0 && i + 1 < argc) {
             outdir = argv[++i];
@@ -99,13 +102,15 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr, "train_tokenizer: unknown or incomplete option %s\n", a);
             usage();
-            return 2;
+            rc = 2;
+            goto out;
         }
     }
     if (!n_in || !vocab_size || !outdir) {
         fprintf(stderr, "train_tokenizer: --input, --vocab-size and --output-dir are required\n");
         usage();
-        return 2;
+        rc = 2;
+        goto out;
     }
     if (n_special < 0) {
         special[0] = "<|endoftext|>";
@@ -113,10 +118,7 @@ int main(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    mc_bpe_trainer *tr;
     mc_status st = mc_bpe_trainer_init(&tr);
-    if (st)
-        return fail(st);
     size_t total = 0;
     for (int i = 0; i < n_in && st == MC_OK; i++) {
         char *buf;
@@ -141,8 +143,8 @@ int main(int argc, char **argv)
     if (st == MC_OK)
         st = mc_bpe_trainer_save(tr, outdir);
     if (st) {
-        mc_bpe_trainer_free(tr);
-        return fail(st);
+        rc = fail(st);
+        goto out;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -150,8 +152,9 @@ int main(int argc, char **argv)
            "%.2f s -> %s/{vocab.json,merges.txt,tokenizer.json,tokenizer_config.json}\n",
            total, n_in, mc_bpe_trainer_n_merges(tr),
            (long long)mc_bpe_trainer_vocab_size(tr), n_special, secs, outdir);
+out:
     mc_bpe_trainer_free(tr);
     free(inputs);
     free(special);
-    return 0;
+    return rc;
 }

@@ -57,8 +57,8 @@ int main(void)
     const struct mc_backend_ops *R = mc_backend_ref();
     const int64_t T = 1024, h = 768, heads = 12, V = 50304, np = 10 * 1000 * 1000;
     float *x = buf(T * 4 * h, -3, 3), *y = buf(T * 4 * h, 0, 1), *dy = buf(T * 4 * h, -1, 1);
-    float *w = buf(h, 0.5f, 1.5f), *b = buf(h, -1, 1), *mu = buf(T, 0, 1), *rs = buf(T, 0, 1);
-    float *dw = buf(h, 0, 1), *db = buf(h, 0, 1);
+    float *w = buf(h, 0.5f, 1.5f), *b = buf(4 * h, -1, 1), *mu = buf(T, 0, 1), *rs = buf(T, 0, 1);
+    float *dw = buf(4 * h, 0, 1), *db = buf(h, 0, 1);
     float *att = buf(heads * T * T, -4, 4), *p = buf(heads * T * T, 0, 1);
     float *lg = buf(T * V, -8, 8), *dl = buf(T * V, 0, 1), *mx = buf(T, 0, 1), *se = buf(T, 1, 2);
     float *tl = buf(T, 0, 1), *dloss = buf(T, 0, 1);

@@ -55,6 +55,26 @@ MC_API mc_status mc_dump_write(const mc_dump *d, const char *path);
 /* Reads a whole dump; MC_ERR_IO / MC_ERR_FORMAT naming the path, the tensor and what was wrong. */
 MC_API mc_status mc_dump_read(const char *path, mc_dump **out);
 
+/* ---- debug hooks: named activations at fixed points, for aligning with the twin -------- *
+ * Off by default; costs one branch per hook when off. mc_dump_hooks_enable(path) (or the
+ * environment variable MC_DUMP_HOOKS=path, read by the first mc_dump_hooks_active call) starts
+ * recording: every mc_dump_hook call copies its tensor into an in-memory dump; a name seen
+ * again gets "@1", "@2", ... appended. mc_dump_hooks_flush writes the dump to the path and
+ * clears it. Call hooks from one thread, outside parallel regions.
+ * Hook point names (tests/reference/gpt_twin.py records the same, docs/formats/dump.md):
+ *   embedding.output [s, b, h], decoder.layers.<i>.output [s, b, h],
+ *   decoder.final_layernorm.output [s, b, h], output_layer.output [s, b, V/tp]. */
+MC_API bool mc_dump_hooks_active(void);
+MC_API mc_status mc_dump_hooks_enable(const char *path);
+/* Records a copy when hooks are active; an allocation failure turns hooks off and is reported
+ * by the next mc_dump_hooks_flush. */
+MC_API void mc_dump_hook(const char *name, enum mc_dtype dtype, int ndim, const int64_t *shape,
+                         const void *data);
+/* Writes what was recorded (even if nothing) and clears it; hooks stay enabled. */
+MC_API mc_status mc_dump_hooks_flush(void);
+/* Stops recording and drops anything not flushed. */
+MC_API void mc_dump_hooks_disable(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,11 +30,13 @@ struct mc_gpt_config {
     int64_t num_attention_heads;
     int64_t num_query_groups;        /* 0 = num_attention_heads (no GQA) */
     int64_t kv_channels;             /* 0 = hidden_size / num_attention_heads */
-    int64_t ffn_hidden_size;         /* 0 = 4 * hidden_size (Megatron's TransformerConfig rule) */
+    int64_t ffn_hidden_size;         /* 0 = 4 * hidden_size; with SwiGLU int(8h/3 / 64) * 64
+                                        (validate_args' rule, e.g. 768 -> 2048, 4096 -> 10880) */
     int64_t vocab_size;              /* the tokenizer's vocabulary (unpadded) */
     int64_t padded_vocab_size;       /* 0 = pad with make_vocab_size_divisible_by * tp */
     int64_t make_vocab_size_divisible_by; /* 128 */
-    int64_t max_position_embeddings; /* learned_absolute table size; RoPE ignores it */
+    int64_t max_position_embeddings; /* learned_absolute table size; >= seq_length; 0 with
+                                        RoPE/none = seq_length */
     int64_t seq_length;              /* the longest sequence forward() will see */
     int64_t micro_batch_size;        /* the largest micro-batch forward() will see */
 
@@ -67,7 +69,12 @@ struct mc_gpt_config {
 MC_API void mc_gpt_config_default(struct mc_gpt_config *cfg);
 /* Fills derived fields (query groups, kv channels, ffn, padded vocab) and checks every rule
  * Megatron's validate_args / TransformerConfig.__post_init__ would; MC_ERR_CONFIG with a message
- * naming the option (as its command-line spelling) otherwise. Called by mc_gpt_model_init. */
+ * naming the option (as its command-line spelling) otherwise. Called by mc_gpt_model_init.
+ * Like validate_args it also sets add_qkv_bias when add_bias_linear, and
+ * attention_softmax_in_fp32 under apply_query_key_layer_scaling. MC_ACT_GELU_TANH (the fused
+ * bias-GELU) without add_bias_linear is refused as TransformerConfig does (the CLI maps
+ * --disable-bias-linear to MC_ACT_GELU_ERF first, as validate_args does). Non-fp32
+ * params_dtype is MC_ERR_UNSUPPORTED. */
 MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
 
 typedef struct mc_gpt_model mc_gpt_model;
@@ -110,17 +117,25 @@ struct mc_gpt_batch {
 
 /* Forward. With labels: writes per-token losses [b, s] to `loss` (Megatron's GPTModel returns
  * these; the caller applies the loss mask). Without labels, logits stay inside the model and
- * mc_gpt_logits returns them. `training` enables dropout (deterministic per seed, layer, step).
- * Activations needed by backward are kept until the next forward. */
+ * mc_gpt_logits returns them. `training` enables dropout (deterministic per seed, layer, step
+ * and micro-batch: the exact Philox streams are documented in src/models/gpt/gpt_model.c and
+ * src/core/rng.h). Any b <= micro_batch_size and s <= seq_length. Token/label ids outside
+ * [0, padded vocab) and position ids outside [0, max_position_embeddings) are MC_ERR_SHAPE.
+ * Activations needed by backward are kept until the next forward. With
+ * tensor_model_parallel_size > 1 this needs the TP communicator (MC_ERR_UNSUPPORTED until
+ * parallel_state provides it). */
 MC_API mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
                                 float *loss /* [b, s] or NULL */);
-/* Logits of the last forward, sequence-first [s, b, V/tp] as Megatron's output layer makes them. */
+/* Logits of the last forward, sequence-first [s, b, V/tp] as Megatron's output layer makes them.
+ * mc_gpt_backward overwrites them with their gradient. */
 MC_API const float *mc_gpt_logits(const mc_gpt_model *m);
-/* Backward from d(loss)/d(per-token loss) [b, s]. Parameter grads are ACCUMULATED (+=). */
+/* Backward from d(loss)/d(per-token loss) [b, s]. Parameter grads are ACCUMULATED (+=).
+ * Needs the previous call to be a successful forward with labels (one backward per forward). */
 MC_API mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss /* [b, s] */);
 MC_API void mc_gpt_zero_grad(mc_gpt_model *m);
 
-/* Dropout step counter: advance once per iteration so every step draws fresh masks. */
+/* Dropout step counter: advance once per iteration so every step draws fresh masks; also
+ * resets the micro-batch counter (training forwards within a step draw different masks). */
 MC_API void mc_gpt_set_step(mc_gpt_model *m, int64_t step);
 
 #ifdef __cplusplus

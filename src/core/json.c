@@ -279,7 +279,7 @@ static mc_status parse_string(mc_json_doc *d, const char **out, size_t *out_len)
             break;
         }
         default:
-            return fail(d, q - 2, "invalid escape '\\%c'", e);
+            return fail(d, q - 2, "invalid escape: backslash followed by %s", describe(d, q - 1));
         }
     }
     o[n] = '\0';

@@ -9,7 +9,7 @@
 #include <string.h>
 
 struct mc_blended_dataset {
-    const struct mc_gpt_config *c;
+    const struct mc_gpt_dataset_config *c;
     mc_gpt_dataset **datasets;
     int n;
     int split;
@@ -17,28 +17,29 @@ struct mc_blended_dataset {
     int64_t size;        /* -1 = None */
     char *description;
     char hash[33];
+    struct mc_npy di, dsi;   /* <i2 / <i8 [len], built in memory or mapped from the cache */
     int16_t *dataset_index;
     int64_t *dataset_sample_index;
     int64_t len;
 };
 
-static struct mc_json *blended_identifiers(const mc_blended_dataset *b)
+static struct mc_desc *blended_identifiers(const mc_blended_dataset *b)
 {
-    struct mc_json *o = mc_json_obj(), *list = mc_json_list(), *w = mc_json_list();
-    mc_status st = mc_json_add(o, "class", mc_json_str("BlendedDataset"));
+    struct mc_desc *o = mc_desc_obj(), *list = mc_desc_list(), *w = mc_desc_list();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str("BlendedDataset"));
     for (int i = 0; !st && i < b->n; i++)
-        st = mc_json_add(list, NULL, mc_json_clone(mc_gptds_identifiers(b->datasets[i])));
-    if (!st) { st = mc_json_add(o, "datasets", list); list = NULL; }
-    if (!st) st = mc_json_add(o, "split", mc_json_str(mc_split_name(b->split)));
+        st = mc_desc_add(list, NULL, mc_desc_clone(mc_gptds_identifiers(b->datasets[i])));
+    if (!st) { st = mc_desc_add(o, "datasets", list); list = NULL; }
+    if (!st) st = mc_desc_add(o, "split", mc_desc_str(mc_split_name(b->split)));
     for (int i = 0; !st && i < b->n; i++)
-        st = mc_json_add(w, NULL, b->size >= 0 ? mc_json_float(b->weights[i])
-                                               : mc_json_int((int64_t)b->weights[i]));
-    if (!st) { st = mc_json_add(o, "weights", w); w = NULL; }
-    if (!st) st = mc_json_add(o, "size", b->size >= 0 ? mc_json_int(b->size) : mc_json_null());
-    mc_json_free(list);
-    mc_json_free(w);
+        st = mc_desc_add(w, NULL, b->size >= 0 ? mc_desc_float(b->weights[i])
+                                               : mc_desc_int((int64_t)b->weights[i]));
+    if (!st) { st = mc_desc_add(o, "weights", w); w = NULL; }
+    if (!st) st = mc_desc_add(o, "size", b->size >= 0 ? mc_desc_int(b->size) : mc_desc_null());
+    mc_desc_free(list);
+    mc_desc_free(w);
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
@@ -55,8 +56,12 @@ static mc_status build(mc_blended_dataset *b)
         for (int i = 0; i < b->n; i++)
             b->len += sizes[i] = (int64_t)b->weights[i];
     }
-    b->dataset_index = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int16_t));
-    b->dataset_sample_index = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int64_t));
+    strcpy(b->di.descr, "<i2");
+    strcpy(b->dsi.descr, "<i8");
+    b->di.ndim = b->dsi.ndim = 1;
+    b->di.shape[0] = b->dsi.shape[0] = b->len;
+    b->dataset_index = b->di.data = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int16_t));
+    b->dataset_sample_index = b->dsi.data = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int64_t));
     mc_status st = MC_ERR_NOMEM;
     if (b->dataset_index && b->dataset_sample_index)
         st = b->size >= 0 ? mc_blend_build_indices(b->dataset_index, b->dataset_sample_index,
@@ -88,29 +93,23 @@ static mc_status save(const mc_blended_dataset *b, const char *dir)
 static mc_status load(mc_blended_dataset *b, const char *dir)
 {
     char p[4096];
-    struct mc_npy a = {0}, s = {0};
     mc_status st;
     if ((st = mc_gptds_cache_path(p, sizeof(p), dir, b->hash, "BlendedDataset", b->split,
-                                  "dataset_index.npy")) || (st = mc_npy_load(p, &a)))
+                                  "dataset_index.npy")) || (st = mc_npy_map(p, &b->di)) ||
+        (st = mc_gptds_cache_path(p, sizeof(p), dir, b->hash, "BlendedDataset", b->split,
+                                  "dataset_sample_index.npy")) || (st = mc_npy_map(p, &b->dsi)))
         return st;
-    if ((st = mc_gptds_cache_path(p, sizeof(p), dir, b->hash, "BlendedDataset", b->split,
-                                  "dataset_sample_index.npy")) || (st = mc_npy_load(p, &s)))
-        goto out;
-    if (strcmp(a.descr, "<i2") || strcmp(s.descr, "<i8") || a.ndim != 1 || s.ndim != 1 ||
-        a.shape[0] != s.shape[0] || (b->size >= 0 && a.shape[0] != b->size)) {
-        st = mc_error(MC_ERR_FORMAT, "cache %s: dataset_index %s[%lld] / dataset_sample_index "
-                      "%s[%lld] do not match a blend of size %lld", p, a.descr,
-                      (long long)a.shape[0], s.descr, (long long)s.shape[0], (long long)b->size);
-        goto out;
-    }
-    b->len = a.shape[0];
-    b->dataset_index = a.data;
-    b->dataset_sample_index = s.data;
-    a.data = s.data = NULL;
-out:
-    mc_npy_free(&a);
-    mc_npy_free(&s);
-    return st;
+    if (strcmp(b->di.descr, "<i2") || strcmp(b->dsi.descr, "<i8") || b->di.ndim != 1 ||
+        b->dsi.ndim != 1 || b->di.shape[0] != b->dsi.shape[0] ||
+        (b->size >= 0 && b->di.shape[0] != b->size))
+        return mc_error(MC_ERR_FORMAT, "cache %s: dataset_index %s[%lld] / dataset_sample_index "
+                        "%s[%lld] do not match a blend of size %lld", p, b->di.descr,
+                        (long long)b->di.shape[0], b->dsi.descr, (long long)b->dsi.shape[0],
+                        (long long)b->size);
+    b->len = b->di.shape[0];
+    b->dataset_index = b->di.data;
+    b->dataset_sample_index = b->dsi.data;
+    return MC_OK;
 }
 
 /* blended_megatron_dataset_builder.py's check, run on every build and load here: no
@@ -130,7 +129,7 @@ static mc_status verify(const mc_blended_dataset *b)
     return MC_OK;
 }
 
-mc_status mc_blended_dataset_init(const struct mc_gpt_config *c, mc_gpt_dataset **datasets, int n,
+mc_status mc_blended_dataset_init(const struct mc_gpt_dataset_config *c, mc_gpt_dataset **datasets, int n,
                                   const double *weights, int64_t size, mc_blended_dataset **out)
 {
     *out = NULL;
@@ -165,13 +164,13 @@ mc_status mc_blended_dataset_init(const struct mc_gpt_config *c, mc_gpt_dataset 
     }
     if (size >= 0)
         mc_blend_normalize(b->weights, n);
-    struct mc_json *ids = blended_identifiers(b);
+    struct mc_desc *ids = blended_identifiers(b);
     if (!ids) {
         st = mc_error(MC_ERR_NOMEM, "out of memory describing a BlendedDataset");
         goto fail;
     }
     st = mc_gptds_describe(ids, &b->description, b->hash);
-    mc_json_free(ids);
+    mc_desc_free(ids);
     if (st)
         goto fail;
     char p[4096];
@@ -210,8 +209,8 @@ void mc_blended_dataset_free(mc_blended_dataset *b)
     mc_free(b->datasets);
     mc_free(b->weights);
     mc_free(b->description);
-    mc_free(b->dataset_index);
-    mc_free(b->dataset_sample_index);
+    mc_npy_free(&b->di);
+    mc_npy_free(&b->dsi);
     mc_free(b);
 }
 

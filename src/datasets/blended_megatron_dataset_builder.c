@@ -109,7 +109,7 @@ static mc_status parse_split(const char *split, double v[3])
     return MC_OK;
 }
 
-mc_status mc_gpt_config_finalize(struct mc_gpt_config *c)
+mc_status mc_gpt_dataset_config_finalize(struct mc_gpt_dataset_config *c)
 {
     bool per_split = c->blend_per_split[0] || c->blend_per_split[1] || c->blend_per_split[2];
     c->mock = false;
@@ -149,7 +149,7 @@ mc_status mc_gpt_config_finalize(struct mc_gpt_config *c)
 }
 
 /* Python round (half to even) of the float product, as int(round(bound * float(n))). */
-void mc_gpt_split_range(const struct mc_gpt_config *c, int split, int64_t n, int64_t *beg,
+void mc_gpt_split_range(const struct mc_gpt_dataset_config *c, int split, int64_t n, int64_t *beg,
                         int64_t *end)
 {
     *beg = (int64_t)nearbyint(c->split_lo[split] * (double)n);
@@ -320,7 +320,7 @@ void mc_megatron_dataset_free(mc_megatron_dataset *d)
 
 /* ---- the builder ------------------------------------------------------------------------- */
 
-static mc_status open_ll(const struct mc_gpt_config *c, const char *prefix,
+static mc_status open_ll(const struct mc_gpt_dataset_config *c, const char *prefix,
                          struct mc_gpt_lowlevel **ll)
 {
     return c->mock ? mc_gpt_lowlevel_mock(c->eod, ll) : mc_gpt_lowlevel_open(prefix, ll);
@@ -328,7 +328,7 @@ static mc_status open_ll(const struct mc_gpt_config *c, const char *prefix,
 
 /* A mid-level GPTDataset of one prefix and split; range from the split matrix, or the whole
  * dataset for blend_per_split's spoofed (0.0, 1.0). */
-static mc_status build_mid(const struct mc_gpt_config *c, mc_megatron_dataset *top,
+static mc_status build_mid(const struct mc_gpt_dataset_config *c, mc_megatron_dataset *top,
                            const char *prefix, int split, int64_t num_samples, bool whole,
                            mc_gpt_dataset **out)
 {
@@ -345,7 +345,7 @@ static mc_status build_mid(const struct mc_gpt_config *c, mc_megatron_dataset *t
 
 /* One split of a blend: a plain GPTDataset when single and unweighted (always single with
  * blend_per_split), else a BlendedDataset with the target/buffer budgets. */
-static mc_status build_split(const struct mc_gpt_config *c, const struct mc_blend *b, int split,
+static mc_status build_split(const struct mc_gpt_dataset_config *c, const struct mc_blend *b, int split,
                              int64_t size, bool per_split, mc_megatron_dataset **out)
 {
     mc_megatron_dataset *top = mc_calloc(1, sizeof(*top));
@@ -409,7 +409,7 @@ fail:
     return st;
 }
 
-mc_status mc_gpt_build_datasets(const struct mc_gpt_config *c, const int64_t sizes[3],
+mc_status mc_gpt_build_datasets(const struct mc_gpt_dataset_config *c, const int64_t sizes[3],
                                 mc_megatron_dataset *out[3])
 {
     mc_status st = MC_OK;

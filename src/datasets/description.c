@@ -10,29 +10,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct mc_json *jnew(enum mc_json_kind k)
+static struct mc_desc *jnew(enum mc_desc_kind k)
 {
-    struct mc_json *v = mc_calloc(1, sizeof(*v));
+    struct mc_desc *v = mc_calloc(1, sizeof(*v));
     if (v)
         v->kind = k;
     return v;
 }
 
-struct mc_json *mc_json_null(void) { return jnew(MC_JSON_NULL); }
-struct mc_json *mc_json_list(void) { return jnew(MC_JSON_LIST); }
-struct mc_json *mc_json_obj(void) { return jnew(MC_JSON_OBJ); }
+struct mc_desc *mc_desc_null(void) { return jnew(MC_DESC_NULL); }
+struct mc_desc *mc_desc_list(void) { return jnew(MC_DESC_LIST); }
+struct mc_desc *mc_desc_obj(void) { return jnew(MC_DESC_OBJ); }
 
-struct mc_json *mc_json_int(int64_t x)
+struct mc_desc *mc_desc_int(int64_t x)
 {
-    struct mc_json *v = jnew(MC_JSON_INT);
+    struct mc_desc *v = jnew(MC_DESC_INT);
     if (v)
         v->i = x;
     return v;
 }
 
-struct mc_json *mc_json_float(double x)
+struct mc_desc *mc_desc_float(double x)
 {
-    struct mc_json *v = jnew(MC_JSON_FLOAT);
+    struct mc_desc *v = jnew(MC_DESC_FLOAT);
     if (v)
         v->f = x;
     return v;
@@ -47,11 +47,11 @@ static char *dupstr(const char *s)
     return d;
 }
 
-struct mc_json *mc_json_str(const char *s)
+struct mc_desc *mc_desc_str(const char *s)
 {
     if (!s)
-        return mc_json_null();
-    struct mc_json *v = jnew(MC_JSON_STR);
+        return mc_desc_null();
+    struct mc_desc *v = jnew(MC_DESC_STR);
     if (v && !(v->s = dupstr(s))) {
         mc_free(v);
         return NULL;
@@ -59,12 +59,12 @@ struct mc_json *mc_json_str(const char *s)
     return v;
 }
 
-void mc_json_free(struct mc_json *v)
+void mc_desc_free(struct mc_desc *v)
 {
     if (!v)
         return;
     for (int i = 0; i < v->n; i++) {
-        mc_json_free(v->items[i]);
+        mc_desc_free(v->items[i]);
         if (v->keys)
             mc_free(v->keys[i]);
     }
@@ -74,20 +74,20 @@ void mc_json_free(struct mc_json *v)
     mc_free(v);
 }
 
-mc_status mc_json_add(struct mc_json *p, const char *key, struct mc_json *v)
+mc_status mc_desc_add(struct mc_desc *p, const char *key, struct mc_desc *v)
 {
     if (!p || !v) {
-        mc_json_free(v);
+        mc_desc_free(v);
         return mc_error(MC_ERR_NOMEM, "out of memory building a dataset description");
     }
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 8;
-        struct mc_json **items = mc_calloc((size_t)cap, sizeof(*items));
+        struct mc_desc **items = mc_calloc((size_t)cap, sizeof(*items));
         char **keys = mc_calloc((size_t)cap, sizeof(*keys));
         if (!items || !keys) {
             mc_free(items);
             mc_free(keys);
-            mc_json_free(v);
+            mc_desc_free(v);
             return mc_error(MC_ERR_NOMEM, "out of memory building a dataset description");
         }
         if (p->n) {
@@ -103,7 +103,7 @@ mc_status mc_json_add(struct mc_json *p, const char *key, struct mc_json *v)
     }
     char *k = NULL;
     if (key && !(k = dupstr(key))) {
-        mc_json_free(v);
+        mc_desc_free(v);
         return mc_error(MC_ERR_NOMEM, "out of memory building a dataset description");
     }
     p->keys[p->n] = k;
@@ -111,18 +111,18 @@ mc_status mc_json_add(struct mc_json *p, const char *key, struct mc_json *v)
     return MC_OK;
 }
 
-struct mc_json *mc_json_clone(const struct mc_json *v)
+struct mc_desc *mc_desc_clone(const struct mc_desc *v)
 {
-    struct mc_json *c;
+    struct mc_desc *c;
     switch (v->kind) {
-    case MC_JSON_STR: return mc_json_str(v->s);
-    case MC_JSON_LIST:
-    case MC_JSON_OBJ:
+    case MC_DESC_STR: return mc_desc_str(v->s);
+    case MC_DESC_LIST:
+    case MC_DESC_OBJ:
         c = jnew(v->kind);
         for (int i = 0; c && i < v->n; i++) {
-            if (mc_json_add(c, v->kind == MC_JSON_OBJ ? v->keys[i] : NULL,
-                            mc_json_clone(v->items[i]))) {
-                mc_json_free(c);
+            if (mc_desc_add(c, v->kind == MC_DESC_OBJ ? v->keys[i] : NULL,
+                            mc_desc_clone(v->items[i]))) {
+                mc_desc_free(c);
                 return NULL;
             }
         }
@@ -243,18 +243,18 @@ static void indent(struct sbuf *b, int level)
         sb_put(b, " ", 1);
 }
 
-static void dump(struct sbuf *b, const struct mc_json *v, int level)
+static void dump(struct sbuf *b, const struct mc_desc *v, int level)
 {
     char t[48];
     switch (v->kind) {
-    case MC_JSON_NULL: sb_puts(b, "null"); break;
-    case MC_JSON_BOOL: sb_puts(b, v->i ? "true" : "false"); break;
-    case MC_JSON_INT: snprintf(t, sizeof(t), "%lld", (long long)v->i); sb_puts(b, t); break;
-    case MC_JSON_FLOAT: json_float(v->f, t, sizeof(t)); sb_puts(b, t); break;
-    case MC_JSON_STR: dump_str(b, v->s); break;
-    case MC_JSON_LIST:
-    case MC_JSON_OBJ: {
-        int obj = v->kind == MC_JSON_OBJ;
+    case MC_DESC_NULL: sb_puts(b, "null"); break;
+    case MC_DESC_BOOL: sb_puts(b, v->i ? "true" : "false"); break;
+    case MC_DESC_INT: snprintf(t, sizeof(t), "%lld", (long long)v->i); sb_puts(b, t); break;
+    case MC_DESC_FLOAT: json_float(v->f, t, sizeof(t)); sb_puts(b, t); break;
+    case MC_DESC_STR: dump_str(b, v->s); break;
+    case MC_DESC_LIST:
+    case MC_DESC_OBJ: {
+        int obj = v->kind == MC_DESC_OBJ;
         if (v->n == 0) {
             sb_puts(b, obj ? "{}" : "[]");
             break;
@@ -277,7 +277,7 @@ static void dump(struct sbuf *b, const struct mc_json *v, int level)
     }
 }
 
-mc_status mc_json_dump(const struct mc_json *v, char **out)
+mc_status mc_desc_dump(const struct mc_desc *v, char **out)
 {
     struct sbuf b = {0};
     dump(&b, v, 0);

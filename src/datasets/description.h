@@ -6,32 +6,32 @@
 
 #include "megatron.h"
 
-enum mc_json_kind { MC_JSON_NULL, MC_JSON_BOOL, MC_JSON_INT, MC_JSON_FLOAT, MC_JSON_STR,
-                    MC_JSON_LIST, MC_JSON_OBJ };
+enum mc_desc_kind { MC_DESC_NULL, MC_DESC_BOOL, MC_DESC_INT, MC_DESC_FLOAT, MC_DESC_STR,
+                    MC_DESC_LIST, MC_DESC_OBJ };
 
-struct mc_json {
-    enum mc_json_kind kind;
+struct mc_desc {
+    enum mc_desc_kind kind;
     int64_t i;              /* INT, BOOL */
     double f;               /* FLOAT */
     char *s;                /* STR (owned copy) */
     int n, cap;             /* LIST / OBJ children */
-    struct mc_json **items;
+    struct mc_desc **items;
     char **keys;            /* OBJ only */
 };
 
 /* Constructors return NULL on allocation failure; adding a NULL child fails cleanly, so
- * callers can build a tree and check once (mc_json_add returns MC_ERR_NOMEM). */
-struct mc_json *mc_json_null(void);
-struct mc_json *mc_json_int(int64_t v);
-struct mc_json *mc_json_float(double v);
-struct mc_json *mc_json_str(const char *s); /* NULL s gives null */
-struct mc_json *mc_json_list(void);
-struct mc_json *mc_json_obj(void);
+ * callers can build a tree and check once (mc_desc_add returns MC_ERR_NOMEM). */
+struct mc_desc *mc_desc_null(void);
+struct mc_desc *mc_desc_int(int64_t v);
+struct mc_desc *mc_desc_float(double v);
+struct mc_desc *mc_desc_str(const char *s); /* NULL s gives null */
+struct mc_desc *mc_desc_list(void);
+struct mc_desc *mc_desc_obj(void);
 /* Takes ownership of v (freed on failure too). key NULL for lists. */
-mc_status mc_json_add(struct mc_json *parent, const char *key, struct mc_json *v);
-struct mc_json *mc_json_clone(const struct mc_json *v);
-void mc_json_free(struct mc_json *v);
+mc_status mc_desc_add(struct mc_desc *parent, const char *key, struct mc_desc *v);
+struct mc_desc *mc_desc_clone(const struct mc_desc *v);
+void mc_desc_free(struct mc_desc *v);
 /* json.dumps(v, indent=4) with ensure_ascii; the text is mc_alloc'ed. */
-mc_status mc_json_dump(const struct mc_json *v, char **out);
+mc_status mc_desc_dump(const struct mc_desc *v, char **out);
 
 #endif

@@ -17,19 +17,19 @@
 #include <unistd.h>
 
 struct mc_gpt_dataset {
-    const struct mc_gpt_config *c;
+    const struct mc_gpt_dataset_config *c;
     struct mc_gpt_lowlevel *ll;
     int split;
     int64_t beg, end, num_samples;
-    struct mc_json *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
+    struct mc_desc *ids;     /* unique_identifiers, reused by BlendedDataset descriptions */
     char *description;
     char hash[33];
     bool built_anew;
-    int32_t *doc;            /* [n_doc] */
-    int64_t n_doc;
-    int64_t *pairs;          /* [2 * (S + 1)] */
-    int64_t *shuf;           /* [S] */
-    int64_t S;
+    /* the three indices in their cache dtypes, built in memory or mapped from the cache */
+    struct mc_npy doc;       /* <i4 [n_doc] */
+    struct mc_npy pairs;     /* <i4 | <i8 [S + 1, 2] */
+    struct mc_npy shuf;      /* <u4 | <i8 [S] */
+    int64_t n_doc, S;
 };
 
 const char *mc_split_name(int split)
@@ -39,68 +39,68 @@ const char *mc_split_name(int split)
 }
 
 /* The tokenizer's unique_identifiers map. */
-struct mc_json *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
+struct mc_desc *mc_gptds_tokenizer_json(const struct mc_gpt_tokenizer_desc *t)
 {
-    struct mc_json *o = mc_json_obj(), *paths = mc_json_list();
-    mc_status st = mc_json_add(o, "class", mc_json_str(t->class_name ? t->class_name : ""));
+    struct mc_desc *o = mc_desc_obj(), *paths = mc_desc_list();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str(t->class_name ? t->class_name : ""));
     for (int i = 0; !st && i < t->n_paths; i++)
-        st = mc_json_add(paths, NULL, mc_json_str(t->paths[i]));
+        st = mc_desc_add(paths, NULL, mc_desc_str(t->paths[i]));
     if (st) {
-        mc_json_free(paths);
-        mc_json_free(o);
+        mc_desc_free(paths);
+        mc_desc_free(o);
         return NULL;
     }
-    st = mc_json_add(o, "tokenizer_path", paths);
+    st = mc_desc_add(o, "tokenizer_path", paths);
     for (int i = 0; !st && i < t->n_extra; i++)
-        st = mc_json_add(o, t->extra_keys[i], mc_json_str(t->extra_values[i]));
+        st = mc_desc_add(o, t->extra_keys[i], mc_desc_str(t->extra_values[i]));
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
 }
 
 /* MegatronDataset.unique_identifiers for GPTDataset / MockGPTDataset. */
-static struct mc_json *gpt_identifiers(const struct mc_gpt_config *c, const char *path,
+static struct mc_desc *gpt_identifiers(const struct mc_gpt_dataset_config *c, const char *path,
                                        int64_t num_samples, int split)
 {
-    struct mc_json *o = mc_json_obj();
-    mc_status st = mc_json_add(o, "class", mc_json_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
-    if (!st) st = mc_json_add(o, "dataset_path", mc_json_str(path));
-    if (!st) st = mc_json_add(o, "num_samples", num_samples < 0 ? mc_json_null() : mc_json_int(num_samples));
-    if (!st) st = mc_json_add(o, "index_split", mc_json_str(mc_split_name(split)));
-    if (!st) st = mc_json_add(o, "random_seed", mc_json_int(c->random_seed));
-    if (!st) st = mc_json_add(o, "sequence_length", mc_json_int(c->sequence_length));
-    if (!st) st = mc_json_add(o, "split", mc_json_str(c->split));
+    struct mc_desc *o = mc_desc_obj();
+    mc_status st = mc_desc_add(o, "class", mc_desc_str(c->mock ? "MockGPTDataset" : "GPTDataset"));
+    if (!st) st = mc_desc_add(o, "dataset_path", mc_desc_str(path));
+    if (!st) st = mc_desc_add(o, "num_samples", num_samples < 0 ? mc_desc_null() : mc_desc_int(num_samples));
+    if (!st) st = mc_desc_add(o, "index_split", mc_desc_str(mc_split_name(split)));
+    if (!st) st = mc_desc_add(o, "random_seed", mc_desc_int(c->random_seed));
+    if (!st) st = mc_desc_add(o, "sequence_length", mc_desc_int(c->sequence_length));
+    if (!st) st = mc_desc_add(o, "split", mc_desc_str(c->split));
     if (!st) {
-        struct mc_json *m = c->has_split_matrix ? mc_json_list() : mc_json_null();
+        struct mc_desc *m = c->has_split_matrix ? mc_desc_list() : mc_desc_null();
         for (int i = 0; c->has_split_matrix && !st && i < 3; i++) {
             if (!c->split_present[i]) {
-                st = mc_json_add(m, NULL, mc_json_null());
+                st = mc_desc_add(m, NULL, mc_desc_null());
                 continue;
             }
-            struct mc_json *pair = mc_json_list();
-            st = mc_json_add(pair, NULL, c->split_lo_is_int0[i] ? mc_json_int(0)
-                                                                 : mc_json_float(c->split_lo[i]));
-            if (!st) st = mc_json_add(pair, NULL, mc_json_float(c->split_hi[i]));
-            if (!st) st = mc_json_add(m, NULL, pair);
-            else mc_json_free(pair);
+            struct mc_desc *pair = mc_desc_list();
+            st = mc_desc_add(pair, NULL, c->split_lo_is_int0[i] ? mc_desc_int(0)
+                                                                 : mc_desc_float(c->split_lo[i]));
+            if (!st) st = mc_desc_add(pair, NULL, mc_desc_float(c->split_hi[i]));
+            if (!st) st = mc_desc_add(m, NULL, pair);
+            else mc_desc_free(pair);
         }
-        if (!st) st = mc_json_add(o, "split_matrix", m);
-        else mc_json_free(m);
+        if (!st) st = mc_desc_add(o, "split_matrix", m);
+        else mc_desc_free(m);
     }
-    if (!st) st = mc_json_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
+    if (!st) st = mc_desc_add(o, "tokenizer", mc_gptds_tokenizer_json(&c->tokenizer));
     if (st) {
-        mc_json_free(o);
+        mc_desc_free(o);
         return NULL;
     }
     return o;
 }
 
 /* Description text and MD5 of an identifiers map. */
-mc_status mc_gptds_describe(const struct mc_json *ids, char **text, char hash[33])
+mc_status mc_gptds_describe(const struct mc_desc *ids, char **text, char hash[33])
 {
-    mc_status st = mc_json_dump(ids, text);
+    mc_status st = mc_desc_dump(ids, text);
     if (!st)
         mc_md5_hex(*text, strlen(*text), hash);
     return st;
@@ -136,9 +136,73 @@ static void fill_epochs(int32_t *doc, int64_t beg, int64_t end, int64_t epochs)
             doc[k++] = (int32_t)(beg + i);
 }
 
+static void *alloc_npy(struct mc_npy *a, const char *descr, int ndim, int64_t n0, int64_t n1)
+{
+    snprintf(a->descr, sizeof(a->descr), "%s", descr);
+    a->ndim = ndim;
+    a->shape[0] = n0;
+    a->shape[1] = n1;
+    size_t bytes = (size_t)mc_npy_count(a) * mc_npy_itemsize(descr);
+    return a->data = mc_alloc(bytes ? bytes : 1);
+}
+
+/* The sample index in Megatron's dtype: int32 when max(len(document_index), longest sequence
+ * of the whole dataset) fits, as helpers.build_sample_idx chooses. */
+static mc_status build_pairs(mc_gpt_dataset *d, int64_t E, int64_t T, bool drop_last, int x)
+{
+    int64_t maxv = d->n_doc, np = 2 * (d->S + 1);
+    for (int64_t i = 0; i < d->ll->n_sequences; i++)
+        if (d->ll->sequence_lengths[i] > maxv)
+            maxv = d->ll->sequence_lengths[i];
+    bool narrow = maxv <= INT32_MAX;
+    int64_t *wide = narrow ? mc_alloc(sizeof(int64_t) * (size_t)np)
+                           : alloc_npy(&d->pairs, "<i8", 2, d->S + 1, 2);
+    if (!wide)
+        return MC_ERR_NOMEM;
+    mc_status st = mc_gpt_build_sample_idx(wide, d->ll->sequence_lengths, d->doc.data, d->n_doc,
+                                           d->c->sequence_length, E, T, drop_last, x);
+    if (!st && narrow) {
+        int32_t *p = alloc_npy(&d->pairs, "<i4", 2, d->S + 1, 2);
+        if (!p)
+            st = MC_ERR_NOMEM;
+        for (int64_t i = 0; p && i < np; i++)
+            p[i] = (int32_t)wide[i];
+    }
+    if (narrow)
+        mc_free(wide);
+    return st;
+}
+
+/* The shuffle index: uint32 unless the sample count reaches 2^32 - 2; [0, first) and
+ * [first, S) are shuffled separately (separate final epoch). Same draws for both dtypes. */
+static mc_status build_shuffle(mc_gpt_dataset *d, struct mc_np_rng *rng, int64_t first)
+{
+    int64_t S = d->S;
+    if (S < (int64_t)UINT32_MAX - 1) {
+        uint32_t *u = alloc_npy(&d->shuf, "<u4", 1, S, 0);
+        if (!u)
+            return MC_ERR_NOMEM;
+        for (int64_t i = 0; i < S; i++)
+            u[i] = (uint32_t)i;
+        mc_np_rng_shuffle_u32(rng, u, first);
+        if (first < S)
+            mc_np_rng_shuffle_u32(rng, u + first, S - first);
+    } else {
+        int64_t *w = alloc_npy(&d->shuf, "<i8", 1, S, 0);
+        if (!w)
+            return MC_ERR_NOMEM;
+        for (int64_t i = 0; i < S; i++)
+            w[i] = i;
+        mc_np_rng_shuffle_i64(rng, w, first);
+        if (first < S)
+            mc_np_rng_shuffle_i64(rng, w + first, S - first);
+    }
+    return MC_OK;
+}
+
 static mc_status build_indices(mc_gpt_dataset *d)
 {
-    const struct mc_gpt_config *c = d->c;
+    const struct mc_gpt_dataset_config *c = d->c;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
     int64_t seq = c->sequence_length, T = 0, E = 1;
     for (int64_t i = d->beg; i < d->end; i++)
@@ -161,34 +225,24 @@ static mc_status build_indices(mc_gpt_dataset *d)
         return st;
     int64_t n = d->end - d->beg;
     d->n_doc = E * n;
-    if (!(d->doc = mc_alloc(sizeof(int32_t) * (size_t)d->n_doc)))
+    int32_t *doc = alloc_npy(&d->doc, "<i4", 1, d->n_doc, 0);
+    if (!doc)
         return MC_ERR_NOMEM;
     /* document index: all epochs shuffled together, or the first E-1 then the last alone */
     if (!sep) {
-        fill_epochs(d->doc, d->beg, d->end, E);
-        mc_np_rng_shuffle_i32(&rng, d->doc, d->n_doc);
+        fill_epochs(doc, d->beg, d->end, E);
+        mc_np_rng_shuffle_i32(&rng, doc, d->n_doc);
     } else {
-        fill_epochs(d->doc, d->beg, d->end, E - 1);
-        mc_np_rng_shuffle_i32(&rng, d->doc, (E - 1) * n);
-        fill_epochs(d->doc + (E - 1) * n, d->beg, d->end, 1);
-        mc_np_rng_shuffle_i32(&rng, d->doc + (E - 1) * n, n);
+        fill_epochs(doc, d->beg, d->end, E - 1);
+        mc_np_rng_shuffle_i32(&rng, doc, (E - 1) * n);
+        fill_epochs(doc + (E - 1) * n, d->beg, d->end, 1);
+        mc_np_rng_shuffle_i32(&rng, doc + (E - 1) * n, n);
     }
     bool drop_last = d->split != MC_SPLIT_VALID || c->drop_last_partial_validation_sequence;
     d->S = mc_gpt_num_samples(E, T, seq, drop_last, x);
-    if (!(d->pairs = mc_alloc(sizeof(int64_t) * 2 * (size_t)(d->S + 1))) ||
-        !(d->shuf = mc_alloc(sizeof(int64_t) * (size_t)(d->S ? d->S : 1))))
-        return MC_ERR_NOMEM;
-    if ((st = mc_gpt_build_sample_idx(d->pairs, d->ll->sequence_lengths, d->doc, d->n_doc, seq, E,
-                                      T, drop_last, x)))
+    if ((st = build_pairs(d, E, T, drop_last, x)))
         return st;
-    /* shuffle index: [0, sans) and [sans, S) shuffled separately with a separate final epoch */
-    int64_t first = sep ? sans : d->S;
-    for (int64_t i = 0; i < d->S; i++)
-        d->shuf[i] = i;
-    mc_np_rng_shuffle_i64(&rng, d->shuf, first);
-    if (first < d->S)
-        mc_np_rng_shuffle_i64(&rng, d->shuf + first, d->S - first);
-    return MC_OK;
+    return build_shuffle(d, &rng, sep ? sans : d->S);
 }
 
 /* ---- cache files ------------------------------------------------------------------------- */
@@ -261,137 +315,71 @@ static mc_status save_cache(const mc_gpt_dataset *d, const char *dir, const char
 {
     char p[4096];
     mc_status st;
+    const struct mc_npy *arr[3] = {&d->doc, &d->pairs, &d->shuf};
+    static const char *affix[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
     if ((st = mc_gptds_mkdirs(dir)))
         return st;
+    /* Megatron's order: the description, then the three arrays */
     if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "description.txt")) ||
         (st = mc_gptds_write_text(p, d->description)))
         return st;
-    int64_t shape[2] = {d->n_doc, 0};
-    if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "document_index.npy")) ||
-        (st = mc_npy_save(p, "<i4", 1, shape, d->doc)))
-        return st;
-    /* sample index: int32 when every value fits (max over the document index length and the
-     * whole dataset's sequence lengths), as helpers.build_sample_idx decides */
-    int64_t maxv = d->n_doc;
-    for (int64_t i = 0; i < d->ll->n_sequences; i++)
-        if (d->ll->sequence_lengths[i] > maxv)
-            maxv = d->ll->sequence_lengths[i];
-    int64_t np = 2 * (d->S + 1);
-    bool narrow = maxv <= INT32_MAX;
-    void *buf = mc_alloc((narrow ? 4 : 8) * (size_t)np);
-    if (!buf)
-        return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < np; i++) {
-        if (narrow) ((int32_t *)buf)[i] = (int32_t)d->pairs[i];
-        else ((int64_t *)buf)[i] = d->pairs[i];
-    }
-    shape[0] = d->S + 1;
-    shape[1] = 2;
-    st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "sample_index.npy");
-    if (!st)
-        st = mc_npy_save(p, narrow ? "<i4" : "<i8", 2, shape, buf);
-    mc_free(buf);
-    if (st)
-        return st;
-    /* shuffle index: uint32 unless the sample count reaches 2^32 - 2 */
-    narrow = d->S < (int64_t)UINT32_MAX - 1;
-    if (!(buf = mc_alloc((narrow ? 4 : 8) * (size_t)(d->S ? d->S : 1))))
-        return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < d->S; i++) {
-        if (narrow) ((uint32_t *)buf)[i] = (uint32_t)d->shuf[i];
-        else ((int64_t *)buf)[i] = d->shuf[i];
-    }
-    shape[0] = d->S;
-    st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "shuffle_index.npy");
-    if (!st)
-        st = mc_npy_save(p, narrow ? "<u4" : "<i8", 1, shape, buf);
-    mc_free(buf);
-    return st;
+    for (int k = 0; k < 3; k++)
+        if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, affix[k])) ||
+            (st = mc_npy_save(p, arr[k]->descr, arr[k]->ndim, arr[k]->shape, arr[k]->data)))
+            return st;
+    return MC_OK;
 }
 
-/* Widens a loaded integer array to int64. */
-static int64_t npy_at(const struct mc_npy *a, int64_t i)
-{
-    switch (a->descr[1]) {
-    case 'i':
-        switch (a->descr[2]) {
-        case '2': return ((const int16_t *)a->data)[i];
-        case '4': return ((const int32_t *)a->data)[i];
-        default: return ((const int64_t *)a->data)[i];
-        }
-    default:
-        switch (a->descr[2]) {
-        case '2': return ((const uint16_t *)a->data)[i];
-        case '4': return ((const uint32_t *)a->data)[i];
-        default: return (int64_t)((const uint64_t *)a->data)[i];
-        }
-    }
-}
+static int64_t doc_at(const mc_gpt_dataset *d, int64_t i) { return ((const int32_t *)d->doc.data)[i]; }
+static int64_t pair_at(const mc_gpt_dataset *d, int64_t i) { return mc_npy_get(&d->pairs, i); }
 
-/* Loads a cache hit, checking shapes and every index against the data so that a stale or
- * foreign cache gives an error instead of an out-of-bounds read. */
+/* Maps a cache hit (as numpy.load(mmap_mode='r') does), checking dtypes, shapes and every index
+ * against the data, so that a stale or foreign cache is an error, not an out-of-bounds read. */
 static mc_status load_cache(mc_gpt_dataset *d, const char *dir, const char *cls)
 {
     char p[4096];
-    struct mc_npy a[3] = {0};
+    struct mc_npy *a[3] = {&d->doc, &d->pairs, &d->shuf};
     static const char *affix[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
     mc_status st = MC_OK;
     for (int k = 0; k < 3 && !st; k++)
         if (!(st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, affix[k])))
-            st = mc_npy_load(p, &a[k]);
+            st = mc_npy_map(p, a[k]);
     if (st)
-        goto out;
+        return st;
     mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "*");
-    if (a[0].ndim != 1 || a[1].ndim != 2 || a[1].shape[1] != 2 || a[2].ndim != 1 ||
-        a[2].shape[0] != a[1].shape[0] - 1) {
-        st = mc_error(MC_ERR_FORMAT, "cache %s: inconsistent shapes (document_index %lld, "
-                      "sample_index %lld x %lld, shuffle_index %lld)", p, (long long)a[0].shape[0],
-                      (long long)a[1].shape[0], (long long)a[1].shape[1], (long long)a[2].shape[0]);
-        goto out;
-    }
-    d->n_doc = a[0].shape[0];
-    d->S = a[2].shape[0];
-    d->doc = mc_alloc(sizeof(int32_t) * (size_t)(d->n_doc ? d->n_doc : 1));
-    d->pairs = mc_alloc(sizeof(int64_t) * 2 * (size_t)(d->S + 1));
-    d->shuf = mc_alloc(sizeof(int64_t) * (size_t)(d->S ? d->S : 1));
-    if (!d->doc || !d->pairs || !d->shuf) {
-        st = MC_ERR_NOMEM;
-        goto out;
-    }
+    if (strcmp(d->doc.descr, "<i4") || (strcmp(d->pairs.descr, "<i4") && strcmp(d->pairs.descr, "<i8")) ||
+        (strcmp(d->shuf.descr, "<u4") && strcmp(d->shuf.descr, "<i8")) || d->doc.ndim != 1 ||
+        d->pairs.ndim != 2 || d->pairs.shape[1] != 2 || d->shuf.ndim != 1 ||
+        d->shuf.shape[0] != d->pairs.shape[0] - 1)
+        return mc_error(MC_ERR_FORMAT, "cache %s: not Megatron's layout (document_index %s[%lld], "
+                        "sample_index %s[%lld, %lld], shuffle_index %s[%lld]; expected <i4, <i4|<i8 "
+                        "[S+1, 2], <u4|<i8 [S])", p, d->doc.descr, (long long)d->doc.shape[0],
+                        d->pairs.descr, (long long)d->pairs.shape[0], (long long)d->pairs.shape[1],
+                        d->shuf.descr, (long long)d->shuf.shape[0]);
+    d->n_doc = d->doc.shape[0];
+    d->S = d->shuf.shape[0];
     for (int64_t i = 0; i < d->n_doc; i++) {
-        int64_t v = npy_at(&a[0], i);
-        if (v < 0 || v >= d->ll->n_sequences) {
-            st = mc_error(MC_ERR_FORMAT, "cache %s: document_index[%lld] = %lld is not a sequence "
-                          "of %s (%lld sequences): stale cache?", p, (long long)i, (long long)v,
-                          d->ll->path_prefix ? d->ll->path_prefix : "mock data",
-                          (long long)d->ll->n_sequences);
-            goto out;
-        }
-        d->doc[i] = (int32_t)v;
+        int64_t v = doc_at(d, i);
+        if (v < 0 || v >= d->ll->n_sequences)
+            return mc_error(MC_ERR_FORMAT, "cache %s: document_index[%lld] = %lld is not a sequence "
+                            "of %s (%lld sequences): stale cache?", p, (long long)i, (long long)v,
+                            d->ll->path_prefix ? d->ll->path_prefix : "mock data",
+                            (long long)d->ll->n_sequences);
     }
     for (int64_t i = 0; i < 2 * (d->S + 1); i++) {
-        int64_t v = npy_at(&a[1], i);
-        int64_t lim = i % 2 == 0 ? d->n_doc - 1 : d->ll->sequence_lengths[d->doc[d->pairs[i - 1]]];
-        if (v < 0 || v > lim) {
-            st = mc_error(MC_ERR_FORMAT, "cache %s: sample_index entry %lld = %lld out of range "
-                          "[0, %lld]: stale cache?", p, (long long)i, (long long)v, (long long)lim);
-            goto out;
-        }
-        d->pairs[i] = v;
+        int64_t v = pair_at(d, i);
+        int64_t lim = i % 2 == 0 ? d->n_doc - 1 : d->ll->sequence_lengths[doc_at(d, pair_at(d, i - 1))];
+        if (v < 0 || v > lim)
+            return mc_error(MC_ERR_FORMAT, "cache %s: sample_index entry %lld = %lld out of range "
+                            "[0, %lld]: stale cache?", p, (long long)i, (long long)v, (long long)lim);
     }
     for (int64_t i = 0; i < d->S; i++) {
-        int64_t v = npy_at(&a[2], i);
-        if (v < 0 || v >= d->S) {
-            st = mc_error(MC_ERR_FORMAT, "cache %s: shuffle_index[%lld] = %lld out of range",
-                          p, (long long)i, (long long)v);
-            goto out;
-        }
-        d->shuf[i] = v;
+        int64_t v = mc_npy_get(&d->shuf, i);
+        if (v < 0 || v >= d->S)
+            return mc_error(MC_ERR_FORMAT, "cache %s: shuffle_index[%lld] = %lld out of range",
+                            p, (long long)i, (long long)v);
     }
-out:
-    for (int k = 0; k < 3; k++)
-        mc_npy_free(&a[k]);
-    return st;
+    return MC_OK;
 }
 
 static mc_status indices_cached(mc_gpt_dataset *d)
@@ -420,7 +408,7 @@ static mc_status indices_cached(mc_gpt_dataset *d)
     return st;
 }
 
-mc_status mc_gpt_dataset_init(const struct mc_gpt_config *c, struct mc_gpt_lowlevel *ll,
+mc_status mc_gpt_dataset_init(const struct mc_gpt_dataset_config *c, struct mc_gpt_lowlevel *ll,
                               int64_t beg, int64_t end, int64_t num_samples, int split,
                               mc_gpt_dataset **out)
 {
@@ -459,11 +447,11 @@ void mc_gpt_dataset_free(mc_gpt_dataset *d)
 {
     if (!d)
         return;
-    mc_free(d->doc);
-    mc_free(d->pairs);
-    mc_free(d->shuf);
+    mc_npy_free(&d->doc);
+    mc_npy_free(&d->pairs);
+    mc_npy_free(&d->shuf);
     mc_free(d->description);
-    mc_json_free(d->ids);
+    mc_desc_free(d->ids);
     mc_free(d);
 }
 
@@ -471,24 +459,26 @@ int64_t mc_gpt_dataset_len(const mc_gpt_dataset *d) { return d->S; }
 const char *mc_gpt_dataset_description(const mc_gpt_dataset *d) { return d->description; }
 const char *mc_gpt_dataset_hash(const mc_gpt_dataset *d) { return d->hash; }
 bool mc_gpt_dataset_built_anew(const mc_gpt_dataset *d) { return d->built_anew; }
-const struct mc_json *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
+const struct mc_desc *mc_gptds_identifiers(const mc_gpt_dataset *d) { return d->ids; }
 int mc_gptds_split(const mc_gpt_dataset *d) { return d->split; }
 
 /* ---- samples ----------------------------------------------------------------------------- */
 
-mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+/* Reads the seq + x tokens of item idx (padded with pad), token 0 into *head and tokens
+ * 1.. into rest[0..], so that a sample can be assembled without a scratch buffer. */
+static mc_status read_text(const mc_gpt_dataset *d, int64_t idx, int64_t *head, int64_t *rest)
 {
     if (idx < 0 || idx >= d->S)
         return mc_error(MC_ERR_CONFIG, "sample %lld out of range for a dataset of %lld samples",
                         (long long)idx, (long long)d->S);
     int x = d->c->add_extra_token_to_sequence ? 1 : 0;
     int64_t want = d->c->sequence_length + x, got = 0;
-    int64_t s = d->shuf[idx];
-    int64_t p0 = d->pairs[2 * s], o0 = d->pairs[2 * s + 1];
-    int64_t p1 = d->pairs[2 * s + 2], o1 = d->pairs[2 * s + 3];
+    int64_t s = mc_npy_get(&d->shuf, idx);
+    int64_t p0 = pair_at(d, 2 * s), o0 = pair_at(d, 2 * s + 1);
+    int64_t p1 = pair_at(d, 2 * s + 2), o1 = pair_at(d, 2 * s + 3);
     mc_status st;
     for (int64_t q = p0; q <= p1; q++) {
-        int64_t seqi = d->doc[q];
+        int64_t seqi = doc_at(d, q);
         int64_t off = q == p0 ? o0 : 0;
         int64_t len = q < p1 ? d->ll->sequence_lengths[seqi] - off : o1 + x - off;
         if (len <= 0)
@@ -497,17 +487,33 @@ mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t 
             return mc_error(MC_ERR_FORMAT, "sample %lld spans %lld tokens, more than seq + %d = "
                             "%lld: corrupt sample index", (long long)idx, (long long)(got + len),
                             x, (long long)want);
-        if ((st = d->ll->get(d->ll->ctx, seqi, off, len, out + got)))
+        if (got == 0) {
+            if ((st = d->ll->get(d->ll->ctx, seqi, off, 1, head)))
+                return st;
+            off++;
+            len--;
+            got++;
+        }
+        if (len > 0 && (st = d->ll->get(d->ll->ctx, seqi, off, len, rest + got - 1)))
             return st;
         got += len;
     }
+    if (got == 0) {
+        *head = d->c->pad;
+        got++;
+    }
     for (; got < want; got++)
-        out[got] = d->c->pad;
+        rest[got - 1] = d->c->pad;
     return MC_OK;
 }
 
+mc_status mc_gpt_dataset_get_text(const mc_gpt_dataset *d, int64_t idx, int64_t *out)
+{
+    return read_text(d, idx, out, out + 1);
+}
+
 /* _get_ltor_masks_and_position_ids on tokens (before pad replacement), then the pad masking. */
-static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const int64_t *labels,
+static void masks(const struct mc_gpt_dataset_config *c, const int64_t *tokens, const int64_t *labels,
                   int64_t seq, struct mc_gpt_sample *s)
 {
     for (int64_t i = 0; i < seq; i++) {
@@ -538,19 +544,18 @@ static void masks(const struct mc_gpt_config *c, const int64_t *tokens, const in
 
 mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt_sample *s)
 {
-    const struct mc_gpt_config *c = d->c;
+    const struct mc_gpt_dataset_config *c = d->c;
     int64_t seq = c->sequence_length;
     int x = c->add_extra_token_to_sequence ? 1 : 0;
-    int64_t *text = mc_alloc(sizeof(int64_t) * (size_t)(seq + 1));
-    if (!text)
-        return MC_ERR_NOMEM;
-    mc_status st = mc_gpt_dataset_get_text(d, idx, text);
+    /* text[0] -> tokens[0], text[1..] -> labels[0..]: labels are then final (x = 1) and tokens
+     * are labels shifted right by one */
+    mc_status st = read_text(d, idx, s->tokens, s->labels);
     if (st)
-        goto out;
-    for (int64_t i = 0; i < seq; i++) {
-        s->tokens[i] = text[i];
-        s->labels[i] = x ? text[i + 1] : (i + 1 < seq ? text[i + 1] : c->pad);
-    }
+        return st;
+    for (int64_t i = 1; i < seq; i++)
+        s->tokens[i] = s->labels[i - 1];
+    if (!x)
+        s->labels[seq - 1] = c->pad; /* torch.roll, then the last label is pad */
     if (!c->create_attention_mask)
         s->attention_mask = NULL;
     masks(c, s->tokens, s->labels, seq, s);
@@ -558,7 +563,5 @@ mc_status mc_gpt_dataset_get(const mc_gpt_dataset *d, int64_t idx, struct mc_gpt
         if (s->tokens[i] == c->pad) s->tokens[i] = 0;
         if (s->labels[i] == c->pad) s->labels[i] = 0;
     }
-out:
-    mc_free(text);
-    return st;
+    return MC_OK;
 }

@@ -389,3 +389,90 @@ out_buf:
     *out = d;
     return st;
 }
+
+/* ---- debug hooks ----------------------------------------------------------------------- */
+
+static struct {
+    bool checked_env, active;
+    char *path;
+    mc_dump *d;
+    mc_status failed; /* first failure while recording, reported by flush */
+} hooks;
+
+void mc_dump_hooks_disable(void)
+{
+    mc_dump_free(hooks.d);
+    mc_free(hooks.path);
+    hooks.d = NULL;
+    hooks.path = NULL;
+    hooks.active = false;
+    hooks.failed = MC_OK;
+    hooks.checked_env = true; /* an explicit call overrides MC_DUMP_HOOKS */
+}
+
+mc_status mc_dump_hooks_enable(const char *path)
+{
+    mc_dump_hooks_disable();
+    size_t n = strlen(path);
+    if (n == 0)
+        return mc_error(MC_ERR_CONFIG, "dump hooks: empty output path");
+    hooks.path = mc_alloc(n + 1);
+    if (!hooks.path)
+        return MC_ERR_NOMEM;
+    memcpy(hooks.path, path, n + 1);
+    mc_status st = mc_dump_init(&hooks.d);
+    if (st != MC_OK) {
+        mc_dump_hooks_disable();
+        return st;
+    }
+    hooks.active = true;
+    return MC_OK;
+}
+
+bool mc_dump_hooks_active(void)
+{
+    if (!hooks.checked_env) {
+        hooks.checked_env = true;
+        const char *env = getenv("MC_DUMP_HOOKS");
+        if (env && *env && mc_dump_hooks_enable(env) != MC_OK)
+            mc_log(MC_LOG_WARN, "MC_DUMP_HOOKS=%s: cannot enable dump hooks: %s", env,
+                   mc_last_error());
+    }
+    return hooks.active;
+}
+
+void mc_dump_hook(const char *name, enum mc_dtype dtype, int ndim, const int64_t *shape,
+                  const void *data)
+{
+    if (!mc_dump_hooks_active())
+        return;
+    char key[MC_DUMP_MAX_NAME];
+    snprintf(key, sizeof(key), "%s", name);
+    for (int k = 1; mc_dump_find(hooks.d, key); k++)
+        snprintf(key, sizeof(key), "%s@%d", name, k);
+    mc_status st = mc_dump_add(hooks.d, key, dtype, ndim, shape, data);
+    if (st != MC_OK) {
+        mc_log(MC_LOG_WARN, "dump hook %s: %s; hooks stop recording", key, mc_last_error());
+        hooks.failed = st;
+        hooks.active = false;
+    }
+}
+
+mc_status mc_dump_hooks_flush(void)
+{
+    if (!hooks.d)
+        return mc_error(MC_ERR_CONFIG, "dump hooks: flush without mc_dump_hooks_enable");
+    if (hooks.failed != MC_OK)
+        return mc_error(hooks.failed, "dump hooks: recording into %s stopped after a failure",
+                        hooks.path);
+    mc_status st = mc_dump_write(hooks.d, hooks.path);
+    mc_dump *fresh = NULL;
+    mc_status st2 = mc_dump_init(&fresh);
+    mc_dump_free(hooks.d);
+    hooks.d = fresh;
+    if (st2 != MC_OK) {
+        hooks.active = false;
+        hooks.failed = st2;
+    }
+    return st != MC_OK ? st : st2;
+}

@@ -48,29 +48,29 @@ mc_status mc_opt_sched_init(struct mc_opt_sched *s, const struct mc_opt_sched_co
     s->c = *c;
     /* Megatron's constructor assertions carry no message; say which one failed. */
     if (!(c->min_lr >= 0.0))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: min_lr (--min-lr %g) must be >= 0", c->min_lr);
+        return mc_error(MC_ERR_CONFIG, "min_lr (--min-lr %g) must be >= 0", c->min_lr);
     if (!(c->max_lr >= c->min_lr))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: --lr %g must be >= --min-lr %g",
+        return mc_error(MC_ERR_CONFIG, "--lr %g must be >= --min-lr %g",
                         c->max_lr, c->min_lr);
     if (!(c->init_lr <= c->max_lr))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: --lr-warmup-init %g must be <= --lr %g",
+        return mc_error(MC_ERR_CONFIG, "--lr-warmup-init %g must be <= --lr %g",
                         c->init_lr, c->max_lr);
     if (!(c->decay_steps > 0))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: learning-rate decay steps (%lld samples) "
+        return mc_error(MC_ERR_CONFIG, "learning-rate decay steps (%lld samples) "
                         "must be > 0", (long long)c->decay_steps);
     if (!(c->warmup_steps < (double)c->decay_steps))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: warmup steps (%g samples) must be < decay "
+        return mc_error(MC_ERR_CONFIG, "warmup steps (%g samples) must be < decay "
                         "steps (%lld samples)", c->warmup_steps, (long long)c->decay_steps);
     if (c->decay_style == MC_LR_WSD && !c->has_wsd_decay_steps)
-        return mc_error(MC_ERR_CONFIG, "AssertionError: --lr-decay-style WSD needs "
+        return mc_error(MC_ERR_CONFIG, "--lr-decay-style WSD needs "
                         "--lr-wsd-decay-iters or --lr-wsd-decay-samples");
     if (!(c->start_wd >= 0.0))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: start weight decay %g must be >= 0", c->start_wd);
+        return mc_error(MC_ERR_CONFIG, "start weight decay %g must be >= 0", c->start_wd);
     if (!(c->end_wd >= c->start_wd))
-        return mc_error(MC_ERR_CONFIG, "AssertionError: end weight decay %g must be >= start "
+        return mc_error(MC_ERR_CONFIG, "end weight decay %g must be >= start "
                         "weight decay %g", c->end_wd, c->start_wd);
     if (c->override && c->use_checkpoint)
-        return mc_error(MC_ERR_CONFIG, "AssertionError: both override and use-checkpoint are set.");
+        return mc_error(MC_ERR_CONFIG, "both override and use-checkpoint are set.");
     mc_opt_sched_step(s, 0);
     if (log)
         fprintf(log, "INFO:megatron.core.optimizer_param_scheduler:> learning rate decay style: %s\n",

@@ -1,32 +1,66 @@
 /* The tensor-parallel communication regions, mirrors megatron/core/tensor_parallel/mappings.py.
- * Size-1 groups need no communication. Larger groups need the MPI communicator that
- * parallel_state attaches to the group; without one these refuse (MC_ERR_UNSUPPORTED) instead
- * of silently computing a single rank's partial result. */
+ * Size-1 groups need no communication. Larger groups all-reduce over the MPI communicator that
+ * parallel_state attaches to the group (mc_gpt_set_tp_comm); without one (or in a build
+ * without MPI) they refuse with MC_ERR_UNSUPPORTED instead of silently computing a single
+ * rank's partial result. */
 #include "tensor_parallel/tensor_parallel.h"
+
+#if defined(MC_HAVE_MPI)
+#include <mpi.h>
+#endif
 
 static mc_status need_comm(const struct mc_tp_group *g, const char *what)
 {
     return mc_error(MC_ERR_UNSUPPORTED,
-                    "%s across --tensor-model-parallel-size %d: tensor-parallel communication "
-                    "is not wired in this build (no communicator attached to the group)",
+                    "%s across --tensor-model-parallel-size %d: no tensor-parallel communicator "
+                    "is attached to the model (or this build has no MPI)",
                     what, g->size);
 }
 
+#if defined(MC_HAVE_MPI)
+static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, MPI_Op op,
+                            const char *what)
+{
+    MPI_Comm comm = *(const MPI_Comm *)g->comm;
+    for (int64_t done = 0; done < n;) { /* MPI counts are int */
+        int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm);
+        if (rc != MPI_SUCCESS) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, msg, &len);
+            return mc_error(MC_ERR_COMM, "tensor-parallel %s of %lld floats failed: %s", what,
+                            (long long)n, msg);
+        }
+        done += chunk;
+    }
+    return MC_OK;
+}
+#endif
+
 mc_status mc_tp_all_reduce_sum(const struct mc_tp_group *g, float *x, int64_t n)
 {
-    (void)x;
-    (void)n;
     if (g->size == 1)
         return MC_OK;
+#if defined(MC_HAVE_MPI)
+    if (g->comm)
+        return all_reduce(g, x, n, MPI_SUM, "all-reduce(sum)");
+#endif
+    (void)x;
+    (void)n;
     return need_comm(g, "all-reduce(sum)");
 }
 
 mc_status mc_tp_all_reduce_max(const struct mc_tp_group *g, float *x, int64_t n)
 {
-    (void)x;
-    (void)n;
     if (g->size == 1)
         return MC_OK;
+#if defined(MC_HAVE_MPI)
+    if (g->comm)
+        return all_reduce(g, x, n, MPI_MAX, "all-reduce(max)");
+#endif
+    (void)x;
+    (void)n;
     return need_comm(g, "all-reduce(max)");
 }
 

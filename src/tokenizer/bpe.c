@@ -12,6 +12,7 @@
 #include "tokenizer/unicode.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,7 +258,7 @@ mc_status mc_bpe_add_merge(mc_bpe *b, int32_t a, int32_t bb, int32_t rank)
 
 static inline int32_t merge_rank(const mc_bpe *b, int32_t a, int32_t bb, int32_t *res)
 {
-    if (!b->mcap)
+    if (!b->mcap || a < 0 || bb < 0) /* negative symbols (unknown) never merge */
         return NO_RANK;
     uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)bb) + 1;
     uint32_t i = merge_slot(b, key);
@@ -436,6 +437,111 @@ static int64_t merge_loop(const mc_bpe *b, int32_t *sym, int32_t *rank, int32_t 
     return n;
 }
 
+/* The same loop for long pieces in O(n log n): a linked list of symbols and a min-heap of
+ * (rank, position). Each round pops *all* entries of the lowest rank first (ranks are unique
+ * per pair, so they are the occurrences of one pair, in position order) and merges the ones
+ * still valid left to right; the pairs this creates go on the heap only afterwards. That is
+ * GPT-2's round exactly: all occurrences of the best pair, before any newly formed pair. */
+struct heap64 {
+    uint64_t *h;
+    int64_t n;
+};
+
+static void h64_push(struct heap64 *q, uint64_t v)
+{
+    int64_t i = q->n++;
+    while (i > 0 && q->h[(i - 1) / 2] > v) {
+        q->h[i] = q->h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    q->h[i] = v;
+}
+
+static uint64_t h64_pop(struct heap64 *q)
+{
+    uint64_t top = q->h[0], last = q->h[--q->n];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && q->h[c + 1] < q->h[c])
+            c++;
+        if (q->h[c] >= last)
+            break;
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    if (q->n)
+        q->h[i] = last;
+    return top;
+}
+
+static mc_status merge_loop_long(const mc_bpe *b, int32_t *sym, int64_t n, int64_t *n_out)
+{
+    /* next/prev links, the heap (each merge pushes at most 2), and the positions of one round */
+    int64_t *next = mc_alloc((size_t)n * sizeof(int64_t)), *prev = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *round = mc_alloc((size_t)n * sizeof(int64_t));
+    struct heap64 q = {mc_alloc((size_t)(3 * n + 1) * sizeof(uint64_t)), 0};
+    if (!next || !prev || !round || !q.h) {
+        mc_free(next);
+        mc_free(prev);
+        mc_free(round);
+        mc_free(q.h);
+        return MC_ERR_NOMEM;
+    }
+    int32_t res = -1;
+    for (int64_t i = 0; i < n; i++) {
+        next[i] = i + 1 < n ? i + 1 : -1;
+        prev[i] = i - 1;
+        int32_t r = i + 1 < n ? merge_rank(b, sym[i], sym[i + 1], &res) : NO_RANK;
+        if (r != NO_RANK)
+            h64_push(&q, (uint64_t)r << 32 | (uint64_t)i);
+    }
+    while (q.n) {
+        uint32_t r0 = (uint32_t)(q.h[0] >> 32);
+        int64_t nr = 0;
+        while (q.n && (uint32_t)(q.h[0] >> 32) == r0) {
+            int64_t pos = (int64_t)(h64_pop(&q) & 0xffffffffu);
+            if (nr == 0 || round[nr - 1] != pos)
+                round[nr++] = pos;
+        }
+        int64_t nt = 0;
+        for (int64_t k = 0; k < nr; k++) {
+            int64_t p = round[k], nx = sym[p] >= 0 ? next[p] : -1;
+            if (nx < 0 || merge_rank(b, sym[p], sym[nx], &res) != (int32_t)r0)
+                continue; /* stale: this occurrence was consumed by an overlapping one */
+            sym[p] = res;
+            next[p] = next[nx];
+            if (next[nx] >= 0)
+                prev[next[nx]] = p;
+            sym[nx] = -1;
+            round[nt++] = p; /* reuse the array: merged positions, in order */
+        }
+        for (int64_t k = 0; k < nt; k++) {
+            int64_t p = round[k];
+            if (sym[p] < 0)
+                continue;
+            int32_t r;
+            if (prev[p] >= 0 && (r = merge_rank(b, sym[prev[p]], sym[p], &res)) != NO_RANK)
+                h64_push(&q, (uint64_t)r << 32 | (uint64_t)prev[p]);
+            if (next[p] >= 0 && (r = merge_rank(b, sym[p], sym[next[p]], &res)) != NO_RANK)
+                h64_push(&q, (uint64_t)r << 32 | (uint64_t)p);
+        }
+    }
+    int64_t w = 0;
+    for (int64_t i = 0; i >= 0; i = next[i])
+        sym[w++] = sym[i];
+    *n_out = w;
+    mc_free(next);
+    mc_free(prev);
+    mc_free(round);
+    mc_free(q.h);
+    return MC_OK;
+}
+
+#define LONG_WORD 64
+
 mc_status mc_bpe_encode_word(const mc_bpe *b, const char *s, size_t len, int64_t unknown_id,
                              struct mc_tokens *out)
 {
@@ -451,15 +557,21 @@ mc_status mc_bpe_encode_word(const mc_bpe *b, const char *s, size_t len, int64_t
         if (cache_get(b, h, s, len, out))
             return MC_OK;
     }
-    int32_t stack_buf[3 * 64], *buf = stack_buf;
-    if (len > 64 && !(buf = mc_alloc(3 * len * sizeof(int32_t))))
+    int32_t stack_buf[3 * LONG_WORD], *buf = stack_buf;
+    if (len > LONG_WORD && !(buf = mc_alloc(len * sizeof(int32_t))))
         return MC_ERR_NOMEM;
-    int32_t *sym = buf, *rank = buf + len, *res = buf + 2 * len;
+    int32_t *sym = buf;
     for (size_t i = 0; i < len; i++)
         sym[i] = (unsigned char)s[i];
-    int64_t n = merge_loop(b, sym, rank, res, (int64_t)len);
+    int64_t n = 0;
+    mc_status st = MC_OK;
+    if (len > LONG_WORD)
+        st = merge_loop_long(b, sym, (int64_t)len, &n);
+    else
+        n = merge_loop(b, sym, buf + len, buf + 2 * len, (int64_t)len);
     int64_t start = out->len;
-    mc_status st = emit_symbols(b, sym, n, unknown_id, out);
+    if (st == MC_OK)
+        st = emit_symbols(b, sym, n, unknown_id, out);
     if (st == MC_OK && h && n <= UINT16_MAX)
         cache_put(b, h, s, len, out->data + start, n);
     if (buf != stack_buf)
@@ -522,4 +634,86 @@ int64_t mc_bpe_unmap(char *o, const char *s, size_t len)
         p += l;
     }
     return n;
+}
+
+/* ---- character-level BPE (HuggingFace models without ByteLevel, e.g. Llama-2/Mistral) ------- */
+#define UNK_SYM (-2)
+
+/* Initial symbols of HF's BPE::merge_word: each character if the vocab has it, else its bytes
+ * as <0xXX> tokens (byte_fallback, all of them must exist), else one unknown (a run of unknown
+ * characters is one unknown when fuse_unk). Returns the count, or -1 for a character that has
+ * no token at all (HF would drop it silently). */
+static int64_t char_symbols(const mc_bpe *b, const char *s, size_t len, bool byte_fallback,
+                            bool has_unk, bool fuse_unk, int32_t *sym, size_t *bad_at)
+{
+    int64_t n = 0;
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        uint32_t cp;
+        int l = mc_utf8_decode(p, end, &cp);
+        if (!l)
+            l = 1; /* the caller validated UTF-8 */
+        int32_t c = mc_bpe_find_symbol(b, (const char *)p, (size_t)l);
+        if (c >= 0 && b->sym_id[c] >= 0) {
+            sym[n++] = c;
+        } else {
+            int64_t k = 0;
+            bool all = byte_fallback;
+            for (int i = 0; all && i < l; i++) {
+                char name[8];
+                snprintf(name, sizeof(name), "<0x%02X>", p[i]);
+                int32_t bs = mc_bpe_find_symbol(b, name, 6);
+                all = bs >= 0 && b->sym_id[bs] >= 0;
+                sym[n + k++] = bs;
+            }
+            if (all) {
+                n += k;
+            } else if (has_unk) {
+                if (!(fuse_unk && n > 0 && sym[n - 1] == UNK_SYM))
+                    sym[n++] = UNK_SYM;
+            } else {
+                *bad_at = (size_t)(p - (const unsigned char *)s);
+                return -1;
+            }
+        }
+        p += l;
+    }
+    return n;
+}
+
+mc_status mc_bpe_encode_chars(const mc_bpe *b, const char *s, size_t len, bool byte_fallback,
+                              int64_t unk_id, bool fuse_unk, struct mc_tokens *out)
+{
+    if (len == 0)
+        return MC_OK;
+    uint64_t h = 0;
+    if (len <= CACHE_MAX_WORD) {
+        h = hash_bytes(s, len);
+        if (cache_get(b, h, s, len, out))
+            return MC_OK;
+    }
+    /* a character gives at most 4 byte symbols, and never more than its bytes */
+    int32_t stack_buf[3 * LONG_WORD], *buf = stack_buf;
+    if (len > LONG_WORD && !(buf = mc_alloc(3 * len * sizeof(int32_t))))
+        return MC_ERR_NOMEM;
+    size_t bad_at = 0;
+    int64_t n = char_symbols(b, s, len, byte_fallback, unk_id >= 0, fuse_unk, buf, &bad_at);
+    mc_status st = MC_OK;
+    if (n < 0)
+        st = mc_error(MC_ERR_FORMAT, "the character at byte %zu of \"%.*s\" has no token: the "
+                      "model has neither it, byte_fallback, nor an unk_token (HuggingFace drops "
+                      "such characters silently)", bad_at, (int)(len > 40 ? 40 : len), s);
+    else if (n > LONG_WORD)
+        st = merge_loop_long(b, buf, n, &n);
+    else
+        n = merge_loop(b, buf, buf + n, buf + 2 * n, n);
+    int64_t start = out->len;
+    if (st == MC_OK && (st = mc_tok_reserve(out, n)) == MC_OK)
+        for (int64_t i = 0; i < n; i++)
+            out->data[out->len++] = buf[i] == UNK_SYM ? unk_id : b->sym_id[buf[i]];
+    if (st == MC_OK && h && n <= UINT16_MAX)
+        cache_put(b, h, s, len, out->data + start, n);
+    if (buf != stack_buf)
+        mc_free(buf);
+    return st;
 }

@@ -7,13 +7,14 @@
  * eos token), or a tokenizer.json path. Supported pipeline pieces (anything else is refused
  * with MC_ERR_UNSUPPORTED naming it):
  *   normalizer     null; NFC only for text whose code points are all below U+0300 (already NFC)
- *   pre_tokenizer  ByteLevel (GPT-2 regex or none, add_prefix_space), or Sequence of
- *                  Split(Regex GPT-2 | Llama-3 | Qwen2 pattern, Isolated) + ByteLevel
+ *   pre_tokenizer  ByteLevel (GPT-2 regex or none, add_prefix_space), or a Sequence of
+ *                  Split(Regex GPT-2 | Llama-3 | Qwen2 pattern, Isolated) and ByteLevel
  *   model          BPE (vocab, merges as "a b" or [a, b], ignore_merges, unk_token), no dropout,
  *                  no subword prefix/suffix, no byte_fallback
  *   added_tokens   split out of the text first (leftmost-longest), lstrip/rstrip/single_word off
  *   post_processor null, ByteLevel, TemplateProcessing (single), or a Sequence of those
  *   decoder        ByteLevel */
+#include "tokenizer/hf_decoders.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
 
@@ -38,16 +39,31 @@ struct added {
 
 struct hf {
     mc_bpe *bpe;
-    bool ignore_merges, nfc, add_prefix_space, byte_level_decoder;
-    int n_split;                /* pre-tokenizer splitters applied in turn (0..2) */
-    enum mc_pretok split[2];
+    bool ignore_merges, nfc;
+    bool byte_level;            /* a ByteLevel pre-tokenizer: BPE over bytes, else characters */
+    bool byte_fallback, fuse_unk;
+    /* normalizer Sequence of Prepend / Replace (a String pattern), as in Llama-2/Mistral files */
+    int n_norm;
+    struct norm_op {
+        bool prepend;
+        char pattern[16], content[16];
+    } norm[4];
+    /* pre-tokenizer stages applied in turn: a Split regex, ByteLevel (which may prepend a space
+     * to each piece it receives and split it with the GPT-2 regex), or Metaspace */
+    int n_stage;
+    struct stage {
+        bool byte_level, prefix_space, split, metaspace;
+        enum mc_pretok pattern;
+        int prepend_scheme; /* Metaspace: 0 never, 1 first, 2 always */
+    } stage[4];
+    struct mc_hf_decoder decoder;
     int64_t unk_id;             /* -1: none */
     struct added *added;        /* sorted by length, longest first */
     int n_added;
     uint8_t first_byte[256];    /* bytes that start some added token */
     int64_t *prefix, *suffix;   /* template ids around $A */
     int n_prefix, n_suffix;
-    /* decode: id -> bytes; raw[id] says whether they are raw (added token) or need unmapping */
+    /* decode: id -> the token's string as tokenizer.json writes it */
     int64_t n_ids;
     int64_t *dec_off;
     uint32_t *dec_len;
@@ -91,21 +107,38 @@ static bool empty_or_null(const struct mc_json *o, const char *key)
 }
 
 /* ---- pipeline configuration ---------------------------------------------------------------- */
+static mc_status add_stage(struct hf *h, struct stage s, const char *path)
+{
+    if (h->n_stage == 4)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: more than four pre-tokenizers", path);
+    h->stage[h->n_stage++] = s;
+    return MC_OK;
+}
+
 static mc_status add_split(struct hf *h, enum mc_pretok k, const char *path)
 {
-    if (h->n_split == 2)
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: more than two splitting pre-tokenizers", path);
-    h->split[h->n_split++] = k;
-    return MC_OK;
+    return add_stage(h, (struct stage){.split = true, .pattern = k}, path);
 }
 
 static mc_status config_byte_level(struct hf *h, const struct mc_json *p, const char *path)
 {
-    h->add_prefix_space = is_true(p, "add_prefix_space");
     const struct mc_json *re = mc_json_get(p, "use_regex");
-    if (!re || re->type == MC_JSON_TRUE)
-        return add_split(h, MC_PRETOK_GPT2, path);
-    return MC_OK;
+    bool split = !re || re->type == MC_JSON_TRUE;
+    h->byte_level = true;
+    return add_stage(h, (struct stage){.byte_level = true, .prefix_space = is_true(p, "add_prefix_space"),
+                                       .split = split, .pattern = MC_PRETOK_GPT2}, path);
+}
+
+static mc_status config_metaspace(struct hf *h, const struct mc_json *p, const char *path)
+{
+    const char *rp = str_field(p, "replacement"), *scheme = str_field(p, "prepend_scheme");
+    if (!rp || strcmp(rp, "\xe2\x96\x81") != 0 || is_true(p, "split") || h->n_stage)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: Metaspace pre-tokenizer is supported only alone, "
+                        "with replacement U+2581 and split false", path);
+    int ps = !scheme || strcmp(scheme, "always") == 0 ? 2 : strcmp(scheme, "first") == 0 ? 1 : 0;
+    if (!scheme && mc_json_get(p, "add_prefix_space") && !is_true(p, "add_prefix_space"))
+        ps = 0; /* files written before prepend_scheme existed */
+    return add_stage(h, (struct stage){.metaspace = true, .prepend_scheme = ps}, path);
 }
 
 static mc_status config_pretok_one(struct hf *h, const struct mc_json *p, const char *path)
@@ -113,6 +146,8 @@ static mc_status config_pretok_one(struct hf *h, const struct mc_json *p, const 
     const char *type = str_field(p, "type");
     if (type && strcmp(type, "ByteLevel") == 0)
         return config_byte_level(h, p, path);
+    if (type && strcmp(type, "Metaspace") == 0)
+        return config_metaspace(h, p, path);
     if (type && strcmp(type, "Split") == 0) {
         const char *re = str_field(mc_json_get(p, "pattern"), "Regex");
         const char *beh = str_field(p, "behavior");
@@ -133,14 +168,13 @@ static mc_status config_pretok_one(struct hf *h, const struct mc_json *p, const 
                         "(megatron.c implements the GPT-2, Llama-3 and Qwen2 patterns)", path, re);
     }
     return mc_error(MC_ERR_UNSUPPORTED, "%s: pre_tokenizer type %s is not supported (ByteLevel, "
-                    "Split, Sequence are)", path, type ? type : "(none)");
+                    "Split, Metaspace, Sequence are)", path, type ? type : "(none)");
 }
 
 static mc_status config_pretok(struct hf *h, const struct mc_json *p, const char *path)
 {
     if (!p || p->type == MC_JSON_NULL)
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: tokenizer.json without a pre_tokenizer is not a "
-                        "byte-level BPE that megatron.c supports", path);
+        return MC_OK; /* character-level BPE on the normalized text (Llama-2-style files) */
     const char *type = str_field(p, "type");
     if (type && strcmp(type, "Sequence") == 0) {
         const struct mc_json *list = mc_json_get(p, "pretokenizers");
@@ -161,12 +195,33 @@ static mc_status config_normalizer(struct hf *h, const struct mc_json *n, const 
     if (!n || n->type == MC_JSON_NULL)
         return MC_OK;
     const char *type = str_field(n, "type");
+    if (type && strcmp(type, "Sequence") == 0) {
+        const struct mc_json *list = mc_json_get(n, "normalizers");
+        for (int64_t i = 0; list && i < list->len; i++) {
+            mc_status st = config_normalizer(h, &list->items[i], path);
+            if (st)
+                return st;
+        }
+        return MC_OK;
+    }
     if (type && strcmp(type, "NFC") == 0) {
         h->nfc = true;
         return MC_OK;
     }
-    return mc_error(MC_ERR_UNSUPPORTED, "%s: normalizer %s is not supported (null, or NFC on "
-                    "text below U+0300)", path, type ? type : "?");
+    bool prepend = type && strcmp(type, "Prepend") == 0;
+    const char *a = prepend ? str_field(n, "prepend") : str_field(mc_json_get(n, "pattern"), "String");
+    const char *b = prepend ? "" : str_field(n, "content");
+    if ((prepend || (type && strcmp(type, "Replace") == 0)) && a && b && *a && strlen(a) < 16 &&
+        strlen(b) < 16 && h->n_norm < 4) {
+        struct norm_op *op = &h->norm[h->n_norm++];
+        op->prepend = prepend;
+        snprintf(op->pattern, sizeof(op->pattern), "%s", a);
+        snprintf(op->content, sizeof(op->content), "%s", b);
+        return MC_OK;
+    }
+    return mc_error(MC_ERR_UNSUPPORTED, "%s: normalizer %s is not supported (null, NFC on text below "
+                    "U+0300, Prepend, Replace with a short String pattern, Sequence)", path,
+                    type ? type : "?");
 }
 
 /* ---- vocab, merges, added tokens -------------------------------------------------------- */
@@ -200,10 +255,13 @@ static mc_status load_model(struct hf *h, const struct mc_json *m, const struct 
         return mc_error(MC_ERR_UNSUPPORTED, "%s: model type %s is not supported (only BPE)", path,
                         type ? type : "?");
     if (!empty_or_null(m, "continuing_subword_prefix") || !empty_or_null(m, "end_of_word_suffix") ||
-        is_true(m, "byte_fallback") || !empty_or_null(m, "dropout"))
+        !empty_or_null(m, "dropout") || (h->byte_level && is_true(m, "byte_fallback")))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: BPE with continuing_subword_prefix, "
-                        "end_of_word_suffix, byte_fallback or dropout is not supported", path);
+                        "end_of_word_suffix, dropout, or byte_fallback together with ByteLevel is "
+                        "not supported", path);
     h->ignore_merges = is_true(m, "ignore_merges");
+    h->byte_fallback = is_true(m, "byte_fallback");
+    h->fuse_unk = is_true(m, "fuse_unk");
     const struct mc_json *vocab = mc_json_get(m, "vocab"), *merges = mc_json_get(m, "merges");
     if (!vocab || vocab->type != MC_JSON_OBJECT || !merges || merges->type != MC_JSON_ARRAY)
         return mc_error(MC_ERR_FORMAT, "%s: model needs a \"vocab\" object and a \"merges\" array", path);
@@ -237,15 +295,17 @@ static mc_status load_model(struct hf *h, const struct mc_json *m, const struct 
         char *buf = v->key_len <= sizeof(stackbuf) ? stackbuf : mc_alloc(v->key_len);
         if (!buf)
             return MC_ERR_NOMEM;
-        int64_t n = mc_bpe_unmap(buf, v->key, v->key_len);
+        /* byte-level vocab strings are in GPT-2's byte alphabet: BPE runs on the raw bytes */
+        int64_t n = h->byte_level ? mc_bpe_unmap(buf, v->key, v->key_len) : (int64_t)v->key_len;
+        if (!h->byte_level)
+            memcpy(buf, v->key, v->key_len);
         int32_t sym;
-        if (n >= 0) {
-            if (!(st = mc_bpe_symbol(h->bpe, buf, (size_t)n, &sym)) &&
-                !(st = dec_put(h, v->inum, buf, (size_t)n)))
-                mc_bpe_set_id(h->bpe, sym, v->inum);
-        } else { /* not byte-level text: only reachable by decode, shown as written */
+        if (n >= 0 && !(st = mc_bpe_symbol(h->bpe, buf, (size_t)n, &sym)))
+            mc_bpe_set_id(h->bpe, sym, v->inum);
+        else
+            st = MC_OK; /* not byte-level text: reachable only by decode */
+        if (st == MC_OK)
             st = dec_put(h, v->inum, v->key, v->key_len);
-        }
         if (buf != stackbuf)
             mc_free(buf);
         if (st)
@@ -276,8 +336,12 @@ static mc_status load_model(struct hf *h, const struct mc_json *m, const struct 
                             (long long)r);
         }
         char ba[512], bb[512];
-        int64_t na = la <= sizeof(ba) ? mc_bpe_unmap(ba, a, la) : -1;
-        int64_t nb = lb <= sizeof(bb) ? mc_bpe_unmap(bb, b, lb) : -1;
+        int64_t na = la > sizeof(ba) ? -1 : h->byte_level ? mc_bpe_unmap(ba, a, la) : (int64_t)la;
+        int64_t nb = lb > sizeof(bb) ? -1 : h->byte_level ? mc_bpe_unmap(bb, b, lb) : (int64_t)lb;
+        if (!h->byte_level && na > 0 && nb > 0) {
+            memcpy(ba, a, la);
+            memcpy(bb, b, lb);
+        }
         int32_t sa, sb;
         if (na <= 0 || nb <= 0)
             return mc_error(MC_ERR_UNSUPPORTED, "%s: merge %lld (%.*s %.*s) is not over byte-level "
@@ -323,14 +387,7 @@ static mc_status load_added(struct hf *h, const struct mc_json *added, const str
             return MC_ERR_NOMEM;
         memcpy(d->content, content->str, d->len + 1);
         h->first_byte[(unsigned char)d->content[0]] = 1;
-        /* HF's ByteLevel decoder maps every token through the byte alphabet, and uses the raw
-         * UTF-8 of tokens that have a character outside it */
-        char *buf = mc_alloc(d->len + 1);
-        if (!buf)
-            return MC_ERR_NOMEM;
-        int64_t nb = mc_bpe_unmap(buf, d->content, d->len);
-        mc_status st = nb >= 0 ? dec_put(h, d->id, buf, (size_t)nb) : dec_put(h, d->id, d->content, d->len);
-        mc_free(buf);
+        mc_status st = dec_put(h, d->id, d->content, d->len); /* the decoder chain maps it */
         if (st)
             return st;
         if (!mc_json_get(vocab, d->content))
@@ -420,38 +477,144 @@ static mc_status load_eos(struct hf *h, const struct mc_json *vocab, const char 
             st = mc_error(MC_ERR_FORMAT, "%s: eos_token %s is not a token of the tokenizer",
                           config_path, name);
     }
+    /* transformers' Llama-family fast tokenizers rebuild the post-processor from add_bos_token /
+     * add_eos_token (defaults true / false): only the default, matching tokenizer.json, is done */
+    const char *cls = str_field(root, "tokenizer_class");
+    const struct mc_json *add_bos = mc_json_get(root, "add_bos_token"), *add_eos = mc_json_get(root, "add_eos_token");
+    if (st == MC_OK && cls && (strstr(cls, "Llama") || strstr(cls, "Gemma")) &&
+        ((add_eos && add_eos->type == MC_JSON_TRUE) || (add_bos && add_bos->type == MC_JSON_FALSE)))
+        st = mc_error(MC_ERR_UNSUPPORTED, "%s: %s with add_bos_token=%s add_eos_token=%s: "
+                      "transformers rebuilds the template from these flags, megatron.c only "
+                      "supports the defaults (bos added, eos not)", config_path, cls,
+                      add_bos && add_bos->type == MC_JSON_FALSE ? "false" : "true",
+                      add_eos && add_eos->type == MC_JSON_TRUE ? "true" : "false");
     mc_json_doc_free(doc);
     return st;
 }
 
 /* ---- encoding ------------------------------------------------------------------------------ */
+static mc_status encode_piece(void *ctx, const char *piece, size_t len);
+
 struct enc {
     const struct hf *h;
     struct mc_tokens *out;
-    int level; /* which splitter runs next */
+    int level;     /* which stage runs next */
+    bool at_start; /* the piece starts at offset 0 of the text (Metaspace prepend_scheme first) */
 };
+
+static const char SPACE_SYM[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's visible space */
+
+/* Appends s[0..n) to b with every occurrence of pat replaced by rep. */
+static mc_status replace_all(struct mc_json_buf *b, const char *s, size_t n, const char *pat,
+                             const char *rep)
+{
+    size_t pl = strlen(pat), rl = strlen(rep);
+    mc_status st = mc_json_buf_append(b, "", 0);
+    for (size_t i = 0; i < n && st == MC_OK;) {
+        if (pl && n - i >= pl && memcmp(s + i, pat, pl) == 0) {
+            st = mc_json_buf_append(b, rep, rl);
+            i += pl;
+        } else {
+            st = mc_json_buf_append(b, s + i, 1);
+            i++;
+        }
+    }
+    return st;
+}
+
+/* Metaspace: spaces become U+2581, and one is prepended (always, or only at the text start). */
+static mc_status run_metaspace(struct enc *e, const struct stage *sg, const char *piece, size_t len)
+{
+    struct mc_json_buf b = {0};
+    bool prepend = (sg->prepend_scheme == 2 || (sg->prepend_scheme == 1 && e->at_start)) &&
+                   !(len >= 3 && memcmp(piece, SPACE_SYM, 3) == 0) && !(len && piece[0] == ' ');
+    mc_status st = prepend ? mc_json_buf_append(&b, SPACE_SYM, 3) : MC_OK;
+    if (st == MC_OK)
+        st = replace_all(&b, piece, len, " ", SPACE_SYM);
+    struct enc sub = {e->h, e->out, e->level + 1, false};
+    if (st == MC_OK)
+        st = encode_piece(&sub, b.data, b.len);
+    mc_free(b.data);
+    return st;
+}
+
+/* Runs stage e->level on one piece and hands its pieces to the next stage. */
+static mc_status run_stage(struct enc *e, const char *piece, size_t len)
+{
+    const struct stage *sg = &e->h->stage[e->level];
+    struct enc sub = {e->h, e->out, e->level + 1, false};
+    if (sg->metaspace)
+        return run_metaspace(e, sg, piece, len);
+    if (!(sg->byte_level && sg->prefix_space && piece[0] != ' '))
+        return sg->split ? mc_pretok_split(sg->pattern, MC_UNI_TABLE_ONIG, piece, len, encode_piece, &sub)
+                         : encode_piece(&sub, piece, len);
+    char *buf = mc_alloc(len + 1); /* ByteLevel's add_prefix_space */
+    if (!buf)
+        return MC_ERR_NOMEM;
+    buf[0] = ' ';
+    memcpy(buf + 1, piece, len);
+    mc_status st = sg->split ? mc_pretok_split(sg->pattern, MC_UNI_TABLE_ONIG, buf, len + 1, encode_piece, &sub)
+                             : encode_piece(&sub, buf, len + 1);
+    mc_free(buf);
+    return st;
+}
 
 static mc_status encode_piece(void *ctx, const char *piece, size_t len)
 {
     struct enc *e = ctx;
     const struct hf *h = e->h;
-    if (e->level < h->n_split) { /* apply the next splitter to this piece */
-        struct enc sub = {h, e->out, e->level + 1};
-        return mc_pretok_split(h->split[e->level], MC_UNI_TABLE_ONIG, piece, len, encode_piece, &sub);
-    }
+    if (e->level < h->n_stage)
+        return run_stage(e, piece, len);
+    if (len == 0)
+        return MC_OK;
     if (h->ignore_merges) {
         int32_t sym = mc_bpe_find_symbol(h->bpe, piece, len);
         int64_t id = sym >= 0 ? mc_bpe_get_id(h->bpe, sym) : -1;
         if (id >= 0)
             return mc_tok_push(e->out, id);
     }
+    if (!h->byte_level)
+        return mc_bpe_encode_chars(h->bpe, piece, len, h->byte_fallback, h->unk_id, h->fuse_unk, e->out);
     return mc_bpe_encode_word(h->bpe, piece, len, h->unk_id, e->out);
 }
 
-static mc_status encode_segment(const struct hf *h, const char *s, size_t n, struct mc_tokens *out)
+/* The normalizer's Prepend / Replace steps, in file order. */
+static mc_status normalize_ops(const struct hf *h, const char *s, size_t n, struct mc_json_buf *out)
+{
+    struct mc_json_buf tmp = {0};
+    mc_status st = mc_json_buf_append(out, s, n);
+    for (int k = 0; k < h->n_norm && st == MC_OK; k++) {
+        const struct norm_op *op = &h->norm[k];
+        tmp.len = 0;
+        if (op->prepend)
+            st = out->len ? mc_json_buf_append(&tmp, op->pattern, strlen(op->pattern)) : MC_OK;
+        else
+            st = mc_json_buf_append(&tmp, "", 0);
+        if (st == MC_OK)
+            st = op->prepend ? mc_json_buf_append(&tmp, out->data, out->len)
+                             : replace_all(&tmp, out->data, out->len, op->pattern, op->content);
+        struct mc_json_buf sw = *out;
+        *out = tmp;
+        tmp = sw;
+    }
+    mc_free(tmp.data);
+    return st;
+}
+
+static mc_status encode_segment(const struct hf *h, const char *s, size_t n, bool at_start,
+                                struct mc_tokens *out)
 {
     if (n == 0)
         return MC_OK;
+    if (!h->byte_level) /* BPE over characters: the text must be valid UTF-8 */
+        for (size_t i = 0; i < n;) {
+            uint32_t cp;
+            int l = mc_utf8_decode((const unsigned char *)s + i, (const unsigned char *)s + n, &cp);
+            if (!l)
+                return mc_error(MC_ERR_FORMAT, "text is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                                (unsigned char)s[i], i);
+            i += (size_t)l;
+        }
     if (h->nfc)
         for (size_t i = 0; i < n;) {
             uint32_t cp;
@@ -464,16 +627,14 @@ static mc_status encode_segment(const struct hf *h, const char *s, size_t n, str
                                 cp);
             i += (size_t)l;
         }
-    struct enc e = {h, out, 0};
-    if (!h->add_prefix_space || s[0] == ' ')
+    struct enc e = {h, out, 0, at_start};
+    if (!h->n_norm)
         return encode_piece(&e, s, n);
-    char *buf = mc_alloc(n + 1);
-    if (!buf)
-        return MC_ERR_NOMEM;
-    buf[0] = ' ';
-    memcpy(buf + 1, s, n);
-    mc_status st = encode_piece(&e, buf, n + 1);
-    mc_free(buf);
+    struct mc_json_buf norm = {0};
+    mc_status st = normalize_ops(h, s, n, &norm);
+    if (st == MC_OK)
+        st = encode_piece(&e, norm.data, norm.len);
+    mc_free(norm.data);
     return st;
 }
 
@@ -494,12 +655,13 @@ static mc_status hf_encode(const mc_tokenizer *t, const char *text, size_t len, 
                 hit = &h->added[k];
         if (!hit)
             continue;
-        if ((st = encode_segment(h, text + start, i - start, out)) || (st = mc_tok_push(out, hit->id)))
+        if ((st = encode_segment(h, text + start, i - start, start == 0, out)) ||
+            (st = mc_tok_push(out, hit->id)))
             return st;
         i += hit->len - 1;
         start = i + 1;
     }
-    if ((st = encode_segment(h, text + start, len - start, out)))
+    if ((st = encode_segment(h, text + start, len - start, start == 0, out)))
         return st;
     for (int i = 0; i < h->n_suffix; i++)
         if ((st = mc_tok_push(out, h->suffix[i])))
@@ -510,26 +672,25 @@ static mc_status hf_encode(const mc_tokenizer *t, const char *text, size_t len, 
 static mc_status hf_decode(const mc_tokenizer *t, const int64_t *ids, int64_t n, struct mc_json_buf *out)
 {
     const struct hf *h = t->impl;
-    if (!h->byte_level_decoder)
-        return mc_error(MC_ERR_UNSUPPORTED, "decoding needs a ByteLevel decoder in tokenizer.json");
-    struct mc_json_buf raw = {0};
-    mc_status st = MC_OK;
+    const char **tok = mc_alloc((size_t)(n ? n : 1) * sizeof(char *));
+    size_t *len = mc_alloc((size_t)(n ? n : 1) * sizeof(size_t));
+    mc_status st = tok && len ? MC_OK : MC_ERR_NOMEM;
     for (int64_t i = 0; i < n && st == MC_OK; i++) {
-        if (ids[i] < 0 || ids[i] >= h->n_ids || h->dec_off[ids[i]] < 0)
+        if (ids[i] < 0 || ids[i] >= h->n_ids || h->dec_off[ids[i]] < 0) {
             st = mc_error(MC_ERR_CONFIG, "cannot decode token id %lld (position %lld): not in the "
                           "vocabulary", (long long)ids[i], (long long)i);
-        else
-            st = mc_json_buf_append(&raw, h->dec_bytes + h->dec_off[ids[i]], h->dec_len[ids[i]]);
+            break;
+        }
+        tok[i] = h->dec_bytes + h->dec_off[ids[i]];
+        len[i] = h->dec_len[ids[i]];
     }
-    if (st == MC_OK && raw.len) {
-        char *o = mc_alloc(3 * raw.len);
-        if (!o)
-            st = MC_ERR_NOMEM;
-        else
-            st = mc_json_buf_append(out, o, mc_utf8_replace_invalid(o, (const unsigned char *)raw.data, raw.len));
-        mc_free(o);
-    }
-    mc_free(raw.data);
+    if (st == MC_OK && h->decoder.n)
+        st = mc_hf_decode_tokens(&h->decoder, tok, len, n, out);
+    for (int64_t i = 0; st == MC_OK && !h->decoder.n && i < n; i++) /* no decoder: joined by spaces */
+        if (!(i && (st = mc_json_buf_append(out, " ", 1))))
+            st = mc_json_buf_append(out, tok[i], len[i]);
+    mc_free(tok);
+    mc_free(len);
     return st;
 }
 
@@ -569,7 +730,6 @@ mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
         goto fail;
     const struct mc_json *root = mc_json_doc_root(doc), *m = mc_json_get(root, "model");
     const struct mc_json *added = mc_json_get(root, "added_tokens");
-    const char *dec_type = str_field(mc_json_get(root, "decoder"), "type");
     int64_t n_distinct = 0;
     if (!m)
         st = mc_error(MC_ERR_FORMAT, "%s: no \"model\" (is this a tokenizer.json?)", path);
@@ -578,9 +738,9 @@ mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
         (st = load_model(h, m, added && added->type == MC_JSON_ARRAY ? added : NULL, path, &n_distinct)) ||
         (st = load_added(h, added, mc_json_get(m, "vocab"), path, &n_distinct)) ||
         (st = config_post(h, mc_json_get(root, "post_processor"), path)) ||
+        (st = mc_hf_decoder_config(&h->decoder, mc_json_get(root, "decoder"), path)) ||
         (st = load_eos(h, mc_json_get(m, "vocab"), config, &t->eod)))
         goto fail;
-    h->byte_level_decoder = dec_type && strcmp(dec_type, "ByteLevel") == 0;
     mc_json_doc_free(doc);
     t->ops = &hf_ops;
     t->impl = h;

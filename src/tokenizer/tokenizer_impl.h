@@ -35,6 +35,7 @@ mc_status mc_tok_read_file(const char *path, const char *what, char **out, size_
 mc_status mc_tok_gpt2_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_null_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
+mc_status mc_tok_tiktoken_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 /* kind: 0 SentencePieceTokenizer, 1 GPTSentencePieceTokenizer, 2 Llama2Tokenizer */
 mc_status mc_tok_spm_init(const struct mc_tokenizer_args *args, int kind, mc_tokenizer *t);
 
@@ -66,12 +67,18 @@ mc_status mc_tok_load_merges(mc_bpe *b, const char *text, size_t n, const char *
  * Thread-safe; results for short pieces are cached. */
 mc_status mc_bpe_encode_word(const mc_bpe *b, const char *s, size_t len, int64_t unknown_id,
                              struct mc_tokens *out);
+/* HuggingFace BPE on Unicode characters (models without ByteLevel): a character missing from
+ * the vocab becomes its <0xXX> byte tokens (byte_fallback) or unk_id (one per run if fuse_unk);
+ * MC_ERR_FORMAT if it has none of these. Thread-safe, cached like mc_bpe_encode_word. */
+mc_status mc_bpe_encode_chars(const mc_bpe *b, const char *s, size_t len, bool byte_fallback,
+                              int64_t unk_id, bool fuse_unk, struct mc_tokens *out);
 int32_t mc_bpe_n_symbols(const mc_bpe *b);
 /* Raw bytes of a symbol. */
 const char *mc_bpe_symbol_bytes(const mc_bpe *b, int32_t sym, size_t *len);
 
 /* ---- pre-tokenizers ----------------------------------------------------------------------- */
-enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2 };
+enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2, MC_PRETOK_TIKTOKEN_V1,
+                  MC_PRETOK_TIKTOKEN_V2 };
 /* Calls emit(ctx, start, len) for each piece of text[0..len) in order, as regex findall with the
  * pattern would, with the character classes of the given engine's table. MC_ERR_FORMAT (with
  * the byte offset) on invalid UTF-8. */

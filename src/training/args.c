@@ -779,8 +779,9 @@ mc_status mc_args_parse(struct mc_args *a, int argc, char **argv)
             extras[n_extras++] = argv[i];
             continue;
         }
-        if (!strcmp(tok, "--")) {
+        if (!strcmp(tok, "--")) { /* argparse keeps "--" among the unrecognized arguments */
             positional_only = true;
+            extras[n_extras++] = argv[i];
             continue;
         }
         if (!strcmp(tok, "-h") || !strcmp(tok, "--help")) {

@@ -5,20 +5,25 @@
  * (theoretical_memory_usage.py) and num_floating_point_operations (training.py). */
 #include "training/dry_run.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "megatron/tokenizer.h"
 #include "training/flops.h"
+#include "training/log_format.h"
 #include "training/microbatches.h"
+#include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
 #include "training/theoretical_memory.h"
+#include "training/training.h"
 
 int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp)
 {
-    int64_t m = divisible_by * tp;
-    return m > 0 ? (orig + m - 1) / m * m : orig;
+    return mc_tok_padded_vocab_size(orig, divisible_by, tp);
 }
 
-/* Entries of a GPT-2 vocab.json: top-level "key": value pairs. */
+/* Entries of a GPT-2 vocab.json (top-level "key": value pairs): the fallback when the
+ * tokenizer cannot be built (e.g. no merges file). */
 static int64_t count_json_entries(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -47,6 +52,19 @@ int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed)
 {
     const char *t = mc_args_str(a, MC_A_tokenizer_type);
     *assumed = false;
+    /* Build the real tokenizer when its files are there: its size is Megatron's. */
+    struct mc_tokenizer_args ta = {
+        .tokenizer_type = t, .vocab_file = mc_args_str(a, MC_A_vocab_file),
+        .merge_file = mc_args_str(a, MC_A_merge_file),
+        .tokenizer_model = mc_args_str(a, MC_A_tokenizer_model),
+        .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size)};
+    mc_tokenizer *tok = NULL;
+    if (t && mc_tok_init(&ta, &tok) == MC_OK) {
+        int64_t n = mc_tok_vocab_size(tok);
+        mc_tok_free(tok);
+        return n;
+    }
+    mc_clear_error();
     if (t && !strcmp(t, "NullTokenizer"))
         return mc_args_is_none(a, MC_A_vocab_size) ? -1 : mc_args_int(a, MC_A_vocab_size) + 1;
     if (t && !strcmp(t, "GPT2BPETokenizer")) {
@@ -57,8 +75,6 @@ int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed)
         *assumed = true;
         return 50257;
     }
-    if (!mc_args_is_none(a, MC_A_vocab_size))
-        return mc_args_int(a, MC_A_vocab_size);
     return -1;
 }
 
@@ -84,14 +100,73 @@ static void list_refused(struct mc_args *a, FILE *out)
     a->exit_code = code;
 }
 
-mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
+/* initialize_megatron after set_global_variables: logging level, distributed and model-parallel
+ * initialization (announced only: the dry run starts no MPI), the seed. */
+static mc_status initialize(struct mc_args *a, FILE *out, int *log_level)
+{
+    const char *env = getenv("MEGATRON_LOGGING_LEVEL");
+    bool set = false;
+    if (env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (end == env || *end) {
+            snprintf(a->err, sizeof(a->err), "invalid literal for int() with base 10: '%s'", env);
+            a->err_kind = "ValueError";
+            a->exit_code = 1;
+            return MC_ERR_CONFIG;
+        }
+        *log_level = (int)v;
+        set = true;
+    }
+    if (!mc_args_is_none(a, MC_A_logging_level)) {
+        *log_level = (int)mc_args_int(a, MC_A_logging_level);
+        set = true;
+    }
+    if (out && set) /* logged before the new level takes effect */
+        fprintf(out, "INFO:megatron.training.initialize:Setting logging level to %d\n", *log_level);
+    if (out) {
+        fprintf(out, "> initializing torch distributed ...\n");
+        fprintf(out, "> initialized tensor model parallel with size %lld\n",
+                (long long)mc_args_int(a, MC_A_tensor_model_parallel_size));
+        fprintf(out, "> initialized pipeline model parallel with size %lld\n",
+                (long long)mc_args_int(a, MC_A_pipeline_model_parallel_size));
+        fprintf(out, "> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
+    }
+    if (mc_args_int(a, MC_A_seed) <= 0) {
+        snprintf(a->err, sizeof(a->err), "Seed (%lld) should be a positive integer.",
+                 (long long)mc_args_int(a, MC_A_seed));
+        a->err_kind = "ValueError";
+        a->exit_code = 1;
+        return MC_ERR_CONFIG;
+    }
+    return MC_OK;
+}
+
+/* get_optimizer_param_scheduler: Megatron builds it after the model (its messages come later
+ * in a real run's log). Derives train_iters for sample-based runs. */
+static mc_status scheduler(struct mc_args *a, struct mc_microbatches *mb, FILE *out)
+{
+    struct mc_opt_sched_config c;
+    struct mc_opt_sched s;
+    memset(&c, 0, sizeof(c));
+    bool by_iters = mc_args_truthy(a, MC_A_train_iters);
+    if (!by_iters && !mc_args_truthy(a, MC_A_train_samples)) {
+        mc_opt_sched_config_from_args(a, mb, out, &c);
+        return fail(a, "Exception");
+    }
+    if (mc_opt_sched_config_from_args(a, mb, out, &c) != MC_OK)
+        return fail(a, "TypeError");
+    if (mc_opt_sched_init(&s, &c, out) != MC_OK)
+        return fail(a, "AssertionError");
+    return MC_OK;
+}
+
+mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
 {
     struct mc_microbatches mb;
+    mc_status st;
     if (mc_microbatches_init_from_args(a, out, &mb) != MC_OK)
         return fail(a, "AssertionError");
-    if (mc_args_truthy(a, MC_A_train_samples) && out)
-        fprintf(out, "setting training iterations to %lld\n",
-                (long long)mc_microbatches_train_iters(&mb, mc_args_int(a, MC_A_train_samples)));
     bool assumed;
     int64_t vocab = mc_dry_run_vocab_size(a, &assumed);
     int64_t padded = -1;
@@ -104,8 +179,18 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
             fprintf(out, " > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
                     (long long)vocab, (long long)(padded - vocab), (long long)padded);
     }
-    if (!out)
-        return MC_OK;
+    int log_level = 20;
+    st = initialize(a, out, &log_level);
+    if (st == MC_OK && out) { /* pretrain(): then the model, optimizer and scheduler */
+        fprintf(out, "time to initialize megatron (seconds): %.3f\n", mc_time_now() - start_time);
+        char dt[96];
+        mc_log_format_datetime(dt, sizeof(dt), "after megatron is initialized", 0);
+        fprintf(out, "%s\n", dt);
+    }
+    if (st == MC_OK) /* Python logging drops INFO lines above level 20 */
+        st = scheduler(a, &mb, log_level <= 20 ? out : NULL);
+    if (st != MC_OK || !out)
+        return st;
     int64_t tp = mc_args_int(a, MC_A_tensor_model_parallel_size);
     int64_t pp = mc_args_int(a, MC_A_pipeline_model_parallel_size);
     int64_t cp = mc_args_int(a, MC_A_context_parallel_size);
@@ -121,12 +206,12 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out)
             (long long)mb.num_micro_batches, (long long)mb.running,
             (long long)mc_args_int(a, MC_A_micro_batch_size));
     if (assumed)
-        fprintf(out, "megatron.c dry run: --vocab-file not readable, assuming GPT-2's 50257 "
-                     "entries\n");
+        fprintf(out, "megatron.c dry run: GPT-2 tokenizer files not readable, assuming its "
+                     "50257 entries\n");
     list_refused(a, out);
     if (padded < 0) {
-        fprintf(out, "megatron.c dry run: vocabulary size unknown (give --vocab-size or a "
-                     "readable --vocab-file): no memory or FLOP estimate\n");
+        fprintf(out, "megatron.c dry run: vocabulary size unknown (the tokenizer files are not "
+                     "readable): no memory or FLOP estimate\n");
         return MC_OK;
     }
     struct mc_memory_estimate e;

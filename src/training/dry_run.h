@@ -10,17 +10,19 @@
 extern "C" {
 #endif
 
-/* After mc_args_validate: prints (to `out`, rank 0; NULL = silent) the micro-batch calculator
- * lines, the tokenizer's vocab padding, the parallel layout, the options a real run would
- * refuse, report_theoretical_memory's lines and the FLOPs per iteration. Failure:
+/* After mc_args_validate: builds the micro-batch calculator and the LR scheduler as Megatron's
+ * start-up does (their errors are reported), and prints (to `out`, rank 0; NULL = silent) the
+ * calculator lines, the scheduler lines, the tokenizer's vocab padding, the parallel layout, the options a real run would
+ * refuse, report_theoretical_memory's lines and the FLOPs per iteration. start_time is the
+ * process start on mc_time_now()'s clock, for "time to initialize megatron". Failure:
  * MC_ERR_CONFIG with a->err / a->err_kind set. */
-MC_API mc_status mc_dry_run_report(struct mc_args *a, FILE *out);
+MC_API mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time);
 
-/* The tokenizer's vocabulary size as Megatron's build_tokenizer reports it, without loading
- * the tokenizer: NullTokenizer vocab_size + 1; GPT2BPETokenizer the entries of --vocab-file
- * (50257 when the file cannot be read, *assumed set). -1 if unknown. */
+/* The tokenizer's vocabulary size as Megatron's build_tokenizer reports it: from the real
+ * tokenizer when its files load; otherwise NullTokenizer vocab_size + 1, GPT2BPETokenizer the
+ * entries of --vocab-file (50257 when unreadable, *assumed set). -1 if unknown. */
 MC_API int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed);
-/* _vocab_size_with_padding: ceil(orig / (divisible_by * tp)) * (divisible_by * tp). */
+/* _vocab_size_with_padding (mc_tok_padded_vocab_size). */
 MC_API int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp);
 
 #ifdef __cplusplus

@@ -253,3 +253,27 @@ double mc_log_throughput(double flops_per_iter, double elapsed_per_iter_s, int64
 {
     return flops_per_iter / (elapsed_per_iter_s * 1e12 * (double)world);
 }
+
+size_t mc_log_format_progress(char *buf, size_t n, time_t now, const char *job_id, int64_t world,
+                              const char *text)
+{
+    char ts[32];
+    stamp(ts, sizeof(ts), now);
+    struct sbuf b;
+    start(&b, buf, n);
+    add(&b, "%s\tJob ID: %s\t# GPUs: %lld\t%s\n", ts, job_id ? job_id : "", (long long)world, text);
+    return b.at;
+}
+
+size_t mc_log_format_progress_saved(char *buf, size_t n, bool async, int64_t iteration,
+                                    double job_tflops, double cumulative_tflops,
+                                    double flops_so_far, int64_t tokens_so_far)
+{
+    struct sbuf b;
+    start(&b, buf, n);
+    add(&b, "%s\tIteration: %lld\tJob throughput: %.1f TFLOP/s/GPU\tCumulative throughput: "
+            "%.1f TFLOP/s/GPU\tFloating-point operations: %.2e\tTokens (in billions): %.2f",
+        async ? "Saving async checkpoint" : "Saved checkpoint", (long long)iteration, job_tflops,
+        cumulative_tflops, flops_so_far, (double)tokens_so_far / 1e9);
+    return b.at;
+}

@@ -87,6 +87,17 @@ MC_API size_t mc_log_format_memory(char *buf, size_t n, int rank, const char *na
                                    double allocated_mb, double max_allocated_mb,
                                    double reserved_mb, double max_reserved_mb);
 
+/* One progress.txt line (--log-progress, utils.append_to_progress_log), with "\n":
+ * "<time>\tJob ID: <SLURM_JOB_ID or empty>\t# GPUs: <world>\t<text>". */
+MC_API size_t mc_log_format_progress(char *buf, size_t n, time_t now, const char *job_id,
+                                     int64_t world, const char *text);
+/* The text of a save entry: "Saved checkpoint\tIteration: 10\tJob throughput: 1.2 TFLOP/s/GPU
+ * \tCumulative throughput: ...\tFloating-point operations: 1.23e+18\tTokens (in billions): 0.12"
+ * ("Saving async checkpoint" when async). */
+MC_API size_t mc_log_format_progress_saved(char *buf, size_t n, bool async, int64_t iteration,
+                                           double job_tflops, double cumulative_tflops,
+                                           double flops_so_far, int64_t tokens_so_far);
+
 #ifdef __cplusplus
 }
 #endif

@@ -79,6 +79,9 @@ mc_status mc_microbatches_init(struct mc_microbatches *m, const char *const *ram
     m->decrease_if_needed = decrease_if_needed;
     m->log = log;
     m->current = -1;
+    if (micro_batch_size * data_parallel_size <= 0) /* Python: ZeroDivisionError */
+        return bad("micro_batch_size (%lld) * data_parallel_size (%lld) must be positive",
+                   (long long)micro_batch_size, (long long)data_parallel_size);
     if (!rampup)
         return init_constant(m);
     if (n_rampup != 3)

@@ -53,9 +53,9 @@ mc_status mc_opt_sched_config_from_args(struct mc_args *a, struct mc_microbatche
     } else {
         return mc_error(MC_ERR_CONFIG, "either train-iters or train-samples should be provided.");
     }
-    if (mc_args_is_none(a, A(lr)))
-        return mc_error(MC_ERR_CONFIG, "TypeError: --lr is required (float() argument must be a "
-                        "string or a number, not 'NoneType')");
+    if (mc_args_is_none(a, A(lr))) /* Megatron: float(None) raises TypeError */
+        return mc_error(MC_ERR_CONFIG, "float() argument must be a string or a real number, not "
+                        "'NoneType' (--lr is required)");
     c->init_lr = mc_args_float(a, A(lr_warmup_init));
     c->max_lr = mc_args_float(a, A(lr));
     c->min_lr = mc_args_float(a, A(min_lr));

@@ -19,7 +19,8 @@ MC_API mc_status mc_microbatches_init_from_args(const struct mc_args *a, FILE *l
 /* Fills `c` from validated args, writing lr_decay_iters/lr_decay_samples (and train_iters for
  * sample-based runs, via update_train_iters with `mb`, printing "setting training iterations to
  * N" to `log`) back into `a` as Megatron does. MC_ERR_CONFIG "either train-iters or
- * train-samples should be provided." when neither is set. */
+ * train-samples should be provided." when neither is set (Megatron: Exception) and when --lr is
+ * missing (Megatron: TypeError). */
 MC_API mc_status mc_opt_sched_config_from_args(struct mc_args *a, struct mc_microbatches *mb,
                                                FILE *log, struct mc_opt_sched_config *c);
 

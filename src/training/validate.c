@@ -86,6 +86,8 @@ static mc_status check_layout(struct vctx *c)
                 "If non-MOE encoder shares first decoder pipeline rank it must have the same TP "
                 "as the decoder.");
     if (I(encoder_tensor_model_parallel_size) > 0) {
+        if (NONE(num_attention_heads))
+            return fail(a, "TypeError", "unsupported operand type(s) for %%: 'NoneType' and 'int'");
         REQUIRE(I(num_attention_heads) % I(encoder_tensor_model_parallel_size) == 0, BARE);
         REQUIRE(I(encoder_tensor_model_parallel_size) <= tp,
                 "We do not support encoders with more TP than the decoder.");
@@ -225,6 +227,8 @@ static mc_status check_virtual_pipeline(struct vctx *c)
                     "--num-layers is required with --num-layers-per-virtual-pipeline-stage");
             int64_t L = (NONE(num_layers) ? I(decoder_num_layers) : I(num_layers)) + extra;
             int64_t tpp = I(transformer_pipeline_model_parallel_size);
+            if (I(num_layers_per_virtual_pipeline_stage) == 0)
+                return fail(a, "ZeroDivisionError", "integer division or modulo by zero");
             REQUIRE(L % tpp == 0, "number of layers of the model must be divisible pipeline "
                     "model parallel size");
             REQUIRE((L / tpp) % I(num_layers_per_virtual_pipeline_stage) == 0,

@@ -80,14 +80,15 @@ static struct heads head_ptrs(const struct mc_tfm_ctx *c, const float *qkv, int6
 
 static float score_alpha(const struct mc_tfm_ctx *c, int64_t layer, float *mult)
 {
-    double alpha = 1.0 / sqrt((double)c->d->hn);
+    /* as DotProductAttention: norm_factor = sqrt(hn) * coeff, alpha = 1 / norm_factor */
+    double norm_factor = sqrt((double)c->d->hn);
     *mult = 1.0f;
     if (c->cfg->apply_query_key_layer_scaling) {
         double coeff = (double)(layer + 1); /* 1-based layer number */
-        alpha /= coeff;
+        norm_factor *= coeff;
         *mult = (float)coeff;
     }
-    return (float)alpha;
+    return (float)(1.0 / norm_factor);
 }
 
 /* keep masks for every (b, local head) block: element index in the GLOBAL [b, np, s, s]
@@ -97,13 +98,12 @@ static void attention_keep(const struct mc_tfm_ctx *c, int64_t layer)
     const struct mc_tfm_dims *d = c->d;
     int64_t ss = c->s * c->s;
     uint32_t c3 = mc_tfm_dropout_stream(c, MC_TFM_SITE_ATTN_PROBS(layer));
-    for (int64_t bi = 0; bi < c->b; bi++)
-        for (int64_t hl = 0; hl < d->np_l; hl++) {
-            int64_t head = d->tp_rank * d->np_l + hl;
-            mc_rng_dropout_mask(c->scr->attn_keep + (bi * d->np_l + hl) * ss,
-                                (bi * d->np + head) * ss, ss, c->seed, c->step, c3,
-                                c->cfg->attention_dropout);
-        }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c->b * d->np_l; i++) {
+        int64_t bi = i / d->np_l, head = d->tp_rank * d->np_l + i % d->np_l;
+        mc_rng_dropout_mask(c->scr->attn_keep + i * ss, (bi * d->np + head) * ss, ss, c->seed,
+                            c->step, c3, c->cfg->attention_dropout);
+    }
 }
 
 void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
@@ -114,12 +114,13 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
     int64_t s = c->s, ss = s * s, nbh = c->b * d->np_l;
     float mult;
     float alpha = score_alpha(c, layer, &mult);
-    for (int64_t bi = 0; bi < c->b; bi++)
-        for (int64_t hl = 0; hl < d->np_l; hl++) {
-            struct heads hp = head_ptrs(c, a->qkv, bi, hl);
-            be->gemm(false, true, s, s, d->hn, alpha, hp.q, hp.ld, hp.k, hp.ld, 0.0f,
-                     a->probs + (bi * d->np_l + hl) * ss, s);
-        }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < nbh; i++) {
+        int64_t bi = i / d->np_l, hl = i % d->np_l;
+        struct heads hp = head_ptrs(c, a->qkv, bi, hl);
+        be->gemm(false, true, s, s, d->hn, alpha, hp.q, hp.ld, hp.k, hp.ld, 0.0f, a->probs + i * ss,
+                 s);
+    }
     if (c->attn_mask) {
         for (int64_t bi = 0; bi < c->b; bi++)
             be->masked_softmax_fwd(a->probs + bi * d->np_l * ss, d->np_l, s, s, mult,
@@ -134,12 +135,34 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                              1.0f / (1.0f - c->cfg->attention_dropout), nbh * s, s);
         p = c->scr->attn_a;
     }
-    for (int64_t bi = 0; bi < c->b; bi++)
-        for (int64_t hl = 0; hl < d->np_l; hl++) {
-            struct heads hp = head_ptrs(c, a->qkv, bi, hl);
-            be->gemm(false, false, s, d->hn, s, 1.0f, p + (bi * d->np_l + hl) * ss, s, hp.v,
-                     hp.ld, 0.0f, a->ctx + bi * d->ctx_l + hl * d->hn, c->b * d->ctx_l);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < nbh; i++) {
+        int64_t bi = i / d->np_l, hl = i % d->np_l;
+        struct heads hp = head_ptrs(c, a->qkv, bi, hl);
+        be->gemm(false, false, s, d->hn, s, 1.0f, p + i * ss, s, hp.v, hp.ld, 0.0f,
+                 a->ctx + bi * d->ctx_l + hl * d->hn, c->b * d->ctx_l);
+    }
+}
+
+/* masked_fill's backward: a position replaced by -10000 passes no gradient to its score. (The
+ * softmax grad there is p * (...) with p = 0 unless a whole row is masked, where p = 1/s.) */
+static void zero_masked(const struct mc_tfm_ctx *c, float *dscores)
+{
+    int64_t s = c->s, ss = s * s, np_l = c->d->np_l;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c->b * np_l; i++) {
+        float *g = dscores + i * ss;
+        if (c->attn_mask) {
+            const uint8_t *mk = c->attn_mask + (i / np_l) * ss;
+            for (int64_t k = 0; k < ss; k++)
+                if (mk[k])
+                    g[k] = 0.0f;
+        } else {
+            for (int64_t q = 0; q < s; q++)
+                for (int64_t k = q + 1; k < s; k++)
+                    g[q * s + k] = 0.0f;
         }
+    }
 }
 
 /* dqkv gets every element: dQ per head, dK and dV summed over the heads of their group in
@@ -162,8 +185,11 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
         pd = c->scr->attn_a;
     }
     float *dp = c->scr->attn_b;
-    for (int64_t bi = 0; bi < c->b; bi++)
-        for (int64_t hl = 0; hl < d->np_l; hl++) {
+    /* one task per (batch row, key/value group): its heads add into dV in head order */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < c->b * d->ng_l; i++) {
+        int64_t bi = i / d->ng_l, g = i % d->ng_l;
+        for (int64_t hl = g * d->per_group; hl < (g + 1) * d->per_group; hl++) {
             struct heads hp = head_ptrs(c, a->qkv, bi, hl);
             struct heads dh = head_ptrs(c, dqkv, bi, hl);
             const float *dc = dctx + bi * d->ctx_l + hl * d->hn;
@@ -173,11 +199,15 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
             be->gemm(true, false, s, d->hn, s, 1.0f, pd + off, s, dc, ldc, beta, (float *)dh.v,
                      dh.ld);
         }
+    }
     if (c->attention_dropout)
         be->bias_dropout_add(dp, dp, NULL, NULL, c->scr->attn_keep, scale, nbh * s, s);
     be->masked_softmax_bwd(dp, a->probs, nbh, s, s, mult);
-    for (int64_t bi = 0; bi < c->b; bi++)
-        for (int64_t hl = 0; hl < d->np_l; hl++) {
+    zero_masked(c, dp);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < c->b * d->ng_l; i++) {
+        int64_t bi = i / d->ng_l, g = i % d->ng_l;
+        for (int64_t hl = g * d->per_group; hl < (g + 1) * d->per_group; hl++) {
             struct heads hp = head_ptrs(c, a->qkv, bi, hl);
             struct heads dh = head_ptrs(c, dqkv, bi, hl);
             int64_t off = (bi * d->np_l + hl) * ss;
@@ -187,4 +217,5 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
             be->gemm(true, false, s, d->hn, s, alpha, dp + off, s, hp.q, hp.ld, beta,
                      (float *)dh.k, dh.ld);
         }
+    }
 }

@@ -56,8 +56,8 @@ def check_case(c, golden, case):
     else:
         c.check(True, '')
     text = '\n'.join(post)
-    for l in case.get('microbatches_log', '').splitlines():
-        c.check(fix_typos(l) in post, '%s: micro-batch line %r missing' % (name, l))
+    for l in (case.get('microbatches_log', '') + case.get('scheduler_log', '')).splitlines():
+        c.check(fix_typos(l) in post, '%s: calculator/scheduler line %r missing' % (name, l))
     if 'memory_report' in case:
         c.check(case['memory_report'].rstrip('\n') in text,
                 '%s: memory report\n%s\n  want:\n%s' % (name, text, case['memory_report']))

@@ -12,6 +12,10 @@ from parity.configs import CONFIGS
 from reference import gpt_twin as T
 from reference import mcdump
 
+# The twin's tensors are tiny: torch's intra-op threads only add synchronisation, which on a
+# loaded 2-core machine made a test 8x slower (50 s vs 6 s). The C driver keeps OMP_NUM_THREADS.
+torch.set_num_threads(1)
+
 # what travels to the driver: every struct mc_gpt_config field the twin knows, derived values
 # included, so both sides build exactly the same model
 CONFIG_FIELDS = [k for k in T.DEFAULTS]
@@ -87,8 +91,9 @@ def driver_command():
     return [exe]
 
 
-def run_driver(in_path, out_path, threads=None):
+def run_driver(in_path, out_path, threads=None, env_extra=None):
     env = dict(os.environ)
+    env.update(env_extra or {})
     if threads is not None:
         env['OMP_NUM_THREADS'] = str(threads)
     r = subprocess.run(driver_command() + [in_path, out_path], env=env, capture_output=True, text=True)

@@ -58,6 +58,13 @@ CONFIGS = {
     'vocab_padded_odd': (variant(GPT2, vocab_size=77, make_vocab_size_divisible_by=64), {}),
     'attention_mask': (GPT2, {'mask': True}),
     'position_ids': (GPT2, {'pos': True}),
+    # sizes that are not multiples of any SIMD width or GEMM block: kernel tails
+    'odd_sizes_gpt2': (variant(GPT2, hidden_size=40, num_attention_heads=5, ffn_hidden_size=100,
+                               vocab_size=301, make_vocab_size_divisible_by=16, seq_length=23,
+                               micro_batch_size=3, max_position_embeddings=29), {}),
+    'odd_sizes_llama': (variant(LLAMA, hidden_size=36, num_attention_heads=6, num_query_groups=3,
+                                ffn_hidden_size=52, vocab_size=211, make_vocab_size_divisible_by=1,
+                                seq_length=19, micro_batch_size=3, max_position_embeddings=19), {}),
     'smaller_batch_gpt2': (GPT2, {'b': 1, 's': 11}),
     'smaller_batch_llama': (LLAMA, {'b': 1, 's': 9}),
     'rope_ignores_position_ids': (variant(GPT2, position_embedding_type=POS_ROPE), {'pos': True, 'mask': True}),

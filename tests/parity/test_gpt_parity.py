@@ -20,13 +20,14 @@ from reference import mcdump
 RTOL = 1e-4
 
 
-def check_config(name, seed, tmp, verbose):
+def check_config(name, seed, tmp, verbose, kernels=None):
     case = common.make_case(name, seed)
-    rep = common.Report(name, RTOL, verbose)
+    label = name + ('' if kernels is None else '/MC_KERNELS=' + kernels)
+    rep = common.Report(label, RTOL, verbose)
     inp, out = os.path.join(tmp, name + '.in.dump'), os.path.join(tmp, name + '.out.dump')
     common.write_input(inp, case)
     try:
-        got = common.run_driver(inp, out)
+        got = common.run_driver(inp, out, env_extra=None if kernels is None else {'MC_KERNELS': kernels})
     except RuntimeError as e:
         rep.check('driver', False, str(e))
         return rep
@@ -83,6 +84,15 @@ def main():
         if rep.failed:
             bad.append('%s (MC_PARITY_SEED=%d)' % (name, seed + i))
     if not args:
+        # the scalar reference kernels too (the default is the fastest table the CPU supports)
+        for i, name in enumerate(['gpt2', 'llama']):
+            rep = check_config(name, seed + 100 + i, tmp, verbose, kernels='ref')
+            for line in rep.lines:
+                print(line)
+            passed += rep.passed
+            failed += rep.failed
+            if rep.failed:
+                bad.append('%s/ref (MC_PARITY_SEED=%d)' % (name, seed + 100 + i))
         for name in REFUSED:
             rep = check_refused(name, tmp)
             for line in rep.lines:

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from reference import gpt_twin as T
 
+torch.set_num_threads(1)
+
 passed = failed = 0
 
 
@@ -102,6 +104,19 @@ for h in range(6):
         ctx[:, bi, h] = torch.softmax(sc, -1) @ v[:, bi]
 want = ctx.reshape(s, b, 30) @ att.linear_proj.weight.t()
 check((out - want).abs().max().item() < 1e-4 * want.abs().max().item(), 'gqa attention')
+
+# hook points: names and the repeat rule of mc_dump_hook; consistent with the logits
+twin = T.GPTTwin(dict(num_layers=2))
+T.randomize(twin, torch.Generator().manual_seed(3))
+twin.hooks = {}
+tok = torch.randint(0, 100, (2, 16))
+logits, _ = twin(tok)
+twin(tok)
+names = ['embedding.output', 'decoder.layers.0.output', 'decoder.layers.1.output',
+         'decoder.final_layernorm.output', 'output_layer.output']
+check(list(twin.hooks) == names + [n + '@1' for n in names], 'hook names %s' % list(twin.hooks))
+check(torch.equal(twin.hooks['output_layer.output'], logits), 'logits hook')
+check(twin.hooks['decoder.layers.1.output'].shape == (16, 2, 32), 'hook [s, b, h]')
 
 print('test_twin_reference: %d passed, %d failed' % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -1,7 +1,10 @@
 """Optional check (not run by CTest): the PyTorch twin (gpt_twin.py) against Megatron-LM
 core_v0.12.1's own GPTModel with the local layer spec, run on the CPU through the team's shim
 (/work/shared/megatron-cpu/shim.py). Same random weights (twin state dict loaded into Megatron's
-model), same batch: compares logits, per-token loss and every parameter gradient.
+model), same batch: compares logits, per-token loss and every parameter gradient; then (with no
+config names given) 20 training steps of the twin's clip + AdamW against Megatron's own
+DistributedDataParallel + finalize_model_grads + get_megatron_optimizer on gpt2, llama and
+qkv_bias_only (loss curve within 1e-5, grad norm within 5e-4).
 
 Usage: MEGATRON_ROOT=/work/ref/Megatron-LM /usr/bin/python3 tests/reference/check_twin_vs_megatron.py
 Exits non-zero when any config differs by more than 1e-5 * max|want| (fp32, same op order up to
@@ -15,6 +18,8 @@ sys.path.insert(0, os.environ.get('MC_SHIM_DIR', '/work/shared/megatron-cpu'))
 import shim  # noqa: E402  (patches torch before Megatron is imported)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+torch.set_num_threads(1)  # tiny tensors: threads only add synchronisation
 
 from reference import gpt_twin as T  # noqa: E402
 from parity.configs import CONFIGS  # noqa: E402
@@ -50,6 +55,74 @@ def megatron_model(c):
                     position_embedding_type=pos, rotary_percent=c['rotary_percent'],
                     rotary_base=int(c['rotary_base']), rope_scaling=bool(c['use_rope_scaling']),
                     rope_scaling_factor=c['rope_scaling_factor'])
+
+
+def megatron_train(meg, case, steps, lr, wd, hp):
+    """Megatron's own train_step pieces at one micro-batch: DDP-wrapped model (grads in its
+    buffer), finalize_model_grads, get_megatron_optimizer (Adam, clip_grad) whose step() clips and
+    updates; lr and weight decay set per group as OptimizerParamScheduler does."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    ddp = DistributedDataParallel(meg.config, DistributedDataParallelConfig(
+        grad_reduce_in_fp32=False, overlap_grad_reduce=False, use_distributed_optimizer=False), meg)
+    oc = OptimizerConfig(optimizer='adam', lr=lr[0], weight_decay=wd[0], adam_beta1=hp['beta1'],
+                         adam_beta2=hp['beta2'], adam_eps=hp['eps'], clip_grad=hp['clip_grad'],
+                         bf16=False, fp16=False, params_dtype=torch.float32)
+    opt = get_megatron_optimizer(oc, [ddp])
+    b = case['batch']
+    tokens, labels, dloss = b['tokens'], b['labels'], b['dloss']
+    s = tokens.shape[1]
+    mask = b.get('attention_mask')
+    if mask is None:
+        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)[None, None].expand(tokens.shape[0], 1, s, s)
+    pos = b.get('position_ids')
+    if pos is None:
+        pos = torch.arange(s).unsqueeze(0).expand_as(tokens)
+    curve, norms = [], []
+    for it in range(steps):
+        ddp.zero_grad_buffer()
+        opt.zero_grad()
+        loss = ddp(tokens, pos, mask, labels=labels)
+        total = (loss * dloss).sum()
+        total.backward()
+        finalize_model_grads([ddp])
+        for g in opt.param_groups:
+            g['lr'] = lr[it]
+            g['weight_decay'] = wd[it] * g.get('wd_mult', 1.0)
+        ok, norm, _ = opt.step()
+        curve.append(float(total))
+        norms.append(float(norm))
+    return curve, norms
+
+
+def check_training(names):
+    """Twin's clip + AdamW (parity/common.twin_train) against Megatron's optimizer, 20 steps."""
+    from parity import common
+    from parity.test_adam_parity import schedule
+    bad = []
+    for name in names:
+        case = make_case_for(name)
+        c = case['twin'].c
+        meg = megatron_model(c)
+        meg.load_state_dict(case['twin'].state_dict(), strict=False)
+        lr, wd = schedule()
+        lr, wd = [T.f32(v) for v in lr], [T.f32(v) for v in wd]
+        hp = {k: T.f32(v) for k, v in common.ADAM.items()}
+        mc, mn = megatron_train(meg, case, len(lr), lr, wd, hp)
+        tc, tn = common.twin_train(case, len(lr), lr, wd)[:2]
+        lrel = max(abs(a - b) / abs(b) for a, b in zip(tc, mc))
+        nrel = max(abs(a - b) / abs(b) for a, b in zip(tn, mn))
+        print('%-28s adam: loss curve rel err %.2e, grad norm rel err %.2e (megatron %s)' % (
+            name, lrel, nrel, ' '.join('%.5f' % v for v in mc[::4])))
+        if lrel > 1e-5 or nrel > 5e-4:
+            bad.append(name + '/adam')
+    return bad
+
+
+def make_case_for(name):
+    from parity.common import make_case
+    return make_case(name, seed=11)
 
 
 def main():
@@ -100,6 +173,8 @@ def main():
         worst_all = max(worst_all, float(worst[1]))
         if float(worst[1]) > 1e-5:
             failed.append(name)
+    if not sys.argv[1:]:
+        failed += check_training(['gpt2', 'llama', 'qkv_bias_only'])
     print('check_twin_vs_megatron: %d configs, %d failed (worst %.2e)%s' % (
         len(names), len(failed), worst_all, (': ' + ' '.join(failed)) if failed else ''))
     return 1 if failed else 0

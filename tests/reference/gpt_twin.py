@@ -361,6 +361,7 @@ class GPTTwin(torch.nn.Module):
     def __init__(self, cfg):
         super().__init__()
         c = self.c = derive(cfg)
+        self.hooks = None  # a dict to record the hook-point activations of include/megatron/dump.h
         self.dropout = Dropout()
         self.embedding = Embedding(c)
         self.decoder = TransformerBlock(c, self.dropout)
@@ -371,6 +372,16 @@ class GPTTwin(torch.nn.Module):
         if self.c['untie_embeddings_and_output_weights']:
             return self.output_layer.weight
         return self.embedding.word_embeddings.weight
+
+    def _hook(self, name, t):
+        """Same names and repeat rule ("@1", "@2", ...) as mc_dump_hook."""
+        if self.hooks is None:
+            return
+        key, k = name, 0
+        while key in self.hooks:
+            k += 1
+            key = '%s@%d' % (name, k)
+        self.hooks[key] = t.detach().clone()
 
     def set_dropout(self, mode, step=0, micro=0):
         """'torch' or 'philox' (the C engine's streams at this step / micro-batch)."""
@@ -393,13 +404,17 @@ class GPTTwin(torch.nn.Module):
             x = x + self.embedding.position_embeddings.weight[position_ids]
         x = x.transpose(0, 1).contiguous()
         x = self.dropout(x, c['hidden_dropout'], 0, self.training)
+        self._hook('embedding.output', x)
         if attention_mask is None:
             attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
         freqs = rope_freqs(c, s) if c['position_embedding_type'] == POS_ROPE else None
-        for layer in self.decoder.layers:
+        for i, layer in enumerate(self.decoder.layers):
             x = layer(x, attention_mask, freqs)
+            self._hook('decoder.layers.%d.output' % i, x)
         x = self.decoder.final_layernorm(x)
+        self._hook('decoder.final_layernorm.output', x)
         logits = torch.matmul(x, self.output_weight().t())
+        self._hook('output_layer.output', logits)
         loss = None
         if labels is not None:
             loss = VocabCrossEntropy.apply(logits.float(), labels.transpose(0, 1).contiguous())
@@ -463,3 +478,44 @@ def set_lr_wd(opt, lr, wd):
     for g in opt.param_groups:
         g['lr'] = lr
         g['weight_decay'] = wd * g['wd_mult']
+
+
+# ---- tensor-parallel layout -------------------------------------------------------------------
+
+def tp_shard(name, t, c, tp, rank):
+    """This rank's shard of full (tp = 1) parameter `t` in Megatron's layout (spec 2.2-2.4, 3.3,
+    3.6): vocab rows for the embedding / output layer, contiguous output rows for column-parallel
+    weights and biases (QKV: whole query groups), input columns for row-parallel weights, SwiGLU
+    fc1 = [gate_r; up_r]; norms and row-parallel biases are replicated."""
+    def rows(x):
+        n = x.shape[0] // tp
+        return x[rank * n:(rank + 1) * n]
+    if name.endswith('word_embeddings.weight') or name == 'output_layer.weight':
+        return rows(t)
+    if '.linear_qkv.' in name:
+        return rows(t)
+    if '.linear_fc1.' in name:
+        if c['activation'] == ACT_SWIGLU:
+            gate, up = torch.chunk(t, 2, dim=0)
+            return torch.cat((rows(gate), rows(up)), dim=0)
+        return rows(t)
+    if name.endswith('linear_proj.weight') or name.endswith('linear_fc2.weight'):
+        n = t.shape[1] // tp
+        return t[:, rank * n:(rank + 1) * n]
+    return t
+
+
+def tp_unshard(name, shards, c):
+    """Inverse of tp_shard: the full parameter from every rank's shard (replicated tensors are
+    taken from rank 0)."""
+    tp = len(shards)
+    if name.endswith('linear_proj.weight') or name.endswith('linear_fc2.weight'):
+        return torch.cat(shards, dim=1)
+    if '.linear_fc1.' in name and c['activation'] == ACT_SWIGLU:
+        halves = [torch.chunk(x, 2, dim=0) for x in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    if (name.endswith('word_embeddings.weight') or name == 'output_layer.weight' or
+            '.linear_qkv.' in name or '.linear_fc1.' in name):
+        return torch.cat(shards, dim=0)
+    assert tp >= 1
+    return shards[0]

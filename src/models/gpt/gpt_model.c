@@ -25,6 +25,9 @@
 
 #include "core/rng.h"
 
+#if defined(MC_HAVE_MPI)
+#include <mpi.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -373,3 +376,23 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
 }
 
 const float *mc_gpt_logits(const mc_gpt_model *m) { return m->logits; }
+
+mc_status mc_gpt_set_tp_comm(struct mc_gpt_model *m, void *mpi_comm)
+{
+#if defined(MC_HAVE_MPI)
+    if (mpi_comm) {
+        int size = 0, rank = 0;
+        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
+        MPI_Comm_rank(*(MPI_Comm *)mpi_comm, &rank);
+        if (size != m->tp.size || rank != m->tp.rank)
+            return mc_error(MC_ERR_CONFIG, "tensor-parallel communicator has size %d, rank %d; "
+                            "the model was built for --tensor-model-parallel-size %d, rank %d",
+                            size, rank, m->tp.size, m->tp.rank);
+    }
+    m->tp.comm = mpi_comm;
+    return MC_OK;
+#else
+    (void)mpi_comm;
+    return mc_error(MC_ERR_UNSUPPORTED, "tensor parallelism needs an MPI build of megatron.c");
+#endif
+}

@@ -115,7 +115,7 @@ LLAMA2_7B = ('--num-layers 32 --hidden-size 4096 --ffn-hidden-size 11008 '
 CASES = [
     ('tiny', TINY, 1),
     ('tiny_swiglu', TINY + ['--swiglu'], 1),
-    ('swiglu_768', TINY_NOITERS + ['--train-iters', '5', '--hidden-size', '768',
+    ('swiglu_768', TINY_NOITERS + ['--train-iters', '5', '--lr', '1e-4', '--hidden-size', '768',
                                    '--num-attention-heads', '12', '--swiglu'], 1),
     ('tp2_pp2_ws8', TINY + ['--tensor-model-parallel-size', '2',
                             '--pipeline-model-parallel-size', '2'], 8),

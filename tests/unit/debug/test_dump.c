@@ -112,6 +112,35 @@ int main(void)
     CHECK(mc_dump_read("/nonexistent/x.dump", &m) == MC_ERR_IO && m == NULL);
     CHECK(mc_dump_init(&d) == MC_OK && mc_dump_write(d, "/nonexistent/x.dump") == MC_ERR_IO);
     mc_dump_free(d);
+    /* hooks: off until enabled, repeated names numbered, flush writes and clears */
+    const char *hp = "test_dump_hooks.dump";
+    float act[4] = {1, 2, 3, 4};
+    int64_t ash[2] = {2, 2};
+    mc_dump_hooks_disable();
+    CHECK(!mc_dump_hooks_active());
+    mc_dump_hook("ignored", MC_DTYPE_F32, 2, ash, act);
+    CHECK(mc_dump_hooks_flush() == MC_ERR_CONFIG);
+    CHECK(mc_dump_hooks_enable(hp) == MC_OK && mc_dump_hooks_active());
+    mc_dump_hook("decoder.layers.0.output", MC_DTYPE_F32, 2, ash, act);
+    act[0] = 9;
+    mc_dump_hook("decoder.layers.0.output", MC_DTYPE_F32, 2, ash, act);
+    CHECK(mc_dump_hooks_flush() == MC_OK);
+    mc_dump *h = NULL;
+    CHECK(mc_dump_read(hp, &h) == MC_OK);
+    if (h) {
+        CHECK(mc_dump_count(h) == 2);
+        const struct mc_dump_tensor *t0 = mc_dump_find(h, "decoder.layers.0.output");
+        const struct mc_dump_tensor *t1 = mc_dump_find(h, "decoder.layers.0.output@1");
+        CHECK(t0 && ((float *)t0->data)[0] == 1 && t1 && ((float *)t1->data)[0] == 9);
+        mc_dump_free(h);
+    }
+    CHECK(mc_dump_hooks_flush() == MC_OK); /* cleared: an empty dump */
+    CHECK(mc_dump_read(hp, &h) == MC_OK && h && mc_dump_count(h) == 0);
+    mc_dump_free(h);
+    mc_dump_hooks_disable();
+    CHECK(!mc_dump_hooks_active());
+    remove(hp);
+
     remove(path);
     remove(bad);
     CHECK(mc_alloc_live_bytes() == live);

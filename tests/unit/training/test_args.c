@@ -63,6 +63,8 @@ static void expect_error(int code, const char *msg, int n, const char **argv)
 static void test_errors(void)
 {
     ERR(2, "unrecognized arguments: --hidden 3 x", "--hidden", "3", "--lr", "1", "x");
+    ERR(2, "unrecognized arguments: -- --lr 1", "--num-layers", "1", "--", "--lr", "1");
+    ERR(2, "argument --lr: invalid float value: '-'", "--lr", "-");
     ERR(2, "argument --num-layers: invalid int value: '2.5'", "--num-layers", "2.5");
     ERR(2, "argument --num-layers: invalid int value: '1__0'", "--num-layers", "1__0");
     ERR(2, "argument --num-layers: invalid int value: '0x10'", "--num-layers", "0x10");

@@ -75,5 +75,11 @@ int main(void)
     mc_log_accum_reset(&acc);
     CHECK(acc.n == 1 && acc.sums[0] == 0.0f && acc.advanced == 0 && acc.nan == 0);
     CHECK(mc_log_throughput(2e12, 0.5, 4) == 1.0);
+    char text[512];
+    mc_log_format_progress_saved(text, sizeof(text), false, 10, 1.25, 1.0, 1.234e18, 123456789);
+    mc_log_format_progress(buf, sizeof(buf), 1735732804, NULL, 8, text);
+    CHECK(!strcmp(buf, "2025-01-01 12:00:04\tJob ID: \t# GPUs: 8\tSaved checkpoint\tIteration: 10\t"
+                       "Job throughput: 1.2 TFLOP/s/GPU\tCumulative throughput: 1.0 TFLOP/s/GPU\t"
+                       "Floating-point operations: 1.23e+18\tTokens (in billions): 0.12\n"));
     return test_summary("test_log_format");
 }

@@ -1,10 +1,12 @@
-/* GEMM through an optimized BLAS library (chosen at configure time by cmake/blas.cmake, see
- * docs/gemm.md for the measurements). Megatron calls cuBLAS through torch.matmul /
- * F.linear; this is our equivalent. Row-major C[M,N] = alpha op(A) op(B) + beta C.
+/* GEMM through an optimized library chosen at configure time by cmake/blas.cmake: oneDNN's
+ * dnnl_sgemm by default, or OpenBLAS / BLIS through CBLAS (docs/gemm.md has the measurements).
+ * Megatron calls cuBLAS through torch.matmul / F.linear; this is our equivalent.
+ * Row-major C[M,N] = alpha op(A) op(B) + beta C.
  *
  * Threads follow OpenMP's setting (OMP_NUM_THREADS / omp_set_num_threads) so the whole program
- * has one knob. Every supported library partitions only the M and N loops across threads, so the
- * result is bit-identical for any thread count (checked by tests/unit/backend/test_kernels.c).
+ * has one knob. oneDNN and OpenBLAS gave bit-identical results for 1, 2, 3, 4 and 16 threads on
+ * the model's shapes (tests/unit/backend/test_kernels.c keeps checking 1/2/3); BLIS does not on
+ * small shapes, which is one reason it is not the default.
  *
  * OpenBLAS (DYNAMIC_ARCH builds) picks its kernels from CPUID when the library loads. Some
  * versions do not know newer AVX-512 CPUs (e.g. AMD Zen4 in OpenBLAS < 0.3.22 on some models)
@@ -112,17 +114,17 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     pthread_once(&blas_once, blas_setup_once);
     if (M <= 0 || N <= 0)
         return;
-    blas_threads();
-#if defined(MC_BLAS_OPENBLAS) || defined(MC_BLAS_BLIS)
-    /* The C interface takes int sizes; every dimension of the supported models fits easily. */
-    MC_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
-              ldb <= INT32_MAX && ldc <= INT32_MAX);
-    if (K <= 0) { /* some BLAS builds skip the beta scaling when K == 0 */
+    if (K <= 0) { /* libraries differ on K == 0; the contract: C = beta C, NaN cleared if 0 */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
+    blas_threads();
+#if defined(MC_BLAS_OPENBLAS) || defined(MC_BLAS_BLIS)
+    /* The C interface takes int sizes; every dimension of the supported models fits easily. */
+    MC_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
+              ldb <= INT32_MAX && ldc <= INT32_MAX);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 #else

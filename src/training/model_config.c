@@ -1,0 +1,101 @@
+/* Model and optimizer configs from the command line: mirrors model_provider() of
+ * pretrain_gpt.py and core_transformer_config_from_args() of megatron/training/arguments.py
+ * (core_v0.12.1) for the local layer spec: SwiGLU -> gated SiLU, squared ReLU, the default
+ * fused bias-GELU (tanh approximation) unless --no-bias-gelu-fusion or no linear bias, GQA
+ * groups only with --group-query-attention. */
+#include "training/model_config.h"
+
+#include <string.h>
+
+#define A(x) MC_A_##x
+
+static mc_status position_type(const struct mc_args *a, enum mc_position_embedding *out)
+{
+    const char *pe = mc_args_str(a, A(position_embedding_type));
+    if (!strcmp(pe, "learned_absolute"))
+        *out = MC_POS_LEARNED_ABSOLUTE;
+    else if (!strcmp(pe, "rope"))
+        *out = MC_POS_ROPE;
+    else if (!strcmp(pe, "none"))
+        *out = MC_POS_NONE;
+    else
+        return mc_error(MC_ERR_UNSUPPORTED, "--position-embedding-type %s is not supported by "
+                        "megatron.c yet", pe);
+    return MC_OK;
+}
+
+static enum mc_activation activation(const struct mc_args *a)
+{
+    if (mc_args_bool(a, A(swiglu)))
+        return MC_ACT_SWIGLU;
+    if (mc_args_bool(a, A(squared_relu)))
+        return MC_ACT_SQUARED_RELU;
+    /* Megatron's MLP uses bias_gelu_impl (tanh approximation) when bias-activation fusion is on;
+     * validate_args turns it off without linear bias. */
+    return mc_args_bool(a, A(bias_gelu_fusion)) ? MC_ACT_GELU_TANH : MC_ACT_GELU_ERF;
+}
+
+mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
+                                  int64_t padded_vocab_size, int tp_rank, struct mc_gpt_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    if (mc_args_bool(a, A(openai_gelu)))
+        return mc_error(MC_ERR_UNSUPPORTED, "--openai-gelu is not supported by megatron.c yet");
+    if (mc_args_bool(a, A(apply_layernorm_1p)) || mc_args_bool(a, A(qk_layernorm)) ||
+        mc_args_bool(a, A(apply_residual_connection_post_layernorm)))
+        return mc_error(MC_ERR_UNSUPPORTED, "--apply-layernorm-1p, --qk-layernorm and "
+                        "--apply-residual-connection-post-layernorm are not supported by "
+                        "megatron.c yet");
+    mc_status st = position_type(a, &cfg->position_embedding_type);
+    if (st != MC_OK)
+        return st;
+    cfg->num_layers = mc_args_int(a, A(num_layers));
+    cfg->hidden_size = mc_args_int(a, A(hidden_size));
+    cfg->num_attention_heads = mc_args_int(a, A(num_attention_heads));
+    cfg->num_query_groups = mc_args_bool(a, A(group_query_attention))
+                                ? mc_args_int(a, A(num_query_groups)) : 0;
+    cfg->kv_channels = mc_args_int(a, A(kv_channels));
+    cfg->ffn_hidden_size = mc_args_int(a, A(ffn_hidden_size));
+    cfg->vocab_size = vocab_size;
+    cfg->padded_vocab_size = padded_vocab_size;
+    cfg->make_vocab_size_divisible_by = mc_args_int(a, A(make_vocab_size_divisible_by));
+    cfg->max_position_embeddings = mc_args_int(a, A(max_position_embeddings));
+    cfg->seq_length = mc_args_int(a, A(seq_length));
+    cfg->micro_batch_size = mc_args_int(a, A(micro_batch_size));
+    cfg->normalization = !strcmp(mc_args_str(a, A(normalization)), "RMSNorm") ? MC_NORM_RMSNORM
+                                                                              : MC_NORM_LAYERNORM;
+    cfg->norm_epsilon = (float)mc_args_float(a, A(norm_epsilon));
+    cfg->rotary_percent = (float)mc_args_float(a, A(rotary_percent));
+    cfg->rotary_base = (float)mc_args_int(a, A(rotary_base));
+    cfg->rotary_interleaved = mc_args_bool(a, A(rotary_interleaved));
+    cfg->use_rope_scaling = mc_args_bool(a, A(use_rope_scaling));
+    cfg->rope_scaling_factor = (float)mc_args_float(a, A(rope_scaling_factor));
+    cfg->activation = activation(a);
+    cfg->add_bias_linear = mc_args_bool(a, A(add_bias_linear));
+    cfg->add_qkv_bias = mc_args_bool(a, A(add_qkv_bias));
+    cfg->apply_query_key_layer_scaling = mc_args_bool(a, A(apply_query_key_layer_scaling));
+    cfg->attention_softmax_in_fp32 = mc_args_bool(a, A(attention_softmax_in_fp32));
+    cfg->untie_embeddings_and_output_weights = mc_args_bool(a, A(untie_embeddings_and_output_weights));
+    cfg->fp32_residual_connection = mc_args_bool(a, A(fp32_residual_connection));
+    cfg->hidden_dropout = (float)mc_args_float(a, A(hidden_dropout));
+    cfg->attention_dropout = (float)mc_args_float(a, A(attention_dropout));
+    cfg->init_method_std = (float)mc_args_float(a, A(init_method_std));
+    cfg->seed = (uint64_t)mc_args_int(a, A(seed));
+    const char *dt = mc_args_str(a, A(params_dtype));
+    cfg->params_dtype = !strcmp(dt, "torch.bfloat16") ? MC_DTYPE_BF16
+                        : !strcmp(dt, "torch.float16") ? MC_DTYPE_F16 : MC_DTYPE_F32;
+    cfg->tensor_model_parallel_size = (int)mc_args_int(a, A(tensor_model_parallel_size));
+    cfg->tensor_model_parallel_rank = tp_rank;
+    return MC_OK;
+}
+
+void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->optimizer = !strcmp(mc_args_str(a, A(optimizer)), "sgd") ? MC_OPT_SGD : MC_OPT_ADAM;
+    cfg->adam_beta1 = (float)mc_args_float(a, A(adam_beta1));
+    cfg->adam_beta2 = (float)mc_args_float(a, A(adam_beta2));
+    cfg->adam_eps = (float)mc_args_float(a, A(adam_eps));
+    cfg->sgd_momentum = (float)mc_args_float(a, A(sgd_momentum));
+    cfg->clip_grad = (float)mc_args_float(a, A(clip_grad));
+}

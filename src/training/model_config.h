@@ -1,0 +1,27 @@
+/* From validated arguments to the configs of the model and optimizer APIs
+ * (include/megatron/gpt.h, optimizer.h): the part of pretrain_gpt.py's model_provider and of
+ * core_transformer_config_from_args / get_megatron_optimizer_config that megatron.c needs. */
+#ifndef MC_TRAINING_MODEL_CONFIG_H
+#define MC_TRAINING_MODEL_CONFIG_H
+
+#include "megatron/optimizer.h"
+#include "training/args.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fills every field of `cfg` (it does not need mc_gpt_config_default). vocab_size is the
+ * tokenizer's unpadded size, padded_vocab_size Megatron's padded one; tp_rank is this rank's
+ * tensor-parallel rank. MC_ERR_UNSUPPORTED naming the option for model features the config
+ * cannot express (e.g. --position-embedding-type mrope, --openai-gelu). */
+MC_API mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
+                                         int64_t padded_vocab_size, int tp_rank,
+                                         struct mc_gpt_config *cfg);
+MC_API void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

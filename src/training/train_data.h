@@ -1,0 +1,42 @@
+/* The data side of pretrain_gpt: train/validation/test datasets built from the command line
+ * (pretrain_gpt.py's train_valid_test_datasets_provider + core_gpt_dataset_config_from_args) and
+ * read in order from a consumed-samples position, as Megatron's MegatronPretrainingSampler
+ * does. Kept apart from training.c because the dataset config and the model config are two
+ * different "GPT configs" in Megatron too. */
+#ifndef MC_TRAINING_TRAIN_DATA_H
+#define MC_TRAINING_TRAIN_DATA_H
+
+#include <stdio.h>
+
+#include "training/args.h"
+
+typedef struct mc_train_data mc_train_data;
+
+/* The three splits, in Megatron's order (same values as the datasets' enum mc_split). */
+enum { MC_TRAIN_SPLIT_TRAIN = 0, MC_TRAIN_SPLIT_VALID = 1, MC_TRAIN_SPLIT_TEST = 2 };
+
+/* One micro-batch, batch-first [b, s] as get_batch returns it. attention_mask is [b, s, s]
+ * (1 = masked) or NULL when the plain causal mask applies (no --reset-attention-mask). */
+struct mc_micro_batch {
+    int64_t b, s;
+    int64_t *tokens, *labels, *position_ids;
+    float *loss_mask;
+    uint8_t *attention_mask;
+};
+
+/* Builds the three splits with Megatron's target sizes (printing its "> building train,
+ * validation, and test datasets ..." lines to out, NULL = silent). eod is the tokenizer's. */
+mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret);
+void mc_train_data_free(mc_train_data *d);
+bool mc_train_data_has(const mc_train_data *d, int split);
+
+/* Micro-batch buffers for b x s; free with mc_micro_batch_free. */
+mc_status mc_micro_batch_init(struct mc_micro_batch *mb, int64_t b, int64_t s, bool with_mask);
+void mc_micro_batch_free(struct mc_micro_batch *mb);
+
+/* Fills mb with samples [first, first + mb->b) of the split, wrapping around the split's
+ * length (Megatron sizes the splits so that training never wraps). */
+mc_status mc_train_data_get(const mc_train_data *d, int split, int64_t first,
+                            struct mc_micro_batch *mb);
+
+#endif

@@ -1,0 +1,465 @@
+/* pretrain() / train() / train_step() / evaluate() of megatron/training/training.py with the
+ * model, get_batch and loss_func of pretrain_gpt.py (Megatron-LM core_v0.12.1), for a single
+ * process. The messages and the training line are Megatron's, so log parsers keep working
+ * (spec: megatron-training-cli.md sections 4-6 and 10). */
+#include "training/training.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "megatron/gpt.h"
+#include "megatron/optimizer.h"
+#include "megatron/tokenizer.h"
+#include "optimizer/lr_scheduler.h"
+#include "training/dry_run.h"
+#include "training/flops.h"
+#include "training/log_format.h"
+#include "training/model_config.h"
+#include "training/microbatches.h"
+#include "training/schedule_args.h"
+#include "training/train_data.h"
+
+struct trainer {
+    struct mc_args *a;
+    double t0;
+    mc_tokenizer *tok;
+    int64_t padded_vocab;
+    mc_gpt_model *model;
+    mc_optimizer *opt;
+    struct mc_microbatches mb;
+    struct mc_opt_sched sched;
+    mc_train_data *data;
+    struct mc_micro_batch batch;
+    float *loss, *dloss;          /* [mbs * seq] */
+    int64_t mbs, seq, gbs;
+    int64_t consumed_train, consumed_valid;
+    double flops_per_sample;
+    struct mc_log_accum acc;
+};
+
+static volatile sig_atomic_t got_sigterm;
+static void on_sigterm(int sig) { (void)sig; got_sigterm = 1; }
+
+double mc_time_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void print_datetime(const char *what)
+{
+    char buf[256];
+    mc_log_format_datetime(buf, sizeof(buf), what, 0);
+    printf("%s\n", buf);
+    fflush(stdout);
+}
+
+/* Megatron's timers.log for timers already measured on this single rank (ms). */
+static void print_timers(int n, const char *const *names, const double *ms)
+{
+    char buf[2048];
+    if (mc_log_format_timers(buf, sizeof(buf), "minmax", n, names, ms, ms, NULL, 1) > 0)
+        printf("%s\n", buf);
+}
+
+/* What this build cannot do yet fails loudly, before any work is done. */
+static mc_status check_single_process(const struct mc_args *a)
+{
+    if (mc_args_int(a, MC_A_world_size) != 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "a world size of %lld: the training loop of this "
+                        "build runs one process (tensor, pipeline and data parallelism over MPI "
+                        "are not wired into pretrain_gpt yet)", (long long)mc_args_int(a, MC_A_world_size));
+    if (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load))
+        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load: checkpoints (Megatron's torch format) "
+                                            "are not available in this build yet");
+    if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
+        return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
+                                            "in this build yet; train in fp32");
+    if (!mc_args_is_none(a, MC_A_tensorboard_dir))
+        return mc_error(MC_ERR_UNSUPPORTED, "--tensorboard-dir: TensorBoard event files are not "
+                                            "written by this build yet");
+    return MC_OK;
+}
+
+static mc_status build_tokenizer(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    struct mc_tokenizer_args ta = {
+        .tokenizer_type = mc_args_str(a, MC_A_tokenizer_type),
+        .vocab_file = mc_args_str(a, MC_A_vocab_file),
+        .merge_file = mc_args_str(a, MC_A_merge_file),
+        .tokenizer_model = mc_args_str(a, MC_A_tokenizer_model),
+        .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size),
+    };
+    printf("> building %s tokenizer ...\n", ta.tokenizer_type);
+    mc_status st = mc_tok_init(&ta, &t->tok);
+    if (st)
+        return st;
+    int64_t orig = mc_tok_vocab_size(t->tok);
+    t->padded_vocab = mc_vocab_padded(orig, mc_args_int(a, MC_A_make_vocab_size_divisible_by),
+                                      mc_args_int(a, MC_A_tensor_model_parallel_size));
+    printf(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
+           (long long)orig, (long long)(t->padded_vocab - orig), (long long)t->padded_vocab);
+    return MC_OK;
+}
+
+static mc_status build_model_and_optimizer(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    struct mc_gpt_config c;
+    mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, 0, &c);
+    if (st || (st = mc_gpt_model_init(&c, &t->model)))
+        return st;
+    printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
+           (long long)mc_gpt_num_elements(t->model));
+    struct mc_optimizer_config oc;
+    mc_opt_config_from_args(a, &oc);
+    if ((st = mc_opt_init(&oc, t->model, &t->opt)))
+        return st;
+    struct mc_opt_sched_config sc;
+    if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, stdout, &sc)))
+        return st;
+    return mc_opt_sched_init(&t->sched, &sc, stdout);
+}
+
+/* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
+ * with backward the gradient of loss/num_tokens/num_micro (or of the plain sum with
+ * --calculate-per-token-loss, normalised after all micro-batches). */
+static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t num_micro,
+                            bool backward, double *num, double *den)
+{
+    struct mc_micro_batch *mb = &t->batch;
+    mc_status st = mc_train_data_get(t->data, split, first, mb);
+    if (st)
+        return st;
+    struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = mb->tokens, .labels = mb->labels,
+                              .position_ids = mb->position_ids,
+                              .attention_mask = mb->attention_mask};
+    if ((st = mc_gpt_forward(t->model, &gb, backward, t->loss)))
+        return st;
+    int64_t n = mb->b * mb->s;
+    double s = 0, d = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (double)t->loss[i] * mb->loss_mask[i];
+        d += mb->loss_mask[i];
+    }
+    *num = s;
+    *den = d;
+    if (!backward)
+        return MC_OK;
+    bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
+    float scale = per_token ? 1.0f : (float)(1.0 / d / (double)num_micro);
+    for (int64_t i = 0; i < n; i++)
+        t->dloss[i] = mb->loss_mask[i] * scale;
+    return mc_gpt_backward(t->model, t->dloss);
+}
+
+static void scale_grads(mc_gpt_model *m, float s)
+{
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+        struct mc_param_view p = mc_gpt_param(m, i);
+        for (int64_t k = 0; k < p.numel; k++)
+            p.grad[k] *= s;
+    }
+}
+
+static double params_norm(const mc_gpt_model *m)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+        struct mc_param_view p = mc_gpt_param(m, i);
+        for (int64_t k = 0; k < p.numel; k++)
+            ss += (double)p.data[k] * p.data[k];
+    }
+    return sqrt(ss);
+}
+
+/* train_step: forward/backward over the micro-batches, optimizer, scheduler. */
+static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss,
+                            struct mc_opt_step_result *res)
+{
+    int64_t num_micro = t->mb.num_micro_batches;
+    float numer = 0, denom = 0; /* Megatron sums the reports in float32 */
+    mc_gpt_zero_grad(t->model);
+    for (int64_t k = 0; k < num_micro; k++) {
+        double num, den;
+        mc_gpt_set_step(t->model, iteration * num_micro + k);
+        mc_status st = micro_step(t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train + k * t->mbs, num_micro,
+                                  true, &num, &den);
+        if (st)
+            return st;
+        numer += (float)num;
+        denom += (float)den;
+    }
+    if (mc_args_bool(t->a, MC_A_calculate_per_token_loss))
+        scale_grads(t->model, 1.0f / denom);
+    mc_status st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    if (st)
+        return st;
+    mc_opt_sched_step(&t->sched, num_micro * t->mbs);
+    *lm_loss = numer / denom;
+    return MC_OK;
+}
+
+static bool time_limit_reached(const struct trainer *t, double *minutes)
+{
+    if (mc_args_is_none(t->a, MC_A_exit_duration_in_mins))
+        return false;
+    *minutes = (mc_time_now() - t->t0) / 60.0;
+    return *minutes > (double)mc_args_int(t->a, MC_A_exit_duration_in_mins);
+}
+
+/* evaluate + evaluate_and_print_results. *abandoned is set when the time limit stops it. */
+static mc_status evaluate_and_print(struct trainer *t, int split, const char *prefix, bool verbose,
+                                    int64_t *consumed, bool *abandoned)
+{
+    int64_t eval_iters = mc_args_int(t->a, MC_A_eval_iters);
+    int64_t eval_micro = t->gbs / t->mbs;
+    double start = mc_time_now();
+    float numer = 0, denom = 0;
+    *abandoned = false;
+    if (verbose)
+        printf("Evaluating on %lld samples\n", (long long)(eval_iters * t->gbs));
+    for (int64_t it = 1; it <= eval_iters; it++) {
+        if (verbose)
+            printf("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
+        for (int64_t k = 0; k < eval_micro; k++) {
+            double num, den;
+            mc_status st = micro_step(t, split, *consumed + k * t->mbs, eval_micro, false, &num, &den);
+            if (st)
+                return st;
+            numer += (float)num;
+            denom += (float)den;
+        }
+        *consumed += t->gbs;
+        double minutes;
+        if (time_limit_reached(t, &minutes)) {
+            printf("Exiting during evaluation, timelimit reached\n");
+            *abandoned = true;
+            return MC_OK;
+        }
+    }
+    static const char *const ev[] = {"evaluate"};
+    double ms = (mc_time_now() - start) * 1e3;
+    print_timers(1, ev, &ms);
+    static const char *const names[] = {"lm loss"};
+    double value = (double)(numer / denom);
+    char buf[1024];
+    mc_log_format_validation(buf, sizeof(buf), prefix, 1, names, &value);
+    fputs(buf, stdout);
+    fflush(stdout);
+    return MC_OK;
+}
+
+static void print_training_line(struct trainer *t, int64_t iteration, double interval_s,
+                                const struct mc_opt_step_result *res, bool *report_memory)
+{
+    const struct mc_args *a = t->a;
+    struct mc_log_train_line l = {0};
+    const char *names[MC_LOG_MAX_LOSSES];
+    l.iteration = iteration;
+    l.train_iters = mc_args_int(a, MC_A_train_iters);
+    l.consumed_samples = t->consumed_train;
+    int64_t iters = t->acc.advanced + t->acc.skipped;
+    l.elapsed_per_iter_s = interval_s / (double)(iters ? iters : 1);
+    l.log_throughput = mc_args_bool(a, MC_A_log_throughput);
+    l.throughput = mc_log_throughput(t->flops_per_sample * (double)t->gbs, l.elapsed_per_iter_s, 1);
+    l.learning_rate = t->sched.lr;
+    l.batch_size = t->mb.running;
+    mc_log_accum_fill(&t->acc, names, &l);
+    l.loss_scale = 1.0;
+    l.has_grad_norm = true;
+    l.grad_norm = res->grad_norm;
+    l.has_num_zeros = true;
+    l.num_zeros = (double)res->num_zeros;
+    l.has_params_norm = mc_args_bool(a, MC_A_log_params_norm);
+    if (l.has_params_norm)
+        l.params_norm = params_norm(t->model);
+    char buf[2048];
+    mc_log_format_train_line(buf, sizeof(buf), &l);
+    printf("%s\n", buf);
+    mc_log_accum_reset(&t->acc);
+    if (*report_memory) {
+        /* Megatron reports the CUDA allocator; we report megatron.c's counted allocations. */
+        double mb = 1024.0 * 1024.0;
+        char name[64];
+        snprintf(name, sizeof(name), "(after %lld iterations)", (long long)iteration);
+        mc_log_format_memory(buf, sizeof(buf), 0, name, (double)mc_alloc_live_bytes() / mb,
+                             (double)mc_alloc_peak_bytes() / mb, (double)mc_alloc_live_bytes() / mb,
+                             (double)mc_alloc_peak_bytes() / mb);
+        printf("%s\n", buf);
+        *report_memory = false;
+    }
+    fflush(stdout);
+}
+
+/* checkpoint_and_decide_exit without checkpoints (refused at start-up). */
+static bool decide_exit(struct trainer *t, int64_t iteration)
+{
+    char what[128];
+    if (mc_args_bool(t->a, MC_A_exit_signal_handler) && got_sigterm) {
+        print_datetime("exiting program after receiving SIGTERM.");
+        return true;
+    }
+    double minutes;
+    if (time_limit_reached(t, &minutes)) {
+        char rep[40];
+        mc_py_float_repr(rep, sizeof(rep), minutes);
+        snprintf(what, sizeof(what), "exiting program after %s minutes", rep);
+        print_datetime(what);
+        return true;
+    }
+    int64_t every = mc_args_is_none(t->a, MC_A_exit_interval) ? 0 : mc_args_int(t->a, MC_A_exit_interval);
+    if (every && iteration % every == 0) {
+        snprintf(what, sizeof(what), "exiting program at iteration %lld", (long long)iteration);
+        print_datetime(what);
+        return true;
+    }
+    return false;
+}
+
+/* train(): returns the last iteration; *exited when an exit condition ended the run. */
+static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
+{
+    const struct mc_args *a = t->a;
+    int64_t train_iters = mc_args_int(a, MC_A_train_iters);
+    int64_t log_interval = mc_args_int(a, MC_A_log_interval);
+    int64_t eval_interval = mc_args_is_none(a, MC_A_eval_interval) ? 0 : mc_args_int(a, MC_A_eval_interval);
+    bool do_valid = mc_train_data_has(t->data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0;
+    bool report_memory = true;
+    static const char *const lm[] = {"lm loss"};
+    mc_log_accum_init(&t->acc);
+    print_datetime("before the start of training step");
+    double interval_start = mc_time_now();
+    *exited = false;
+    while (*iteration < train_iters) {
+        mc_status st = mc_microbatches_update(&t->mb, t->consumed_train, true);
+        if (st)
+            return st;
+        float loss;
+        struct mc_opt_step_result res;
+        if ((st = train_step(t, *iteration, &loss, &res)))
+            return st;
+        ++*iteration;
+        t->consumed_train += t->mb.num_micro_batches * t->mbs;
+        if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
+            return st;
+        if (*iteration % log_interval == 0) {
+            print_training_line(t, *iteration, mc_time_now() - interval_start, &res, &report_memory);
+            interval_start = mc_time_now();
+        }
+        if (eval_interval && *iteration % eval_interval == 0 && do_valid) {
+            double paused = mc_time_now();
+            char prefix[64];
+            bool abandoned;
+            snprintf(prefix, sizeof(prefix), "iteration %lld", (long long)*iteration);
+            if ((st = evaluate_and_print(t, MC_TRAIN_SPLIT_VALID, prefix, false, &t->consumed_valid,
+                                         &abandoned)))
+                return st;
+            interval_start += mc_time_now() - paused; /* evaluation is not iteration time */
+        }
+        if (decide_exit(t, *iteration)) {
+            *exited = true;
+            break;
+        }
+    }
+    return MC_OK;
+}
+
+static mc_status setup(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    mc_status st;
+    if ((st = check_single_process(a)))
+        return st;
+    if ((st = mc_microbatches_init_from_args(a, stdout, &t->mb)))
+        return st;
+    if ((st = build_tokenizer(t)))
+        return st;
+    printf("> initializing torch distributed ...\n");
+    printf("> initialized tensor model parallel with size 1\n");
+    printf("> initialized pipeline model parallel with size 1\n");
+    printf("> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
+    printf("time to initialize megatron (seconds): %.3f\n", mc_time_now() - t->t0);
+    print_datetime("after megatron is initialized");
+    double ms[2], t1 = mc_time_now();
+    if ((st = build_model_and_optimizer(t)))
+        return st;
+    print_datetime("after model, optimizer, and learning rate scheduler are built");
+    double t2 = mc_time_now();
+    if ((st = mc_train_data_init(a, mc_tok_eod(t->tok), stdout, &t->data)))
+        return st;
+    print_datetime("after dataloaders are built");
+    ms[0] = (t2 - t1) * 1e3;
+    ms[1] = (mc_time_now() - t2) * 1e3;
+    printf("done with setup ...\n");
+    static const char *const names[] = {"model-and-optimizer-setup",
+                                        "train/valid/test-data-iterators-setup"};
+    print_timers(2, names, ms);
+    double flops;
+    if ((st = mc_flops_per_iteration(a, t->padded_vocab, 1, &flops)))
+        return st;
+    t->flops_per_sample = flops;
+    bool with_mask = mc_args_bool(a, MC_A_reset_attention_mask);
+    if ((st = mc_micro_batch_init(&t->batch, t->mbs, t->seq, with_mask)))
+        return st;
+    t->loss = mc_alloc((size_t)(t->mbs * t->seq) * sizeof(float));
+    t->dloss = mc_alloc((size_t)(t->mbs * t->seq) * sizeof(float));
+    return t->loss && t->dloss ? MC_OK : MC_ERR_NOMEM;
+}
+
+static void teardown(struct trainer *t)
+{
+    mc_free(t->dloss);
+    mc_free(t->loss);
+    mc_micro_batch_free(&t->batch);
+    mc_train_data_free(t->data);
+    mc_opt_free(t->opt);
+    mc_gpt_model_free(t->model);
+    mc_tok_free(t->tok);
+}
+
+mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
+{
+    struct trainer t = {.a = a, .t0 = t0};
+    t.mbs = mc_args_int(a, MC_A_micro_batch_size);
+    t.seq = mc_args_int(a, MC_A_seq_length);
+    t.gbs = mc_args_int(a, MC_A_global_batch_size);
+    if (mc_args_bool(a, MC_A_exit_signal_handler))
+        signal(SIGTERM, on_sigterm);
+    mc_status st = setup(&t);
+    if (st)
+        goto out;
+    int64_t iteration = 0;
+    bool exited = false;
+    char prefix[96];
+    if (!mc_args_bool(a, MC_A_skip_train)) {
+        printf("training ...\n");
+        if (mc_train_data_has(t.data, MC_TRAIN_SPLIT_TRAIN) && mc_args_int(a, MC_A_train_iters) > 0)
+            if ((st = train(&t, &iteration, &exited)))
+                goto out;
+        if (exited)
+            goto out; /* Megatron's sys.exit(0): no final evaluation */
+        print_datetime("after training is done");
+    } else {
+        printf("skipping training (--skip-train is on) ...\n");
+    }
+    bool abandoned = false;
+    if (mc_train_data_has(t.data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0) {
+        snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)iteration);
+        if ((st = evaluate_and_print(&t, MC_TRAIN_SPLIT_VALID, prefix, true, &t.consumed_valid, &abandoned)))
+            goto out;
+    }
+    if (!abandoned && mc_train_data_has(t.data, MC_TRAIN_SPLIT_TEST) && mc_args_int(a, MC_A_eval_iters) > 0) {
+        int64_t consumed_test = 0;
+        snprintf(prefix, sizeof(prefix), "iteration %lld on test set", (long long)iteration);
+        st = evaluate_and_print(&t, MC_TRAIN_SPLIT_TEST, prefix, true, &consumed_test, &abandoned);
+    }
+out:
+    fflush(stdout);
+    teardown(&t);
+    return st;
+}
