@@ -765,10 +765,10 @@ static void init_tokenizer(struct run *r)
         .tokenizer_model = a->str[O_TOK_MODEL],
         .vocab_size = a->given[O_VOCAB_SIZE] ? a->num[O_VOCAB_SIZE] : 0,
     };
-    if (a->given[O_TT_PATTERN] || a->given[O_TT_NUM] || a->given[O_TT_SPECIAL])
-        if (strcmp(a->str[O_TOK_TYPE], "TikTokenizer") != 0)
-            fprintf(stderr, PROG ": warning: --tiktoken-* options are ignored by %s\n",
-                    a->str[O_TOK_TYPE]);
+    ta.tiktoken_pattern = a->str[O_TT_PATTERN];
+    ta.tiktoken_num_special_tokens = a->given[O_TT_NUM] ? a->num[O_TT_NUM] : 0;
+    ta.tiktoken_special_tokens = a->given[O_TT_SPECIAL] ? a->list[O_TT_SPECIAL] : NULL;
+    ta.n_tiktoken_special_tokens = a->given[O_TT_SPECIAL] ? a->list_len[O_TT_SPECIAL] : 0;
     mc_status s = mc_tok_init(&ta, &r->c.tok);
     if (s != MC_OK)
         die("--tokenizer-type %s: %s: %s", a->str[O_TOK_TYPE], mc_status_str(s),

@@ -69,7 +69,8 @@ def test_goldens(gpt2):
     with open(os.path.join(GOLDEN, "cases.json")) as f:
         cases = json.load(f)
     for case in cases:
-        args = [a.replace("{GPT2}", gpt2) for a in case["args"]]
+        tokgold = os.path.join(SRC, "tests", "golden", "tokenizer")
+        args = [a.replace("{GPT2}", gpt2).replace("{TOKGOLD}", tokgold) for a in case["args"]]
         for w in (None, 3):
             a = args if w is None else with_workers(args, w)
             with tempfile.TemporaryDirectory() as tmp:
