@@ -70,9 +70,11 @@ MC_API void mc_gpt_config_default(struct mc_gpt_config *cfg);
 /* Fills derived fields (query groups, kv channels, ffn, padded vocab) and checks every rule
  * Megatron's validate_args / TransformerConfig.__post_init__ would; MC_ERR_CONFIG with a message
  * naming the option (as its command-line spelling) otherwise. Called by mc_gpt_model_init.
- * Like validate_args it also rewrites: add_bias_linear => add_qkv_bias; no linear bias turns
- * MC_ACT_GELU_TANH (bias-GELU fusion) into MC_ACT_GELU_ERF; apply_query_key_layer_scaling =>
- * attention_softmax_in_fp32. Non-fp32 params_dtype is MC_ERR_UNSUPPORTED. */
+ * Like validate_args it also sets add_qkv_bias when add_bias_linear, and
+ * attention_softmax_in_fp32 under apply_query_key_layer_scaling. MC_ACT_GELU_TANH (the fused
+ * bias-GELU) without add_bias_linear is refused as TransformerConfig does (the CLI maps
+ * --disable-bias-linear to MC_ACT_GELU_ERF first, as validate_args does). Non-fp32
+ * params_dtype is MC_ERR_UNSUPPORTED. */
 MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
 
 typedef struct mc_gpt_model mc_gpt_model;

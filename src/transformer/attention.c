@@ -144,6 +144,27 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
     }
 }
 
+/* masked_fill's backward: a position replaced by -10000 passes no gradient to its score. (The
+ * softmax grad there is p * (...) with p = 0 unless a whole row is masked, where p = 1/s.) */
+static void zero_masked(const struct mc_tfm_ctx *c, float *dscores)
+{
+    int64_t s = c->s, ss = s * s, np_l = c->d->np_l;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < c->b * np_l; i++) {
+        float *g = dscores + i * ss;
+        if (c->attn_mask) {
+            const uint8_t *mk = c->attn_mask + (i / np_l) * ss;
+            for (int64_t k = 0; k < ss; k++)
+                if (mk[k])
+                    g[k] = 0.0f;
+        } else {
+            for (int64_t q = 0; q < s; q++)
+                for (int64_t k = q + 1; k < s; k++)
+                    g[q * s + k] = 0.0f;
+        }
+    }
+}
+
 /* dqkv gets every element: dQ per head, dK and dV summed over the heads of their group in
  * head order (fixed, so deterministic). */
 void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
@@ -182,6 +203,7 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
     if (c->attention_dropout)
         be->bias_dropout_add(dp, dp, NULL, NULL, c->scr->attn_keep, scale, nbh * s, s);
     be->masked_softmax_bwd(dp, a->probs, nbh, s, s, mult);
+    zero_masked(c, dp);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < c->b * d->ng_l; i++) {
         int64_t bi = i / d->ng_l, g = i % d->ng_l;

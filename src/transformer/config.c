@@ -225,9 +225,14 @@ static mc_status apply_megatron_rules(struct mc_gpt_config *c)
         c->attention_softmax_in_fp32 = true;
     if (c->add_bias_linear)
         c->add_qkv_bias = true;
-    /* --disable-bias-linear turns --bias-gelu-fusion off, so the MLP uses exact (erf) GELU */
+    /* TransformerConfig: the fused bias-GELU needs a bias. (pretrain_gpt's validate_args turns
+     * --bias-gelu-fusion off under --disable-bias-linear, i.e. MC_ACT_GELU_ERF; the CLI does
+     * that mapping before building this config.) */
     if (!c->add_bias_linear && c->activation == MC_ACT_GELU_TANH)
-        c->activation = MC_ACT_GELU_ERF;
+        return mc_error(MC_ERR_CONFIG, "--bias-gelu-fusion (tanh GELU) needs a linear bias, but "
+                        "--disable-bias-linear is set: when bias_activation_fusion is True and "
+                        "the activation is gelu, add_bias_linear must also be True (use "
+                        "--no-bias-gelu-fusion for exact GELU)");
     return MC_OK;
 }
 

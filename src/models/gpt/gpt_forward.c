@@ -6,6 +6,9 @@
 #include "models/gpt/gpt_model.h"
 
 #include "core/rng.h"
+#include "megatron/dump.h"
+
+#include <stdio.h>
 
 static mc_status check_ids(const int64_t *ids, int64_t n, int64_t limit, const char *what,
                            const char *bound)
@@ -99,6 +102,15 @@ static mc_status embed(struct mc_gpt_model *m, const struct mc_tfm_ctx *c, float
     return MC_OK;
 }
 
+/* Debug hook point (include/megatron/dump.h): one branch when hooks are off. */
+static void hook(const char *name, const float *x, int64_t s, int64_t b, int64_t n)
+{
+    if (!mc_dump_hooks_active())
+        return;
+    int64_t shape[3] = {s, b, n};
+    mc_dump_hook(name, MC_DTYPE_F32, 3, shape, x);
+}
+
 static const float *output_weight(const struct mc_gpt_model *m)
 {
     return m->out_w ? m->out_w : m->word_w;
@@ -135,15 +147,23 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     float *x0 = m->acts[0].x_in;
     if ((st = embed(m, &c, x0)) != MC_OK)
         return st;
+    hook("embedding.output", x0, s, b, d->h);
     for (int64_t l = 0; l < d->L; l++) {
         float *out = l + 1 < d->L ? m->acts[l + 1].x_in : m->x_final;
         if ((st = mc_tfm_layer_forward(&c, l, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
             return st;
+        if (mc_dump_hooks_active()) {
+            char name[64];
+            snprintf(name, sizeof name, "decoder.layers.%lld.output", (long long)l);
+            hook(name, out, s, b, d->h);
+        }
     }
     mc_tfm_norm_forward(&c, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->lnf_w, m->lnf_b);
+    hook("decoder.final_layernorm.output", m->lnf, s, b, d->h);
     if ((st = mc_tp_linear_col_forward(m->be, &m->tp, m->logits, m->lnf, output_weight(m), NULL,
                                        T, d->h, d->V_l)) != MC_OK)
         return st;
+    hook("output_layer.output", m->logits, s, b, d->V_l);
     if (batch->labels) {
         to_seq_first(m->labels_sf, batch->labels, b, s);
         if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, m->xent_max,

@@ -4,11 +4,13 @@
  * squared ReLU), final norm, tied/untied output, cross-entropy over the padded vocab. Plus
  * API behaviour: logits-only forward, explicit masks, smaller batches, eval vs training
  * dropout, bad input refused with MC_ERR_SHAPE, tp > 1 refused without communication. */
+#include "megatron/dump.h"
 #include "megatron/gpt.h"
 #include "test.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const float *P(const mc_gpt_model *m, const char *name)
 {
@@ -338,8 +340,47 @@ static void test_api(void)
     mc_gpt_model_free(m);
 }
 
+/* The debug hook points of include/megatron/dump.h: names, shapes, and the logits tensor. */
+static void test_hooks(void)
+{
+    struct mc_gpt_config c = gpt2();
+    mc_gpt_model *m = NULL;
+    CHECK(mc_gpt_model_init(&c, &m) == MC_OK);
+    int64_t B = 2, S = 5, tok[10], lab[10];
+    fill_batch(tok, lab, B * S, c.vocab_size, 3);
+    char path[] = "/tmp/mc_test_hooks_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK(mc_dump_hooks_enable(path) == MC_OK);
+    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL};
+    float loss[10];
+    CHECK(mc_gpt_forward(m, &bt, false, loss) == MC_OK);
+    CHECK(mc_dump_hooks_flush() == MC_OK);
+    mc_dump_hooks_disable();
+    mc_dump *d = NULL;
+    CHECK(mc_dump_read(path, &d) == MC_OK);
+    if (d) {
+        static const char *names[] = {"embedding.output", "decoder.layers.0.output",
+                                      "decoder.layers.1.output", "decoder.final_layernorm.output",
+                                      "output_layer.output"};
+        CHECK(mc_dump_count(d) == 5);
+        for (int i = 0; i < 5; i++) {
+            const struct mc_dump_tensor *t = mc_dump_find(d, names[i]);
+            CHECK(t && t->ndim == 3 && t->shape[0] == S && t->shape[1] == B);
+        }
+        const struct mc_dump_tensor *lg = mc_dump_find(d, "output_layer.output");
+        CHECK(lg && lg->shape[2] == 80 &&
+              memcmp(lg->data, mc_gpt_logits(m), sizeof(float) * (size_t)(S * B * 80)) == 0);
+        mc_dump_free(d);
+    }
+    remove(path);
+    mc_gpt_model_free(m);
+}
+
 int main(void)
 {
+    test_hooks();
     check_against_reference("gpt2", gpt2());
     struct mc_gpt_config c = gpt2();
     c.activation = MC_ACT_GELU_ERF;

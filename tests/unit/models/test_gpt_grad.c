@@ -42,12 +42,14 @@ static void problem_init(struct problem *p, const struct mc_gpt_config *c, bool 
         p->w[i] = (float)(0.5 + urand());
     }
     p->mask = NULL;
-    if (with_mask) { /* causal plus a few extra masked keys, never a whole row */
+    if (with_mask) { /* causal plus a few extra masked keys, and one fully masked row (its
+                        * probabilities are uniform and pass no gradient to the scores) */
         p->mask = malloc((size_t)(p->b * p->s * p->s));
         for (int64_t bi = 0; bi < p->b; bi++)
             for (int64_t i = 0; i < p->s; i++)
                 for (int64_t j = 0; j < p->s; j++)
-                    p->mask[(bi * p->s + i) * p->s + j] = j > i || (j > 0 && j < i && urand() < 0.3);
+                    p->mask[(bi * p->s + i) * p->s + j] =
+                        j > i || (j > 0 && j < i && urand() < 0.3) || (bi == 0 && i == 3);
     }
     p->training = training;
 }

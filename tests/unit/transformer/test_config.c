@@ -48,8 +48,9 @@ static void test_derived(void)
     CHECK(c.ffn_hidden_size == 10880);
     c = base();
     c.add_bias_linear = false;
+    c.activation = MC_ACT_GELU_ERF; /* what validate_args makes of --disable-bias-linear */
     CHECK(mc_gpt_config_validate(&c) == MC_OK);
-    CHECK(c.activation == MC_ACT_GELU_ERF); /* --disable-bias-linear turns off bias-gelu fusion */
+    CHECK(c.activation == MC_ACT_GELU_ERF);
     CHECK(!c.add_qkv_bias);
     c = base();
     c.apply_query_key_layer_scaling = true;
@@ -117,6 +118,7 @@ EDIT(e_act, c->activation = (enum mc_activation)9)
 EDIT(e_kv_neg, c->kv_channels = -1)
 EDIT(e_ffn_neg, c->ffn_hidden_size = -1)
 EDIT(e_groups_neg, c->num_query_groups = -2)
+EDIT(e_tanh_no_bias, c->add_bias_linear = false; c->activation = MC_ACT_GELU_TANH)
 EDIT(e_swiglu_tiny, c->activation = MC_ACT_SWIGLU; c->hidden_size = 12; c->num_attention_heads = 12)
 
 static const struct bad bads[] = {
@@ -160,6 +162,7 @@ static const struct bad bads[] = {
     {"negative kv channels", e_kv_neg, "--kv-channels", MC_ERR_CONFIG},
     {"negative ffn", e_ffn_neg, "--ffn-hidden-size", MC_ERR_CONFIG},
     {"negative groups", e_groups_neg, "--num-query-groups", MC_ERR_CONFIG},
+    {"fused tanh GELU without bias", e_tanh_no_bias, "--disable-bias-linear", MC_ERR_CONFIG},
     {"swiglu ffn rounds to 0", e_swiglu_tiny, "--ffn-hidden-size", MC_ERR_CONFIG},
 };
 
