@@ -46,6 +46,8 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
     return MC_OK;
 }
 
+void *mc_comm_world_handle(void) { return g_world == MPI_COMM_NULL ? NULL : &g_world; }
+
 mc_status mc_comm_world(void *world_comm, int *size, int *rank)
 {
     *size = 1;
@@ -120,6 +122,8 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
                         "has no MPI (rebuild with an MPI installation)", (long long)world_size);
     return MC_OK;
 }
+
+void *mc_comm_world_handle(void) { return NULL; }
 
 mc_status mc_comm_world(void *world_comm, int *size, int *rank)
 {

@@ -111,6 +111,8 @@ enum mc_comm_op { MC_COMM_SUM, MC_COMM_MAX };
  * MPI_ERRORS_RETURN on the world; *world_comm is then an MPI_Comm * valid until
  * mc_comm_finalize, else NULL. A build without MPI refuses world_size > 1. */
 mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm);
+/* The world communicator mc_comm_init set up (NULL for one process). */
+void *mc_comm_world_handle(void);
 /* Size and rank of the MPI world (1 and 0 without MPI or before mc_comm_init). */
 mc_status mc_comm_world(void *world_comm, int *size, int *rank);
 /* In-place all-reduce of n elements over comm (NULL: nothing to do); what names the
