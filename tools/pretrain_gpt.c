@@ -92,8 +92,12 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    if (world) /* whole lines, so the ranks' output does not interleave mid-line */
+    if (world) { /* whole lines, so the ranks' output does not interleave mid-line */
         setvbuf(stdout, NULL, _IOLBF, 0);
+        mc_log_set_rank((int)mc_args_int(a, MC_A_rank));
+        if (!rank0) /* info once, from rank 0 (Megatron's log_single_rank); warnings from all */
+            mc_log_set_level(MC_LOG_WARN);
+    }
     if (mc_pretrain_gpt(a, t0) != MC_OK) {
         fflush(stdout);
         if (world)
