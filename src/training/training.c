@@ -431,10 +431,11 @@ static mc_status print_training_line(struct trainer *t, int64_t iteration, doubl
     mc_log_format_train_line(buf, sizeof(buf), &l);
     print_rank_last("%s\n", buf);
     if (getenv("MC_TEST_LOG_EXACT")) /* full-precision values for the parallel tests */
-        print_rank_last("[exact] iteration %lld | lm loss: %.9e | grad norm: %.9e\n",
-                        (long long)iteration, l.n_losses ? (double)l.loss_sums[0] /
+        print_rank_last("[exact] iteration %lld | lm loss: %.9e | grad norm: %.9e | "
+                        "params norm: %.9e\n", (long long)iteration,
+                        l.n_losses ? (double)l.loss_sums[0] /
                             (double)(l.advanced_iters > 0 ? l.advanced_iters : 1) : 0.0,
-                        (double)res->grad_norm);
+                        (double)res->grad_norm, l.has_params_norm ? l.params_norm : 0.0);
     mc_log_accum_reset(&t->acc);
     if (*report_memory) {
         /* Megatron reports the CUDA allocator; we report megatron.c's counted allocations. */

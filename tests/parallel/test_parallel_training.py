@@ -1,6 +1,7 @@
 """pretrain_gpt under mpirun (oversubscribed, OMP_NUM_THREADS=1): for a GPT-2-style and a
 Llama-style (SwiGLU, RMSNorm, RoPE, GQA, untied) model, data parallel 2 and 4, tensor parallel
-2 and 4, and tp2 x dp2 print the same 'lm loss' and 'grad norm' at every one of 12 iterations,
+2 and 4, and tp2 x dp2 print the same 'lm loss', 'grad norm' and 'params norm' at every one
+of 12 iterations,
 and the same validation/test losses, as the single-process run with the same global batch
 (within 1e-5 relative, read from the full-precision [exact] lines that MC_TEST_LOG_EXACT=1
 adds); reruns are bit-identical; the training line is printed once (by the last rank), the
@@ -23,7 +24,8 @@ LLAMA = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "8
          "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
          "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
 
-EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+)$")
+EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
+                   r"params norm: (\S+)$")
 VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
 TRAIN = re.compile(r"^ \[.*\] iteration +\d+/ +\d+ \| consumed samples: +(\d+) \|")
 
@@ -41,7 +43,7 @@ def run(model, tmp, np=1, tp=1, extra=()):
     args = [*model, "--seq-length", "32", "--max-position-embeddings", "32",
             "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "12",
             "--lr", "1e-3", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2",
-            "--weight-decay", "0.1", "--clip-grad", "0.5",
+            "--weight-decay", "0.1", "--clip-grad", "0.5", "--log-params-norm",
             "--log-interval", "1", "--eval-interval", "6", "--eval-iters", "2", "--mock-data",
             "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
             "--make-vocab-size-divisible-by", str(128 // tp),
@@ -73,10 +75,12 @@ def compare(name, ref, got):
     check(train == ref[3], f"{name}: one training line per iteration, same consumed samples")
     check(len(valid) == len(ref[2]) == 4, f"{name}: 4 validation lines (got {len(valid)})")
     worst = 0.0
-    for (i, l, g), (ri, rl, rg) in zip(exact, ref[1]):
-        ok = i == ri and close(l, rl) and close(g, rg)
-        check(ok, f"{name} iteration {i}: lm loss {l} grad norm {g}, single process {rl} {rg}")
-        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1))
+    for (i, l, g, pn), (ri, rl, rg, rpn) in zip(exact, ref[1]):
+        ok = i == ri and close(l, rl) and close(g, rg) and close(pn, rpn)
+        check(ok, f"{name} iteration {i}: lm loss {l} grad norm {g} params norm {pn}, "
+                  f"single process {rl} {rg} {rpn}")
+        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1),
+                    abs(float(pn) / float(rpn) - 1))
     for (w, v), (rw, rv) in zip(valid, ref[2]):
         check(w == rw and close(v, rv), f"{name} validation at {w}: {v} vs {rv}")
     return worst
