@@ -6,7 +6,8 @@ and the same validation/test losses, as the single-process run with the same glo
 (within 1e-5 relative, read from the full-precision [exact] lines that MC_TEST_LOG_EXACT=1
 adds); reruns are bit-identical; the training line is printed once (by the last rank), the
 start-up lines once (by rank 0); --calculate-per-token-loss (grads summed over DP, scaled by
-the global token count) matches too. Tensor-parallel runs pad the vocabulary like the
+the global token count) matches too, and so does a tp2 x dp2 run on a real indexed dataset
+(train/valid/test split, --eod-mask-loss) whose index caches rank 0 builds first. Tensor-parallel runs pad the vocabulary like the
 single-process run (--make-vocab-size-divisible-by 128/tp) so the models are the same."""
 import os
 import re
@@ -39,13 +40,23 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(model, tmp, np=1, tp=1, extra=()):
-    args = [*model, "--seq-length", "32", "--max-position-embeddings", "32",
-            "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "12",
+SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MOCK = ["--mock-data", "--vocab-size", "4096", "--seq-length", "32",
+        "--max-position-embeddings", "32"]
+# a real indexed dataset (preprocess_data golden, NullTokenizer vocab 500, EOD appended),
+# train/valid/test split, EOD tokens masked out of the loss
+REAL = ["--data-path", os.path.join(SRC, "tests", "golden", "data", "null_eod_uint16",
+                                    "text_document"),
+        "--split", "80,10,10", "--vocab-size", "500", "--eod-mask-loss", "--seq-length", "16",
+        "--max-position-embeddings", "16"]
+
+
+def run(model, tmp, np=1, tp=1, extra=(), data=MOCK):
+    args = [*model, *data, "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "12",
             "--lr", "1e-3", "--lr-decay-style", "cosine", "--lr-warmup-iters", "2",
             "--weight-decay", "0.1", "--clip-grad", "0.5", "--log-params-norm",
-            "--log-interval", "1", "--eval-interval", "6", "--eval-iters", "2", "--mock-data",
-            "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
+            "--log-interval", "1", "--eval-interval", "6", "--eval-iters", "2",
+            "--tokenizer-type", "NullTokenizer",
             "--make-vocab-size-divisible-by", str(128 // tp),
             "--tensor-model-parallel-size", str(tp), "--data-cache-path",
             os.path.join(tmp, "cache"), "--attention-dropout", "0", "--hidden-dropout", "0",
@@ -113,6 +124,11 @@ def main():
         got = run(GPT2, tmp, 4, 1, per_token)
         worst = compare("gpt2 dp4 --calculate-per-token-loss", ref, got)
         report.append(f"gpt2 dp4 per-token loss: max rel diff {worst:.1e}")
+        real_tmp = os.path.join(tmp, "real")  # a fresh cache: rank 0 builds it under mpirun
+        ref = run(GPT2, os.path.join(tmp, "real-ref"), data=REAL)
+        got = run(GPT2, real_tmp, 4, 2, data=REAL)
+        worst = compare("gpt2 tp2 dp2 indexed dataset --eod-mask-loss", ref, got)
+        report.append(f"gpt2 tp2 dp2 on an indexed dataset: max rel diff {worst:.1e}")
         print("\n".join(report))
     print(f"test_parallel_training: {passed} passed, {failed} failed")
     return 1 if failed else 0
