@@ -78,8 +78,11 @@ struct mc_tfm_ctx {
     uint32_t step, micro;     /* Philox counter word c2 and the micro-batch in c3 (rng.h) */
 };
 
-/* Dropout sites (the low 24 bits of Philox counter word c3; see gpt_model.c). */
-uint32_t mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site);
+/* Keep mask of `n` dropout elements starting at element `first` of a site (gpt_model.c
+ * documents the Philox counters). */
+void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site, int64_t first,
+                         int64_t n, float p);
+/* Dropout sites (the low 24 bits of Philox counter word c3). */
 #define MC_TFM_SITE_EMBEDDING 0u
 #define MC_TFM_SITE_ATTN_PROBS(l) (1u + 3u * (uint32_t)(l))
 #define MC_TFM_SITE_ATTN_OUT(l) (2u + 3u * (uint32_t)(l))

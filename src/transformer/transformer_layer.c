@@ -3,15 +3,13 @@
  *   x_mid = x + dropout(linear_proj(attn(linear_qkv(norm1(x)))) + proj_bias)
  *   x_out = x_mid + dropout(linear_fc2(act(linear_fc1(norm2(x_mid)) + fc1_bias)) + fc2_bias)
  * Hidden-dropout keep masks are drawn from the Philox streams of rng.h and kept for backward. */
-#include "core/rng.h"
 #include "transformer/transformer.h"
 
 static const uint8_t *hidden_keep(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site)
 {
     if (!c->hidden_dropout)
         return NULL;
-    mc_rng_dropout_mask(keep, 0, c->T * c->d->h, c->seed, c->step, mc_tfm_dropout_stream(c, site),
-                        c->cfg->hidden_dropout);
+    mc_tfm_dropout_mask(c, keep, site, 0, c->T * c->d->h, c->cfg->hidden_dropout);
     return keep;
 }
 

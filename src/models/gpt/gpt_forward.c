@@ -5,7 +5,6 @@
  * pretrain_gpt's get_batch returns them; inside, everything is sequence-first. */
 #include "models/gpt/gpt_model.h"
 
-#include "core/rng.h"
 #include "megatron/dump.h"
 
 #include <stdio.h>
@@ -93,8 +92,7 @@ static mc_status embed(struct mc_gpt_model *m, const struct mc_tfm_ctx *c, float
         m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T, d->h);
     }
     if (c->hidden_dropout) {
-        mc_rng_dropout_mask(m->emb_keep, 0, c->T * d->h, c->seed, c->step,
-                            mc_tfm_dropout_stream(c, MC_TFM_SITE_EMBEDDING),
+        mc_tfm_dropout_mask(c, m->emb_keep, MC_TFM_SITE_EMBEDDING, 0, c->T * d->h,
                             m->cfg.hidden_dropout);
         m->be->bias_dropout_add(x0, x0, NULL, NULL, m->emb_keep,
                                 1.0f / (1.0f - m->cfg.hidden_dropout), c->T, d->h);

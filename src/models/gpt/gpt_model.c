@@ -6,9 +6,10 @@
  *
  * Dropout randomness (the exact contract the PyTorch twin reproduces; rng.h defines Philox
  * and the keep rule): key = config seed; counter word c2 = the step set by mc_gpt_set_step;
- * c3 = (micro << 24) | site, where micro counts the training forwards since the last
- * mc_gpt_set_step (mod 256) and site is 0 for the embedding dropout, 1 + 3l for the attention
- * probabilities of layer l (0-based), 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
+ * c3 = ((micro & 0xff) << 24) | site and c1_hi = micro >> 8 (so c1 = (j >> 32) | (c1_hi << 16)),
+ * where micro counts the training forwards since the last mc_gpt_set_step (< 2^24) and site is
+ * 0 for the embedding dropout, 1 + 3l for the attention probabilities of layer l (0-based),
+ * 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
  * Element indices: hidden sites index the sequence-first [s, b, h] tensor; attention sites
  * index the GLOBAL [b, num_attention_heads, s, s] probabilities (so masks do not depend on the
  * tensor-parallel size).
@@ -32,9 +33,11 @@
 #include <stdio.h>
 #include <string.h>
 
-uint32_t mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site)
+void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site, int64_t first,
+                         int64_t n, float p)
 {
-    return ((c->micro & 0xffu) << 24) | (site & 0xffffffu);
+    uint32_t c3 = ((c->micro & 0xffu) << 24) | (site & 0xffffffu);
+    mc_rng_dropout_mask(keep, first, n, c->seed, (c->micro >> 8) & 0xffffu, c->step, c3, p);
 }
 
 /* ---- dims ------------------------------------------------------------------------------- */

@@ -307,6 +307,11 @@ static void test_api(void)
     CHECK(memcmp(l1, l4, sizeof(float) * (size_t)n) != 0);
     CHECK(mc_gpt_backward(m, l1) == MC_OK);
     CHECK(mc_gpt_backward(m, l1) == MC_ERR_SHAPE); /* one backward per forward */
+    /* micro-batch 256 of a step does not repeat micro-batch 0's masks */
+    mc_gpt_set_step(m, 1);
+    for (int i = 0; i <= 256; i++)
+        CHECK(mc_gpt_forward(m, &bt, true, l4) == MC_OK);
+    CHECK(memcmp(l1, l4, sizeof(float) * (size_t)n) != 0);
 
     /* bad input is refused, never a crash */
     int64_t badtok[64];
