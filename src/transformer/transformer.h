@@ -34,20 +34,19 @@ struct mc_tfm_layer_weights {
     float *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
 };
 
-/* What one layer's forward keeps for its backward (sized for b_max x s_max). */
+/* What one layer's forward keeps for its backward (sized for b_max x s_max). The norm outputs
+ * and the MLP activation are not kept: backward recomputes them (elementwise, cheap) into
+ * scratch, which saves 2 h + ffn floats per token and layer. */
 struct mc_tfm_layer_acts {
     float *x_in;            /* [T, h] layer input (first residual) */
-    float *ln1;             /* [T, h] */
     float *ln1_mean, *ln1_rstd; /* [T] */
     float *qkv;             /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
     float *probs;           /* [b, np_l, s, s] softmax output before dropout */
     float *ctx;             /* [T, ctx_l] */
     uint8_t *keep_attn_out; /* [T, h] hidden-dropout keep mask after linear_proj */
     float *x_mid;           /* [T, h] second residual */
-    float *ln2;             /* [T, h] */
     float *ln2_mean, *ln2_rstd; /* [T] */
     float *fc1;             /* [T, fc1_l] linear_fc1 output WITHOUT bias (fused into the act) */
-    float *act;             /* [T, ffn_l] */
     uint8_t *keep_mlp_out;  /* [T, h] */
 };
 
@@ -57,6 +56,9 @@ struct mc_tfm_scratch {
     float *attn_b;       /* [b, np_l, s, s] grad of probs (bwd) */
     uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
     float *h1, *h2;      /* [T, h] */
+    float *norm_out;     /* [T, h] a norm's output (forward, and recomputed in backward) */
+    float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
+    float *act;          /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
     float *dqkv;         /* [T, qkv_l] */
     float *dctx;         /* [T, ctx_l] */
     float *dfc1;         /* [T, fc1_l] */

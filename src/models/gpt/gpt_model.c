@@ -232,7 +232,6 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     for (int64_t l = 0; l < d->L; l++) {
         struct mc_tfm_layer_acts *a = &m->acts[l];
         a->x_in = carve(cv, T * d->h, F);
-        a->ln1 = carve(cv, T * d->h, F);
         a->ln1_mean = carve(cv, T, F);
         a->ln1_rstd = carve(cv, T, F);
         a->qkv = carve(cv, T * d->qkv_l, F);
@@ -240,11 +239,9 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
         a->ctx = carve(cv, T * d->ctx_l, F);
         a->keep_attn_out = drop_h ? carve(cv, T * d->h, B) : NULL;
         a->x_mid = carve(cv, T * d->h, F);
-        a->ln2 = carve(cv, T * d->h, F);
         a->ln2_mean = carve(cv, T, F);
         a->ln2_rstd = carve(cv, T, F);
         a->fc1 = carve(cv, T * d->fc1_l, F);
-        a->act = carve(cv, T * d->ffn_l, F);
         a->keep_mlp_out = drop_h ? carve(cv, T * d->h, B) : NULL;
     }
     struct mc_tfm_scratch *s = &m->scratch;
@@ -253,6 +250,10 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
     s->h1 = carve(cv, T * d->h, F);
     s->h2 = carve(cv, T * d->h, F);
+    s->norm_out = carve(cv, T * d->h, F);
+    s->norm_mean = carve(cv, T, F);
+    s->norm_rstd = carve(cv, T, F);
+    s->act = carve(cv, T * d->ffn_l, F);
     s->dqkv = carve(cv, T * d->qkv_l, F);
     s->dctx = carve(cv, T * d->ctx_l, F);
     s->dfc1 = carve(cv, T * d->fc1_l, F);
