@@ -3,7 +3,7 @@
 # OpenMP, MPI, the GEMM libraries, and Debian's CPU PyTorch for the parity tests.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libblis-dev libdnnl-dev libopenmpi-dev openmpi-bin
-      python3 python3-numpy python3-torch python3-regex)
+      python3 python3-numpy python3-torch python3-regex python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -13,5 +13,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# The tokenizer tests compare live against these PyPI packages (they fall back to committed
+# goldens when the packages cannot be installed). Never add `transformers` here: it upgrades
+# `regex` over Debian's, which Megatron's GPT-2 tokenizer is checked against.
+py_pkgs=(sentencepiece tokenizers tiktoken)
+if ! /usr/bin/python3 -c "import sentencepiece, tokenizers, tiktoken" 2>/dev/null; then
+  /usr/bin/python3 -m pip install -q --break-system-packages "${py_pkgs[@]}" \
+    || echo "setup: warning: could not install ${py_pkgs[*]} from PyPI; tokenizer tests use goldens"
 fi
 echo "setup: all packages present"

@@ -33,7 +33,8 @@ struct args {
     mc_json_doc *per_split_doc;   /* --per-split-data-args-path, tokens point into it */
     const char *split, *cache, *tok_type, *vocab_file, *merge_file, *tok_model, *dump_path;
     int64_t seq, seed, train_iters, train_samples, gbs, eval_iters, eval_interval, vocab_size;
-    int64_t world_size, dump_samples, eod;
+    int64_t world_size, dump_samples, eod, pad;
+    bool no_extra_token, keep_partial_valid;
     bool mock, reset_pos, reset_attn, eod_mask, no_attn_mask;
 };
 
@@ -88,6 +89,7 @@ static int parse(int argc, char **argv, struct args *a)
     a->eval_interval = 1000;
     a->world_size = 1;
     a->eod = -1;
+    a->pad = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
@@ -108,6 +110,9 @@ static int parse(int argc, char **argv, struct args *a)
         INT_OPT("--prepare-cache-world-size", world_size)
         INT_OPT("--dump-samples", dump_samples)
         INT_OPT("--eod-id", eod)
+        INT_OPT("--pad-id", pad)
+        else if (!strcmp(o, "--no-add-extra-token-to-sequence")) a->no_extra_token = true;
+        else if (!strcmp(o, "--keep-partial-validation-sequence")) a->keep_partial_valid = true;
         STR_OPT("--split", split)
         STR_OPT("--data-args-path", data_args_path)
         STR_OPT("--per-split-data-args-path", per_split_args_path)
@@ -239,7 +244,7 @@ static mc_status load_per_split_args(struct args *a)
 /* eod / pad as the datasets see them (spec 3.7); only the samples use them, not the caches. */
 static void tokenizer_ids(const struct args *a, int64_t *eod, int64_t *pad)
 {
-    *pad = -1;
+    *pad = a->pad;
     *eod = a->eod;
     if (*eod >= 0)
         return;
@@ -253,6 +258,7 @@ static int dump(const struct args *a, const struct mc_gpt_dataset_config *c, mc_
 {
     int64_t seq = c->sequence_length;
     int64_t *tok = malloc(sizeof(int64_t) * (size_t)seq), *lab = malloc(sizeof(int64_t) * (size_t)seq);
+    (void)a;
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)seq);
     float *lm = malloc(sizeof(float) * (size_t)seq);
     uint8_t *am = malloc((size_t)(seq * seq));
@@ -316,8 +322,8 @@ int main(int argc, char **argv)
     c.reset_attention_mask = a.reset_attn;
     c.eod_mask_loss = a.eod_mask;
     c.create_attention_mask = !a.no_attn_mask;
-    c.drop_last_partial_validation_sequence = true;
-    c.add_extra_token_to_sequence = true;
+    c.drop_last_partial_validation_sequence = !a.keep_partial_valid;
+    c.add_extra_token_to_sequence = !a.no_extra_token;
     c.mmap_bin_files = true;
     tokenizer_ids(&a, &c.eod, &c.pad);
     if ((a.data_args_path && (st = load_data_args(&a))) ||

@@ -12,11 +12,15 @@ extern "C" {
 struct mc_tokenizer_args {
     const char *tokenizer_type;  /* "GPT2BPETokenizer", "HuggingFaceTokenizer",
                                     "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
-                                    "Llama2Tokenizer", "NullTokenizer" */
+                                    "Llama2Tokenizer", "TikTokenizer", "NullTokenizer" */
     const char *vocab_file;      /* --vocab-file */
     const char *merge_file;      /* --merge-file */
     const char *tokenizer_model; /* --tokenizer-model (tokenizer.json, .model) */
-    int64_t vocab_size;          /* --vocab-size (NullTokenizer) */
+    int64_t vocab_size;          /* --vocab-size (NullTokenizer; TikTokenizer, 0: 131072) */
+    const char *tiktoken_pattern; /* --tiktoken-pattern "v1" | "v2" (TikTokenizer) */
+    int64_t tiktoken_num_special_tokens;        /* --tiktoken-num-special-tokens (0: 1000) */
+    const char *const *tiktoken_special_tokens; /* --tiktoken-special-tokens (NULL: <unk> <s> </s>) */
+    int n_tiktoken_special_tokens;
 };
 
 typedef struct mc_tokenizer mc_tokenizer;

@@ -17,6 +17,7 @@ struct mc_blended_dataset {
     int64_t size;        /* -1 = None */
     char *description;
     char hash[33];
+    struct mc_npy di, dsi;   /* <i2 / <i8 [len], built in memory or mapped from the cache */
     int16_t *dataset_index;
     int64_t *dataset_sample_index;
     int64_t len;
@@ -55,8 +56,12 @@ static mc_status build(mc_blended_dataset *b)
         for (int i = 0; i < b->n; i++)
             b->len += sizes[i] = (int64_t)b->weights[i];
     }
-    b->dataset_index = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int16_t));
-    b->dataset_sample_index = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int64_t));
+    strcpy(b->di.descr, "<i2");
+    strcpy(b->dsi.descr, "<i8");
+    b->di.ndim = b->dsi.ndim = 1;
+    b->di.shape[0] = b->dsi.shape[0] = b->len;
+    b->dataset_index = b->di.data = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int16_t));
+    b->dataset_sample_index = b->dsi.data = mc_calloc((size_t)(b->len ? b->len : 1), sizeof(int64_t));
     mc_status st = MC_ERR_NOMEM;
     if (b->dataset_index && b->dataset_sample_index)
         st = b->size >= 0 ? mc_blend_build_indices(b->dataset_index, b->dataset_sample_index,
@@ -88,29 +93,23 @@ static mc_status save(const mc_blended_dataset *b, const char *dir)
 static mc_status load(mc_blended_dataset *b, const char *dir)
 {
     char p[4096];
-    struct mc_npy a = {0}, s = {0};
     mc_status st;
     if ((st = mc_gptds_cache_path(p, sizeof(p), dir, b->hash, "BlendedDataset", b->split,
-                                  "dataset_index.npy")) || (st = mc_npy_load(p, &a)))
+                                  "dataset_index.npy")) || (st = mc_npy_map(p, &b->di)) ||
+        (st = mc_gptds_cache_path(p, sizeof(p), dir, b->hash, "BlendedDataset", b->split,
+                                  "dataset_sample_index.npy")) || (st = mc_npy_map(p, &b->dsi)))
         return st;
-    if ((st = mc_gptds_cache_path(p, sizeof(p), dir, b->hash, "BlendedDataset", b->split,
-                                  "dataset_sample_index.npy")) || (st = mc_npy_load(p, &s)))
-        goto out;
-    if (strcmp(a.descr, "<i2") || strcmp(s.descr, "<i8") || a.ndim != 1 || s.ndim != 1 ||
-        a.shape[0] != s.shape[0] || (b->size >= 0 && a.shape[0] != b->size)) {
-        st = mc_error(MC_ERR_FORMAT, "cache %s: dataset_index %s[%lld] / dataset_sample_index "
-                      "%s[%lld] do not match a blend of size %lld", p, a.descr,
-                      (long long)a.shape[0], s.descr, (long long)s.shape[0], (long long)b->size);
-        goto out;
-    }
-    b->len = a.shape[0];
-    b->dataset_index = a.data;
-    b->dataset_sample_index = s.data;
-    a.data = s.data = NULL;
-out:
-    mc_npy_free(&a);
-    mc_npy_free(&s);
-    return st;
+    if (strcmp(b->di.descr, "<i2") || strcmp(b->dsi.descr, "<i8") || b->di.ndim != 1 ||
+        b->dsi.ndim != 1 || b->di.shape[0] != b->dsi.shape[0] ||
+        (b->size >= 0 && b->di.shape[0] != b->size))
+        return mc_error(MC_ERR_FORMAT, "cache %s: dataset_index %s[%lld] / dataset_sample_index "
+                        "%s[%lld] do not match a blend of size %lld", p, b->di.descr,
+                        (long long)b->di.shape[0], b->dsi.descr, (long long)b->dsi.shape[0],
+                        (long long)b->size);
+    b->len = b->di.shape[0];
+    b->dataset_index = b->di.data;
+    b->dataset_sample_index = b->dsi.data;
+    return MC_OK;
 }
 
 /* blended_megatron_dataset_builder.py's check, run on every build and load here: no
@@ -210,8 +209,8 @@ void mc_blended_dataset_free(mc_blended_dataset *b)
     mc_free(b->datasets);
     mc_free(b->weights);
     mc_free(b->description);
-    mc_free(b->dataset_index);
-    mc_free(b->dataset_sample_index);
+    mc_npy_free(&b->di);
+    mc_npy_free(&b->dsi);
     mc_free(b);
 }
 

@@ -25,11 +25,11 @@ struct mc_gpt_dataset {
     char *description;
     char hash[33];
     bool built_anew;
-    int32_t *doc;            /* [n_doc] */
-    int64_t n_doc;
-    int64_t *pairs;          /* [2 * (S + 1)] */
-    int64_t *shuf;           /* [S] */
-    int64_t S;
+    /* the three indices in their cache dtypes, built in memory or mapped from the cache */
+    struct mc_npy doc;       /* <i4 [n_doc] */
+    struct mc_npy pairs;     /* <i4 | <i8 [S + 1, 2] */
+    struct mc_npy shuf;      /* <u4 | <i8 [S] */
+    int64_t n_doc, S;
 };
 
 const char *mc_split_name(int split)
@@ -136,6 +136,70 @@ static void fill_epochs(int32_t *doc, int64_t beg, int64_t end, int64_t epochs)
             doc[k++] = (int32_t)(beg + i);
 }
 
+static void *alloc_npy(struct mc_npy *a, const char *descr, int ndim, int64_t n0, int64_t n1)
+{
+    snprintf(a->descr, sizeof(a->descr), "%s", descr);
+    a->ndim = ndim;
+    a->shape[0] = n0;
+    a->shape[1] = n1;
+    size_t bytes = (size_t)mc_npy_count(a) * mc_npy_itemsize(descr);
+    return a->data = mc_alloc(bytes ? bytes : 1);
+}
+
+/* The sample index in Megatron's dtype: int32 when max(len(document_index), longest sequence
+ * of the whole dataset) fits, as helpers.build_sample_idx chooses. */
+static mc_status build_pairs(mc_gpt_dataset *d, int64_t E, int64_t T, bool drop_last, int x)
+{
+    int64_t maxv = d->n_doc, np = 2 * (d->S + 1);
+    for (int64_t i = 0; i < d->ll->n_sequences; i++)
+        if (d->ll->sequence_lengths[i] > maxv)
+            maxv = d->ll->sequence_lengths[i];
+    bool narrow = maxv <= INT32_MAX;
+    int64_t *wide = narrow ? mc_alloc(sizeof(int64_t) * (size_t)np)
+                           : alloc_npy(&d->pairs, "<i8", 2, d->S + 1, 2);
+    if (!wide)
+        return MC_ERR_NOMEM;
+    mc_status st = mc_gpt_build_sample_idx(wide, d->ll->sequence_lengths, d->doc.data, d->n_doc,
+                                           d->c->sequence_length, E, T, drop_last, x);
+    if (!st && narrow) {
+        int32_t *p = alloc_npy(&d->pairs, "<i4", 2, d->S + 1, 2);
+        if (!p)
+            st = MC_ERR_NOMEM;
+        for (int64_t i = 0; p && i < np; i++)
+            p[i] = (int32_t)wide[i];
+    }
+    if (narrow)
+        mc_free(wide);
+    return st;
+}
+
+/* The shuffle index: uint32 unless the sample count reaches 2^32 - 2; [0, first) and
+ * [first, S) are shuffled separately (separate final epoch). Same draws for both dtypes. */
+static mc_status build_shuffle(mc_gpt_dataset *d, struct mc_np_rng *rng, int64_t first)
+{
+    int64_t S = d->S;
+    if (S < (int64_t)UINT32_MAX - 1) {
+        uint32_t *u = alloc_npy(&d->shuf, "<u4", 1, S, 0);
+        if (!u)
+            return MC_ERR_NOMEM;
+        for (int64_t i = 0; i < S; i++)
+            u[i] = (uint32_t)i;
+        mc_np_rng_shuffle_u32(rng, u, first);
+        if (first < S)
+            mc_np_rng_shuffle_u32(rng, u + first, S - first);
+    } else {
+        int64_t *w = alloc_npy(&d->shuf, "<i8", 1, S, 0);
+        if (!w)
+            return MC_ERR_NOMEM;
+        for (int64_t i = 0; i < S; i++)
+            w[i] = i;
+        mc_np_rng_shuffle_i64(rng, w, first);
+        if (first < S)
+            mc_np_rng_shuffle_i64(rng, w + first, S - first);
+    }
+    return MC_OK;
+}
+
 static mc_status build_indices(mc_gpt_dataset *d)
 {
     const struct mc_gpt_dataset_config *c = d->c;
@@ -161,34 +225,24 @@ static mc_status build_indices(mc_gpt_dataset *d)
         return st;
     int64_t n = d->end - d->beg;
     d->n_doc = E * n;
-    if (!(d->doc = mc_alloc(sizeof(int32_t) * (size_t)d->n_doc)))
+    int32_t *doc = alloc_npy(&d->doc, "<i4", 1, d->n_doc, 0);
+    if (!doc)
         return MC_ERR_NOMEM;
     /* document index: all epochs shuffled together, or the first E-1 then the last alone */
     if (!sep) {
-        fill_epochs(d->doc, d->beg, d->end, E);
-        mc_np_rng_shuffle_i32(&rng, d->doc, d->n_doc);
+        fill_epochs(doc, d->beg, d->end, E);
+        mc_np_rng_shuffle_i32(&rng, doc, d->n_doc);
     } else {
-        fill_epochs(d->doc, d->beg, d->end, E - 1);
-        mc_np_rng_shuffle_i32(&rng, d->doc, (E - 1) * n);
-        fill_epochs(d->doc + (E - 1) * n, d->beg, d->end, 1);
-        mc_np_rng_shuffle_i32(&rng, d->doc + (E - 1) * n, n);
+        fill_epochs(doc, d->beg, d->end, E - 1);
+        mc_np_rng_shuffle_i32(&rng, doc, (E - 1) * n);
+        fill_epochs(doc + (E - 1) * n, d->beg, d->end, 1);
+        mc_np_rng_shuffle_i32(&rng, doc + (E - 1) * n, n);
     }
     bool drop_last = d->split != MC_SPLIT_VALID || c->drop_last_partial_validation_sequence;
     d->S = mc_gpt_num_samples(E, T, seq, drop_last, x);
-    if (!(d->pairs = mc_alloc(sizeof(int64_t) * 2 * (size_t)(d->S + 1))) ||
-        !(d->shuf = mc_alloc(sizeof(int64_t) * (size_t)(d->S ? d->S : 1))))
-        return MC_ERR_NOMEM;
-    if ((st = mc_gpt_build_sample_idx(d->pairs, d->ll->sequence_lengths, d->doc, d->n_doc, seq, E,
-                                      T, drop_last, x)))
+    if ((st = build_pairs(d, E, T, drop_last, x)))
         return st;
-    /* shuffle index: [0, sans) and [sans, S) shuffled separately with a separate final epoch */
-    int64_t first = sep ? sans : d->S;
-    for (int64_t i = 0; i < d->S; i++)
-        d->shuf[i] = i;
-    mc_np_rng_shuffle_i64(&rng, d->shuf, first);
-    if (first < d->S)
-        mc_np_rng_shuffle_i64(&rng, d->shuf + first, d->S - first);
-    return MC_OK;
+    return build_shuffle(d, &rng, sep ? sans : d->S);
 }
 
 /* ---- cache files ------------------------------------------------------------------------- */
@@ -261,137 +315,71 @@ static mc_status save_cache(const mc_gpt_dataset *d, const char *dir, const char
 {
     char p[4096];
     mc_status st;
+    const struct mc_npy *arr[3] = {&d->doc, &d->pairs, &d->shuf};
+    static const char *affix[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
     if ((st = mc_gptds_mkdirs(dir)))
         return st;
+    /* Megatron's order: the description, then the three arrays */
     if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "description.txt")) ||
         (st = mc_gptds_write_text(p, d->description)))
         return st;
-    int64_t shape[2] = {d->n_doc, 0};
-    if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "document_index.npy")) ||
-        (st = mc_npy_save(p, "<i4", 1, shape, d->doc)))
-        return st;
-    /* sample index: int32 when every value fits (max over the document index length and the
-     * whole dataset's sequence lengths), as helpers.build_sample_idx decides */
-    int64_t maxv = d->n_doc;
-    for (int64_t i = 0; i < d->ll->n_sequences; i++)
-        if (d->ll->sequence_lengths[i] > maxv)
-            maxv = d->ll->sequence_lengths[i];
-    int64_t np = 2 * (d->S + 1);
-    bool narrow = maxv <= INT32_MAX;
-    void *buf = mc_alloc((narrow ? 4 : 8) * (size_t)np);
-    if (!buf)
-        return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < np; i++) {
-        if (narrow) ((int32_t *)buf)[i] = (int32_t)d->pairs[i];
-        else ((int64_t *)buf)[i] = d->pairs[i];
-    }
-    shape[0] = d->S + 1;
-    shape[1] = 2;
-    st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "sample_index.npy");
-    if (!st)
-        st = mc_npy_save(p, narrow ? "<i4" : "<i8", 2, shape, buf);
-    mc_free(buf);
-    if (st)
-        return st;
-    /* shuffle index: uint32 unless the sample count reaches 2^32 - 2 */
-    narrow = d->S < (int64_t)UINT32_MAX - 1;
-    if (!(buf = mc_alloc((narrow ? 4 : 8) * (size_t)(d->S ? d->S : 1))))
-        return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < d->S; i++) {
-        if (narrow) ((uint32_t *)buf)[i] = (uint32_t)d->shuf[i];
-        else ((int64_t *)buf)[i] = d->shuf[i];
-    }
-    shape[0] = d->S;
-    st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "shuffle_index.npy");
-    if (!st)
-        st = mc_npy_save(p, narrow ? "<u4" : "<i8", 1, shape, buf);
-    mc_free(buf);
-    return st;
+    for (int k = 0; k < 3; k++)
+        if ((st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, affix[k])) ||
+            (st = mc_npy_save(p, arr[k]->descr, arr[k]->ndim, arr[k]->shape, arr[k]->data)))
+            return st;
+    return MC_OK;
 }
 
-/* Widens a loaded integer array to int64. */
-static int64_t npy_at(const struct mc_npy *a, int64_t i)
-{
-    switch (a->descr[1]) {
-    case 'i':
-        switch (a->descr[2]) {
-        case '2': return ((const int16_t *)a->data)[i];
-        case '4': return ((const int32_t *)a->data)[i];
-        default: return ((const int64_t *)a->data)[i];
-        }
-    default:
-        switch (a->descr[2]) {
-        case '2': return ((const uint16_t *)a->data)[i];
-        case '4': return ((const uint32_t *)a->data)[i];
-        default: return (int64_t)((const uint64_t *)a->data)[i];
-        }
-    }
-}
+static int64_t doc_at(const mc_gpt_dataset *d, int64_t i) { return ((const int32_t *)d->doc.data)[i]; }
+static int64_t pair_at(const mc_gpt_dataset *d, int64_t i) { return mc_npy_get(&d->pairs, i); }
 
-/* Loads a cache hit, checking shapes and every index against the data so that a stale or
- * foreign cache gives an error instead of an out-of-bounds read. */
+/* Maps a cache hit (as numpy.load(mmap_mode='r') does), checking dtypes, shapes and every index
+ * against the data, so that a stale or foreign cache is an error, not an out-of-bounds read. */
 static mc_status load_cache(mc_gpt_dataset *d, const char *dir, const char *cls)
 {
     char p[4096];
-    struct mc_npy a[3] = {0};
+    struct mc_npy *a[3] = {&d->doc, &d->pairs, &d->shuf};
     static const char *affix[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
     mc_status st = MC_OK;
     for (int k = 0; k < 3 && !st; k++)
         if (!(st = mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, affix[k])))
-            st = mc_npy_load(p, &a[k]);
+            st = mc_npy_map(p, a[k]);
     if (st)
-        goto out;
+        return st;
     mc_gptds_cache_path(p, sizeof(p), dir, d->hash, cls, d->split, "*");
-    if (a[0].ndim != 1 || a[1].ndim != 2 || a[1].shape[1] != 2 || a[2].ndim != 1 ||
-        a[2].shape[0] != a[1].shape[0] - 1) {
-        st = mc_error(MC_ERR_FORMAT, "cache %s: inconsistent shapes (document_index %lld, "
-                      "sample_index %lld x %lld, shuffle_index %lld)", p, (long long)a[0].shape[0],
-                      (long long)a[1].shape[0], (long long)a[1].shape[1], (long long)a[2].shape[0]);
-        goto out;
-    }
-    d->n_doc = a[0].shape[0];
-    d->S = a[2].shape[0];
-    d->doc = mc_alloc(sizeof(int32_t) * (size_t)(d->n_doc ? d->n_doc : 1));
-    d->pairs = mc_alloc(sizeof(int64_t) * 2 * (size_t)(d->S + 1));
-    d->shuf = mc_alloc(sizeof(int64_t) * (size_t)(d->S ? d->S : 1));
-    if (!d->doc || !d->pairs || !d->shuf) {
-        st = MC_ERR_NOMEM;
-        goto out;
-    }
+    if (strcmp(d->doc.descr, "<i4") || (strcmp(d->pairs.descr, "<i4") && strcmp(d->pairs.descr, "<i8")) ||
+        (strcmp(d->shuf.descr, "<u4") && strcmp(d->shuf.descr, "<i8")) || d->doc.ndim != 1 ||
+        d->pairs.ndim != 2 || d->pairs.shape[1] != 2 || d->shuf.ndim != 1 ||
+        d->shuf.shape[0] != d->pairs.shape[0] - 1)
+        return mc_error(MC_ERR_FORMAT, "cache %s: not Megatron's layout (document_index %s[%lld], "
+                        "sample_index %s[%lld, %lld], shuffle_index %s[%lld]; expected <i4, <i4|<i8 "
+                        "[S+1, 2], <u4|<i8 [S])", p, d->doc.descr, (long long)d->doc.shape[0],
+                        d->pairs.descr, (long long)d->pairs.shape[0], (long long)d->pairs.shape[1],
+                        d->shuf.descr, (long long)d->shuf.shape[0]);
+    d->n_doc = d->doc.shape[0];
+    d->S = d->shuf.shape[0];
     for (int64_t i = 0; i < d->n_doc; i++) {
-        int64_t v = npy_at(&a[0], i);
-        if (v < 0 || v >= d->ll->n_sequences) {
-            st = mc_error(MC_ERR_FORMAT, "cache %s: document_index[%lld] = %lld is not a sequence "
-                          "of %s (%lld sequences): stale cache?", p, (long long)i, (long long)v,
-                          d->ll->path_prefix ? d->ll->path_prefix : "mock data",
-                          (long long)d->ll->n_sequences);
-            goto out;
-        }
-        d->doc[i] = (int32_t)v;
+        int64_t v = doc_at(d, i);
+        if (v < 0 || v >= d->ll->n_sequences)
+            return mc_error(MC_ERR_FORMAT, "cache %s: document_index[%lld] = %lld is not a sequence "
+                            "of %s (%lld sequences): stale cache?", p, (long long)i, (long long)v,
+                            d->ll->path_prefix ? d->ll->path_prefix : "mock data",
+                            (long long)d->ll->n_sequences);
     }
     for (int64_t i = 0; i < 2 * (d->S + 1); i++) {
-        int64_t v = npy_at(&a[1], i);
-        int64_t lim = i % 2 == 0 ? d->n_doc - 1 : d->ll->sequence_lengths[d->doc[d->pairs[i - 1]]];
-        if (v < 0 || v > lim) {
-            st = mc_error(MC_ERR_FORMAT, "cache %s: sample_index entry %lld = %lld out of range "
-                          "[0, %lld]: stale cache?", p, (long long)i, (long long)v, (long long)lim);
-            goto out;
-        }
-        d->pairs[i] = v;
+        int64_t v = pair_at(d, i);
+        int64_t lim = i % 2 == 0 ? d->n_doc - 1 : d->ll->sequence_lengths[doc_at(d, pair_at(d, i - 1))];
+        if (v < 0 || v > lim)
+            return mc_error(MC_ERR_FORMAT, "cache %s: sample_index entry %lld = %lld out of range "
+                            "[0, %lld]: stale cache?", p, (long long)i, (long long)v, (long long)lim);
     }
     for (int64_t i = 0; i < d->S; i++) {
-        int64_t v = npy_at(&a[2], i);
-        if (v < 0 || v >= d->S) {
-            st = mc_error(MC_ERR_FORMAT, "cache %s: shuffle_index[%lld] = %lld out of range",
-                          p, (long long)i, (long long)v);
-            goto out;
-        }
-        d->shuf[i] = v;
+        int64_t v = mc_npy_get(&d->shuf, i);
+        if (v < 0 || v >= d->S)
+            return mc_error(MC_ERR_FORMAT, "cache %s: shuffle_index[%lld] = %lld out of range",
+                            p, (long long)i, (long long)v);
     }
-out:
-    for (int k = 0; k < 3; k++)
-        mc_npy_free(&a[k]);
-    return st;
+    return MC_OK;
 }
 
 static mc_status indices_cached(mc_gpt_dataset *d)
@@ -459,9 +447,9 @@ void mc_gpt_dataset_free(mc_gpt_dataset *d)
 {
     if (!d)
         return;
-    mc_free(d->doc);
-    mc_free(d->pairs);
-    mc_free(d->shuf);
+    mc_npy_free(&d->doc);
+    mc_npy_free(&d->pairs);
+    mc_npy_free(&d->shuf);
     mc_free(d->description);
     mc_desc_free(d->ids);
     mc_free(d);
@@ -485,12 +473,12 @@ static mc_status read_text(const mc_gpt_dataset *d, int64_t idx, int64_t *head, 
                         (long long)idx, (long long)d->S);
     int x = d->c->add_extra_token_to_sequence ? 1 : 0;
     int64_t want = d->c->sequence_length + x, got = 0;
-    int64_t s = d->shuf[idx];
-    int64_t p0 = d->pairs[2 * s], o0 = d->pairs[2 * s + 1];
-    int64_t p1 = d->pairs[2 * s + 2], o1 = d->pairs[2 * s + 3];
+    int64_t s = mc_npy_get(&d->shuf, idx);
+    int64_t p0 = pair_at(d, 2 * s), o0 = pair_at(d, 2 * s + 1);
+    int64_t p1 = pair_at(d, 2 * s + 2), o1 = pair_at(d, 2 * s + 3);
     mc_status st;
     for (int64_t q = p0; q <= p1; q++) {
-        int64_t seqi = d->doc[q];
+        int64_t seqi = doc_at(d, q);
         int64_t off = q == p0 ? o0 : 0;
         int64_t len = q < p1 ? d->ll->sequence_lengths[seqi] - off : o1 + x - off;
         if (len <= 0)

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define NPY_ALIGN 64
@@ -139,58 +141,59 @@ static mc_status parse_header(const char *h, const char *path, struct mc_npy *a)
     return MC_OK;
 }
 
-mc_status mc_npy_load(const char *path, struct mc_npy *a)
+/* Reads the header; leaves f positioned at the data and *data_off set to its offset. */
+static mc_status read_header(FILE *f, const char *path, struct mc_npy *a, long *data_off)
 {
-    memset(a, 0, sizeof(*a));
-    mc_status st = MC_OK;
-    char *h = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mc_error(MC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     unsigned char pre[12];
-    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        st = mc_error(MC_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
-        goto out_close;
-    }
-    size_t hlen;
+    char *h = NULL;
+    mc_status st = MC_OK;
+    size_t hlen, pre_len = 10;
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
+        return mc_error(MC_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
     if (pre[6] == 1) {
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
     } else if (pre[6] == 2 || pre[6] == 3) {
-        if (fread(pre + 10, 1, 2, f) != 2) {
-            st = mc_error(MC_ERR_FORMAT, "%s: truncated .npy header", path);
-            goto out_close;
-        }
+        if (fread(pre + 10, 1, 2, f) != 2)
+            return mc_error(MC_ERR_FORMAT, "%s: truncated .npy header", path);
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+        pre_len = 12;
     } else {
-        st = mc_error(MC_ERR_FORMAT, "%s: .npy version %d.%d, expected 1.0, 2.0 or 3.0", path,
-                      pre[6], pre[7]);
-        goto out_close;
+        return mc_error(MC_ERR_FORMAT, "%s: .npy version %d.%d, expected 1.0, 2.0 or 3.0", path,
+                        pre[6], pre[7]);
     }
-    if (!(h = mc_alloc(hlen + 1))) {
-        st = MC_ERR_NOMEM;
-        goto out_close;
-    }
+    if (!(h = mc_alloc(hlen + 1)))
+        return MC_ERR_NOMEM;
     if (fread(h, 1, hlen, f) != hlen) {
         st = mc_error(MC_ERR_FORMAT, "%s: truncated .npy header (%zu bytes expected)", path, hlen);
-        goto out_close;
+    } else {
+        h[hlen] = '\0';
+        st = parse_header(h, path, a);
     }
-    h[hlen] = '\0';
-    if ((st = parse_header(h, path, a)))
-        goto out_close;
-    size_t count = (size_t)a->shape[0] * (a->ndim == 2 ? (size_t)a->shape[1] : 1);
-    size_t bytes = count * mc_npy_itemsize(a->descr);
-    if (!(a->data = mc_alloc(bytes ? bytes : 1))) {
+    mc_free(h);
+    *data_off = (long)(pre_len + hlen);
+    return st;
+}
+
+int64_t mc_npy_count(const struct mc_npy *a)
+{
+    return a->shape[0] * (a->ndim == 2 ? a->shape[1] : 1);
+}
+
+mc_status mc_npy_load(const char *path, struct mc_npy *a)
+{
+    memset(a, 0, sizeof(*a));
+    long off;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    mc_status st = read_header(f, path, a, &off);
+    size_t bytes = (size_t)mc_npy_count(a) * mc_npy_itemsize(a->descr);
+    if (!st && !(a->data = mc_alloc(bytes ? bytes : 1)))
         st = MC_ERR_NOMEM;
-        goto out_close;
-    }
-    if (bytes && fread(a->data, 1, bytes, f) != bytes) {
+    if (!st && bytes && fread(a->data, 1, bytes, f) != bytes)
         st = mc_error(MC_ERR_FORMAT, "%s: data shorter than its header's shape says (%zu bytes "
                       "expected)", path, bytes);
-        goto out_close;
-    }
-out_close:
     fclose(f);
-    mc_free(h);
     if (st) {
         mc_free(a->data);
         a->data = NULL;
@@ -198,10 +201,57 @@ out_close:
     return st;
 }
 
+/* Like numpy.load(mmap_mode='r'): the data stay in the page cache, shared between ranks. */
+mc_status mc_npy_map(const char *path, struct mc_npy *a)
+{
+    memset(a, 0, sizeof(*a));
+    long off;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    mc_status st = read_header(f, path, a, &off);
+    struct stat sb;
+    if (!st && fstat(fileno(f), &sb) != 0)
+        st = mc_error(MC_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    size_t bytes = (size_t)mc_npy_count(a) * mc_npy_itemsize(a->descr);
+    if (!st && (size_t)sb.st_size < (size_t)off + bytes)
+        st = mc_error(MC_ERR_FORMAT, "%s: %lld bytes, but its header's shape needs %zu", path,
+                      (long long)sb.st_size, (size_t)off + bytes);
+    if (!st && (off % 8) != 0)
+        st = mc_error(MC_ERR_FORMAT, "%s: data at offset %ld is not 8-byte aligned", path, off);
+    if (!st && sb.st_size > 0) {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fileno(f), 0);
+        if (m == MAP_FAILED) {
+            st = mc_error(MC_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+        } else {
+            a->map = m;
+            a->map_len = (size_t)sb.st_size;
+            a->data = (char *)m + off;
+        }
+    }
+    fclose(f);
+    return st;
+}
+
+int64_t mc_npy_get(const struct mc_npy *a, int64_t i)
+{
+    const char *d = a->data;
+    bool u = a->descr[1] == 'u';
+    switch (a->descr[2]) {
+    case '1': return u ? (int64_t)((const uint8_t *)d)[i] : ((const int8_t *)d)[i];
+    case '2': return u ? (int64_t)((const uint16_t *)d)[i] : ((const int16_t *)d)[i];
+    case '4': return u ? (int64_t)((const uint32_t *)d)[i] : ((const int32_t *)d)[i];
+    default: return ((const int64_t *)d)[i];
+    }
+}
+
 void mc_npy_free(struct mc_npy *a)
 {
     if (!a)
         return;
-    mc_free(a->data);
-    a->data = NULL;
+    if (a->map)
+        munmap(a->map, a->map_len);
+    else
+        mc_free(a->data);
+    a->data = a->map = NULL;
 }

@@ -470,112 +470,117 @@ static mc_status write_token(struct mc_json_buf *o, const mc_bpe *m, int32_t s, 
     return st ? st : mc_json_write_string(o, tmp->data, tmp->len, ascii);
 }
 
-mc_status mc_bpe_trainer_save(const mc_bpe_trainer *tr, const char *dir)
+/* vocab.json (OpenAI's encoder.json layout, ASCII) and the tokenizer.json vocab object (UTF-8). */
+static mc_status build_vocabs(const mc_bpe_trainer *tr, const int32_t *order, struct mc_json_buf *vocab,
+                              struct mc_json_buf *hvocab, struct mc_json_buf *tmp)
 {
-    if (!tr->model)
-        return mc_error(MC_ERR_CONFIG, "BPE trainer: save() before train()");
-    struct mc_json_buf vocab = {0}, merges = {0}, hf = {0}, hvocab = {0}, tmp = {0};
-    mc_status st = MC_OK;
     int32_t nsym = mc_bpe_n_symbols(tr->model);
-    int64_t *vid = mc_alloc((size_t)nsym * sizeof(int64_t));
-    int32_t *order = mc_alloc((size_t)nsym * sizeof(int32_t));
-    if (!vid || !order) {
-        st = MC_ERR_NOMEM;
-        goto out_free;
-    }
-    for (int32_t s = 0; s < 256; s++) {
-        vid[s] = byte_rank(s);
-        order[vid[s]] = s;
-    }
-    for (int32_t s = 256; s < nsym; s++) { /* only merge results are added after the bytes */
-        vid[s] = s;
-        order[s] = s;
-    }
-    /* vocab.json (OpenAI encoder.json layout) and the tokenizer.json vocab */
-    if ((st = mc_json_buf_append(&vocab, "{", 1)) || (st = mc_json_buf_append(&hvocab, "{", 1)))
-        goto out_free;
-    for (int32_t i = 0; i < nsym + tr->n_special; i++) {
-        if (i && ((st = mc_json_buf_append(&vocab, ", ", 2)) || (st = mc_json_buf_append(&hvocab, ",", 1))))
-            goto out_free;
+    mc_status st = mc_json_buf_append(vocab, "{", 1);
+    if (st == MC_OK)
+        st = mc_json_buf_append(hvocab, "{", 1);
+    for (int32_t i = 0; st == MC_OK && i < nsym + tr->n_special; i++) {
+        if (i && ((st = mc_json_buf_append(vocab, ", ", 2)) || (st = mc_json_buf_append(hvocab, ",", 1))))
+            break;
         if (i < nsym) {
-            if ((st = write_token(&vocab, tr->model, order[i], true, &tmp)) ||
-                (st = write_token(&hvocab, tr->model, order[i], false, &tmp)))
-                goto out_free;
+            if ((st = write_token(vocab, tr->model, order[i], true, tmp)) == MC_OK)
+                st = write_token(hvocab, tr->model, order[i], false, tmp);
         } else {
             const char *sp = tr->special[i - nsym];
-            if ((st = mc_json_write_string(&vocab, sp, strlen(sp), true)) ||
-                (st = mc_json_write_string(&hvocab, sp, strlen(sp), false)))
-                goto out_free;
+            if ((st = mc_json_write_string(vocab, sp, strlen(sp), true)) == MC_OK)
+                st = mc_json_write_string(hvocab, sp, strlen(sp), false);
         }
-        if ((st = mc_json_buf_printf(&vocab, ": %d", i)) || (st = mc_json_buf_printf(&hvocab, ":%d", i)))
-            goto out_free;
+        if (st == MC_OK && (st = mc_json_buf_printf(vocab, ": %d", i)) == MC_OK)
+            st = mc_json_buf_printf(hvocab, ":%d", i);
     }
-    if ((st = mc_json_buf_append(&vocab, "}", 1)) || (st = mc_json_buf_append(&hvocab, "}", 1)))
-        goto out_free;
-    /* merges.txt and the tokenizer.json merges */
-    if ((st = mc_json_buf_append(&merges, "#version: 0.2\n", 14)))
-        goto out_free;
-    struct mc_json_buf hmerges = {0};
-    st = mc_json_buf_append(&hmerges, "[", 1);
+    if (st == MC_OK && (st = mc_json_buf_append(vocab, "}", 1)) == MC_OK)
+        st = mc_json_buf_append(hvocab, "}", 1);
+    return st;
+}
+
+/* merges.txt ("#version: 0.2", then "A B" lines) and the tokenizer.json merges array. */
+static mc_status build_merges(const mc_bpe_trainer *tr, struct mc_json_buf *merges,
+                              struct mc_json_buf *hmerges, struct mc_json_buf *tmp)
+{
+    mc_status st = mc_json_buf_append(merges, "#version: 0.2\n", 14);
+    if (st == MC_OK)
+        st = mc_json_buf_append(hmerges, "[", 1);
     for (int32_t r = 0; st == MC_OK && r < tr->n_merges; r++) {
         size_t la, lb;
         const char *pa = mc_bpe_symbol_bytes(tr->model, tr->merge_a[r], &la);
         const char *pb = mc_bpe_symbol_bytes(tr->model, tr->merge_b[r], &lb);
-        if ((st = append_mapped(&merges, pa, la)) || (st = mc_json_buf_append(&merges, " ", 1)) ||
-            (st = append_mapped(&merges, pb, lb)) || (st = mc_json_buf_append(&merges, "\n", 1)) ||
-            (st = mc_json_buf_append(&hmerges, r ? ",[" : "[", r ? 2 : 1)) ||
-            (st = write_token(&hmerges, tr->model, tr->merge_a[r], false, &tmp)) ||
-            (st = mc_json_buf_append(&hmerges, ",", 1)) ||
-            (st = write_token(&hmerges, tr->model, tr->merge_b[r], false, &tmp)) ||
-            (st = mc_json_buf_append(&hmerges, "]", 1)))
+        if ((st = append_mapped(merges, pa, la)) || (st = mc_json_buf_append(merges, " ", 1)) ||
+            (st = append_mapped(merges, pb, lb)) || (st = mc_json_buf_append(merges, "\n", 1)) ||
+            (st = mc_json_buf_append(hmerges, r ? ",[" : "[", r ? 2 : 1)) ||
+            (st = write_token(hmerges, tr->model, tr->merge_a[r], false, tmp)) ||
+            (st = mc_json_buf_append(hmerges, ",", 1)) ||
+            (st = write_token(hmerges, tr->model, tr->merge_b[r], false, tmp)))
             break;
+        st = mc_json_buf_append(hmerges, "]", 1);
     }
-    if (st == MC_OK)
-        st = mc_json_buf_append(&hmerges, "]", 1);
-    /* tokenizer.json: the HF layout of a GPT-2-style byte-level BPE */
-    if (st == MC_OK)
-        st = mc_json_buf_printf(&hf, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
-                                "\"added_tokens\":[");
+    return st == MC_OK ? mc_json_buf_append(hmerges, "]", 1) : st;
+}
+
+/* tokenizer.json: the HuggingFace layout of a GPT-2-style byte-level BPE. */
+static mc_status build_hf_json(const mc_bpe_trainer *tr, const struct mc_json_buf *hvocab,
+                               const struct mc_json_buf *hmerges, struct mc_json_buf *hf)
+{
+    int32_t nsym = mc_bpe_n_symbols(tr->model);
+    mc_status st = mc_json_buf_printf(hf, "{\"version\":\"1.0\",\"truncation\":null,"
+                                      "\"padding\":null,\"added_tokens\":[");
     for (int i = 0; st == MC_OK && i < tr->n_special; i++) {
-        if ((st = mc_json_buf_printf(&hf, "%s{\"id\":%d,\"content\":", i ? "," : "", nsym + i)) ||
-            (st = mc_json_write_string(&hf, tr->special[i], strlen(tr->special[i]), false)))
+        if ((st = mc_json_buf_printf(hf, "%s{\"id\":%d,\"content\":", i ? "," : "", nsym + i)) ||
+            (st = mc_json_write_string(hf, tr->special[i], strlen(tr->special[i]), false)))
             break;
-        st = mc_json_buf_printf(&hf, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+        st = mc_json_buf_printf(hf, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
                                 "\"normalized\":false,\"special\":true}");
     }
     const char *bl = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
                      "\"use_regex\":true}";
     if (st == MC_OK)
-        st = mc_json_buf_printf(&hf, "],\"normalizer\":null,\"pre_tokenizer\":%s,"
+        st = mc_json_buf_printf(hf, "],\"normalizer\":null,\"pre_tokenizer\":%s,"
                                 "\"post_processor\":%s,\"decoder\":%s,\"model\":{\"type\":\"BPE\","
                                 "\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,"
                                 "\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":false,"
                                 "\"ignore_merges\":false,\"vocab\":", bl, bl, bl);
-    if (st == MC_OK && !(st = mc_json_buf_append(&hf, hvocab.data, hvocab.len)) &&
-        !(st = mc_json_buf_append(&hf, ",\"merges\":", 10)) &&
-        !(st = mc_json_buf_append(&hf, hmerges.data, hmerges.len)))
-        st = mc_json_buf_append(&hf, "}}\n", 3);
-    mc_free(hmerges.data);
-    /* tokenizer_config.json: the eos token (the first special) for HuggingFaceTokenizer's eod */
-    struct mc_json_buf cfg = {0};
-    if (st == MC_OK)
-        st = mc_json_buf_printf(&cfg, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"");
-    if (st == MC_OK && tr->n_special &&
-        !(st = mc_json_buf_printf(&cfg, ",\n  \"eos_token\": ")))
-        st = mc_json_write_string(&cfg, tr->special[0], strlen(tr->special[0]), false);
-    if (st == MC_OK)
-        st = mc_json_buf_printf(&cfg, "\n}\n");
-    if (st == MC_OK && !(st = write_atomic(dir, "vocab.json", &vocab)) &&
+    if (st == MC_OK && !(st = mc_json_buf_append(hf, hvocab->data, hvocab->len)) &&
+        !(st = mc_json_buf_append(hf, ",\"merges\":", 10)) &&
+        !(st = mc_json_buf_append(hf, hmerges->data, hmerges->len)))
+        st = mc_json_buf_append(hf, "}}\n", 3);
+    return st;
+}
+
+/* tokenizer_config.json: the eos token (the first special) for HuggingFaceTokenizer's eod. */
+static mc_status build_config(const mc_bpe_trainer *tr, struct mc_json_buf *cfg)
+{
+    mc_status st = mc_json_buf_printf(cfg, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"");
+    if (st == MC_OK && tr->n_special && !(st = mc_json_buf_printf(cfg, ",\n  \"eos_token\": ")))
+        st = mc_json_write_string(cfg, tr->special[0], strlen(tr->special[0]), false);
+    return st == MC_OK ? mc_json_buf_printf(cfg, "\n}\n") : st;
+}
+
+mc_status mc_bpe_trainer_save(const mc_bpe_trainer *tr, const char *dir)
+{
+    if (!tr->model)
+        return mc_error(MC_ERR_CONFIG, "BPE trainer: save() before train()");
+    struct mc_json_buf vocab = {0}, merges = {0}, hf = {0}, hvocab = {0}, hmerges = {0}, cfg = {0},
+                       tmp = {0};
+    int32_t nsym = mc_bpe_n_symbols(tr->model);
+    int32_t *order = mc_alloc((size_t)nsym * sizeof(int32_t)); /* vocab id -> symbol */
+    mc_status st = order ? MC_OK : MC_ERR_NOMEM;
+    for (int32_t s = 0; st == MC_OK && s < nsym; s++) /* only merge results follow the bytes */
+        order[s < 256 ? byte_rank(s) : s] = s;
+    if (st == MC_OK && !(st = build_vocabs(tr, order, &vocab, &hvocab, &tmp)) &&
+        !(st = build_merges(tr, &merges, &hmerges, &tmp)) && !(st = build_hf_json(tr, &hvocab, &hmerges, &hf)) &&
+        !(st = build_config(tr, &cfg)) && !(st = write_atomic(dir, "vocab.json", &vocab)) &&
         !(st = write_atomic(dir, "merges.txt", &merges)) && !(st = write_atomic(dir, "tokenizer.json", &hf)))
         st = write_atomic(dir, "tokenizer_config.json", &cfg);
-    mc_free(cfg.data);
-out_free:
-    mc_free(vid);
     mc_free(order);
     mc_free(vocab.data);
     mc_free(merges.data);
     mc_free(hf.data);
     mc_free(hvocab.data);
+    mc_free(hmerges.data);
+    mc_free(cfg.data);
     mc_free(tmp.data);
     return st;
 }

@@ -477,6 +477,17 @@ static mc_status load_eos(struct hf *h, const struct mc_json *vocab, const char 
             st = mc_error(MC_ERR_FORMAT, "%s: eos_token %s is not a token of the tokenizer",
                           config_path, name);
     }
+    /* transformers' Llama-family fast tokenizers rebuild the post-processor from add_bos_token /
+     * add_eos_token (defaults true / false): only the default, matching tokenizer.json, is done */
+    const char *cls = str_field(root, "tokenizer_class");
+    const struct mc_json *add_bos = mc_json_get(root, "add_bos_token"), *add_eos = mc_json_get(root, "add_eos_token");
+    if (st == MC_OK && cls && (strstr(cls, "Llama") || strstr(cls, "Gemma")) &&
+        ((add_eos && add_eos->type == MC_JSON_TRUE) || (add_bos && add_bos->type == MC_JSON_FALSE)))
+        st = mc_error(MC_ERR_UNSUPPORTED, "%s: %s with add_bos_token=%s add_eos_token=%s: "
+                      "transformers rebuilds the template from these flags, megatron.c only "
+                      "supports the defaults (bos added, eos not)", config_path, cls,
+                      add_bos && add_bos->type == MC_JSON_FALSE ? "false" : "true",
+                      add_eos && add_eos->type == MC_JSON_TRUE ? "true" : "false");
     mc_json_doc_free(doc);
     return st;
 }

@@ -7,6 +7,13 @@
  *  LLAMA3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *  QWEN2  the same with \p{N} instead of \p{N}{1,3}
+ *  TIKTOKEN_V1 (Megatron's PATTERN_TIKTOKEN) [^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|
+ *         \s*[\r\n]|\s+(?!\S)|\s+: Qwen2's without contractions; the possessive quantifiers and
+ *         the single [\r\n] change nothing (the classes are disjoint; \s* backtracks to the last
+ *         newline of the run either way)
+ *  TIKTOKEN_V2 (Megatron's PATTERN_TIKTOKEN_V2, o200k-like)
+ *         [^\r\n\p{L}\p{N}]?U*W+|[^\r\n\p{L}\p{N}]?U+W*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|
+ *         \s+(?!\S)|\s+ with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]
  *
  * Every code point falls into one of the classes L, N, S (\s) or O (other), from the tables of
  * unicode_classes.c. At each position the alternatives are tried in pattern order; each match
@@ -166,7 +173,8 @@ static mc_status split_gpt2(const struct cur *c, mc_pretok_emit emit, void *ctx)
     return MC_OK;
 }
 
-static mc_status split_llama3(const struct cur *c, int max_digits, mc_pretok_emit emit, void *ctx)
+static mc_status split_llama3(const struct cur *c, int max_digits, bool contractions,
+                              mc_pretok_emit emit, void *ctx)
 {
     const unsigned char *p = c->s;
     mc_status st;
@@ -180,7 +188,7 @@ static mc_status split_llama3(const struct cur *c, int max_digits, mc_pretok_emi
         const unsigned char *e = NULL;
         int n;
         bool nl = cp == '\r' || cp == '\n';
-        if (cp == '\'' && (n = contraction(p + 1, c->end, true))) {
+        if (contractions && cp == '\'' && (n = contraction(p + 1, c->end, true))) {
             e = p + 1 + n;                                  /* (?i:'s|'t|...) */
         } else if (cls == MC_UNI_L) {
             if ((st = run_end(c, p, MC_UNI_L, &e)))         /* \p{L}+ */
@@ -231,14 +239,119 @@ static mc_status split_llama3(const struct cur *c, int max_digits, mc_pretok_emi
     return MC_OK;
 }
 
+/* End of the maximal run of code points with case flag f from p. */
+static mc_status case_run(const struct cur *c, const unsigned char *p, int f, const unsigned char **e)
+{
+    while (p < c->end) {
+        uint32_t cp;
+        int l, cls;
+        if (!at(c, p, &cp, &l, &cls))
+            return bad_utf8(c, p);
+        if (!(mc_uni_case_flags(cp) & f))
+            break;
+        p += l;
+    }
+    *e = p;
+    return MC_OK;
+}
+
+/* U*W+ (alt 1) or U+W* (alt 2) from j, as a backtracking engine would take them: U* greedy,
+ * then W+ needs one W: either right after the U run, or the run's last W character gives
+ * itself back. Sets *e, or leaves it NULL when the alternative fails. */
+static mc_status letters_at(const struct cur *c, const unsigned char *j, bool alt2, const unsigned char **e)
+{
+    const unsigned char *q = j, *last_w = NULL, *last_w_end = NULL;
+    *e = NULL;
+    while (q < c->end) { /* the U run, remembering its last W character */
+        uint32_t cp;
+        int l, cls;
+        if (!at(c, q, &cp, &l, &cls))
+            return bad_utf8(c, q);
+        int f = mc_uni_case_flags(cp);
+        if (!(f & MC_UNI_UPPERISH))
+            break;
+        if (f & MC_UNI_LOWERISH) {
+            last_w = q;
+            last_w_end = q + l;
+        }
+        q += l;
+    }
+    const unsigned char *after = q;
+    mc_status st = case_run(c, q, MC_UNI_LOWERISH, &after); /* W run right after the U run */
+    if (st)
+        return st;
+    if (alt2)
+        *e = q > j ? after : NULL;
+    else if (after > q)
+        *e = after;
+    else if (last_w)
+        *e = last_w_end;
+    return MC_OK;
+}
+
+static mc_status split_tiktoken_v2(const struct cur *c, mc_pretok_emit emit, void *ctx)
+{
+    const unsigned char *p = c->s;
+    mc_status st;
+    while (p < c->end) {
+        uint32_t cp, cp2 = 0;
+        int l, cls, l2 = 0, cls2 = -1;
+        if (!at(c, p, &cp, &l, &cls))
+            return bad_utf8(c, p);
+        if (p + l < c->end && !at(c, p + l, &cp2, &l2, &cls2))
+            return bad_utf8(c, p + l);
+        const unsigned char *e = NULL;
+        bool prefix_ok = cp != '\r' && cp != '\n' && cls != MC_UNI_L && cls != MC_UNI_N;
+        for (int alt = 0; alt < 2 && !e; alt++) /* alt 1 then alt 2, each with the prefix first */
+            for (int take = prefix_ok ? 1 : 0; take >= 0 && !e; take--)
+                if ((st = letters_at(c, take ? p + l : p, alt == 1, &e)))
+                    return st;
+        if (e == p)
+            e = NULL;
+        if (e) {
+            /* letters (alternatives 1 and 2) */
+        } else if (cls == MC_UNI_N) {
+            e = p + l;                                      /* \p{N} */
+        } else if (cls == MC_UNI_O || (cp == ' ' && cls2 == MC_UNI_O)) {
+            if ((st = run_end(c, cls == MC_UNI_O ? p : p + 1, MC_UNI_O, &e)))
+                return st;                                  /*  ?[^\s\p{L}\p{N}]+[\r\n/]* */
+            while (e < c->end && (*e == '\r' || *e == '\n' || *e == '/'))
+                e++;
+        } else {
+            const unsigned char *q = p, *after_nl = NULL;  /* \s*[\r\n]+ | \s+(?!\S) | \s+ */
+            while (q < c->end) {
+                uint32_t cq;
+                int lq, kq;
+                if (!at(c, q, &cq, &lq, &kq))
+                    return bad_utf8(c, q);
+                if (kq != MC_UNI_S)
+                    break;
+                q += lq;
+                if (cq == '\r' || cq == '\n')
+                    after_nl = q;
+            }
+            if (after_nl)
+                e = after_nl;
+            else if ((st = space_piece(c, p, &e)))
+                return st;
+        }
+        if ((st = emit(ctx, (const char *)p, (size_t)(e - p))))
+            return st;
+        p = e;
+    }
+    return MC_OK;
+}
+
 mc_status mc_pretok_split(enum mc_pretok kind, enum mc_uni_table table, const char *text, size_t len,
                           mc_pretok_emit emit, void *ctx)
 {
     struct cur c = {(const unsigned char *)text, (const unsigned char *)text + len, table};
     switch (kind) {
     case MC_PRETOK_GPT2: return split_gpt2(&c, emit, ctx);
-    case MC_PRETOK_LLAMA3: return split_llama3(&c, 3, emit, ctx);
-    case MC_PRETOK_QWEN2: return split_llama3(&c, 1, emit, ctx);
+    case MC_PRETOK_LLAMA3: return split_llama3(&c, 3, true, emit, ctx);
+    case MC_PRETOK_QWEN2: return split_llama3(&c, 1, true, emit, ctx);
+    case MC_PRETOK_TIKTOKEN_V1: return split_llama3(&c, 1, false, emit, ctx);
+    case MC_PRETOK_TIKTOKEN_V2: return split_tiktoken_v2(&c, emit, ctx);
     }
     return mc_error(MC_ERR_INTERNAL, "unknown pre-tokenizer %d", (int)kind);
 }

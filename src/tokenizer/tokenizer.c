@@ -91,13 +91,15 @@ mc_status mc_tok_init(const struct mc_tokenizer_args *args, mc_tokenizer **out)
         st = mc_tok_spm_init(args, 1, t);
     else if (strcmp(type, "Llama2Tokenizer") == 0)
         st = mc_tok_spm_init(args, 2, t);
+    else if (strcmp(type, "TikTokenizer") == 0)
+        st = mc_tok_tiktoken_init(args, t);
     else if (strcmp(type, "BertWordPieceLowerCase") == 0 || strcmp(type, "BertWordPieceCase") == 0 ||
-             strcmp(type, "TikTokenizer") == 0 || strcmp(type, "MultimodalTokenizer") == 0 ||
+             strcmp(type, "MultimodalTokenizer") == 0 ||
              strcmp(type, "NullMultimodalTokenizer") == 0)
         st = mc_error(MC_ERR_UNSUPPORTED, "--tokenizer-type %s is a Megatron tokenizer that "
                       "megatron.c does not implement yet (supported: GPT2BPETokenizer, "
                       "HuggingFaceTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
-                      "Llama2Tokenizer, NullTokenizer)", type);
+                      "Llama2Tokenizer, TikTokenizer, NullTokenizer)", type);
     else
         st = mc_error(MC_ERR_CONFIG, "--tokenizer-type %s: unknown tokenizer type (Megatron's "
                       "are BertWordPieceLowerCase, BertWordPieceCase, GPT2BPETokenizer, "

@@ -35,6 +35,7 @@ mc_status mc_tok_read_file(const char *path, const char *what, char **out, size_
 mc_status mc_tok_gpt2_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_null_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
+mc_status mc_tok_tiktoken_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 /* kind: 0 SentencePieceTokenizer, 1 GPTSentencePieceTokenizer, 2 Llama2Tokenizer */
 mc_status mc_tok_spm_init(const struct mc_tokenizer_args *args, int kind, mc_tokenizer *t);
 
@@ -76,7 +77,8 @@ int32_t mc_bpe_n_symbols(const mc_bpe *b);
 const char *mc_bpe_symbol_bytes(const mc_bpe *b, int32_t sym, size_t *len);
 
 /* ---- pre-tokenizers ----------------------------------------------------------------------- */
-enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2 };
+enum mc_pretok { MC_PRETOK_GPT2 = 0, MC_PRETOK_LLAMA3, MC_PRETOK_QWEN2, MC_PRETOK_TIKTOKEN_V1,
+                  MC_PRETOK_TIKTOKEN_V2 };
 /* Calls emit(ctx, start, len) for each piece of text[0..len) in order, as regex findall with the
  * pattern would, with the character classes of the given engine's table. MC_ERR_FORMAT (with
  * the byte offset) on invalid UTF-8. */

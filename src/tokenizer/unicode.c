@@ -7,6 +7,7 @@
 
 /* A byte per BMP code point and table, filled once from the ranges; higher planes bsearch. */
 static uint8_t bmp_class[2][0x10000];
+static uint8_t bmp_case[0x10000];
 static pthread_once_t bmp_once = PTHREAD_ONCE_INIT;
 
 static void fill_bmp(void)
@@ -19,6 +20,35 @@ static void fill_bmp(void)
             for (uint32_t c = r->first; c <= r->last && c < 0x10000; c++)
                 bmp_class[t][c] = r->cls;
         }
+    for (int i = 0; i < mc_uni_n_case_ranges_onig; i++) {
+        const struct mc_uni_range *r = &mc_uni_case_ranges_onig[i];
+        for (uint32_t c = r->first; c <= r->last && c < 0x10000; c++)
+            bmp_case[c] = r->cls;
+    }
+}
+
+static int range_lookup(const struct mc_uni_range *r, int n, uint32_t cp)
+{
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < r[mid].first)
+            hi = mid - 1;
+        else if (cp > r[mid].last)
+            lo = mid + 1;
+        else
+            return r[mid].cls;
+    }
+    return 0;
+}
+
+int mc_uni_case_flags(uint32_t cp)
+{
+    if (cp < 0x10000) {
+        pthread_once(&bmp_once, fill_bmp);
+        return bmp_case[cp];
+    }
+    return range_lookup(mc_uni_case_ranges_onig, mc_uni_n_case_ranges_onig, cp);
 }
 
 enum mc_uni_class mc_uni_class_in(enum mc_uni_table t, uint32_t cp)
@@ -27,18 +57,8 @@ enum mc_uni_class mc_uni_class_in(enum mc_uni_table t, uint32_t cp)
         pthread_once(&bmp_once, fill_bmp);
         return (enum mc_uni_class)bmp_class[t][cp];
     }
-    const struct mc_uni_range *r = t == MC_UNI_TABLE_ONIG ? mc_uni_ranges_onig : mc_uni_ranges_regex;
-    int lo = 0, hi = (t == MC_UNI_TABLE_ONIG ? mc_uni_n_ranges_onig : mc_uni_n_ranges_regex) - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < r[mid].first)
-            hi = mid - 1;
-        else if (cp > r[mid].last)
-            lo = mid + 1;
-        else
-            return (enum mc_uni_class)r[mid].cls;
-    }
-    return MC_UNI_O;
+    return t == MC_UNI_TABLE_ONIG ? (enum mc_uni_class)range_lookup(mc_uni_ranges_onig, mc_uni_n_ranges_onig, cp)
+                                  : (enum mc_uni_class)range_lookup(mc_uni_ranges_regex, mc_uni_n_ranges_regex, cp);
 }
 
 int mc_utf8_encode(char *o, uint32_t cp)

@@ -20,6 +20,13 @@ enum mc_uni_table { MC_UNI_TABLE_REGEX = 0, MC_UNI_TABLE_ONIG };
 extern const struct mc_uni_range mc_uni_ranges_regex[], mc_uni_ranges_onig[];
 extern const int mc_uni_n_ranges_regex, mc_uni_n_ranges_onig;
 
+/* Letter-case sets of the tiktoken v2 pattern (unicode_case_onig.c): MC_UNI_UPPERISH is
+ * [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], MC_UNI_LOWERISH is [\p{Ll}\p{Lm}\p{Lo}\p{M}]. */
+enum { MC_UNI_UPPERISH = 1, MC_UNI_LOWERISH = 2 };
+extern const struct mc_uni_range mc_uni_case_ranges_onig[];
+extern const int mc_uni_n_case_ranges_onig;
+int mc_uni_case_flags(uint32_t cp);
+
 /* Class of a code point in a table (O for anything outside it). Thread-safe. */
 enum mc_uni_class mc_uni_class_in(enum mc_uni_table t, uint32_t cp);
 static inline enum mc_uni_class mc_uni_class_of(uint32_t cp)

@@ -10,9 +10,10 @@
  *   tok_driver bench TYPE VOCAB MERGES MODEL VOCAB_SIZE FILE REPEAT
  *       encodes FILE's lines REPEAT times on one thread, prints MB/s and tokens.
  *   tok_driver pretok KIND TABLE IN OUT
- *       KIND gpt2|llama3|qwen2, TABLE regex|onig: pre-tokenizer pieces of each record of IN, written as records
+ *       KIND gpt2|llama3|qwen2|tiktoken_v1|tiktoken_v2, TABLE regex|onig: pre-tokenizer pieces of each record of IN, written as records
  *       of u32 count + u32 piece lengths (or count 0xFFFFFFFF on error).
- * Use "-" for an unused path. */
+ * Use "-" for an unused path. TikTokenizer options come from the environment:
+ * MC_TIKTOKEN_PATTERN, MC_TIKTOKEN_NUM_SPECIAL, MC_TIKTOKEN_SPECIAL (space-separated). */
 #include "megatron/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -157,8 +158,11 @@ static mc_status collect(void *ctx, const char *piece, size_t len)
 
 static int do_pretok(const char *kind, const char *table, const char *in, const char *outp)
 {
-    enum mc_pretok k = strcmp(kind, "gpt2") == 0 ? MC_PRETOK_GPT2
-                       : strcmp(kind, "llama3") == 0 ? MC_PRETOK_LLAMA3 : MC_PRETOK_QWEN2;
+    enum mc_pretok k = strcmp(kind, "gpt2") == 0     ? MC_PRETOK_GPT2
+                       : strcmp(kind, "llama3") == 0 ? MC_PRETOK_LLAMA3
+                       : strcmp(kind, "qwen2") == 0  ? MC_PRETOK_QWEN2
+                       : strcmp(kind, "tiktoken_v1") == 0 ? MC_PRETOK_TIKTOKEN_V1
+                                                          : MC_PRETOK_TIKTOKEN_V2;
     size_t n;
     char *buf = slurp(in, &n);
     FILE *out = fopen(outp, "wb");
@@ -195,6 +199,16 @@ int main(int argc, char **argv)
         .tokenizer_type = argv[2], .vocab_file = opt(argv[3]), .merge_file = opt(argv[4]),
         .tokenizer_model = opt(argv[5]), .vocab_size = atoll(argv[6]),
     };
+    const char *specials[64];
+    char spec_buf[1024];
+    a.tiktoken_pattern = getenv("MC_TIKTOKEN_PATTERN");
+    a.tiktoken_num_special_tokens = getenv("MC_TIKTOKEN_NUM_SPECIAL") ? atoll(getenv("MC_TIKTOKEN_NUM_SPECIAL")) : 0;
+    if (getenv("MC_TIKTOKEN_SPECIAL")) {
+        snprintf(spec_buf, sizeof(spec_buf), "%s", getenv("MC_TIKTOKEN_SPECIAL"));
+        for (char *tok = strtok(spec_buf, " "); tok && a.n_tiktoken_special_tokens < 64; tok = strtok(NULL, " "))
+            specials[a.n_tiktoken_special_tokens++] = tok;
+        a.tiktoken_special_tokens = specials;
+    }
     mc_tokenizer *t;
     mc_status st = mc_tok_init(&a, &t);
     if (st) {

@@ -4,14 +4,16 @@ exactly Megatron's cache files (names = MD5 of the description, description text
 serve the same samples (tokens, labels, loss_mask, position_ids, attention_mask, dataset_id),
 reuse Megatron's cache without rebuilding (and Megatron must reuse ours), and stop with an error
 where Megatron would hang (a split without tokens)."""
-import json, os, shutil, subprocess, sys, tempfile
+import hashlib, json, os, shutil, subprocess, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megatron_ref  # noqa: E402
 
 BUILD = os.environ.get('MC_BUILD_DIR', 'build')
-TOOL = os.path.join(BUILD, 'bin', 'prepare_cache')
+TOOL = os.path.abspath(os.path.join(BUILD, 'bin', 'prepare_cache'))
+GOLDEN = os.path.join(os.environ.get('MC_SOURCE_DIR', os.path.join(os.path.dirname(__file__), '..', '..')),
+                      'tests', 'golden', 'gptds', 'caches.json')
 PY = '/usr/bin/python3'
 passed = failed = 0
 
@@ -147,18 +149,43 @@ def reuse_by_megatron(results):
         check(before == after and ref2['hashes'] == ref['hashes'], f'{name}: Megatron rebuilt from our cache')
 
 
+def digest(work, name, cache, dump):
+    """sha256 of every cache file and sample dump of one side of a case."""
+    out, d = {}, os.path.join(work, name, cache)
+    for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        out[f] = hashlib.sha256(open(os.path.join(d, f), 'rb').read()).hexdigest()
+    for split in ['train', 'valid', 'test']:
+        p = os.path.join(work, name, f'{dump}.{split}.bin')
+        if os.path.exists(p):
+            out[f'samples.{split}'] = hashlib.sha256(open(p, 'rb').read()).hexdigest()
+    return out
+
+
+def c_only(name, work, c_args, job, n_dump):
+    """Without Megatron: run megatron.c alone (compared with the committed goldens)."""
+    r = run_c(c_args + ['--data-cache-path', os.path.join(work, name, 'c'), '--dump-samples',
+                        str(n_dump), '--dump-path', os.path.join(work, name, 'dc')])
+    check(r.returncode == 0, f'{name}: prepare_cache failed: {r.stderr}')
+
+
 def main():
-    if not megatron_ref.available():
-        print(f'test_gptds_megatron: SKIPPED (no Megatron-LM at {megatron_ref.megatron_root()}; '
-              'set MEGATRON_ROOT)')
-        return 0
+    live = megatron_ref.available()
     if not os.path.exists(TOOL):
         print(f'missing {TOOL}: build first'); return 1
-    megatron_ref.prepared_copy()
+    golden = json.load(open(GOLDEN)) if os.path.exists(GOLDEN) else None
+    if not live and golden is None:
+        print(f'test_gptds_megatron: SKIPPED (no Megatron-LM at {megatron_ref.megatron_root()} and no {GOLDEN})')
+        return 0
+    if live:
+        megatron_ref.prepared_copy()
+    else:
+        print(f'no Megatron-LM at {megatron_ref.megatron_root()}: comparing with the goldens only')
     work = tempfile.mkdtemp(prefix='mc_gptds_')
+    cwd = os.getcwd()
+    os.chdir(work)  # relative data prefixes: the descriptions (and hashes) do not depend on work
     try:
         rng = np.random.default_rng(5)
-        a, b, c = (os.path.join(work, n) for n in ('a', 'b', 'c'))
+        a, b, c = 'a', 'b', 'c'
         la = list(rng.integers(1, 200, size=700)); la[3] = 0; la[50] = 0  # empty sequences too
         write_indexed(a, la, rng)
         write_indexed(b, list(rng.integers(1, 90, size=1200)), rng, dtype=np.int32)
@@ -168,12 +195,12 @@ def main():
         base = dict(tokenizer=tok, eod=50256, pad=None)
 
         def std(name, data_c, data_job, seq, seed, iters, gbs, interval, evals, split='969,30,1',
-                extra=(), flags=None, per_split=None):
+                extra=(), flags=None, per_split=None, pad=None, n_dump=24):
             args = ['--seq-length', str(seq), '--seed', str(seed), '--train-iters', str(iters),
                     '--global-batch-size', str(gbs), '--eval-interval', str(interval),
                     '--eval-iters', str(evals)] + gpt2 + list(extra)
             job = dict(base, seq=seq, seed=seed, sizes=sizes_for(iters, gbs, interval, evals),
-                       flags=flags or {})
+                       flags=flags or {}, pad=pad)
             if per_split:
                 for opt, toks in zip(['--train-data-path', '--valid-data-path', '--test-data-path'], per_split):
                     if toks:
@@ -182,7 +209,7 @@ def main():
             else:
                 args += ['--data-path'] + data_c + ['--split', split]
                 job.update(blend=data_job, split=split)
-            case(name, work, args, job)
+            case(name, work, args, job, n_dump=n_dump)
 
         # single dataset: one epoch, several epochs with and without a separate final epoch
         std('single_1epoch', [a], [a], 32, 1234, 20, 8, 10, 2)
@@ -202,15 +229,40 @@ def main():
         std('per_split', None, None, 32, 17, 20, 4, 10, 2,
             per_split=[['0.7', a, '0.3', b], [c], ['1', b]])
         std('per_split_unweighted', None, None, 16, 8, 20, 4, 10, 2, per_split=[[a, c], [b, c], None])
+        # GPTDatasetConfig fields the CLI does not expose: no extra token (samples do not share
+        # a token) and a kept partial validation sequence (float32 ceil, padding), with a real pad
+        # id (it also masks and zeroes genuine tokens of that id); eod_mask_loss keeps Megatron
+        # off its cached-mask path (spec 4.6)
+        std('no_extra_token', [a], [a], 32, 77, 20, 4, 10, 2,
+            extra=['--no-add-extra-token-to-sequence', '--eod-mask-loss'],
+            flags=dict(add_extra_token_to_sequence=False, eod_mask_loss=True))
+        std('partial_valid', [b], [b], 24, 78, 20, 4, 10, 5, split='90,9,1',
+            extra=['--keep-partial-validation-sequence', '--pad-id', '17', '--eod-mask-loss'],
+            flags=dict(drop_last_partial_validation_sequence=False, eod_mask_loss=True), pad=17,
+            n_dump=400)
+        # other tokenizers' descriptions (NullTokenizer: eod = V; SentencePiece: its model path)
+        job = dict(base, seq=16, seed=5, sizes=sizes_for(10, 4, 5, 1), flags={}, split='969,30,1',
+                   blend=[a], tokenizer=['_NullTokenizer', [None], {'vocab_size': 50300}], eod=50300)
+        case('null_tokenizer', work, ['--data-path', a, '--split', '969,30,1', '--seq-length', '16',
+                                      '--seed', '5', '--train-iters', '10', '--global-batch-size', '4',
+                                      '--eval-interval', '5', '--eval-iters', '1',
+                                      '--tokenizer-type', 'NullTokenizer', '--vocab-size', '50300'], job)
+        job = dict(base, seq=16, seed=6, sizes=sizes_for(10, 4, 5, 1), flags={}, split='969,30,1',
+                   blend=[a], tokenizer=['_Llama2Tokenizer', ['tok/llama.model'], {'vocab_extra_ids': 0}])
+        case('llama2_tokenizer', work, ['--data-path', a, '--split', '969,30,1', '--seq-length', '16',
+                                        '--seed', '6', '--train-iters', '10', '--global-batch-size', '4',
+                                        '--eval-interval', '5', '--eval-iters', '1', '--eod-id', '50256',
+                                        '--tokenizer-type', 'Llama2Tokenizer',
+                                        '--tokenizer-model', 'tok/llama.model'], job)
         # blends read from files (--data-args-path, --per-split-data-args-path)
-        fa = os.path.join(work, 'blend.txt')
+        fa = 'blend.txt'
         open(fa, 'w').write(f'0.25 {a}\n 0.75\t{c}\n')
         job = dict(base, seq=32, seed=21, sizes=sizes_for(20, 4, 10, 2), flags={}, split='969,30,1',
                    blend=['0.25', a, '0.75', c])
         case('data_args_path', work, ['--data-args-path', fa, '--split', '969,30,1', '--seq-length', '32',
                                       '--seed', '21', '--train-iters', '20', '--global-batch-size', '4',
                                       '--eval-interval', '10', '--eval-iters', '2'] + gpt2, job)
-        fj = os.path.join(work, 'per_split.json')
+        fj = 'per_split.json'
         json.dump({'train': f'0.5 {a} 0.5 {c}', 'valid': [b], 'test': None}, open(fj, 'w'))
         job = dict(base, seq=16, seed=22, sizes=sizes_for(20, 4, 10, 2), flags={}, split=None,
                    blend_per_split=[['0.5', a, '0.5', c], [b], None])
@@ -224,18 +276,33 @@ def main():
                             '--global-batch-size', '4', '--eval-interval', '5', '--eval-iters', '2'] + gpt2,
              job, n_dump=8)
         # an empty split (round(0.999 * 300) == 300): Megatron hangs, we stop with an error
-        e = os.path.join(work, 'e')
+        e = 'e'
         write_indexed(e, [10] * 300, rng)
         r = run_c(['--data-path', e, '--split', '969,30,1', '--seq-length', '8', '--train-iters', '5',
                    '--global-batch-size', '2', '--eval-iters', '1', '--eval-interval', '5',
                    '--data-cache-path', os.path.join(work, 'ecache')] + gpt2)
         check(r.returncode != 0 and 'test split' in r.stderr and '0 tokens' in r.stderr,
               f'empty split: rc {r.returncode}, stderr {r.stderr!r}')
-        results = run_megatron([c[3] for c in CASES])
-        for c, ref in zip(CASES, results):
-            verify(*c, ref)
-        reuse_by_megatron(results)
+        if live:
+            results = run_megatron([cs[3] for cs in CASES])
+            for cs, ref in zip(CASES, results):
+                verify(*cs, ref)
+            reuse_by_megatron(results)
+        else:
+            for cs in CASES:
+                c_only(*cs)
+        if live and os.environ.get('MC_GPTDS_WRITE_GOLDEN'):
+            golden = {cs[0]: digest(work, cs[0], 'meg', 'dm') for cs in CASES}
+            with open(GOLDEN + '.tmp', 'w') as f:
+                json.dump(golden, f, indent=1, sort_keys=True)
+            os.replace(GOLDEN + '.tmp', GOLDEN)
+            print('wrote', GOLDEN)
+        if golden is not None:  # megatron.c against Megatron's recorded outputs
+            for cs in CASES:
+                got, want = digest(work, cs[0], 'c', 'dc'), golden.get(cs[0])
+                check(got == want, f'{cs[0]}: differs from the golden {GOLDEN}')
     finally:
+        os.chdir(cwd)
         shutil.rmtree(work, ignore_errors=True)
     print(f'test_gptds_megatron: {passed} passed, {failed} failed')
     return 1 if failed else 0

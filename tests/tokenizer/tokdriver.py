@@ -1,5 +1,6 @@
 """Helpers for the tokenizer tests: run build/tests/tok_driver on many strings at once, and
 generate nasty Unicode test strings. Standard library only."""
+import functools
 import os
 import random
 import struct
@@ -220,4 +221,75 @@ def megatron_tokenizer_module():
     stub = types.ModuleType("megatron.training.tokenizer.multimodal_tokenizer")
     stub.MultimodalTokenizer = object
     sys.modules[stub.__name__] = stub
+    # CustomTikTokenizer imports print_rank_0 from megatron.training and megatron.training.utils
+    quiet = lambda *a, **k: None  # noqa: E731
+    sys.modules["megatron.training"].print_rank_0 = quiet
+    utils = types.ModuleType("megatron.training.utils")
+    utils.print_rank_0 = quiet
+    sys.modules[utils.__name__] = utils
     return load("megatron.training.tokenizer.tokenizer", "megatron/training/tokenizer/tokenizer.py")
+
+
+@functools.lru_cache(maxsize=None)
+def regex_class_mismatches():
+    """Code points whose \\p{L}/\\p{N}/\\s class differs between the installed Python `regex`
+    module and megatron.c's table (src/tokenizer/unicode_classes.c, regex 2022.10.31 /
+    Unicode 15.0). Empty for that version; a newer `regex` knows newer Unicode, and texts with
+    those code points cannot be compared with a live reference."""
+    import re as _re
+    import regex
+    if regex.__version__ == "2.5.123":  # the version of Debian's python3-regex 2022.10.31
+        return set()
+    table = {}
+    src = open(os.path.join(SRC, "src", "tokenizer", "unicode_classes.c"), encoding="utf-8").read()
+    for lo, hi, cls in _re.findall(r"\{0x([0-9A-F]+), 0x([0-9A-F]+), MC_UNI_([LNS])\}", src):
+        for cp in range(int(lo, 16), int(hi, 16) + 1):
+            table[cp] = cls
+    pats = [("L", regex.compile(r"\p{L}")), ("N", regex.compile(r"\p{N}")), ("S", regex.compile(r"\s"))]
+    bad = set()
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        live = next((k for k, p in pats if p.match(ch)), None)
+        if live != table.get(cp):
+            bad.add(cp)
+    print("note: Python regex %s differs from megatron.c's Unicode 15.0 table on %d code points; "
+          "texts with them are skipped" % (regex.__version__, len(bad)))
+    return bad
+
+
+def without(texts, bad):
+    return [t for t in texts if not any(ord(ch) in bad for ch in t)] if bad else texts
+
+
+@functools.lru_cache(maxsize=None)
+def onig_class_mismatches():
+    """The same for the Oniguruma engine of HuggingFace `tokenizers` vs unicode_classes_onig.c
+    (made with tokenizers 0.23.3)."""
+    import re as _re
+    import tokenizers
+    from tokenizers import Regex, pre_tokenizers
+    if tokenizers.__version__ == "0.23.3":
+        return set()
+    table = {}
+    src = open(os.path.join(SRC, "src", "tokenizer", "unicode_classes_onig.c"), encoding="utf-8").read()
+    for lo, hi, cls in _re.findall(r"\{0x([0-9A-F]+), 0x([0-9A-F]+), MC_UNI_([LNS])\}", src):
+        for cp in range(int(lo, 16), int(hi, 16) + 1):
+            table[cp] = cls
+    live = {}
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for cls, pat in (("L", r"\p{L}"), ("N", r"\p{N}"), ("S", r"\s")):
+        split = pre_tokenizers.Split(Regex(pat), behavior="removed", invert=False)
+        for i in range(0, len(cps), 50000):
+            chunk = cps[i:i + 50000]
+            kept = set()
+            for _, (a, b) in split.pre_tokenize_str("".join(chr(c) for c in chunk)):
+                kept.update(range(a, b))
+            for k, c in enumerate(chunk):
+                if k not in kept:
+                    live[c] = cls
+    bad = {c for c in cps if live.get(c) != table.get(c)}
+    print("note: tokenizers %s differs from megatron.c's Oniguruma table on %d code points; "
+          "texts with them are skipped" % (tokenizers.__version__, len(bad)))
+    return bad

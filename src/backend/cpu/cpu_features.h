@@ -27,11 +27,4 @@ bool mc_cpu_has_avx512(void);
 /* Writes a space-separated list of usable features ("avx2 fma avx512f ...") into buf. */
 void mc_cpu_features_str(char *buf, int size);
 
-/* The CPU ops table for this machine (select.c), chosen once and logged once: the AVX-512
- * kernels when the CPU and OS support AVX-512 F/BW/VL/DQ, else the references with BLAS GEMM.
- * MC_KERNELS=ref forces the scalar references (GEMM included); MC_KERNELS=avx512|auto (or unset)
- * picks automatically. Never NULL. */
-struct mc_backend_ops;
-const struct mc_backend_ops *mc_cpu_backend_select(void);
-
 #endif /* MC_CPU_FEATURES_H */

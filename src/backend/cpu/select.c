@@ -1,8 +1,10 @@
 /* Chooses the CPU ops table once at startup: AVX-512 kernels (kernels/<op>_avx512.c + BLAS GEMM)
  * when CPUID and XGETBV say they can run, else the scalar references with BLAS GEMM.
- * MC_KERNELS=ref forces the references (the definition every fast kernel is tested against).
+ * MC_KERNELS=ref forces the references (the definition every fast kernel is tested against;
+ * backend.c also honours it before calling here); MC_KERNELS=auto|avx512 or unset choose
+ * automatically. The choice is logged once.
  * Plays the role of PyTorch's CPU capability dispatch; Megatron itself only targets CUDA. */
-#include "backend/backend.h"
+#include "backend/backend_internal.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "megatron.h"
@@ -10,9 +12,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Provided by the reference table (ref_table.c). */
-const struct mc_backend_ops *mc_cpu_backend_ref_blas(void);
 
 static const struct mc_backend_ops avx512_ops = {
     .version = MC_BACKEND_VERSION,

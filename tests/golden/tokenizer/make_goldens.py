@@ -128,7 +128,7 @@ def llama2_style(metaspace):
 
 
 def hf_golden():
-    texts = texts_for_goldens(150, 60)
+    texts = texts_for_goldens(80, 30)
     cases = {}
     for name, (tok, eos) in hf_models().items():
         d = os.path.join(HERE, name)
@@ -136,8 +136,8 @@ def hf_golden():
         tok.save(os.path.join(d, "tokenizer.json"))
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos}, f, indent=2)
-        use = [t for t in texts if name != "hf_qwen2" or all(ord(ch) < 0x300 for ch in t)]
-        use += ["", " ", "  two  spaces ", "<s>x</s>y", "a<unk>b", "\u2581already"]
+        use = texts + ["", " ", "  two  spaces ", "<s>x</s>y", "a<unk>b", "\u2581already"]
+        use = [t for t in use if name != "hf_qwen2" or all(ord(ch) < 0x300 for ch in t)]
         cases[name] = {"texts": use, "ids": [tok.encode(t).ids for t in use],
                        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
                        "eod": tok.token_to_id(eos)}
@@ -215,11 +215,68 @@ def spm_golden():
                   ensure_ascii=False, separators=(",", ":"))
 
 
+def tiktoken_vocab(path, n_merges=700):
+    """A tiktoken JSON vocab ({rank, token_bytes, token_str}): the 256 bytes, then the merges of
+    a byte-level BPE trained by HuggingFace `tokenizers` on the license texts, in merge order."""
+    import base64
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.train(LIC, trainers.BpeTrainer(vocab_size=256 + n_merges, show_progress=False,
+                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    byte_of = {v: k for k, v in _bytes_to_unicode().items()}
+    toks = [bytes([i]) for i in range(256)]
+    for a, b in json.loads(t.to_str())["model"]["merges"]:
+        tb = bytes(byte_of[ch] for ch in a + b)
+        if tb not in toks:
+            toks.append(tb)
+    with open(path, "w") as f:
+        json.dump([{"rank": i, "token_bytes": base64.b64encode(tb).decode(),
+                    "token_str": tb.decode("utf-8", "replace")} for i, tb in enumerate(toks)], f)
+    return len(toks)
+
+
+def _bytes_to_unicode():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+TIKTOKEN_CONFIGS = [  # (pattern, vocab_size, num_special_tokens, special_tokens)
+    ("v1", 900, 100, None), ("v1", 950, 40, ["<unk>", "<s>", "</s>", "<mask>", "<|endoftext|>"]),
+    ("v2", 900, 100, None)]
+
+
+def tiktoken_golden():
+    import tiktoken
+    mt = td.megatron_tokenizer_module()
+    path = os.path.join(HERE, "tiktoken_vocab.json")
+    tiktoken_vocab(path)
+    texts = texts_for_goldens(80, 30) + ["<s>x</s>", "<|endoftext|>", "<SPECIAL_7>"]
+    cases = []
+    for pattern, vs, ns, sp in TIKTOKEN_CONFIGS:
+        pat = mt.PATTERN_TIKTOKEN if pattern == "v1" else mt.PATTERN_TIKTOKEN_V2
+        tok = mt.CustomTikTokenizer(path, pat, vs, ns, sp)
+        cases.append({"pattern": pattern, "vocab_size": vs, "num_special_tokens": ns, "special_tokens": sp,
+                      "eod": tok.eod, "ids": [tok.tokenize(t) for t in texts]})
+    with open(os.path.join(HERE, "tiktoken_cases.json"), "w", encoding="utf-8") as f:
+        json.dump({"made_by": "make_goldens.py with Megatron-LM core_v0.12.1 CustomTikTokenizer "
+                   "(patterns v1, v2) and tiktoken %s" % tiktoken.__version__, "texts": texts,
+                   "cases": cases}, f, ensure_ascii=False, separators=(",", ":"))
+
+
 if __name__ == "__main__":
-    what = sys.argv[1:] or ["gpt2", "hf", "spm"]
+    what = sys.argv[1:] or ["gpt2", "hf", "spm", "tiktoken"]
     if "gpt2" in what:
         gpt2_golden()
     if "hf" in what:
         hf_golden()
     if "spm" in what:
         spm_golden()
+    if "tiktoken" in what:
+        tiktoken_golden()

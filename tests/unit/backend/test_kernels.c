@@ -3,7 +3,7 @@
  * against the reference GEMM, and the table selection (MC_KERNELS=ref). Ops whose fast version
  * repeats the reference's fp32 operations (column sums, AdamW, RoPE, embedding, ...) must match
  * it exactly; transcendental ops get tolerances stated next to each check. */
-#include "backend/backend.h"
+#include "backend/backend_internal.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "megatron.h"

@@ -1,7 +1,11 @@
 /* Accuracy of the vectorized exp / tanh / erf / sigmoid of vec_avx512.h against libm in double,
  * in ulps of the fp32 result, on a dense grid (plus special values). The AVX-512 target is
  * enabled for this file only, and the checks run only when the CPU/OS support AVX-512. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))), apply_to = function)
+#else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+#endif
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/vec_avx512.h"
 #include "test.h"
@@ -76,3 +80,6 @@ int main(void)
     CHECK(lane0(v_sigmoid_f, -200.0f) == 0.0f && lane0(v_sigmoid_f, 200.0f) == 1.0f);
     return test_summary("test_vec_math");
 }
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

@@ -93,7 +93,21 @@ static void test_description(void)
     /* second time: a cache hit, same indices */
     st = mc_gpt_dataset_init(&c, &ll, 0, 2, 160, MC_SPLIT_TRAIN, &d);
     CHECK(st == MC_OK && d && !mc_gpt_dataset_built_anew(d));
+    int64_t n_samples = d ? mc_gpt_dataset_len(d) : 0;
     mc_gpt_dataset_free(d);
+    /* a corrupted cache (a shuffle index pointing past the samples) is an error, not a crash */
+    char f[256];
+    snprintf(f, sizeof(f), "%s/b745cd9038321994c7457f3d88cc8d82-GPTDataset-train-shuffle_index.npy", dir);
+    uint32_t *bad = calloc((size_t)n_samples, sizeof(uint32_t));
+    bad[0] = (uint32_t)n_samples;
+    int64_t shp[1] = {n_samples};
+    CHECK(mc_npy_save(f, "<u4", 1, shp, bad) == MC_OK);
+    st = mc_gpt_dataset_init(&c, &ll, 0, 2, 160, MC_SPLIT_TRAIN, &d);
+    CHECK(st == MC_ERR_FORMAT && d == NULL && strstr(mc_last_error(), "shuffle_index[0]"));
+    CHECK(mc_npy_save(f, "<i2", 1, shp, bad) == MC_OK); /* wrong dtype */
+    st = mc_gpt_dataset_init(&c, &ll, 0, 2, 160, MC_SPLIT_TRAIN, &d);
+    CHECK(st == MC_ERR_FORMAT && d == NULL);
+    free(bad);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     CHECK(system(cmd) == 0);

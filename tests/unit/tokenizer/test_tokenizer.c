@@ -75,6 +75,13 @@ static void test_factory_errors(void)
     CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG);
     a.tokenizer_type = "GPT2BPETokenizer";
     CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--vocab-file"));
+    a.tokenizer_type = "TikTokenizer";
+    CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--tokenizer-model"));
+    a.tokenizer_model = "x.json";
+    CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--tiktoken-pattern"));
+    a.tokenizer_model = NULL;
+    a.tokenizer_type = "SentencePieceTokenizer";
+    CHECK(mc_tok_init(&a, &t) == MC_ERR_CONFIG && strstr(mc_last_error(), "--tokenizer-model"));
     mc_tok_free(NULL);
 }
 
@@ -189,6 +196,63 @@ static void test_gpt2_threads(void)
     mc_tok_free(t);
 }
 
+/* Every tokenizer type encodes the same texts identically from 4 threads at once (shared BPE
+ * caches, lazily built Unicode tables) as from one. */
+static void check_threads(const struct mc_tokenizer_args *a)
+{
+    mc_tokenizer *t;
+    if (mc_tok_init(a, &t) != MC_OK) {
+        fprintf(stderr, "%s %s: %s\n", a->tokenizer_type, a->tokenizer_model, mc_last_error());
+        CHECK(0);
+        return;
+    }
+    enum { N = 64 };
+    static char texts[N][160];
+    struct mc_tokens want[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(texts[i], sizeof(texts[i]), "Doc %d: the license grants rights %d times, "
+                 "caf\xc3\xa9 \xe6\x9d\xb1\xe4\xba\xac %x \xf0\x9f\x98\x80 it's %d%d",
+                 i, i * 7, i * 12345, i, i % 3);
+        want[i] = (struct mc_tokens){0};
+        CHECK(mc_tok_encode(t, texts[i], strlen(texts[i]), &want[i]) == MC_OK);
+    }
+    int bad = 0;
+#pragma omp parallel for num_threads(4) reduction(+ : bad) schedule(dynamic)
+    for (int r = 0; r < 8 * N; r++) {
+        int i = (r * 17) % N;
+        struct mc_tokens got = {0};
+        if (mc_tok_encode(t, texts[i], strlen(texts[i]), &got) != MC_OK || got.len != want[i].len ||
+            memcmp(got.data, want[i].data, (size_t)got.len * sizeof(int64_t)) != 0)
+            bad++;
+        mc_free(got.data);
+    }
+    CHECK(bad == 0);
+    for (int i = 0; i < N; i++)
+        mc_free(want[i].data);
+    mc_tok_free(t);
+}
+
+static void test_all_types_threads(void)
+{
+    const char *src = getenv("MC_SOURCE_DIR");
+    char path[3][1024];
+    const char *gold = "tests/golden/tokenizer";
+    snprintf(path[0], sizeof(path[0]), "%s/%s/hf_llama3", src ? src : "..", gold);
+    snprintf(path[1], sizeof(path[1]), "%s/%s/hf_llama2", src ? src : "..", gold);
+    snprintf(path[2], sizeof(path[2]), "%s/%s/spm/uni_nfkc.model", src ? src : "..", gold);
+    if (access(path[2], R_OK) != 0) {
+        printf("test_all_types_threads: SKIP (goldens not found under %s)\n", src ? src : "..");
+        return;
+    }
+    struct mc_tokenizer_args a = {.tokenizer_type = "HuggingFaceTokenizer", .tokenizer_model = path[0]};
+    check_threads(&a);
+    a.tokenizer_model = path[1];
+    check_threads(&a);
+    a.tokenizer_type = "SentencePieceTokenizer";
+    a.tokenizer_model = path[2];
+    check_threads(&a);
+}
+
 int main(void)
 {
     test_padding();
@@ -197,6 +261,7 @@ int main(void)
     test_utf8();
     test_bpe_engine();
     test_gpt2_threads();
+    test_all_types_threads();
     CHECK(mc_alloc_live_bytes() == 0);
     return test_summary("test_tokenizer");
 }
