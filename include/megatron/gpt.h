@@ -134,6 +134,12 @@ MC_API const float *mc_gpt_logits(const mc_gpt_model *m);
 MC_API mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss /* [b, s] */);
 MC_API void mc_gpt_zero_grad(mc_gpt_model *m);
 
+/* Attaches this rank's tensor-parallel communicator (an MPI_Comm *, which must outlive the
+ * model): with tensor_model_parallel_size > 1, forward, backward and the optimizer's grad norm
+ * all-reduce over it (Megatron's tensor_parallel/mappings.py regions). Its size and this
+ * process's rank in it must equal the config's; MC_ERR_UNSUPPORTED in a build without MPI. */
+MC_API mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm);
+
 /* Dropout step counter: advance once per iteration so every step draws fresh masks; also
  * resets the micro-batch counter (training forwards within a step draw different masks). */
 MC_API void mc_gpt_set_step(mc_gpt_model *m, int64_t step);

@@ -381,7 +381,7 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
 
 const float *mc_gpt_logits(const mc_gpt_model *m) { return m->logits; }
 
-mc_status mc_gpt_set_tp_comm(struct mc_gpt_model *m, void *mpi_comm)
+mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 {
 #if defined(MC_HAVE_MPI)
     if (mpi_comm) {

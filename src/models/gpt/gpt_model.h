@@ -52,9 +52,4 @@ struct mc_gpt_model {
     const uint8_t *fwd_mask;
 };
 
-/* Attaches the tensor-parallel group's communicator (an MPI_Comm *, which must outlive the
- * model) so forward/backward/grad norm communicate; for parallel_state. The communicator's
- * size and this process's rank in it must equal the config's tensor-parallel size and rank. */
-mc_status mc_gpt_set_tp_comm(struct mc_gpt_model *m, void *mpi_comm);
-
 #endif /* MC_GPT_MODEL_H */
