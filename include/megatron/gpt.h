@@ -103,7 +103,8 @@ MC_API int64_t mc_gpt_num_params(const mc_gpt_model *m);
 MC_API struct mc_param_view mc_gpt_param(const mc_gpt_model *m, int64_t i);
 /* Index of the named parameter, or -1. */
 MC_API int64_t mc_gpt_param_index(const mc_gpt_model *m, const char *name);
-/* Total elements in the parameter block (this rank). */
+/* Total elements in the parameter block (this rank): exactly the sum of the views' numel, which
+ * are packed in state-dict order (the grad block has the same layout). */
 MC_API int64_t mc_gpt_num_elements(const mc_gpt_model *m);
 
 /* One micro-batch, batch-first as pretrain_gpt's get_batch returns it. */

@@ -77,8 +77,6 @@ static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 /* Adds one parameter (pass 2 also records its slot pointers). */
 static void add_param(struct mc_gpt_model *m, bool assign, const char *name, int ndim,
                       int64_t d0, int64_t d1, enum mc_gpt_init init, int64_t ordinal,
@@ -108,7 +106,7 @@ static void add_param(struct mc_gpt_model *m, bool assign, const char *name, int
         *slot_g = p->view.grad;
     }
     m->n_params++;
-    m->n_elements += align16(numel);
+    m->n_elements += numel; /* views are packed: the block holds exactly the parameters */
 }
 
 /* Walks the parameters in Megatron's state_dict order (spec §3.7). */

@@ -13,7 +13,7 @@ enum mc_gpt_init { MC_INIT_NORMAL, MC_INIT_SCALED_NORMAL, MC_INIT_ONE, MC_INIT_Z
 struct mc_gpt_param {
     struct mc_param_view view;
     char name[MC_GPT_NAME_MAX];
-    int64_t offset;        /* into param_block / grad_block, in floats (64-byte aligned) */
+    int64_t offset;        /* into param_block / grad_block, in floats (views are packed) */
     enum mc_gpt_init init;
     int64_t ordinal;       /* construction order of the master matrix (RNG stream) */
     bool gated;            /* SwiGLU fc1: rows are [gate_r; up_r] */
