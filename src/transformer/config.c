@@ -43,6 +43,8 @@ void mc_gpt_config_default(struct mc_gpt_config *cfg)
         .params_dtype = MC_DTYPE_F32,
         .tensor_model_parallel_size = 1,
         .tensor_model_parallel_rank = 0,
+        .pipeline_model_parallel_size = 1,
+        .pipeline_model_parallel_rank = 0,
     };
 }
 
@@ -83,6 +85,19 @@ static mc_status check_sizes(const struct mc_gpt_config *c)
                         "(--tensor-model-parallel-size %d)",
                         c->tensor_model_parallel_rank, c->tensor_model_parallel_size,
                         c->tensor_model_parallel_size);
+    if (c->pipeline_model_parallel_size < 0)
+        return mc_error(MC_ERR_CONFIG, "--pipeline-model-parallel-size must be >= 1 (got %d)",
+                        c->pipeline_model_parallel_size);
+    int pp = c->pipeline_model_parallel_size ? c->pipeline_model_parallel_size : 1;
+    if (c->pipeline_model_parallel_rank < 0 || c->pipeline_model_parallel_rank >= pp)
+        return mc_error(MC_ERR_CONFIG,
+                        "pipeline-model-parallel rank %d is outside [0, %d) "
+                        "(--pipeline-model-parallel-size %d)",
+                        c->pipeline_model_parallel_rank, pp, pp);
+    if (c->num_layers % pp != 0)
+        return mc_error(MC_ERR_CONFIG, "Number of layers should be divisible by the "
+                        "pipeline-model-parallel size: --num-layers %lld, "
+                        "--pipeline-model-parallel-size %d", (long long)c->num_layers, pp);
     return MC_OK;
 }
 
@@ -267,6 +282,8 @@ mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg)
     if (!cfg)
         return mc_error(MC_ERR_CONFIG, "no GPT config given");
     mc_status st;
+    if (cfg->pipeline_model_parallel_size == 0)
+        cfg->pipeline_model_parallel_size = 1;
     if ((st = check_sizes(cfg)) != MC_OK || (st = check_enums(cfg)) != MC_OK ||
         (st = derive_widths(cfg)) != MC_OK || (st = derive_vocab(cfg)) != MC_OK ||
         (st = check_positions(cfg)) != MC_OK || (st = check_probabilities(cfg)) != MC_OK ||

@@ -13,7 +13,10 @@
 
 /* Sizes derived from a validated config; _l = this tensor-parallel rank's share. */
 struct mc_tfm_dims {
-    int64_t L, h, np, ng, hn, ffn, V, tp, tp_rank;
+    int64_t L;                       /* layers on this pipeline stage */
+    int64_t layer_offset;            /* global index of this stage's first layer */
+    bool first_stage, last_stage;    /* embeddings / final norm, output layer and loss */
+    int64_t h, np, ng, hn, ffn, V, tp, tp_rank;
     int64_t np_l, ng_l, per_group;   /* per_group = np / ng query heads per key/value head */
     int64_t qkv_l;                   /* (np + 2 ng) hn / tp: linear_qkv rows on this rank */
     int64_t ctx_l;                   /* np_l * hn: linear_proj input width on this rank */

@@ -44,7 +44,11 @@ void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t sit
 
 static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 {
-    d->L = c->num_layers;
+    int pp = c->pipeline_model_parallel_size;
+    d->L = c->num_layers / pp;
+    d->layer_offset = (int64_t)c->pipeline_model_parallel_rank * d->L;
+    d->first_stage = c->pipeline_model_parallel_rank == 0;
+    d->last_stage = c->pipeline_model_parallel_rank == pp - 1;
     d->h = c->hidden_size;
     d->np = c->num_attention_heads;
     d->ng = c->num_query_groups;
@@ -78,29 +82,29 @@ static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 /* ---- parameters ------------------------------------------------------------------------- */
 
 /* Adds one parameter (pass 2 also records its slot pointers). */
-static void add_param(struct mc_gpt_model *m, bool assign, const char *name, int ndim,
-                      int64_t d0, int64_t d1, enum mc_gpt_init init, int64_t ordinal,
-                      int partition_dim, bool gated, float **slot_p, float **slot_g)
+static void add_param(struct mc_gpt_model *m, bool assign, const struct mc_gpt_param_spec *sp,
+                      float **slot_p, float **slot_g)
 {
-    int64_t numel = ndim == 1 ? d0 : d0 * d1;
+    int64_t numel = sp->ndim == 1 ? sp->d0 : sp->d0 * sp->d1;
     if (assign) {
         struct mc_gpt_param *p = &m->params[m->n_params];
-        snprintf(p->name, sizeof(p->name), "%s", name);
+        snprintf(p->name, sizeof(p->name), "%s", sp->name);
         p->offset = m->n_elements;
-        p->init = init;
-        p->ordinal = ordinal;
-        p->gated = gated;
-        size_t len = strlen(name);
+        p->init = sp->init;
+        p->ordinal = sp->ordinal;
+        p->gated = sp->gated;
+        size_t len = strlen(sp->name);
         p->view = (struct mc_param_view){
             .name = p->name,
-            .ndim = ndim,
-            .shape = {d0, ndim == 1 ? 0 : d1},
+            .ndim = sp->ndim,
+            .shape = {sp->d0, sp->ndim == 1 ? 0 : sp->d1},
             .numel = numel,
             .data = m->param_block + p->offset,
             .grad = m->grad_block + p->offset,
-            .no_weight_decay = ndim == 1 || (len >= 5 && strcmp(name + len - 5, ".bias") == 0),
-            .tensor_parallel = partition_dim >= 0,
-            .partition_dim = partition_dim,
+            .no_weight_decay = sp->ndim == 1 || (len >= 5 && strcmp(sp->name + len - 5, ".bias") == 0),
+            .tensor_parallel = sp->partition_dim >= 0,
+            .partition_dim = sp->partition_dim,
+            .shared = sp->shared,
         };
         *slot_p = p->view.data;
         *slot_g = p->view.grad;
@@ -109,65 +113,93 @@ static void add_param(struct mc_gpt_model *m, bool assign, const char *name, int
     m->n_elements += numel; /* views are packed: the block holds exactly the parameters */
 }
 
-/* Walks the parameters in Megatron's state_dict order (spec §3.7). */
+/* Shorthands for the parameter table below. */
+#define VEC(nm, n, ini) (&(struct mc_gpt_param_spec){nm, 1, n, 0, ini, -1, -1, false, false})
+#define COL(nm, r, c, ini, ord, gate) \
+    (&(struct mc_gpt_param_spec){nm, 2, r, c, ini, ord, 0, gate, false})
+#define ROW(nm, r, c, ord) \
+    (&(struct mc_gpt_param_spec){nm, 2, r, c, MC_INIT_SCALED_NORMAL, ord, 1, false, false})
+#define BIAS(nm, n, gate) (&(struct mc_gpt_param_spec){nm, 1, n, 0, MC_INIT_ZERO, -1, 0, gate, false})
+
+static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    struct mc_tfm_layer_weights *w = &m->layer_w[l], *g = &m->layer_g[l];
+    int64_t gl = d->layer_offset + l; /* construction order is global */
+    char nm[MC_GPT_NAME_MAX];
+#define NAME(suffix) (snprintf(nm, sizeof(nm), "decoder.layers.%lld.%s", (long long)l, suffix), nm)
+    add_param(m, assign, VEC(NAME("input_layernorm.weight"), d->h, MC_INIT_ONE), &w->ln1_w, &g->ln1_w);
+    if (d->layernorm)
+        add_param(m, assign, VEC(NAME("input_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln1_b,
+                  &g->ln1_b);
+    add_param(m, assign, ROW(NAME("self_attention.linear_proj.weight"), d->h, d->ctx_l, 2 + 4 * gl),
+              &w->proj_w, &g->proj_w);
+    if (d->linear_bias)
+        add_param(m, assign, VEC(NAME("self_attention.linear_proj.bias"), d->h, MC_INIT_ZERO),
+                  &w->proj_b, &g->proj_b);
+    add_param(m, assign, COL(NAME("self_attention.linear_qkv.weight"), d->qkv_l, d->h,
+                             MC_INIT_NORMAL, 3 + 4 * gl, false), &w->qkv_w, &g->qkv_w);
+    if (d->qkv_bias)
+        add_param(m, assign, BIAS(NAME("self_attention.linear_qkv.bias"), d->qkv_l, false),
+                  &w->qkv_b, &g->qkv_b);
+    add_param(m, assign, VEC(NAME("pre_mlp_layernorm.weight"), d->h, MC_INIT_ONE), &w->ln2_w,
+              &g->ln2_w);
+    if (d->layernorm)
+        add_param(m, assign, VEC(NAME("pre_mlp_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln2_b,
+                  &g->ln2_b);
+    add_param(m, assign, COL(NAME("mlp.linear_fc1.weight"), d->fc1_l, d->h, MC_INIT_NORMAL,
+                             4 + 4 * gl, d->gated), &w->fc1_w, &g->fc1_w);
+    if (d->linear_bias)
+        add_param(m, assign, BIAS(NAME("mlp.linear_fc1.bias"), d->fc1_l, d->gated), &w->fc1_b,
+                  &g->fc1_b);
+    add_param(m, assign, ROW(NAME("mlp.linear_fc2.weight"), d->h, d->ffn_l, 5 + 4 * gl), &w->fc2_w,
+              &g->fc2_w);
+    if (d->linear_bias)
+        add_param(m, assign, VEC(NAME("mlp.linear_fc2.bias"), d->h, MC_INIT_ZERO), &w->fc2_b,
+                  &g->fc2_b);
+#undef NAME
+}
+
+/* Walks this stage's parameters in Megatron's state_dict order (spec §3.7). With tied
+ * embeddings and pp > 1 the last stage owns output_layer.weight, a shared copy initialized
+ * from the word-embedding stream (ordinal 0), so it equals the first stage's embedding. */
 static void walk_params(struct mc_gpt_model *m, bool assign)
 {
     const struct mc_tfm_dims *d = &m->dims;
     const struct mc_gpt_config *c = &m->cfg;
-    char nm[MC_GPT_NAME_MAX];
     m->n_params = 0;
     m->n_elements = 0;
-    add_param(m, assign, "embedding.word_embeddings.weight", 2, d->V_l, d->h, MC_INIT_NORMAL, 0,
-              0, false, &m->word_w, &m->word_g);
-    if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
-        add_param(m, assign, "embedding.position_embeddings.weight", 2,
-                  c->max_position_embeddings, d->h, MC_INIT_NORMAL, 1, -1, false, &m->pos_w,
-                  &m->pos_g);
-    for (int64_t l = 0; l < d->L; l++) {
-        struct mc_tfm_layer_weights *w = &m->layer_w[l], *g = &m->layer_g[l];
-        const char *pre = "decoder.layers";
-#define NAME(suffix) (snprintf(nm, sizeof(nm), "%s.%lld.%s", pre, (long long)l, suffix), nm)
-        add_param(m, assign, NAME("input_layernorm.weight"), 1, d->h, 0, MC_INIT_ONE, -1, -1,
-                  false, &w->ln1_w, &g->ln1_w);
-        if (d->layernorm)
-            add_param(m, assign, NAME("input_layernorm.bias"), 1, d->h, 0, MC_INIT_ZERO, -1, -1,
-                      false, &w->ln1_b, &g->ln1_b);
-        add_param(m, assign, NAME("self_attention.linear_proj.weight"), 2, d->h, d->ctx_l,
-                  MC_INIT_SCALED_NORMAL, 2 + 4 * l, 1, false, &w->proj_w, &g->proj_w);
-        if (d->linear_bias)
-            add_param(m, assign, NAME("self_attention.linear_proj.bias"), 1, d->h, 0,
-                      MC_INIT_ZERO, -1, -1, false, &w->proj_b, &g->proj_b);
-        add_param(m, assign, NAME("self_attention.linear_qkv.weight"), 2, d->qkv_l, d->h,
-                  MC_INIT_NORMAL, 3 + 4 * l, 0, false, &w->qkv_w, &g->qkv_w);
-        if (d->qkv_bias)
-            add_param(m, assign, NAME("self_attention.linear_qkv.bias"), 1, d->qkv_l, 0,
-                      MC_INIT_ZERO, -1, 0, false, &w->qkv_b, &g->qkv_b);
-        add_param(m, assign, NAME("pre_mlp_layernorm.weight"), 1, d->h, 0, MC_INIT_ONE, -1, -1,
-                  false, &w->ln2_w, &g->ln2_w);
-        if (d->layernorm)
-            add_param(m, assign, NAME("pre_mlp_layernorm.bias"), 1, d->h, 0, MC_INIT_ZERO, -1,
-                      -1, false, &w->ln2_b, &g->ln2_b);
-        add_param(m, assign, NAME("mlp.linear_fc1.weight"), 2, d->fc1_l, d->h, MC_INIT_NORMAL,
-                  4 + 4 * l, 0, d->gated, &w->fc1_w, &g->fc1_w);
-        if (d->linear_bias)
-            add_param(m, assign, NAME("mlp.linear_fc1.bias"), 1, d->fc1_l, 0, MC_INIT_ZERO, -1, 0,
-                      d->gated, &w->fc1_b, &g->fc1_b);
-        add_param(m, assign, NAME("mlp.linear_fc2.weight"), 2, d->h, d->ffn_l,
-                  MC_INIT_SCALED_NORMAL, 5 + 4 * l, 1, false, &w->fc2_w, &g->fc2_w);
-        if (d->linear_bias)
-            add_param(m, assign, NAME("mlp.linear_fc2.bias"), 1, d->h, 0, MC_INIT_ZERO, -1, -1,
-                      false, &w->fc2_b, &g->fc2_b);
-#undef NAME
+    if (d->first_stage) {
+        add_param(m, assign, COL("embedding.word_embeddings.weight", d->V_l, d->h, MC_INIT_NORMAL,
+                                 0, false), &m->word_w, &m->word_g);
+        if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
+            add_param(m, assign,
+                      &(struct mc_gpt_param_spec){"embedding.position_embeddings.weight", 2,
+                                                  c->max_position_embeddings, d->h,
+                                                  MC_INIT_NORMAL, 1, -1, false, false},
+                      &m->pos_w, &m->pos_g);
     }
-    add_param(m, assign, "decoder.final_layernorm.weight", 1, d->h, 0, MC_INIT_ONE, -1, -1, false,
-              &m->lnf_w, &m->lnf_g);
+    for (int64_t l = 0; l < d->L; l++)
+        walk_layer(m, assign, l);
+    if (!d->last_stage)
+        return;
+    add_param(m, assign, VEC("decoder.final_layernorm.weight", d->h, MC_INIT_ONE), &m->lnf_w,
+              &m->lnf_g);
     if (d->layernorm)
-        add_param(m, assign, "decoder.final_layernorm.bias", 1, d->h, 0, MC_INIT_ZERO, -1, -1,
-                  false, &m->lnf_b, &m->lnf_bg);
-    if (c->untie_embeddings_and_output_weights)
-        add_param(m, assign, "output_layer.weight", 2, d->V_l, d->h, MC_INIT_NORMAL, 2 + 4 * d->L,
-                  0, false, &m->out_w, &m->out_g);
+        add_param(m, assign, VEC("decoder.final_layernorm.bias", d->h, MC_INIT_ZERO), &m->lnf_b,
+                  &m->lnf_bg);
+    bool tied = !c->untie_embeddings_and_output_weights;
+    if (!tied || !d->first_stage)
+        add_param(m, assign,
+                  &(struct mc_gpt_param_spec){"output_layer.weight", 2, d->V_l, d->h,
+                                              MC_INIT_NORMAL, tied ? 0 : 2 + 4 * c->num_layers, 0,
+                                              false, tied},
+                  &m->out_w, &m->out_g);
 }
+#undef VEC
+#undef COL
+#undef ROW
+#undef BIAS
 
 /* Master row of local row r of a dim-0 sharded weight (SwiGLU fc1: [gate_r; up_r] of the
  * logical [gate; up]). */
@@ -191,7 +223,7 @@ static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *
     }
     float std = m->cfg.init_method_std;
     if (p->init == MC_INIT_SCALED_NORMAL)
-        std = (float)((double)std / sqrt(2.0 * (double)m->dims.L));
+        std = (float)((double)std / sqrt(2.0 * (double)m->cfg.num_layers));
     int64_t rows = v->shape[0], cols = v->shape[1];
     uint32_t c3 = (uint32_t)p->ordinal;
     for (int64_t r = 0; r < rows; r++) {
@@ -261,7 +293,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     m->lnf = carve(cv, T * d->h, F);
     m->lnf_mean = carve(cv, T, F);
     m->lnf_rstd = carve(cv, T, F);
-    m->logits = carve(cv, T * d->V_l, F);
+    m->logits = d->last_stage ? carve(cv, T * d->V_l, F) : NULL; /* the largest buffer */
     m->xent_max = carve(cv, T, F);
     m->xent_sumexp = carve(cv, T, F);
     m->xent_target = carve(cv, T, F);
@@ -378,6 +410,36 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
 }
 
 const float *mc_gpt_logits(const mc_gpt_model *m) { return m->logits; }
+
+mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
+{
+#if defined(MC_HAVE_MPI)
+    if (mpi_comm) {
+        int size = 0;
+        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
+        int want = m->cfg.tensor_model_parallel_size * m->cfg.pipeline_model_parallel_size;
+        if (size != want)
+            return mc_error(MC_ERR_CONFIG, "model-parallel communicator has size %d; expected "
+                            "--tensor-model-parallel-size x --pipeline-model-parallel-size = %d",
+                            size, want);
+    }
+    m->mp_comm = mpi_comm;
+    return MC_OK;
+#else
+    (void)mpi_comm;
+    return mc_error(MC_ERR_UNSUPPORTED, "pipeline parallelism needs an MPI build of megatron.c");
+#endif
+}
+
+const float *mc_gpt_stage_output(const mc_gpt_model *m)
+{
+    return m->dims.last_stage ? NULL : m->x_final;
+}
+
+const float *mc_gpt_stage_input_grad(const mc_gpt_model *m)
+{
+    return m->dims.first_stage ? NULL : m->dx;
+}
 
 mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 {

@@ -19,10 +19,22 @@ struct mc_gpt_param {
     bool gated;            /* SwiGLU fc1: rows are [gate_r; up_r] */
 };
 
+/* Where a parameter's initial values come from. */
+struct mc_gpt_param_spec {
+    const char *name;
+    int ndim;
+    int64_t d0, d1;
+    enum mc_gpt_init init;
+    int64_t ordinal;
+    int partition_dim;
+    bool gated, shared;
+};
+
 struct mc_gpt_model {
     struct mc_gpt_config cfg; /* validated */
     struct mc_tfm_dims dims;
     struct mc_tp_group tp;
+    void *mp_comm; /* model-parallel (tp x pp) communicator for the grad norm when pp > 1 */
     const struct mc_backend_ops *be;
 
     int64_t n_params, n_elements;
@@ -39,7 +51,7 @@ struct mc_gpt_model {
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                   /* [T, V_l]; the grad in place after backward */
     float *xent_max, *xent_sumexp, *xent_target, *loss_sf, *dloss_sf; /* [T] */
-    float *dx;                       /* [T, h] */
+    float *dx;                       /* [T, h]; after backward on a non-first stage: the input grad */
     int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
     float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
 
