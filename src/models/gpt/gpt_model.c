@@ -8,20 +8,21 @@
  * and the keep rule): key = config seed; counter word c2 = the step set by mc_gpt_set_step;
  * c3 = ((micro & 0xff) << 24) | site and c1_hi = micro >> 8 (so c1 = (j >> 32) | (c1_hi << 16)),
  * where micro counts the training forwards since the last mc_gpt_set_step (< 2^24) and site is
- * 0 for the embedding dropout, 1 + 3l for the attention probabilities of layer l (0-based),
- * 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
+ * 0 for the embedding dropout, 1 + 3l for the attention probabilities of layer l (0-based,
+ * global across pipeline stages), 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
  * Element indices: hidden sites index the sequence-first [s, b, h] tensor; attention sites
  * index the GLOBAL [b, num_attention_heads, s, s] probabilities (so masks do not depend on the
  * tensor-parallel size).
  *
  * Initialization (spec §4): every weight is a slice of a full master matrix whose element k is
  * normal sample k of Philox stream (c2 = 0xffffffff, c3 = ordinal) with ordinals in Megatron's
- * construction order: word embeddings 0, position embeddings 1, layer l: linear_proj 2 + 4l,
- * linear_qkv 3 + 4l, linear_fc1 4 + 4l, linear_fc2 5 + 4l, output layer 2 + 4L. Std is
+ * construction order: word embeddings 0, position embeddings 1, layer l (global): linear_proj
+ * 2 + 4l, linear_qkv 3 + 4l, linear_fc1 4 + 4l, linear_fc2 5 + 4l, untied output layer 2 + 4L
+ * (the tied copy on the last pipeline stage draws the word-embedding stream 0). Std is
  * init_method_std, or init_method_std / sqrt(2 num_layers) for linear_proj and linear_fc2.
  * The SwiGLU fc1 master is the logical [gate_full; up_full] and rank r holds
- * [gate_r; up_r], so the model is the same for any tensor-parallel size (Megatron's CPU init is
- * not, spec §4). */
+ * [gate_r; up_r], so the model is the same for any tensor-parallel size or pipeline split
+ * (Megatron's CPU init is not, spec §4). */
 #include "models/gpt/gpt_model.h"
 
 #include "core/rng.h"
