@@ -51,7 +51,7 @@ int main(int argc, char **argv)
         lab[i] = (i * 104729 + 1) % 50257;
         dl[i] = 1.0f / (float)n;
     }
-    struct mc_gpt_batch bt = {b, s, tok, lab, NULL, NULL};
+    struct mc_gpt_batch bt = {b, s, tok, lab, NULL, NULL, NULL};
     double tf = 0, tb = 0, to = 0;
     for (int it = 0; it <= iters; it++) {
         double t0 = now();

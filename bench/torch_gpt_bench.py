@@ -53,7 +53,7 @@ class GPT(torch.nn.Module):
 def main():
     b, s = int(sys.argv[1]), int(sys.argv[2])
     iters = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     torch.manual_seed(0)
     model = GPT()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
