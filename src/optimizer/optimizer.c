@@ -26,7 +26,7 @@ void mc_opt_config_default(struct mc_optimizer_config *cfg)
     };
 }
 
-static mc_status check_config(const struct mc_optimizer_config *c)
+mc_status mc_opt_config_check(const struct mc_optimizer_config *c)
 {
     if (c->optimizer != MC_OPT_ADAM && c->optimizer != MC_OPT_SGD)
         return mc_error(MC_ERR_CONFIG, "--optimizer: invalid value %d (expected adam or sgd)",
@@ -52,7 +52,7 @@ mc_status mc_opt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m, mc
     if (!out || !cfg || !m)
         return mc_error(MC_ERR_CONFIG, "mc_opt_init: missing config, model or output");
     *out = NULL;
-    mc_status st = check_config(cfg);
+    mc_status st = mc_opt_config_check(cfg);
     if (st != MC_OK)
         return st;
     mc_optimizer *o = mc_calloc(1, sizeof(*o));

@@ -6,6 +6,8 @@
 #include "megatron/optimizer.h"
 #include "models/gpt/gpt_model.h"
 
+/* Checks an optimizer config's values (also used by the distributed optimizer). */
+mc_status mc_opt_config_check(const struct mc_optimizer_config *c);
 /* Global L2 norm of the grads (Megatron's 'grad norm'). */
 mc_status mc_opt_grad_norm(const struct mc_gpt_model *m, float *norm);
 /* Exact zeros in the counted grads (--log-num-zeros-in-grad). */

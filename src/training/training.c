@@ -15,6 +15,7 @@
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
 #include "distributed/ddp.h"
+#include "distributed/distrib_optimizer.h"
 #include "models/gpt/gpt_model.h"
 #include "optimizer/lr_scheduler.h"
 #include "parallel_state/parallel_state.h"
@@ -33,6 +34,7 @@ struct trainer {
     int64_t padded_vocab;
     mc_gpt_model *model;
     mc_optimizer *opt;
+    mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer */
     struct mc_microbatches mb;
     struct mc_opt_sched sched;
     mc_train_data *data;
@@ -140,10 +142,11 @@ static mc_status check_parallel_support(const struct mc_args *a)
         return mc_error(MC_ERR_UNSUPPORTED, "--expert-model-parallel-size %lld: expert "
                         "parallelism is not implemented by megatron.c",
                         (long long)mc_args_int(a, MC_A_expert_model_parallel_size));
-    if (mc_args_bool(a, MC_A_use_distributed_optimizer))
-        return mc_error(MC_ERR_UNSUPPORTED, "--use-distributed-optimizer: the distributed "
-                        "optimizer is not implemented by megatron.c (drop the option: every "
-                        "data-parallel rank then keeps the whole optimizer state)");
+    if (mc_args_bool(a, MC_A_use_distributed_optimizer) &&
+        (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load)))
+        return mc_error(MC_ERR_UNSUPPORTED, "--use-distributed-optimizer with --save/--load: "
+                        "checkpoints of the sharded optimizer state are not implemented by "
+                        "megatron.c (drop --use-distributed-optimizer to checkpoint)");
     return MC_OK;
 }
 
@@ -187,6 +190,30 @@ static mc_status build_tokenizer(struct trainer *t)
     return MC_OK;
 }
 
+/* The distributed optimizer over Megatron's grad-buffer layout; prints the per-rank optimizer
+ * state against the non-distributed optimizer's (megatron.c's line, not Megatron's). */
+static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_config *oc)
+{
+    const struct mc_args *a = t->a;
+    int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
+    bucket = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
+                                mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
+    mc_status st = mc_distopt_init(oc, t->model, &t->ps, bucket,
+                                   mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
+                                   &t->dopt);
+    if (st)
+        return st;
+    int64_t sharded, full;
+    mc_distopt_state_numel(t->dopt, &sharded, &full);
+    const struct mc_pgb_map *map = mc_distopt_map(t->dopt);
+    print_rank_0(" > distributed optimizer: %lld buckets, buffer %lld elements (%lld unpadded); "
+                 "optimizer state on this rank: %lld elements (%.3f MB) of %lld (%.3f MB) "
+                 "without it\n", (long long)map->n_buckets, (long long)map->numel,
+                 (long long)map->numel_unpadded, (long long)sharded,
+                 (double)sharded * 4 / 1048576.0, (long long)full, (double)full * 4 / 1048576.0);
+    return MC_OK;
+}
+
 static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -205,7 +232,9 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
-    if ((st = mc_opt_init(&oc, t->model, &t->opt)))
+    st = mc_args_bool(a, MC_A_use_distributed_optimizer) ? build_distopt(t, &oc)
+                                                         : mc_opt_init(&oc, t->model, &t->opt);
+    if (st)
         return st;
     struct mc_opt_sched_config sc;
     if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, out_first, &sc)))
@@ -331,13 +360,21 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
             return st;
     }
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
-    mc_status st = mc_ddp_finish_grad_sync(t->model, &t->ps, mc_ddp_grad_scale(&t->ps, per_token));
-    if (st)
-        return st;
-    if (per_token) /* denom is already the token count of the whole data-parallel step */
-        scale_grads(t->model, 1.0f / denom);
-    if ((st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res)))
-        return st;
+    float grad_scale = mc_ddp_grad_scale(&t->ps, per_token);
+    /* with per-token loss, denom is already the token count of the whole data-parallel step */
+    mc_status st;
+    if (t->dopt) {
+        if ((st = mc_distopt_step(t->dopt, grad_scale, per_token ? 1.0f / denom : 1.0f,
+                                  (float)t->sched.lr, (float)t->sched.wd, res)))
+            return st;
+    } else {
+        if ((st = mc_ddp_finish_grad_sync(t->model, &t->ps, grad_scale)))
+            return st;
+        if (per_token)
+            scale_grads(t->model, 1.0f / denom);
+        if ((st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res)))
+            return st;
+    }
     mc_opt_sched_step(&t->sched, num_micro * t->mbs * t->dp);
     *lm_loss = numer / denom;
     return MC_OK;
@@ -618,6 +655,7 @@ static void teardown(struct trainer *t)
     mc_micro_batch_free(&t->batch);
     mc_train_data_free(t->data);
     mc_opt_free(t->opt);
+    mc_distopt_free(t->dopt);
     mc_gpt_model_free(t->model);
     mc_tok_free(t->tok);
 }
