@@ -1,0 +1,144 @@
+"""pretrain_gpt --use-distributed-optimizer under mpirun (oversubscribed, OMP_NUM_THREADS=1):
+at dp2, dp4 and tp2 x dp2, for a GPT-2-style and a Llama-style model, the 'lm loss',
+'grad norm' and 'params norm' of each of 12 iterations and the validation losses equal the
+single-process run's (within 1e-5 relative, from the [exact] lines of MC_TEST_LOG_EXACT=1) and
+the non-distributed optimizer's at the same dp; reruns are bit-identical; several
+--overlap-grad-reduce buckets (params cut across shard edges) and --calculate-per-token-loss
+match too; the optimizer state each rank holds (printed at start-up) is about 1/dp of the
+non-distributed optimizer's; distopt with --save is refused by name."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+BUILD = os.environ.get("MC_BUILD_DIR", "build")
+EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+passed = failed = 0
+
+GPT2 = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4"]
+LLAMA = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "8",
+         "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
+         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
+         "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+DISTOPT = ["--use-distributed-optimizer"]
+BUCKETS = ["--overlap-grad-reduce", "--ddp-bucket-size", "3000"]
+EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
+                   r"params norm: (\S+)$")
+VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
+STATE = re.compile(r"^ > distributed optimizer: (\d+) buckets, buffer (\d+) elements \((\d+) "
+                   r"unpadded\); optimizer state on this rank: (\d+) elements \(\S+ MB\) of "
+                   r"(\d+) \(\S+ MB\) without it$")
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def run(model, tmp, np=1, tp=1, extra=()):
+    args = [*model, "--mock-data", "--vocab-size", "4096", "--seq-length", "32",
+            "--max-position-embeddings", "32", "--micro-batch-size", "2",
+            "--global-batch-size", "8", "--train-iters", "12", "--lr", "1e-3",
+            "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--weight-decay", "0.1",
+            "--clip-grad", "0.5", "--log-params-norm", "--log-interval", "1",
+            "--eval-interval", "6", "--eval-iters", "2", "--tokenizer-type", "NullTokenizer",
+            "--make-vocab-size-divisible-by", str(128 // tp),
+            "--tensor-model-parallel-size", str(tp), "--data-cache-path",
+            os.path.join(tmp, "cache"), "--attention-dropout", "0", "--hidden-dropout", "0",
+            *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
+    cmd = [EXE, *args] if np == 1 else [
+        "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
+        "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", EXE, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    lines = p.stdout.splitlines()
+    return (p, [m.groups() for m in map(EXACT.match, lines) if m],
+            [m.groups() for m in map(VALID.match, lines) if m],
+            [tuple(map(int, m.groups())) for m in map(STATE.match, lines) if m])
+
+
+def close(a, b, rel=1e-5):
+    return abs(float(a) - float(b)) <= rel * max(abs(float(a)), abs(float(b)))
+
+
+def compare(name, ref, got):
+    p, exact, valid, _ = got
+    check(p.returncode == 0, f"{name}: exit 0 (got {p.returncode}: {p.stderr[-800:]})")
+    check(len(exact) == 12 and len(valid) == len(ref[2]) == 4,
+          f"{name}: 12 iterations, 4 validation lines (got {len(exact)}, {len(valid)})")
+    worst = 0.0
+    for (i, l, g, pn), (ri, rl, rg, rpn) in zip(exact, ref[1]):
+        check(i == ri and close(l, rl) and close(g, rg) and close(pn, rpn),
+              f"{name} iteration {i}: lm loss {l} grad norm {g} params norm {pn}, "
+              f"reference {rl} {rg} {rpn}")
+        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1),
+                    abs(float(pn) / float(rpn) - 1))
+    for (w, v), (rw, rv) in zip(valid, ref[2]):
+        check(w == rw and close(v, rv), f"{name} validation at {w}: {v} vs {rv}")
+    return worst
+
+
+def check_state(name, got, dp):
+    states = got[3]
+    check(len(states) == 1, f"{name}: optimizer-state line printed once (got {len(states)})")
+    if not states:
+        return ""
+    buckets, numel, unpadded, sharded, full = states[0]
+    check(numel % dp == 0 and sharded * dp == 2 * numel, f"{name}: state = 2 x buffer / dp")
+    check(abs(sharded * dp / full - 1) < 0.05, f"{name}: state {sharded} ~ {full}/{dp}")
+    check(unpadded <= numel and buckets >= 1, f"{name}: buffer sizes")
+    return f"optimizer state per rank {sharded} of {full} elements ({sharded / full:.3f})"
+
+
+def main():
+    report = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mname, model, cases in (
+                ("gpt2", GPT2, [(2, 1, DISTOPT), (4, 1, DISTOPT), (4, 2, DISTOPT),
+                                (4, 1, [])]),
+                ("llama", LLAMA, [(2, 1, DISTOPT + BUCKETS), (4, 2, DISTOPT)])):
+            ref = run(model, tmp)
+            check(ref[0].returncode == 0 and len(ref[1]) == 12,
+                  f"{mname} single process runs ({ref[0].stderr[-800:]})")
+            for np, tp, extra in cases:
+                name = f"{mname} tp{tp} dp{np // tp}{' distopt' if extra else ''}" + \
+                       (" buckets" if BUCKETS[0] in extra else "")
+                got = run(model, tmp, np, tp, extra)
+                worst = compare(name, ref, got)
+                line = f"{name}: max rel diff vs single process {worst:.1e}"
+                if extra:
+                    line += "; " + check_state(name, got, np // tp)
+                report.append(line)
+                if (mname, np, tp, extra) == ("gpt2", 4, 1, DISTOPT):
+                    distopt_dp4 = got
+                    again = run(model, tmp, np, tp, extra)
+                    check(again[1] == got[1] and again[2] == got[2],
+                          f"{name}: rerun bit-identical")
+                if (mname, np, tp, extra) == ("gpt2", 4, 1, []):
+                    worst = compare("gpt2 dp4 distopt vs non-distopt", got, distopt_dp4)
+                    report.append(f"gpt2 dp4 distopt vs non-distributed optimizer: max rel "
+                                  f"diff {worst:.1e}")
+                if BUCKETS[0] in extra:
+                    buckets = got[3][0][0] if got[3] else 0
+                    check(buckets >= 3, f"{name}: several buckets (got {buckets})")
+        per_token = ["--calculate-per-token-loss"]
+        ref = run(GPT2, tmp, extra=per_token)
+        got = run(GPT2, tmp, 2, 1, per_token + DISTOPT + BUCKETS)
+        worst = compare("gpt2 dp2 distopt buckets --calculate-per-token-loss", ref, got)
+        report.append(f"gpt2 dp2 distopt per-token loss: max rel diff {worst:.1e}")
+        p = run(GPT2, tmp, extra=DISTOPT + ["--save", os.path.join(tmp, "ckpt"),
+                                          "--save-interval", "5"])[0]
+        check(p.returncode != 0 and "--use-distributed-optimizer with --save/--load" in
+              p.stdout + p.stderr, f"distopt --save refused by name ({p.stderr[-400:]})")
+    print("\n".join(report))
+    print(f"test_distopt_training: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
