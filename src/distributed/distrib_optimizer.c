@@ -51,6 +51,19 @@ static int64_t owned(const mc_distopt *o, int64_t i, int64_t *at_model, int64_t 
     return hi - lo;
 }
 
+/* Megatron's shared_embedding attribute: with tied embeddings split across pipeline stages,
+ * the first stage's word embedding (when it is not also the last) and the last stage's copy. */
+static bool is_shared_embedding(const struct mc_gpt_model *m, int64_t i)
+{
+    const struct mc_gpt_config *c = &m->cfg;
+    if (c->pipeline_model_parallel_size == 1 || c->untie_embeddings_and_output_weights)
+        return false;
+    if (m->params[i].view.shared)
+        return true;
+    return c->pipeline_model_parallel_rank == 0 &&
+           !strcmp(m->params[i].name, "embedding.word_embeddings.weight");
+}
+
 mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,
                               struct mc_pgb_map *out)
 {
@@ -61,8 +74,7 @@ mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config 
         goto out;
     for (int64_t i = 0; i < m->n_params; i++) {
         numel[i] = m->params[i].view.numel;
-        /* Megatron's shared_embedding: the tied word embedding split across pipeline stages */
-        shared[i] = m->cfg.pipeline_model_parallel_size > 1 && m->params[i].view.shared;
+        shared[i] = is_shared_embedding(m, i);
     }
     st = mc_pgb_map_init(c, m->n_params, numel, shared, out);
 out:

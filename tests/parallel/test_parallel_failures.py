@@ -2,7 +2,7 @@
 middle of a step via MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER, a missing --data-path on one
 rank, a rank that kills itself with SIGKILL mid-step with MC_TEST_FAIL_MODE=sigkill) brings
 every rank down within seconds with a non-zero exit and the error printed once; unsupported
-parallelism (pipeline, distributed optimizer, context parallel) is refused by name; a
+parallelism (pipeline, context parallel) is refused by name; a
 WORLD_SIZE that disagrees with MPI's is an error, not a hang."""
 import os
 import subprocess
@@ -80,7 +80,6 @@ def test_sigkill(tmp):
 
 def test_refusals(tmp):
     for extra, what in ((["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
-                        (["--use-distributed-optimizer"], "--use-distributed-optimizer"),
                         (["--context-parallel-size", "2"], "--context-parallel-size 2")):
         rc, dt, out, err = run([*MPIRUN, "-np", "2", EXE, *args(tmp, extra)])
         check(rc is not None and rc != 0 and what in err and ("not implemented" in err or "not supported" in err),
