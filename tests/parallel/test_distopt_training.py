@@ -22,7 +22,7 @@ LLAMA = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "8
          "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
          "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
 DISTOPT = ["--use-distributed-optimizer"]
-BUCKETS = ["--overlap-grad-reduce", "--ddp-bucket-size", "3000"]
+BUCKETS = ["--overlap-grad-reduce", "--ddp-bucket-size", "5000"]
 EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
                    r"params norm: (\S+)$")
 VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
