@@ -19,6 +19,8 @@
 #include "training/model_config.h"
 #include "training/microbatches.h"
 #include "training/schedule_args.h"
+#include "training/tensorboard.h"
+#include "training/timers.h"
 #include "training/train_data.h"
 
 struct trainer {
@@ -37,6 +39,9 @@ struct trainer {
     int64_t consumed_train, consumed_valid;
     double flops_per_sample;
     struct mc_log_accum acc;
+    struct mc_timers timers;      /* Megatron's Timers at --timing-log-level */
+    mc_tb_writer *tb;             /* --tensorboard-dir; NULL without it */
+    int64_t iteration;            /* args.iteration: iterations completed */
 };
 
 static volatile sig_atomic_t got_sigterm;
@@ -57,12 +62,23 @@ static void print_datetime(const char *what)
     fflush(stdout);
 }
 
-/* Megatron's timers.log for timers already measured on this single rank (ms). */
-static void print_timers(int n, const char *const *names, const double *ms)
+/* Timers(name, log_level): NULL (a no-op timer) above --timing-log-level. */
+static struct mc_timer *timer(struct trainer *t, const char *name, int level)
 {
-    char buf[2048];
-    if (mc_log_format_timers(buf, sizeof(buf), "minmax", n, names, ms, ms, NULL, 1) > 0)
+    return mc_timers_get(&t->timers, name, level);
+}
+
+/* timers.log(names, normalizer): prints the block (nothing when no timer measured anything)
+ * and resets the timers it read. */
+static mc_status log_timers(struct trainer *t, const char *const *names, int n, double normalizer)
+{
+    char buf[4096];
+    size_t len = 0;
+    mc_status st = mc_timers_log_string(&t->timers, names, n, normalizer, true, NULL, NULL, buf,
+                                        sizeof(buf), &len);
+    if (!st && len > 0)
         printf("%s\n", buf);
+    return st;
 }
 
 /* What this build cannot do yet fails loudly, before any work is done. */
@@ -78,9 +94,6 @@ static mc_status check_single_process(const struct mc_args *a)
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
-    if (!mc_args_is_none(a, MC_A_tensorboard_dir))
-        return mc_error(MC_ERR_UNSUPPORTED, "--tensorboard-dir: TensorBoard event files are not "
-                                            "written by this build yet");
     return MC_OK;
 }
 
@@ -106,6 +119,27 @@ static mc_status build_tokenizer(struct trainer *t)
     return MC_OK;
 }
 
+/* set_global_variables' _set_timers and _set_tensorboard_writer (rank 0 is the last rank of
+ * one process, so it holds the writer). */
+static mc_status init_logging(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    mc_status st = mc_timers_init(&t->timers, (int)mc_args_int(a, MC_A_timing_log_level),
+                                  mc_args_str(a, MC_A_timing_log_option));
+    bool tb = !mc_args_is_none(a, MC_A_tensorboard_dir);
+    if (st || (!tb && !mc_args_bool(a, MC_A_log_timers_to_tensorboard)))
+        return st;
+    int64_t every = mc_args_int(a, MC_A_tensorboard_log_interval);
+    if (every <= 0) /* Megatron would divide by it and fail mid-run */
+        return mc_error(MC_ERR_CONFIG, "--tensorboard-log-interval %lld: expected a positive "
+                        "number of iterations", (long long)every);
+    if (!tb)
+        return MC_OK;
+    printf("> setting tensorboard ...\n");
+    return mc_tb_open(mc_args_str(a, MC_A_tensorboard_dir),
+                      mc_args_int(a, MC_A_tensorboard_queue_size), &t->tb);
+}
+
 static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -125,6 +159,8 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     return mc_opt_sched_init(&t->sched, &sc, stdout);
 }
 
+static void scale_grads(mc_gpt_model *m, float s);
+
 /* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
  * with backward the gradient of loss/num_tokens/num_micro (or of the plain sum with
  * --calculate-per-token-loss, normalised after all micro-batches). */
@@ -132,7 +168,11 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
                             bool backward, double *num, double *den)
 {
     struct mc_micro_batch *mb = &t->batch;
+    struct mc_timer *fwd = timer(t, "forward-compute", 2), *bg = timer(t, "batch-generator", 2);
+    mc_timer_start(fwd);
+    mc_timer_start(bg);
     mc_status st = mc_train_data_get(t->data, split, first, mb);
+    mc_timer_stop(bg);
     if (st)
         return st;
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = mb->tokens, .labels = mb->labels,
@@ -148,13 +188,37 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     }
     *num = s;
     *den = d;
-    if (!backward)
+    if (!backward) {
+        mc_timer_stop(fwd);
         return MC_OK;
+    }
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     float scale = per_token ? 1.0f : (float)(1.0 / d / (double)num_micro);
     for (int64_t i = 0; i < n; i++)
         t->dloss[i] = mb->loss_mask[i] * scale;
-    return mc_gpt_backward(t->model, t->dloss);
+    mc_timer_stop(fwd);
+    struct mc_timer *bwd = timer(t, "backward-compute", 2);
+    mc_timer_start(bwd);
+    st = mc_gpt_backward(t->model, t->dloss);
+    mc_timer_stop(bwd);
+    return st;
+}
+
+/* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm and
+ * pipeline embedding all-reduces, each under Megatron's timer (one process has nothing to
+ * exchange, so they measure only themselves, as Megatron's do with one rank), then the
+ * per-token loss normalisation. */
+static void finalize_grads(struct trainer *t, float num_tokens)
+{
+    static const char *const phases[] = {"all-grads-sync", "layernorm-grads-all-reduce",
+                                         "embedding-grads-all-reduce"};
+    for (int k = 0; k < 3; k++) {
+        struct mc_timer *tm = timer(t, phases[k], 1);
+        mc_timer_start(tm);
+        mc_timer_stop(tm);
+    }
+    if (mc_args_bool(t->a, MC_A_calculate_per_token_loss))
+        scale_grads(t->model, 1.0f / num_tokens);
 }
 
 static void scale_grads(mc_gpt_model *m, float s)
@@ -184,6 +248,8 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     int64_t num_micro = t->mb.num_micro_batches;
     float numer = 0, denom = 0; /* Megatron sums the reports in float32 */
     mc_gpt_zero_grad(t->model);
+    struct mc_timer *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(fb);
     for (int64_t k = 0; k < num_micro; k++) {
         double num, den;
         mc_gpt_set_step(t->model, iteration * num_micro + k);
@@ -194,9 +260,12 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
         numer += (float)num;
         denom += (float)den;
     }
-    if (mc_args_bool(t->a, MC_A_calculate_per_token_loss))
-        scale_grads(t->model, 1.0f / denom);
+    finalize_grads(t, denom);
+    mc_timer_stop(fb);
+    struct mc_timer *opt = timer(t, "optimizer", 1);
+    mc_timer_start(opt);
     mc_status st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    mc_timer_stop(opt);
     if (st)
         return st;
     mc_opt_sched_step(&t->sched, num_micro * t->mbs);
@@ -212,13 +281,137 @@ static bool time_limit_reached(const struct trainer *t, double *minutes)
     return *minutes > (double)mc_args_int(t->a, MC_A_exit_duration_in_mins);
 }
 
+/* ---- TensorBoard: what training_log / evaluate_and_print_results / train() write --------- */
+
+/* `tag` at the iteration and `tag vs samples` at the consumed training samples. */
+static mc_status tb_pair(struct trainer *t, const char *tag, double value, int64_t iteration)
+{
+    char vs[128];
+    snprintf(vs, sizeof(vs), "%s vs samples", tag);
+    mc_status st = mc_tb_add_scalar(t->tb, tag, value, iteration);
+    return st ? st : mc_tb_add_scalar(t->tb, vs, value, t->consumed_train);
+}
+
+/* write_args_to_tensorboard: str() of every argument as text, at the start iteration. Megatron
+ * writes vars(args); we write the arguments of the dump plus the attributes setup adds. */
+static mc_status tb_write_args(struct trainer *t)
+{
+    char buf[4096];
+    mc_status st = MC_OK;
+    for (int id = 0; id < MC_A_FIRST_EXTENSION && !st; id++) {
+        if (t->a->deleted[id])
+            continue;
+        mc_py_str(buf, sizeof(buf), &t->a->v[id]);
+        st = mc_tb_add_text(t->tb, mc_arg_defs[id].dest, buf, t->iteration);
+    }
+    snprintf(buf, sizeof(buf), "%lld", (long long)t->padded_vocab);
+    if (!st)
+        st = mc_tb_add_text(t->tb, "padded_vocab_size", buf, t->iteration);
+    snprintf(buf, sizeof(buf), "%lld", (long long)t->iteration);
+    if (!st)
+        st = mc_tb_add_text(t->tb, "iteration", buf, t->iteration);
+    return st ? st : mc_tb_flush(t->tb);
+}
+
+/* Timers.write(names, writer, iteration, normalizer): "<name>-time" = seconds per iteration
+ * (through float32, as Megatron's gathered tensor), for the timers that measured something;
+ * the timers are reset even when there is no writer. */
+static mc_status tb_write_timers(struct trainer *t, int64_t iteration, double normalizer)
+{
+    for (int k = 0; k < mc_training_log_timers_count; k++) {
+        const char *name = mc_training_log_timers[k];
+        struct mc_timer *tm = NULL;
+        for (int j = 0; j < t->timers.n && !tm; j++)
+            if (!strcmp(t->timers.t[j].name, name))
+                tm = &t->timers.t[j];
+        float s = (float)mc_timer_elapsed(tm, true);
+        if (!t->tb || !(s > 0.0f))
+            continue;
+        char tag[MC_TIMER_NAME_MAX + 8];
+        snprintf(tag, sizeof(tag), "%s-time", name);
+        mc_status st = mc_tb_add_scalar(t->tb, tag, (double)s / normalizer, iteration);
+        if (st)
+            return st;
+    }
+    return MC_OK;
+}
+
+/* training_log's per-iteration part (every --tensorboard-log-interval): this iteration's
+ * values, not the interval averages of the printed line. */
+static mc_status tb_training_log(struct trainer *t, int64_t iteration, float loss,
+                                 const struct mc_opt_step_result *res)
+{
+    const struct mc_args *a = t->a;
+    bool timers_to_tb = mc_args_bool(a, MC_A_log_timers_to_tensorboard);
+    if ((!t->tb && !timers_to_tb) || iteration % mc_args_int(a, MC_A_tensorboard_log_interval))
+        return MC_OK;
+    mc_status st = MC_OK;
+    if (timers_to_tb && (st = tb_write_timers(t, iteration, (double)(t->acc.advanced + t->acc.skipped))))
+        return st;
+    if (!t->tb)
+        return MC_OK;
+    if ((st = tb_pair(t, "learning-rate", (double)(float)t->sched.lr, iteration)) ||
+        (st = tb_pair(t, "batch-size", (double)t->mb.running, iteration)) ||
+        (st = tb_pair(t, "lm loss", (double)loss, iteration)))
+        return st;
+    if (mc_args_bool(a, MC_A_log_loss_scale_to_tensorboard) &&
+        (st = tb_pair(t, "loss-scale", 1.0, iteration)))
+        return st;
+    if (mc_args_bool(a, MC_A_log_world_size_to_tensorboard) &&
+        (st = tb_pair(t, "world-size", (double)mc_args_int(a, MC_A_world_size), iteration)))
+        return st;
+    if ((st = tb_pair(t, "grad-norm", (double)res->grad_norm, iteration)) ||
+        (st = tb_pair(t, "num-zeros", (double)res->num_zeros, iteration)))
+        return st;
+    if (mc_args_bool(a, MC_A_log_params_norm))
+        st = tb_pair(t, "params-norm", params_norm(t->model), iteration);
+    return st;
+}
+
+/* training_log at a --log-interval with --log-timers-to-tensorboard: seconds per iteration and
+ * (with --log-throughput) TFLOP/s per GPU; then the queued events go to the file. */
+static mc_status tb_interval_log(struct trainer *t, int64_t iteration, double interval_s)
+{
+    if (!t->tb)
+        return MC_OK;
+    const struct mc_args *a = t->a;
+    mc_status st = MC_OK;
+    if (mc_args_bool(a, MC_A_log_timers_to_tensorboard)) {
+        int64_t iters = t->acc.advanced + t->acc.skipped;
+        double per_iter = interval_s / (double)(iters ? iters : 1);
+        st = mc_tb_add_scalar(t->tb, "iteration-time", per_iter, iteration);
+        if (!st && mc_args_bool(a, MC_A_log_throughput))
+            st = mc_tb_add_scalar(t->tb, "throughput",
+                                  mc_log_throughput(t->flops_per_sample * (double)t->gbs, per_iter, 1),
+                                  iteration);
+    }
+    return st ? st : mc_tb_flush(t->tb);
+}
+
+/* evaluate_and_print_results: "<key> validation" (and its ppl with
+ * --log-validation-ppl-to-tensorboard), each with its "vs samples" twin. */
+static mc_status tb_validation(struct trainer *t, const char *key, double loss)
+{
+    if (!t->tb)
+        return MC_OK;
+    char tag[96];
+    snprintf(tag, sizeof(tag), "%s validation", key);
+    mc_status st = tb_pair(t, tag, (double)(float)loss, t->iteration);
+    if (!st && mc_args_bool(t->a, MC_A_log_validation_ppl_to_tensorboard)) {
+        snprintf(tag, sizeof(tag), "%s validation ppl", key);
+        st = tb_pair(t, tag, exp(fmin(20.0, (double)(float)loss)), t->iteration);
+    }
+    return st ? st : mc_tb_flush(t->tb);
+}
+
 /* evaluate + evaluate_and_print_results. *abandoned is set when the time limit stops it. */
 static mc_status evaluate_and_print(struct trainer *t, int split, const char *prefix, bool verbose,
                                     int64_t *consumed, bool *abandoned)
 {
     int64_t eval_iters = mc_args_int(t->a, MC_A_eval_iters);
     int64_t eval_micro = t->gbs / t->mbs;
-    double start = mc_time_now();
+    struct mc_timer *ev = timer(t, "evaluate", 0), *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(ev);
     float numer = 0, denom = 0;
     *abandoned = false;
     if (verbose)
@@ -226,6 +419,7 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
     for (int64_t it = 1; it <= eval_iters; it++) {
         if (verbose)
             printf("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
+        mc_timer_start(fb); /* forward_backward_func runs (forward only) under its timer */
         for (int64_t k = 0; k < eval_micro; k++) {
             double num, den;
             mc_status st = micro_step(t, split, *consumed + k * t->mbs, eval_micro, false, &num, &den);
@@ -234,24 +428,29 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
             numer += (float)num;
             denom += (float)den;
         }
+        mc_timer_stop(fb);
         *consumed += t->gbs;
         double minutes;
         if (time_limit_reached(t, &minutes)) {
             printf("Exiting during evaluation, timelimit reached\n");
+            mc_timer_stop(ev);
             *abandoned = true;
             return MC_OK;
         }
     }
-    static const char *const ev[] = {"evaluate"};
-    double ms = (mc_time_now() - start) * 1e3;
-    print_timers(1, ev, &ms);
+    mc_timer_stop(ev);
+    static const char *const ev_names[] = {"evaluate"};
+    mc_status st = log_timers(t, ev_names, 1, 1.0);
     static const char *const names[] = {"lm loss"};
     double value = (double)(numer / denom);
+    /* the final evaluations of a --skip-train run do not write to TensorBoard */
+    if (!st && (!verbose || !mc_args_bool(t->a, MC_A_skip_train)))
+        st = tb_validation(t, names[0], value);
     char buf[1024];
     mc_log_format_validation(buf, sizeof(buf), prefix, 1, names, &value);
     fputs(buf, stdout);
     fflush(stdout);
-    return MC_OK;
+    return st;
 }
 
 static void print_training_line(struct trainer *t, int64_t iteration, double interval_s,
@@ -332,8 +531,13 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     bool report_memory = true;
     static const char *const lm[] = {"lm loss"};
     mc_log_accum_init(&t->acc);
+    t->iteration = *iteration;
+    mc_status st0 = t->tb ? tb_write_args(t) : MC_OK;
+    if (st0)
+        return st0;
+    struct mc_timer *interval = timer(t, "interval-time", 0);
+    mc_timer_start(interval);
     print_datetime("before the start of training step");
-    double interval_start = mc_time_now();
     *exited = false;
     while (*iteration < train_iters) {
         mc_status st = mc_microbatches_update(&t->mb, t->consumed_train, true);
@@ -343,30 +547,41 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         struct mc_opt_step_result res;
         if ((st = train_step(t, *iteration, &loss, &res)))
             return st;
-        ++*iteration;
+        t->iteration = ++*iteration;
         t->consumed_train += t->mb.num_micro_batches * t->mbs;
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
             return st;
+        if ((st = tb_training_log(t, *iteration, loss, &res)))
+            return st;
         if (*iteration % log_interval == 0) {
-            print_training_line(t, *iteration, mc_time_now() - interval_start, &res, &report_memory);
-            interval_start = mc_time_now();
+            double interval_s = mc_timer_elapsed(interval, true);
+            if ((st = tb_interval_log(t, *iteration, interval_s)))
+                return st;
+            print_training_line(t, *iteration, interval_s, &res, &report_memory);
+            if ((st = log_timers(t, mc_training_log_timers, mc_training_log_timers_count,
+                                 (double)log_interval)))
+                return st;
+            fflush(stdout);
         }
         if (eval_interval && *iteration % eval_interval == 0 && do_valid) {
-            double paused = mc_time_now();
+            struct mc_timer *eval_time = timer(t, "eval-time", 0);
+            mc_timer_stop(interval);
+            mc_timer_start(eval_time);
             char prefix[64];
             bool abandoned;
             snprintf(prefix, sizeof(prefix), "iteration %lld", (long long)*iteration);
             if ((st = evaluate_and_print(t, MC_TRAIN_SPLIT_VALID, prefix, false, &t->consumed_valid,
                                          &abandoned)))
                 return st;
-            interval_start += mc_time_now() - paused; /* evaluation is not iteration time */
+            mc_timer_stop(eval_time);
+            mc_timer_start(interval); /* evaluation is not iteration time */
         }
         if (decide_exit(t, *iteration)) {
             *exited = true;
             break;
         }
     }
-    return MC_OK;
+    return t->tb ? mc_tb_flush(t->tb) : MC_OK;
 }
 
 static mc_status setup(struct trainer *t)
@@ -377,7 +592,7 @@ static mc_status setup(struct trainer *t)
         return st;
     if ((st = mc_microbatches_init_from_args(a, stdout, &t->mb)))
         return st;
-    if ((st = build_tokenizer(t)))
+    if ((st = build_tokenizer(t)) || (st = init_logging(t)))
         return st;
     printf("> initializing torch distributed ...\n");
     printf("> initialized tensor model parallel with size 1\n");
@@ -385,20 +600,22 @@ static mc_status setup(struct trainer *t)
     printf("> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
     printf("time to initialize megatron (seconds): %.3f\n", mc_time_now() - t->t0);
     print_datetime("after megatron is initialized");
-    double ms[2], t1 = mc_time_now();
-    if ((st = build_model_and_optimizer(t)))
-        return st;
-    print_datetime("after model, optimizer, and learning rate scheduler are built");
-    double t2 = mc_time_now();
-    if ((st = mc_train_data_init(a, mc_tok_eod(t->tok), stdout, &t->data)))
-        return st;
-    print_datetime("after dataloaders are built");
-    ms[0] = (t2 - t1) * 1e3;
-    ms[1] = (mc_time_now() - t2) * 1e3;
-    printf("done with setup ...\n");
     static const char *const names[] = {"model-and-optimizer-setup",
                                         "train/valid/test-data-iterators-setup"};
-    print_timers(2, names, ms);
+    struct mc_timer *model_tm = timer(t, names[0], 0), *data_tm = timer(t, names[1], 0);
+    mc_timer_start(model_tm);
+    if ((st = build_model_and_optimizer(t)))
+        return st;
+    mc_timer_stop(model_tm);
+    print_datetime("after model, optimizer, and learning rate scheduler are built");
+    mc_timer_start(data_tm);
+    if ((st = mc_train_data_init(a, mc_tok_eod(t->tok), stdout, &t->data)))
+        return st;
+    mc_timer_stop(data_tm);
+    print_datetime("after dataloaders are built");
+    printf("done with setup ...\n");
+    if ((st = log_timers(t, names, 2, 1.0)))
+        return st;
     double flops;
     if ((st = mc_flops_per_iteration(a, t->padded_vocab, 1, &flops)))
         return st;
@@ -448,6 +665,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
         printf("skipping training (--skip-train is on) ...\n");
     }
     bool abandoned = false;
+    t.iteration = iteration;
     if (mc_train_data_has(t.data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0) {
         snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)iteration);
         if ((st = evaluate_and_print(&t, MC_TRAIN_SPLIT_VALID, prefix, true, &t.consumed_valid, &abandoned)))
@@ -460,6 +678,9 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     }
 out:
     fflush(stdout);
+    mc_status tb_st = mc_tb_close(t.tb);
+    if (!st)
+        st = tb_st;
     teardown(&t);
     return st;
 }
