@@ -346,7 +346,8 @@ static mc_status tb_training_log(struct trainer *t, int64_t iteration, float los
     if ((!t->tb && !timers_to_tb) || iteration % mc_args_int(a, MC_A_tensorboard_log_interval))
         return MC_OK;
     mc_status st = MC_OK;
-    if (timers_to_tb && (st = tb_write_timers(t, iteration, (double)(t->acc.advanced + t->acc.skipped))))
+    double iters = (double)(t->acc.advanced + t->acc.skipped); /* Megatron's total_iterations */
+    if (timers_to_tb && (st = tb_write_timers(t, iteration, iters)))
         return st;
     if (!t->tb)
         return MC_OK;
@@ -380,9 +381,9 @@ static mc_status tb_interval_log(struct trainer *t, int64_t iteration, double in
         int64_t iters = t->acc.advanced + t->acc.skipped;
         double per_iter = interval_s / (double)(iters ? iters : 1);
         st = mc_tb_add_scalar(t->tb, "iteration-time", per_iter, iteration);
+        double flops = t->flops_per_sample * (double)t->gbs;
         if (!st && mc_args_bool(a, MC_A_log_throughput))
-            st = mc_tb_add_scalar(t->tb, "throughput",
-                                  mc_log_throughput(t->flops_per_sample * (double)t->gbs, per_iter, 1),
+            st = mc_tb_add_scalar(t->tb, "throughput", mc_log_throughput(flops, per_iter, 1),
                                   iteration);
     }
     return st ? st : mc_tb_flush(t->tb);
