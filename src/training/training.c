@@ -119,8 +119,7 @@ static mc_status build_tokenizer(struct trainer *t)
     return MC_OK;
 }
 
-/* set_global_variables' _set_timers and _set_tensorboard_writer (rank 0 is the last rank of
- * one process, so it holds the writer). */
+/* set_global_variables' _set_timers and _set_tensorboard_writer: only the last rank writes. */
 static mc_status init_logging(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -133,7 +132,7 @@ static mc_status init_logging(struct trainer *t)
     if (every <= 0) /* Megatron would divide by it and fail mid-run */
         return mc_error(MC_ERR_CONFIG, "--tensorboard-log-interval %lld: expected a positive "
                         "number of iterations", (long long)every);
-    if (!tb)
+    if (!tb || mc_args_int(a, MC_A_rank) != mc_args_int(a, MC_A_world_size) - 1)
         return MC_OK;
     printf("> setting tensorboard ...\n");
     return mc_tb_open(mc_args_str(a, MC_A_tensorboard_dir),

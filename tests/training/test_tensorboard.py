@@ -203,8 +203,8 @@ def test_timers_to_tensorboard(tmp):
 TIMER_ROW = re.compile(r"^    ((\S+) \.+): \((\d+\.\d\d), (\d+\.\d\d)\)$")
 
 
-def blocks_after_lines(out):
-    """The timer names printed right after each training line."""
+def blocks_after_lines(out, values=None):
+    """The timer names printed right after each training line (values[i][name] = ms)."""
     ls = out.splitlines()
     res = []
     for i, l in enumerate(ls):
@@ -222,6 +222,8 @@ def blocks_after_lines(out):
                       f"name column ljust(48, '.'): {ls[j]!r}")
                 check(m.group(3) == m.group(4), "one rank: min == max")
                 names.append(m.group(2))
+                if values is not None:
+                    values.setdefault(len(res), {})[m.group(2)] = float(m.group(4))
                 j += 1
         res.append([] if names == ["evaluate"] else names)  # an evaluation's own block
     return res
@@ -234,8 +236,14 @@ def test_timers_stdout(tmp):
     for level, want in (("0", []), ("1", l1), ("2", l2)):
         p = run(args(tmp, iters=4, log_interval=2, extra=["--timing-log-level", level]))
         check(p.returncode == 0, f"--timing-log-level {level} exits 0")
-        got = blocks_after_lines(p.stdout)
+        ms = {}
+        got = blocks_after_lines(p.stdout, ms)
         check(got == [want, want], f"level {level}: timers after each line {got}")
+        for v in ms.values():  # nested regions: compute inside forward-backward, batches inside forward
+            if "forward-compute" in v and "forward-backward" in v:
+                check(v["forward-compute"] + v["backward-compute"] <= v["forward-backward"] + 0.02
+                      and v["batch-generator"] <= v["forward-compute"] + 0.01,
+                      f"level {level}: nested timer values consistent {v}")
         check("    model-and-optimizer-setup ......................: (" in p.stdout and
               "    evaluate .......................................: (" in p.stdout,
               f"level {level}: level-0 setup and evaluate timers printed")
@@ -248,6 +256,18 @@ def test_timers_stdout(tmp):
                  extra=["--timing-log-level", "1", "--timing-log-option", "all"]))
     check(re.search(r"^times across ranks \(ms\):\n  forward-backward:\n     rank  0: \d+\.\d\d$",
                     p.stdout, re.M) is not None, "--timing-log-option all layout")
+
+
+def test_early_exit_flushes(tmp):
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    tb = os.path.join(tmp, "tb5")
+    p = run(args(tmp, iters=6, log_interval=5, extra=["--tensorboard-dir", tb, "--exit-interval", "2"]))
+    check(p.returncode == 0 and "[exiting program at iteration 2]" in p.stdout,
+          "--exit-interval 2 run exits 0")
+    acc = ea.EventAccumulator(tb, size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    check([e.step for e in acc.Scalars("lm loss")] == [1, 2],
+          "events queued before an early exit reach the file")
 
 
 def test_errors(tmp):
@@ -276,6 +296,7 @@ def main():
         else:
             test_tags_and_values(tmp)
             test_timers_to_tensorboard(tmp)
+            test_early_exit_flushes(tmp)
     print(f"test_tensorboard: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
