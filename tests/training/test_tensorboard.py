@@ -78,6 +78,42 @@ def close32(a, b, rel=1e-6):
     return abs(a - b) <= rel * abs(b) + 1e-30
 
 
+def records(path):
+    """The payloads of the file's TFRecords."""
+    data = open(path, "rb").read()
+    i, out = 0, []
+    while i + 12 <= len(data):
+        ln = int.from_bytes(data[i:i + 8], "little")
+        out.append(data[i + 12:i + 12 + ln])
+        i += 16 + ln
+    return out
+
+
+def check_same_bytes_as_torch(path):
+    """Every scalar and text event re-made by torch's SummaryWriter code (summary.scalar /
+    summary.text, the Event protobuf) with our wall time and step serializes to our bytes."""
+    try:
+        from torch.utils.tensorboard.summary import scalar, text
+    except ImportError as e:
+        print(f"test_tensorboard: SKIP byte comparison with torch's SummaryWriter: {e}")
+        return
+    from tensorboard.compat.proto.event_pb2 import Event
+    same = total = 0
+    for payload in records(path)[1:]:
+        ev = Event.FromString(payload)
+        v = ev.summary.value[0]
+        if v.HasField("tensor"):
+            summ = text(v.tag[:-len("/text_summary")], v.tensor.string_val[0].decode())
+        else:
+            summ = scalar(v.tag, v.simple_value)
+        ref = Event(wall_time=ev.wall_time, step=ev.step, summary=summ).SerializeToString()
+        same += ref == payload
+        total += 1
+        if ref != payload and total - same <= 3:
+            print("differs from torch:", payload.hex(), ref.hex())
+    check(total > 0 and same == total, f"{same}/{total} events byte-identical to torch's")
+
+
 def check_crcs(path):
     """Walks the TFRecord framing with tensorboard's own masked CRC-32C."""
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
@@ -113,6 +149,7 @@ def test_tags_and_values(tmp):
     check(re.fullmatch(r"events\.out\.tfevents\.\d{10}\.%s\.\d+\.0" % host, name) is not None,
           f"SummaryWriter's file name ({name})")
     check_crcs(files[0])
+    check_same_bytes_as_torch(files[0])
     first = next(iter(event_file_loader.EventFileLoader(files[0]).Load()))
     check(first.file_version == "brain.Event:2", "file_version event first")
 
