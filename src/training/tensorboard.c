@@ -262,7 +262,11 @@ struct mc_tb_writer {
     uint8_t *queue; /* framed records not yet written */
     size_t queued, cap;
     int64_t pending, max_queue;
+    double last_flush; /* wall time of the last write-out */
 };
+
+/* SummaryWriter's flush_secs default: queued events reach the file at least this often. */
+#define FLUSH_SECS 120.0
 
 static double wall_now(void)
 {
@@ -340,7 +344,7 @@ static mc_status enqueue(mc_tb_writer *w, const uint8_t *event, size_t len)
         w->cap = cap;
     }
     w->queued += mc_tb_frame_record(w->queue + w->queued, w->cap - w->queued, event, len);
-    if (++w->pending >= w->max_queue)
+    if (++w->pending >= w->max_queue || wall_now() - w->last_flush >= FLUSH_SECS)
         return mc_tb_flush(w);
     return MC_OK;
 }
@@ -412,6 +416,7 @@ mc_status mc_tb_flush(mc_tb_writer *w)
         return mc_error(MC_ERR_IO, "tensorboard: cannot write %s: %s", w->path, strerror(errno));
     w->queued = 0;
     w->pending = 0;
+    w->last_flush = wall_now();
     if (fflush(w->f))
         return mc_error(MC_ERR_IO, "tensorboard: cannot write %s: %s", w->path, strerror(errno));
     return MC_OK;

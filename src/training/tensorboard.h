@@ -19,8 +19,9 @@ typedef struct mc_tb_writer mc_tb_writer;
 
 /* SummaryWriter(log_dir, max_queue): creates log_dir (and its parents) and a new event file in
  * it holding the file_version event. Events are queued in memory and written out, whole
- * records only, when max_queue are pending, on mc_tb_flush and on mc_tb_close (max_queue <= 0
- * behaves as 1). MC_ERR_IO names the directory or file that could not be made. */
+ * records only, when max_queue are pending, when the last write-out is 120 s old (flush_secs),
+ * on mc_tb_flush and on mc_tb_close (max_queue <= 0 behaves as 1). MC_ERR_IO names the
+ * directory or file that could not be made. */
 MC_API mc_status mc_tb_open(const char *log_dir, int64_t max_queue, mc_tb_writer **out);
 /* add_scalar(tag, value, step): a simple_value summary (value rounded to float32, as the
  * protobuf field is a float), stamped with the current wall time. */
