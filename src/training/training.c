@@ -300,8 +300,14 @@ static mc_status tb_write_args(struct trainer *t)
     for (int id = 0; id < MC_A_FIRST_EXTENSION && !st; id++) {
         if (t->a->deleted[id])
             continue;
-        mc_py_str(buf, sizeof(buf), &t->a->v[id]);
-        st = mc_tb_add_text(t->tb, mc_arg_defs[id].dest, buf, t->iteration);
+        size_t need = mc_py_str(NULL, 0, &t->a->v[id]) + 1; /* long --data-path lists */
+        char *text = need <= sizeof(buf) ? buf : mc_alloc(need);
+        if (!text)
+            return MC_ERR_NOMEM;
+        mc_py_str(text, need, &t->a->v[id]);
+        st = mc_tb_add_text(t->tb, mc_arg_defs[id].dest, text, t->iteration);
+        if (text != buf)
+            mc_free(text);
     }
     snprintf(buf, sizeof(buf), "%lld", (long long)t->padded_vocab);
     if (!st)

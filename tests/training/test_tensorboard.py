@@ -137,7 +137,8 @@ def test_tags_and_values(tmp):
     tb = os.path.join(tmp, "tb", "run1")  # parents are created, as SummaryWriter does
     p = run(args(tmp, extra=["--tensorboard-dir", tb, "--log-params-norm",
                              "--log-validation-ppl-to-tensorboard",
-                             "--log-world-size-to-tensorboard", "--tensorboard-queue-size", "5"]))
+                             "--log-world-size-to-tensorboard", "--tensorboard-queue-size", "5",
+                             "--one-logger-run-name", "r" * 5000]))  # a text longer than 4 KiB
     check(p.returncode == 0, f"run with --tensorboard-dir exits 0 ({p.returncode}: {p.stderr[-400:]})")
     check("> setting tensorboard ...\n" in p.stdout, "prints '> setting tensorboard ...'")
     files = glob.glob(os.path.join(tb, "*"))
@@ -206,11 +207,13 @@ def test_tags_and_values(tmp):
     dump = dict(re.findall(r"^  (\w+) \.* (.*)$", p.stdout, re.M))
     check(len(dump) > 400 and all(k + "/text_summary" in texts for k in dump),
           f"every argument of the dump written as text ({len(dump)} args, {len(texts)} texts)")
-    for k in ("hidden_size", "lr", "tensorboard_dir", "lr_decay_style", "data_path", "iteration"):
+    for k in ("hidden_size", "lr", "tensorboard_dir", "lr_decay_style", "data_path", "iteration",
+              "one_logger_run_name"):
         ev = acc.Tensors(k + "/text_summary")
         got = ev[0].tensor_proto.string_val[0].decode() if ev else None
         check(ev and ev[0].step == 0 and got == dump.get(k, "0"),
-              f"text {k}: {got!r} vs dump {dump.get(k)!r}")
+              f"text {k}: {(got or '')[:80]!r} ({len(got or '')} chars) vs dump "
+              f"{dump.get(k, '')[:80]!r} ({len(dump.get(k, ''))} chars)")
 
 
 def test_timers_to_tensorboard(tmp):
