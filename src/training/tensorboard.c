@@ -377,16 +377,16 @@ mc_status mc_tb_open(const char *log_dir, int64_t max_queue, mc_tb_writer **out)
     w->max_queue = max_queue > 0 ? max_queue : 1;
     mc_status st = make_dirs(log_dir);
     if (st || (st = create_event_file(w, log_dir)))
-        goto fail;
+        goto out_free;
     uint8_t ev[128];
     size_t len = mc_tb_encode_file_version(ev, sizeof(ev), wall_now());
     MC_ASSERT(len <= sizeof(ev));
     /* the file_version record goes out at once, as EventFileWriter writes it on creation */
     if ((st = enqueue(w, ev, len)) || (st = mc_tb_flush(w)))
-        goto fail;
+        goto out_free;
     *out = w;
     return MC_OK;
-fail:
+out_free:
     if (w->f)
         fclose(w->f);
     mc_free(w->queue);

@@ -41,8 +41,11 @@ static void test_crc(void)
     CHECK(mc_tb_crc32c("", 0) == 0);
 }
 
-/* Records written by torch.utils.tensorboard.SummaryWriter: add_scalar('lm loss', 7.5, 3) and
- * add_text('lr', '0.0001', global_step=0) (the wall times are those the writer stamped). */
+/* Records written by torch 1.13's SummaryWriter (tensorboard 2.21 from PyPI), made with
+ *   /usr/bin/python3 -c "from torch.utils.tensorboard import SummaryWriter as W; w = W('d');
+ *     w.add_scalar('lm loss', 7.5, 3); w.add_text('lr', '0.0001', global_step=0); w.close()"
+ * and the 2nd and 3rd TFRecords of d/events.out.tfevents.* printed in hex; the wall times used
+ * below are the bits those records hold. */
 static const char scalar_rec[] =
     "1d00000000000000602fdf2309ca09850f3fc3da4110032a100a0e0a076c6d206c6f7373150000f040fbb60c97";
 static const char text_rec[] =
