@@ -8,6 +8,7 @@ import glob
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -54,8 +55,11 @@ def args(tmp, iters=6, log_interval=1, extra=()):
             "--attention-dropout", "0", "--hidden-dropout", "0", *extra]
 
 
-def run(cmd):
+def run(cmd, np=1):
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if np > 1:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
+               "OMP_NUM_THREADS=1", *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -243,7 +247,7 @@ def test_timers_to_tensorboard(tmp):
 TIMER_ROW = re.compile(r"^    ((\S+) \.+): \((\d+\.\d\d), (\d+\.\d\d)\)$")
 
 
-def blocks_after_lines(out, values=None):
+def blocks_after_lines(out, values=None, one_rank=True):
     """The timer names printed right after each training line (values[i][name] = ms)."""
     ls = out.splitlines()
     res = []
@@ -260,7 +264,7 @@ def blocks_after_lines(out, values=None):
                 m = TIMER_ROW.match(ls[j])
                 check(m.group(1) == (m.group(2) + " ").ljust(48, "."),
                       f"name column ljust(48, '.'): {ls[j]!r}")
-                check(m.group(3) == m.group(4), "one rank: min == max")
+                check(not one_rank or m.group(3) == m.group(4), "one rank: min == max")
                 names.append(m.group(2))
                 if values is not None:
                     values.setdefault(len(res), {})[m.group(2)] = float(m.group(4))
@@ -310,6 +314,40 @@ def test_early_exit_flushes(tmp):
           "events queued before an early exit reach the file")
 
 
+def test_two_ranks(tmp):
+    """Tensor parallelism over 2 MPI ranks: one writer (the last rank), the collectives behind
+    the params norm and the timers do not hang, the timers block reports min and max."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    if not shutil.which("mpirun"):
+        print("test_tensorboard: SKIP two-rank run: mpirun not found")
+        return
+    tb = os.path.join(tmp, "tb_mpi")
+    p = run(args(tmp, iters=4, log_interval=1,
+                 extra=["--tensorboard-dir", tb, "--tensor-model-parallel-size", "2",
+                        "--make-vocab-size-divisible-by", "64", "--log-params-norm",
+                        "--timing-log-level", "2", "--log-timers-to-tensorboard",
+                        "--tensorboard-log-interval", "2"]), np=2)
+    check(p.returncode == 0, f"2-rank run exits 0 ({p.returncode}: {p.stderr[-400:]})")
+    check(len(glob.glob(os.path.join(tb, "events.out.tfevents.*"))) == 1,
+          "one event file for two ranks")
+    check(p.stdout.count("> setting tensorboard ...") == 1, "one rank sets up the writer")
+    acc = ea.EventAccumulator(tb, size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    lines = training_lines(p.stdout)
+    for tag, seg in (("lm loss", "lm loss"), ("params-norm", "params norm")):
+        s = [(e.step, e.value) for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
+        check([st for st, _ in s] == [2, 4], f"2 ranks: {tag} at steps 2 and 4 ({s})")
+        for st, v in s:
+            printed = float(lines.get(st, {}).get(seg, "nan"))
+            check(abs(v - printed) <= 1e-6 * abs(printed) + (5e-4 if seg == "params norm" else 0),
+                  f"2 ranks: {tag} @{st} {v!r} vs printed {printed}")
+    check("forward-backward-time" in acc.Tags()["scalars"], "2 ranks: timers written")
+    p = run(args(tmp, iters=4, log_interval=2, extra=["--timing-log-level", "1"]), np=2)
+    check(p.returncode == 0 and blocks_after_lines(p.stdout, one_rank=False) == [
+        ["forward-backward", "layernorm-grads-all-reduce", "embedding-grads-all-reduce",
+         "all-grads-sync", "optimizer"]] * 2, "2 ranks (dp 2): timer blocks after each line")
+
+
 def test_errors(tmp):
     plain = os.path.join(tmp, "plain")
     open(plain, "w").close()
@@ -337,6 +375,7 @@ def main():
             test_tags_and_values(tmp)
             test_timers_to_tensorboard(tmp)
             test_early_exit_flushes(tmp)
+            test_two_ranks(tmp)
     print(f"test_tensorboard: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
