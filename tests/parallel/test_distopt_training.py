@@ -4,7 +4,8 @@ at dp2, dp4 and tp2 x dp2, for a GPT-2-style and a Llama-style model, the 'lm lo
 single-process run's (within 1e-5 relative, from the [exact] lines of MC_TEST_LOG_EXACT=1) and
 the non-distributed optimizer's at the same dp; reruns are bit-identical; several
 --overlap-grad-reduce buckets (params cut across shard edges) and --calculate-per-token-loss
-match too; the optimizer state each rank holds (printed at start-up) is about 1/dp of the
+match too, and so do SGD and the zero count
+(--log-num-zeros-in-grad); the optimizer state each rank holds (printed at start-up) is about 1/dp of the
 non-distributed optimizer's; distopt with --save is refused by name."""
 import os
 import re
@@ -26,6 +27,7 @@ BUCKETS = ["--overlap-grad-reduce", "--ddp-bucket-size", "5000"]
 EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
                    r"params norm: (\S+)$")
 VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
+ZEROS = re.compile(r"\| num zeros: (\S+) \|")
 STATE = re.compile(r"^ > distributed optimizer: (\d+) buckets, buffer (\d+) elements \((\d+) "
                    r"unpadded\); optimizer state on this rank: (\d+) elements \(\S+ MB\) of "
                    r"(\d+) \(\S+ MB\) without it$")
@@ -131,6 +133,17 @@ def main():
         got = run(GPT2, tmp, 2, 1, per_token + DISTOPT + BUCKETS)
         worst = compare("gpt2 dp2 distopt buckets --calculate-per-token-loss", ref, got)
         report.append(f"gpt2 dp2 distopt per-token loss: max rel diff {worst:.1e}")
+        # SGD, and the zero count: untied embedding rows of the padded vocabulary get no grad
+        sgd = ["--optimizer", "sgd", "--log-num-zeros-in-grad", "--vocab-size", "4000",
+               "--untie-embeddings-and-output-weights"]
+        ref = run(GPT2, tmp, extra=sgd)
+        got = run(GPT2, tmp, 4, 2, sgd + DISTOPT + BUCKETS)
+        worst = compare("gpt2 tp2 dp2 distopt sgd", ref, got)
+        zeros = [ZEROS.findall(r[0].stdout) for r in (ref, got)]
+        check(len(zeros[0]) == 12 and zeros[0] == zeros[1] and float(zeros[0][0]) > 0,
+              f"num zeros equal and non-zero: {zeros[1]} vs single process {zeros[0]}")
+        report.append(f"gpt2 tp2 dp2 distopt sgd: max rel diff {worst:.1e}, num zeros "
+                      f"{zeros[1][:1]} as single process")
         p = run(GPT2, tmp, extra=DISTOPT + ["--save", os.path.join(tmp, "ckpt"),
                                           "--save-interval", "5"])[0]
         check(p.returncode != 0 and "--use-distributed-optimizer with --save/--load" in
