@@ -3,10 +3,10 @@ at dp2, dp4 and tp2 x dp2, for a GPT-2-style and a Llama-style model, the 'lm lo
 'grad norm' and 'params norm' of each of 12 iterations and the validation losses equal the
 single-process run's (within 1e-5 relative, from the [exact] lines of MC_TEST_LOG_EXACT=1) and
 the non-distributed optimizer's at the same dp; reruns are bit-identical; several
---overlap-grad-reduce buckets (params cut across shard edges) and --calculate-per-token-loss
-match too, and so do SGD and the zero count
-(--log-num-zeros-in-grad); the optimizer state each rank holds (printed at start-up) is about 1/dp of the
-non-distributed optimizer's; distopt with --save is refused by name."""
+--overlap-grad-reduce buckets (params cut across shard edges), --calculate-per-token-loss, SGD
+and the zero count (--log-num-zeros-in-grad) match too; the optimizer state each rank holds
+(printed at start-up) is about 1/dp of the non-distributed optimizer's; distopt with --save is
+refused by name."""
 import os
 import re
 import subprocess
