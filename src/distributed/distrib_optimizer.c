@@ -27,6 +27,7 @@ struct mc_distopt {
     struct mc_pgb_map map;
     int dp, dp_rank;
     void *dp_comm;      /* MPI_Comm * of the data-parallel(-context) group */
+    void *world_comm;   /* every rank: grad norm and zero count */
     float *buffer;      /* [map.numel] Megatron-layout grads, then params */
     float *main_grad;   /* [shard_numel] this rank's reduce-scattered grads */
     float *state;       /* Adam: [exp_avg | exp_avg_sq], SGD: [momentum], each [shard_numel] */
@@ -107,7 +108,7 @@ static mc_status alloc_shards(mc_distopt *o)
 }
 
 mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
-                          const struct mc_parallel_state *ps, int64_t bucket_size,
+                          const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
                           bool pad_buckets_for_high_nccl_busbw, mc_distopt **out)
 {
     *out = NULL;
@@ -122,6 +123,7 @@ mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m
     o->dp = mc_ps_size(ps, MC_PS_DP_CP);
     o->dp_rank = mc_ps_rank(ps, MC_PS_DP_CP);
     o->dp_comm = ps->group[MC_PS_DP_CP].comm;
+    o->world_comm = world_comm;
 #if !defined(MC_HAVE_MPI)
     if (o->dp > 1) {
         mc_distopt_free(o);
@@ -236,7 +238,7 @@ static mc_status grad_stats(mc_distopt *o, float *norm, int64_t *zeros)
         sq += m->be->sumsq(o->main_grad + at_s, n);
         z += m->be->count_zeros(o->main_grad + at_s, n);
     }
-    void *world = mc_comm_world_handle();
+    void *world = o->world_comm;
     float stats[2] = {(float)sq, (float)z}; /* Megatron reduces both as float tensors */
     mc_status st = mc_comm_all_reduce(world, stats, 2, MC_COMM_FLOAT, MC_COMM_SUM,
                                       "distributed optimizer grad-norm all-reduce");

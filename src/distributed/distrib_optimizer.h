@@ -12,9 +12,10 @@ typedef struct mc_distopt mc_distopt;
 
 /* Lays out m's parameters as Megatron's grad buffer (bucket_size as mc_pgb_bucket_size gives
  * it) and allocates optimizer state for this data-parallel rank's shard of every bucket only.
- * m and ps must outlive the optimizer. */
+ * Grad norm and zero count are reduced over world_comm, every rank of the job (Megatron's
+ * grad-stats group None; NULL for one process). m and ps must outlive the optimizer. */
 mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
-                          const struct mc_parallel_state *ps, int64_t bucket_size,
+                          const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
                           bool pad_buckets_for_high_nccl_busbw, mc_distopt **out);
 void mc_distopt_free(mc_distopt *o);
 

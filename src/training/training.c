@@ -216,7 +216,7 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
     int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
     bucket = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
                                 mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
-    mc_status st = mc_distopt_init(oc, t->model, &t->ps, bucket,
+    mc_status st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
                                    mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
                                    &t->dopt);
     if (st)

@@ -86,7 +86,8 @@ static int run_model(int argc, char **argv)
         fprintf(stderr, "model: %s\n", mc_last_error());
         goto out;
     }
-    int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
+    int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0
+                                                             : mc_args_int(a, MC_A_ddp_bucket_size);
     struct mc_pgb_config c = {
         dp, mc_args_bool(a, MC_A_use_distributed_optimizer),
         mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket, dp, 0),
