@@ -34,6 +34,10 @@ static double elem(const struct mc_pk *s, int64_t i)
 static void pfloat(double f)
 {
     char b[40];
+    if (isnan(f) || isinf(f)) { /* spelled as Python's json module reads them */
+        printf("%s", isnan(f) ? "NaN" : f > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
     snprintf(b, sizeof(b), "%.17g", f);
     if (!strpbrk(b, ".en"))
         strcat(b, ".0");
