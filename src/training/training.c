@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "megatron/checkpoint.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
@@ -36,6 +37,8 @@ struct trainer {
     int64_t mbs, seq, gbs;
     int64_t consumed_train, consumed_valid;
     double flops_per_sample;
+    double flops_so_far;          /* num_floating_point_operations_so_far */
+    int64_t start_iteration;      /* args.iteration: from --load, else 0 */
     struct mc_log_accum acc;
 };
 
@@ -72,9 +75,11 @@ static mc_status check_single_process(const struct mc_args *a)
         return mc_error(MC_ERR_UNSUPPORTED, "a world size of %lld: the training loop of this "
                         "build runs one process (tensor, pipeline and data parallelism over MPI "
                         "are not wired into pretrain_gpt yet)", (long long)mc_args_int(a, MC_A_world_size));
-    if (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load))
-        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load: checkpoints (Megatron's torch format) "
-                                            "are not available in this build yet");
+    bool ckpt = !mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load);
+    if (ckpt && strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
+        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
+                        "supported; add --ckpt-format torch to --save/--load (Megatron's default "
+                        "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
@@ -106,6 +111,45 @@ static mc_status build_tokenizer(struct trainer *t)
     return MC_OK;
 }
 
+/* setup_model_and_optimizer's load_checkpoint: resumes the iteration, the consumed samples,
+ * the model, the optimizer and the scheduler from --load. */
+static mc_status load_checkpoint(struct trainer *t)
+{
+    if (mc_args_is_none(t->a, MC_A_load))
+        return MC_OK;
+    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched};
+    bool loaded;
+    mc_status st = mc_ckpt_load(&s, stdout, &loaded);
+    if (st || !loaded)
+        return st;
+    t->start_iteration = s.iteration;
+    t->flops_so_far = s.num_floating_point_operations_so_far;
+    t->consumed_train = mc_args_int(t->a, MC_A_consumed_train_samples);
+    t->consumed_valid = mc_args_int(t->a, MC_A_consumed_valid_samples);
+    return MC_OK;
+}
+
+/* save_checkpoint_and_time: the save, its timer line, and the time kept out of the interval. */
+static mc_status save_checkpoint(struct trainer *t, int64_t iteration, double *interval_start)
+{
+    double start = mc_time_now();
+    mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
+    mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
+    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
+                              .iteration = iteration,
+                              .num_floating_point_operations_so_far = t->flops_so_far};
+    mc_status st = mc_ckpt_save(&s, stdout);
+    if (st)
+        return st;
+    double ms = (mc_time_now() - start) * 1e3;
+    static const char *const names[] = {"save-checkpoint"};
+    print_timers(1, names, &ms);
+    fflush(stdout);
+    if (interval_start)
+        *interval_start += mc_time_now() - start;
+    return MC_OK;
+}
+
 static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -122,7 +166,9 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     struct mc_opt_sched_config sc;
     if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, stdout, &sc)))
         return st;
-    return mc_opt_sched_init(&t->sched, &sc, stdout);
+    if ((st = mc_opt_sched_init(&t->sched, &sc, stdout)))
+        return st;
+    return load_checkpoint(t);
 }
 
 /* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
@@ -296,29 +342,51 @@ static void print_training_line(struct trainer *t, int64_t iteration, double int
     fflush(stdout);
 }
 
-/* checkpoint_and_decide_exit without checkpoints (refused at start-up). */
-static bool decide_exit(struct trainer *t, int64_t iteration)
+static int64_t save_interval(const struct mc_args *a)
+{
+    return mc_args_is_none(a, MC_A_save_interval) ? 0 : mc_args_int(a, MC_A_save_interval);
+}
+
+/* checkpoint_and_decide_exit: saves at --save-interval, and before an exit (SIGTERM,
+ * --exit-duration-in-mins, --exit-interval) unless this iteration was just saved. */
+static mc_status decide_exit(struct trainer *t, int64_t iteration, double *interval_start, bool *exit)
 {
     char what[128];
+    bool save = !mc_args_is_none(t->a, MC_A_save), saved = false;
+    mc_status st;
+    *exit = true;
     if (mc_args_bool(t->a, MC_A_exit_signal_handler) && got_sigterm) {
+        if (save && (st = save_checkpoint(t, iteration, interval_start)))
+            return st;
         print_datetime("exiting program after receiving SIGTERM.");
-        return true;
+        return MC_OK;
+    }
+    int64_t every_save = save_interval(t->a);
+    if (save && every_save && iteration % every_save == 0) {
+        if ((st = save_checkpoint(t, iteration, interval_start)))
+            return st;
+        saved = true;
     }
     double minutes;
     if (time_limit_reached(t, &minutes)) {
+        if (save && !saved && (st = save_checkpoint(t, iteration, interval_start)))
+            return st;
         char rep[40];
         mc_py_float_repr(rep, sizeof(rep), minutes);
         snprintf(what, sizeof(what), "exiting program after %s minutes", rep);
         print_datetime(what);
-        return true;
+        return MC_OK;
     }
     int64_t every = mc_args_is_none(t->a, MC_A_exit_interval) ? 0 : mc_args_int(t->a, MC_A_exit_interval);
     if (every && iteration % every == 0) {
+        if (save && !saved && (st = save_checkpoint(t, iteration, interval_start)))
+            return st;
         snprintf(what, sizeof(what), "exiting program at iteration %lld", (long long)iteration);
         print_datetime(what);
-        return true;
+        return MC_OK;
     }
-    return false;
+    *exit = false;
+    return MC_OK;
 }
 
 /* train(): returns the last iteration; *exited when an exit condition ended the run. */
@@ -345,6 +413,7 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             return st;
         ++*iteration;
         t->consumed_train += t->mb.num_micro_batches * t->mbs;
+        t->flops_so_far += t->flops_per_sample * (double)(t->mb.num_micro_batches * t->mbs);
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
             return st;
         if (*iteration % log_interval == 0) {
@@ -361,10 +430,10 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
                 return st;
             interval_start += mc_time_now() - paused; /* evaluation is not iteration time */
         }
-        if (decide_exit(t, *iteration)) {
-            *exited = true;
+        if ((st = decide_exit(t, *iteration, &interval_start, exited)))
+            return st;
+        if (*exited)
             break;
-        }
     }
     return MC_OK;
 }
@@ -433,7 +502,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     mc_status st = setup(&t);
     if (st)
         goto out;
-    int64_t iteration = 0;
+    int64_t iteration = t.start_iteration;
     bool exited = false;
     char prefix[96];
     if (!mc_args_bool(a, MC_A_skip_train)) {
@@ -444,6 +513,10 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
         if (exited)
             goto out; /* Megatron's sys.exit(0): no final evaluation */
         print_datetime("after training is done");
+        int64_t every_save = save_interval(a);
+        if (!mc_args_is_none(a, MC_A_save) && iteration != 0 && (!every_save || iteration % every_save))
+            if ((st = save_checkpoint(&t, iteration, NULL)))
+                goto out;
     } else {
         printf("skipping training (--skip-train is on) ...\n");
     }
