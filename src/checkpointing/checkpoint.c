@@ -55,18 +55,37 @@ static struct mc_pk *val_to_pk(mc_pk_doc *d, const struct mc_val *v)
     return NULL;
 }
 
-static struct mc_pk *args_namespace(mc_pk_doc *d, const struct mc_args *a)
+/* The attributes Megatron's pretrain() adds to args while running, in the order it adds them
+ * (padded_vocab_size, model_type, iteration, ...); our option table has none of them. */
+static mc_status runtime_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_ckpt_state *s)
 {
+    const struct mc_gpt_config *c = mc_gpt_model_config(s->model);
+    mc_status st = mc_pk_set(d, ns, "padded_vocab_size", mc_pk_int(d, c->padded_vocab_size));
+    st = st ? st : mc_pk_set(d, ns, "model_type", mc_pk_enum_member(d, "megatron.core.enums",
+                                                                    "ModelType", "encoder_or_decoder"));
+    st = st ? st : mc_pk_set(d, ns, "iteration", mc_pk_int(d, s->args_iteration));
+    st = st ? st : mc_pk_set(d, ns, "num_floating_point_operations_so_far",
+                             s->args_flops ? mc_pk_float(d, s->args_flops) : mc_pk_int(d, 0));
+    st = st ? st : mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
+    st = st ? st : mc_pk_set(d, ns, "do_valid", mc_pk_int(d, s->do_valid));
+    st = st ? st : mc_pk_set(d, ns, "do_test", mc_pk_int(d, s->do_test));
+    st = st ? st : mc_pk_set(d, ns, "curr_iteration", mc_pk_int(d, s->iteration > 0 ? s->iteration - 1 : 0));
+    return st;
+}
+
+static struct mc_pk *args_namespace(mc_pk_doc *d, const struct mc_ckpt_state *s)
+{
+    const struct mc_args *a = s->args;
     struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE);
-    for (int i = 0; ns && i < MC_A_COUNT; i++)
-        if (!a->deleted[i] && mc_pk_set(d, ns, mc_arg_defs[i].dest, val_to_pk(d, &a->v[i])))
+    for (int i = 0; ns && i < MC_A_COUNT; i++) {
+        struct mc_val v = a->v[i];
+        /* training.py's FLOPs count sets num_query_groups = num_attention_heads without GQA */
+        if (i == MC_A_num_query_groups && !mc_args_bool(a, MC_A_group_query_attention))
+            v = a->v[MC_A_num_attention_heads];
+        if (!a->deleted[i] && mc_pk_set(d, ns, mc_arg_defs[i].dest, val_to_pk(d, &v)))
             return NULL;
-    /* pretrain() sets args.model_type; our table has no such option */
-    if (ns && !mc_pk_get(ns, "model_type") &&
-        mc_pk_set(d, ns, "model_type", mc_pk_enum_member(d, "megatron.core.enums", "ModelType",
-                                                         "encoder_or_decoder")))
-        return NULL;
-    return ns;
+    }
+    return ns && !runtime_args(d, ns, s) ? ns : NULL;
 }
 
 /* ---- model ----------------------------------------------------------------------------------- */
@@ -289,7 +308,7 @@ static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, flo
 {
     const struct mc_args *a = s->args;
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
-    if (!root || mc_pk_set(d, root, "args", args_namespace(d, a)) ||
+    if (!root || mc_pk_set(d, root, "args", args_namespace(d, s)) ||
         mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
         mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)) ||
         mc_pk_set(d, root, "model", model_dict(d, s->model)))

@@ -1,0 +1,264 @@
+"""pretrain_gpt --save/--load in Megatron's torch checkpoint format: torch.load reads every entry
+Megatron writes (compared with a checkpoint Megatron core_v0.12.1 wrote, tests/golden/checkpointing),
+resuming is bit-exact (N iterations straight == N/2, save, load, N/2: same loss lines, same final
+weights and optimizer state), a Megatron checkpoint loads and continues with Megatron's losses and
+is written back unchanged, and broken inputs give clear errors."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import torch_stubs  # noqa: E402
+
+torch_stubs.install()
+BUILD = os.environ.get("MC_BUILD_DIR", "build")
+SRC = os.environ.get("MC_SOURCE_DIR", ".")
+EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing")
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+
+
+def args(tmp, iters, extra=(), hidden=32, heads=4, seq=32, mbs=4, gbs=8, lr="1e-3", warm="2",
+         dropout="0.1", decay=("--lr-decay-iters", "6")):
+    return [EXE, *decay, "--num-layers", "2", "--hidden-size", str(hidden), "--num-attention-heads", str(heads),
+            "--seq-length", str(seq), "--max-position-embeddings", str(seq),
+            "--micro-batch-size", str(mbs), "--global-batch-size", str(gbs),
+            "--train-iters", str(iters), "--lr", lr, "--lr-decay-style", "cosine",
+            "--lr-warmup-iters", warm, "--log-interval", "1", "--mock-data",
+            "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
+            "--data-cache-path", os.path.join(tmp, "cache"), "--attention-dropout", dropout,
+            "--hidden-dropout", dropout, "--ckpt-format", "torch", *extra]
+
+
+def run(cmd):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+TRAIN = re.compile(r"^ \[[^]]*\] iteration +(\d+)/ +\d+ \| consumed samples: +(\d+) \| "
+                   r"elapsed time per iteration \(ms\): [\d.]+ \| (.*)$")
+
+
+def train_lines(out):
+    """iteration -> the line without its time stamp and elapsed time"""
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in map(TRAIN.match, out.splitlines()) if m}
+
+
+def ckpt(d, it):
+    return torch.load(os.path.join(d, f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt"))
+
+
+def same_tensors(a, b, where):
+    if isinstance(a, torch.Tensor):
+        check(isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+              and torch.equal(a, b), f"{where}: tensors differ")
+    elif isinstance(a, dict):
+        check(isinstance(b, dict) and list(a) == list(b), f"{where}: keys {list(a)[:4]} vs {list(b)[:4] if isinstance(b, dict) else b}")
+        for k in a:
+            if isinstance(b, dict) and k in b:
+                same_tensors(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        check(type(a) is type(b) and len(a) == len(b), f"{where}: sequence")
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_tensors(x, y, f"{where}[{i}]")
+    else:
+        check(a == b, f"{where}: {a!r} != {b!r}")
+
+
+def test_resume_bit_exact(tmp):
+    full_dir, part_dir = os.path.join(tmp, "full"), os.path.join(tmp, "part")
+    extra = ("--eval-interval", "3", "--eval-iters", "1")
+    full = run(args(tmp, 6, extra + ("--save", full_dir, "--save-interval", "100")))
+    check(full.returncode == 0, f"straight run: {full.stderr[-400:]}")
+    first = run(args(tmp, 6, extra + ("--save", part_dir, "--save-interval", "3", "--exit-interval", "3")))
+    check(first.returncode == 0, f"first half: {first.stderr[-400:]}")
+    check("saving checkpoint at iteration       3 to " + part_dir + " in torch format" in first.stdout,
+          "Megatron's saving message")
+    check(f"  successfully saved checkpoint from iteration       3 to {part_dir} [ t 1/1, p 1/1 ]"
+          in first.stdout, "Megatron's saved message")
+    check("    save-checkpoint ..." in first.stdout, "save-checkpoint timer")
+    tracker = open(os.path.join(part_dir, "latest_checkpointed_iteration.txt")).read()
+    check(tracker == "3", f"tracker file holds '3' without newline: {tracker!r}")
+    check(not [f for r, _, fs in os.walk(part_dir) for f in fs if f.endswith(".tmp")], "no temporary files left")
+    second = run(args(tmp, 6, extra + ("--load", part_dir, "--save", part_dir, "--save-interval", "100")))
+    check(second.returncode == 0, f"second half: {second.stderr[-400:]}")
+    check(f" loading checkpoint from {part_dir} at iteration 3" in second.stdout, "loading message")
+    check(f"  successfully loaded checkpoint from {part_dir} [ t 1/1, p 1/1 ] at iteration 3"
+          in second.stdout, "loaded message")
+    a, b, c = train_lines(full.stdout), train_lines(first.stdout), train_lines(second.stdout)
+    check(sorted(a) == [1, 2, 3, 4, 5, 6] and sorted(b) == [1, 2, 3] and sorted(c) == [4, 5, 6],
+          f"iterations {sorted(a)} / {sorted(b)} / {sorted(c)}")
+    for it in a:
+        check(a[it] == (b.get(it) or c.get(it)), f"iteration {it}: {a[it]} vs {b.get(it) or c.get(it)}")
+    va = [l for l in full.stdout.splitlines() if "validation loss at iteration 6" in l]
+    vb = [l for l in second.stdout.splitlines() if "validation loss at iteration 6" in l]
+    check(va and va == vb, "validation at iteration 6 equal")
+    x, y = ckpt(full_dir, 6), ckpt(part_dir, 6)
+    same_tensors(x["model"], y["model"], "model")
+    same_tensors(x["optimizer"], y["optimizer"], "optimizer")
+    check(x["opt_param_scheduler"] == y["opt_param_scheduler"], "scheduler")
+    check(x["num_floating_point_operations_so_far"] == y["num_floating_point_operations_so_far"], "FLOPs")
+    check(x["args"].consumed_train_samples == y["args"].consumed_train_samples == 48, "consumed samples")
+    check(x["args"].consumed_valid_samples == y["args"].consumed_valid_samples, "consumed valid samples")
+    # --finetune: weights only, iteration and counters from zero
+    ft = run(args(tmp, 6, extra + ("--load", part_dir, "--finetune", "--exit-interval", "2")))
+    lines = train_lines(ft.stdout)
+    check(ft.returncode == 0 and sorted(lines) == [1, 2] and lines[1][0] == "8",
+          f"--finetune restarts at iteration 1: {ft.stderr[-300:]}")
+    # --ckpt-step picks an older iteration
+    st = run(args(tmp, 6, extra + ("--load", part_dir, "--ckpt-step", "3", "--exit-interval", "4")))
+    check(st.returncode == 0 and f"at iteration 3" in st.stdout and sorted(train_lines(st.stdout)) == [4],
+          "--ckpt-step 3")
+    # --no-save-optim writes no optimizer/scheduler; --no-load-optim loads such a checkpoint
+    nso = os.path.join(tmp, "nso")
+    r = run(args(tmp, 6, extra + ("--save", nso, "--save-interval", "100", "--no-save-optim", "--exit-interval", "1")))
+    k = list(ckpt(nso, 1)) if r.returncode == 0 else []
+    check(k == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine",
+                "num_floating_point_operations_so_far"], f"--no-save-optim keys {k}")
+    r = run(args(tmp, 6, extra + ("--load", nso, "--exit-interval", "2")))
+    check(r.returncode != 0 and "--no-load-optim" in r.stderr + r.stdout, "missing optimizer names --no-load-optim")
+    r = run(args(tmp, 6, extra + ("--load", nso, "--no-load-optim", "--exit-interval", "2")))
+    check(r.returncode == 0 and sorted(train_lines(r.stdout)) == [2], "--no-load-optim resumes")
+
+
+def test_structure_vs_megatron(tmp):
+    """Our checkpoint of the golden's configuration has Megatron's keys, types and shapes."""
+    gold = torch.load(os.path.join(GOLDEN, "save", "iter_0000002", "mp_rank_00", "model_optim_rng.pt"))
+    out = os.path.join(tmp, "ours")
+    r = run(args(tmp, 4, ("--save", out, "--save-interval", "2", "--exit-interval", "2", "--eval-interval", "100",
+                          "--eval-iters", "0", "--use-cpu-initialization"),
+                 hidden=8, heads=2, seq=16, mbs=2, gbs=4, lr="1e-2", warm="1", dropout="0", decay=()))
+    check(r.returncode == 0, f"save run: {r.stderr[-400:]}")
+    ours = ckpt(out, 2)
+    check(list(ours) == [k for k in gold if k != "rng_state"], f"top-level keys {list(ours)}")
+    check(ours["checkpoint_version"] == 3.0 and ours["iteration"] == 2, "version 3.0, iteration 2")
+    check(list(ours["model"]) == list(gold["model"]), "model keys in Megatron's order (with _extra_state)")
+    check(type(ours["model"]) is type(gold["model"]), "model is an OrderedDict")
+    for k, v in gold["model"].items():
+        w = ours["model"].get(k)
+        check((v is None and w is None) or (w is not None and w.shape == v.shape and w.dtype == v.dtype),
+              f"model {k}")
+    go, oo = gold["optimizer"], ours["optimizer"]
+    check(list(oo) == list(go) == ["state", "param_groups"], "optimizer keys")
+    check(list(oo["state"]) == list(go["state"]), "optimizer state indices")
+    for i in go["state"]:
+        for k, v in go["state"][i].items():
+            w = oo["state"][i].get(k)
+            check(w is not None and w.shape == v.shape and w.dtype == v.dtype, f"optimizer state {i}.{k}")
+    check(oo["state"][0]["step"].item() == 2.0, "Adam step 2")
+    check([g["params"] for g in oo["param_groups"]] == [g["params"] for g in go["param_groups"]], "group params")
+    for g, h in zip(oo["param_groups"], go["param_groups"]):
+        check(list(g) == list(h), f"param group keys {list(g)}")
+        check({k: v for k, v in g.items()} == {k: v for k, v in h.items()}, f"param group values {g} vs {h}")
+    check(ours["opt_param_scheduler"] == gold["opt_param_scheduler"], f"scheduler {ours['opt_param_scheduler']} vs {gold['opt_param_scheduler']}")
+    check(str(ours["rerun_state_machine"]) == str(gold["rerun_state_machine"]), "rerun state")
+    check(ours["num_floating_point_operations_so_far"] == gold["num_floating_point_operations_so_far"],
+          f"FLOPs {ours['num_floating_point_operations_so_far']} vs {gold['num_floating_point_operations_so_far']}")
+    va, vg = vars(ours["args"]), vars(gold["args"])
+    check(sorted(va) == sorted(vg), f"args attributes: missing {[k for k in vg if k not in va]}, "
+                                    f"extra {[k for k in va if k not in vg]}")
+    skip = {"save", "load", "data_cache_path", "rank", "local_rank", "world_size", "distributed_backend",
+            "transformer_impl", "gradient_accumulation_fusion", "persist_layer_norm", "use_cpu_initialization",
+            "no_persist_layer_norm", "exit_interval"}
+    bad = [(k, va[k], vg[k]) for k in vg if k in va and k not in skip and (type(va[k]) is not type(vg[k]) or va[k] != vg[k])]
+    check(not bad, f"args values differ from Megatron's: {bad[:8]}")
+
+
+def megatron_losses():
+    lines = open(os.path.join(GOLDEN, "megatron_log.txt")).read().splitlines()
+    return {int(m.group(1)): m.group(3) for m in map(TRAIN.match, lines) if m}
+
+
+def test_megatron_checkpoint_continues(tmp):
+    """Megatron's iteration-2 checkpoint loads; iterations 3-4 match Megatron's own log; and with
+    no iteration left to run our final save writes Megatron's tensors back unchanged."""
+    load = os.path.join(tmp, "golden_copy")
+    shutil.copytree(os.path.join(GOLDEN, "save"), load)
+    common = dict(hidden=8, heads=2, seq=16, mbs=2, gbs=4, lr="1e-2", warm="1", dropout="0", decay=())
+    base = ("--eval-interval", "100", "--eval-iters", "0", "--use-cpu-initialization")
+    r = run(args(tmp, 4, base + ("--load", load), **common))
+    check(r.returncode == 0, f"loading Megatron's checkpoint: {r.stderr[-400:]}")
+    ours, ref = train_lines(r.stdout), megatron_losses()
+    check(sorted(ours) == [3, 4], f"resumed at iteration 3: {sorted(ours)}")
+    num = re.compile(r"(learning rate|lm loss|grad norm): ([\d.E+-]+)")
+    for it in (3, 4):
+        got = dict(num.findall(ours.get(it, ("", ""))[1]))
+        want = dict(num.findall(ref.get(it, "")))
+        check(got.get("learning rate") == want.get("learning rate"), f"iteration {it} lr {got} vs {want}")
+        for k, tol in (("lm loss", 2e-6), ("grad norm", 2e-3)):
+            g, w = float(got.get(k, "nan")), float(want.get(k, "nan"))
+            check(abs(g - w) <= tol * max(1.0, abs(w)), f"iteration {it} {k}: {g} vs Megatron {w}")
+    out = os.path.join(tmp, "rewritten")
+    r = run(args(tmp, 2, base + ("--load", load, "--save", out, "--save-interval", "1000",
+                                 "--use-checkpoint-opt_param-scheduler"), **common))
+    check(r.returncode == 0 and os.path.exists(os.path.join(out, "iter_0000002")),
+          f"final save after loading: {r.stderr[-300:]}")
+    if r.returncode == 0:
+        gold, back = ckpt(load, 2), ckpt(out, 2)
+        same_tensors(gold["model"], back["model"], "model round trip")
+        same_tensors(gold["optimizer"]["state"], back["optimizer"]["state"], "optimizer round trip")
+        check(gold["opt_param_scheduler"] == back["opt_param_scheduler"], "scheduler round trip")
+
+
+def test_broken(tmp):
+    d = os.path.join(tmp, "broken")
+    r = run(args(tmp, 6, ("--save", d, "--save-interval", "100", "--exit-interval", "1")))
+    check(r.returncode == 0, "save for the broken-input tests")
+    base = args(tmp, 6, ("--load", d, "--exit-interval", "2"))
+    tracker = os.path.join(d, "latest_checkpointed_iteration.txt")
+    with open(tracker, "w") as f:
+        f.write("7")
+    r = run(base)
+    check(r.returncode != 0 and "iter_0000007" in r.stderr and tracker in r.stderr,
+          f"tracker pointing at a missing iteration: {r.stderr.strip()[-300:]}")
+    with open(tracker, "w") as f:
+        f.write("seven")
+    r = run(base)
+    check(r.returncode != 0 and "Invalid metadata file" in r.stderr, f"bad tracker: {r.stderr.strip()[-200:]}")
+    with open(tracker, "w") as f:
+        f.write("1")
+    pt = os.path.join(d, "iter_0000001", "mp_rank_00", "model_optim_rng.pt")
+    raw = open(pt, "rb").read()
+    open(pt, "wb").write(raw[: len(raw) * 2 // 3])
+    r = run(base)
+    check(r.returncode != 0 and pt in r.stderr and "truncated" in r.stderr, f"truncated: {r.stderr.strip()[-300:]}")
+    open(pt, "wb").write(raw)
+    r = run(args(tmp, 6, ("--load", d, "--exit-interval", "2"), hidden=64))
+    check(r.returncode != 0 and "hidden_size value from checkpoint (32) is not equal to the input argument value (64)"
+          in r.stderr, f"different model: {r.stderr.strip()[-300:]}")
+    r = run([a for a in base if a not in ("--ckpt-format", "torch")])
+    check(r.returncode != 0 and "--ckpt-format torch" in r.stderr, f"torch_dist refused: {r.stderr.strip()[-200:]}")
+    r = run(args(tmp, 6, ("--load", os.path.join(tmp, "nothing"), "--exit-interval", "1")))
+    check(r.returncode == 0 and "WARNING: could not find the metadata file" in r.stdout
+          and "will not load any checkpoints and will start from random" in r.stdout, "missing --load dir warns")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        test_resume_bit_exact(tmp)
+        test_broken(tmp)
+        if os.path.exists(GOLDEN):
+            test_structure_vs_megatron(tmp)
+            test_megatron_checkpoint_continues(tmp)
+        else:
+            check(False, f"golden checkpoint missing: {GOLDEN}")
+    print(f"test_checkpoint: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
