@@ -32,6 +32,12 @@ struct mc_ckpt_state {
     struct mc_opt_sched *sched;
     int64_t iteration;
     double num_floating_point_operations_so_far;
+    /* attributes Megatron adds to args at run time, saved with them: args.iteration and
+     * args.num_floating_point_operations_so_far as they were after loading (0 for a fresh run),
+     * do_train / do_valid / do_test (0 or 1) */
+    int64_t args_iteration;
+    double args_flops;
+    int do_train, do_valid, do_test;
 };
 
 /* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under args.save through a

@@ -559,6 +559,9 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
         else
             st = load_param_state(l, order[k->i], state->items[i + 1], &step);
     }
+    /* torch SGD keeps no step: a momentum buffer in the state means the first step is done */
+    if (!st && !mc_opt_param_state(l->s->opt, 0).exp_avg && state->n)
+        step = 1;
     if (!st)
         mc_opt_set_step_count(l->s->opt, (int64_t)step);
     mc_free(order);

@@ -39,6 +39,7 @@ struct trainer {
     double flops_per_sample;
     double flops_so_far;          /* num_floating_point_operations_so_far */
     int64_t start_iteration;      /* args.iteration: from --load, else 0 */
+    double start_flops;           /* args.num_floating_point_operations_so_far after --load */
     struct mc_log_accum acc;
 };
 
@@ -75,7 +76,10 @@ static mc_status check_single_process(const struct mc_args *a)
         return mc_error(MC_ERR_UNSUPPORTED, "a world size of %lld: the training loop of this "
                         "build runs one process (tensor, pipeline and data parallelism over MPI "
                         "are not wired into pretrain_gpt yet)", (long long)mc_args_int(a, MC_A_world_size));
-    bool ckpt = !mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load);
+    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
+     * says; saving still uses --ckpt-format. */
+    bool ckpt = !mc_args_is_none(a, MC_A_save) ||
+                (!mc_args_is_none(a, MC_A_load) && !mc_args_bool(a, MC_A_auto_detect_ckpt_format));
     if (ckpt && strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
         return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
                         "supported; add --ckpt-format torch to --save/--load (Megatron's default "
@@ -123,7 +127,7 @@ static mc_status load_checkpoint(struct trainer *t)
     if (st || !loaded)
         return st;
     t->start_iteration = s.iteration;
-    t->flops_so_far = s.num_floating_point_operations_so_far;
+    t->flops_so_far = t->start_flops = s.num_floating_point_operations_so_far;
     t->consumed_train = mc_args_int(t->a, MC_A_consumed_train_samples);
     t->consumed_valid = mc_args_int(t->a, MC_A_consumed_valid_samples);
     return MC_OK;
@@ -137,7 +141,14 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration, double *i
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
     struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
                               .iteration = iteration,
-                              .num_floating_point_operations_so_far = t->flops_so_far};
+                              .num_floating_point_operations_so_far = t->flops_so_far,
+                              .args_iteration = t->start_iteration, .args_flops = t->start_flops,
+                              .do_train = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TRAIN) &&
+                                          mc_args_int(t->a, MC_A_train_iters) > 0,
+                              .do_valid = mc_train_data_has(t->data, MC_TRAIN_SPLIT_VALID) &&
+                                          mc_args_int(t->a, MC_A_eval_iters) > 0,
+                              .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
+                                         mc_args_int(t->a, MC_A_eval_iters) > 0};
     mc_status st = mc_ckpt_save(&s, stdout);
     if (st)
         return st;

@@ -136,6 +136,18 @@ def test_resume_bit_exact(tmp):
     check(r.returncode == 0 and sorted(train_lines(r.stdout)) == [2], "--no-load-optim resumes")
 
 
+def test_resume_sgd(tmp):
+    """SGD with momentum: the momentum buffers resume (torch keeps no step for SGD)."""
+    extra = ("--optimizer", "sgd", "--save-interval", "100")
+    a = run(args(tmp, 6, extra + ("--save", os.path.join(tmp, "sgd_full"))))
+    b = run(args(tmp, 6, extra + ("--save", os.path.join(tmp, "sgd"), "--exit-interval", "3")))
+    c = run(args(tmp, 6, extra + ("--load", os.path.join(tmp, "sgd"))))
+    la, lb, lc = train_lines(a.stdout), train_lines(b.stdout), train_lines(c.stdout)
+    check(sorted(la) == [1, 2, 3, 4, 5, 6] and {**lb, **lc} == la, f"SGD resume: {la} vs {lb} + {lc}")
+    x = ckpt(os.path.join(tmp, "sgd_full"), 6)
+    check(list(x["optimizer"]["state"][0]) == ["momentum_buffer"], "SGD state holds momentum_buffer")
+
+
 def test_structure_vs_megatron(tmp):
     """Our checkpoint of the golden's configuration has Megatron's keys, types and shapes."""
     gold = torch.load(os.path.join(GOLDEN, "save", "iter_0000002", "mp_rank_00", "model_optim_rng.pt"))
@@ -303,6 +315,7 @@ def test_megatron_loads_ours(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_resume_bit_exact(tmp)
+        test_resume_sgd(tmp)
         test_broken(tmp)
         test_sigterm_saves(tmp)
         test_megatron_loads_ours(tmp)
