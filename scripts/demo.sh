@@ -10,6 +10,7 @@ out=build/demo
 mkdir -p "$out"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
+rm -rf "$out/cache"   # the data is rebuilt below, so its index caches are too
 echo "== 1/4 corpus"
 python3 scripts/make_corpus.py "$out/corpus.jsonl" /usr/share/common-licenses src include docs
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 
 #define PROG "preprocess_data"
@@ -224,9 +225,24 @@ static void parse_args(int argc, char **argv, struct args *a)
     }
 }
 
+/* The builders being written, so that every exit path (error or signal) removes their
+ * temporary files: a failed run leaves nothing behind. */
+static mc_ds_builder **active_builders;
+static int active_n;
+
+static void abort_active(void)
+{
+    for (int k = 0; k < active_n; k++)
+        if (active_builders && active_builders[k]) {
+            mc_ds_builder_abort(active_builders[k]);
+            active_builders[k] = NULL;
+        }
+}
+
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
 {
+    abort_active();
     fflush(stdout);
     fprintf(stderr, PROG ": error: ");
     va_list ap;
@@ -235,6 +251,32 @@ static void die(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     exit(1);
+}
+
+/* SIGINT/SIGTERM only raise a flag; the writer checks it between batches (and a read it
+ * interrupted checks it at once) and removes the temporary files itself. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) { stop_signal = sig; }
+
+static void install_signal_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal; /* no SA_RESTART: a blocked read returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void check_stop(void)
+{
+    if (!stop_signal)
+        return;
+    abort_active();
+    fprintf(stderr, PROG ": interrupted by signal %d; temporary outputs removed\n",
+            (int)stop_signal);
+    exit(128 + stop_signal);
 }
 
 static double now_s(void)
@@ -294,8 +336,11 @@ static int reader_fill(struct reader *r)
     }
     size_t got = fread(r->buf + r->end, 1, r->cap - r->end, r->f);
     if (got == 0) {
-        if (ferror(r->f))
-            die("%s: read failed: %s", r->name, strerror(errno));
+        if (ferror(r->f)) {
+            int e = errno;
+            check_stop();
+            die("%s: read failed: %s", r->name, strerror(e));
+        }
         r->eof = 1;
         return 0;
     }
@@ -531,14 +576,6 @@ struct run {
     double bytes, start;
 };
 
-static void abort_builders(struct run *r)
-{
-    for (int k = 0; k < r->c.n_keys; k++)
-        if (r->builders[k]) {
-            mc_ds_builder_abort(r->builders[k]);
-            r->builders[k] = NULL;
-        }
-}
 
 /* A line slot keeps its buffers for the next batch, except big ones: otherwise every slot
  * would hold on to the largest document it ever saw and memory would grow with the corpus. */
@@ -563,10 +600,8 @@ static void write_batch(struct run *r)
 {
     for (int64_t i = 0; i < r->b.n; i++) {
         struct line *ln = &r->b.lines[i];
-        if (ln->err) {
-            abort_builders(r);
+        if (ln->err)
             die("%s", ln->err);
-        }
         for (int k = 0; k < r->c.n_keys; k++) {
             struct doc_out *d = &ln->docs[k];
             const int64_t *t = d->tokens.data;
@@ -575,11 +610,9 @@ static void write_batch(struct run *r)
                 s = mc_ds_builder_add_item(r->builders[k], t, d->lens[j]);
             if (s == MC_OK)
                 s = mc_ds_builder_end_document(r->builders[k]);
-            if (s != MC_OK) {
-                abort_builders(r);
+            if (s != MC_OK)
                 die("%s:%lld: %s: %s", ln->file, (long long)ln->line_no, mc_status_str(s),
                     mc_last_error());
-            }
         }
         release_big(ln, r->c.n_keys);
         r->docs++;
@@ -593,6 +626,7 @@ static void write_batch(struct run *r)
     }
     r->b.n = 0;
     r->b.text_len = 0;
+    check_stop();
 }
 
 static struct line *batch_add(struct run *r)
@@ -625,11 +659,8 @@ static void run_file(struct run *r, const char *name, int64_t *global, int64_t e
                      int64_t pick)
 {
     struct reader rd;
-    if (reader_open(&rd, name) != 0) {
-        int e = errno;
-        abort_builders(r);
-        die("--input %s: cannot open: %s", name, strerror(e));
-    }
+    if (reader_open(&rd, name) != 0)
+        die("--input %s: cannot open: %s", name, strerror(errno));
     int workers = (int)(r->c.a->num[O_WORKERS] / r->c.a->num[O_PARTITIONS]);
     size_t raw;
     for (;;) {
@@ -686,6 +717,8 @@ static void open_outputs(struct run *r)
     r->builders = calloc((size_t)r->c.n_keys, sizeof(*r->builders));
     if (!r->builders)
         die("out of memory");
+    active_builders = r->builders;
+    active_n = r->c.n_keys;
     for (int k = 0; k < r->c.n_keys; k++) {
         size_t l = strlen(a->str[O_OUTPUT]) + strlen(r->c.keys[k]) + 32;
         char *prefix = malloc(l);
@@ -695,8 +728,7 @@ static void open_outputs(struct run *r)
         mc_status s = mc_ds_builder_init(prefix, code, &r->builders[k]);
         free(prefix);
         if (s != MC_OK) {
-            abort_builders(r);
-            die("--output-prefix %s: %s: %s", a->str[O_OUTPUT], mc_status_str(s),
+                        die("--output-prefix %s: %s: %s", a->str[O_OUTPUT], mc_status_str(s),
                 mc_last_error());
         }
     }
@@ -733,10 +765,10 @@ static void init_tokenizer(struct run *r)
         .tokenizer_model = a->str[O_TOK_MODEL],
         .vocab_size = a->given[O_VOCAB_SIZE] ? a->num[O_VOCAB_SIZE] : 0,
     };
-    if (a->given[O_TT_PATTERN] || a->given[O_TT_NUM] || a->given[O_TT_SPECIAL])
-        if (strcmp(a->str[O_TOK_TYPE], "TikTokenizer") != 0)
-            fprintf(stderr, PROG ": warning: --tiktoken-* options are ignored by %s\n",
-                    a->str[O_TOK_TYPE]);
+    ta.tiktoken_pattern = a->str[O_TT_PATTERN];
+    ta.tiktoken_num_special_tokens = a->given[O_TT_NUM] ? a->num[O_TT_NUM] : 0;
+    ta.tiktoken_special_tokens = a->given[O_TT_SPECIAL] ? a->list[O_TT_SPECIAL] : NULL;
+    ta.n_tiktoken_special_tokens = a->given[O_TT_SPECIAL] ? a->list_len[O_TT_SPECIAL] : 0;
     mc_status s = mc_tok_init(&ta, &r->c.tok);
     if (s != MC_OK)
         die("--tokenizer-type %s: %s: %s", a->str[O_TOK_TYPE], mc_status_str(s),
@@ -789,6 +821,7 @@ int main(int argc, char **argv)
     glob_t g = {0};
     size_t n_in;
     char **inputs = expand_inputs(&a, &n_in, &g);
+    install_signal_handlers();
     open_outputs(&r);
     printf("Time to startup: %f\n", now_s() - t0);
     fflush(stdout);
@@ -804,10 +837,8 @@ int main(int argc, char **argv)
     for (int k = 0; k < r.c.n_keys; k++) {
         mc_status s = mc_ds_builder_finalize(r.builders[k]);
         r.builders[k] = NULL;
-        if (s != MC_OK) {
-            abort_builders(&r);
+        if (s != MC_OK)
             die("%s: %s", mc_status_str(s), mc_last_error());
-        }
     }
     if (a.num[O_PARTITIONS] > 1)
         globfree(&g);

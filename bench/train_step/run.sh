@@ -11,7 +11,7 @@ th=${1:-$(nproc)}
 export OMP_NUM_THREADS=$th
 make -s build >/dev/null
 # bench/peak prints "fp32 AVX-512 FMA (zmm)  <1 thread>  <2 threads>" in GFLOP/s
-peak=$(bash bench/peak/run.sh | awk -v th="$th" '/fp32 AVX-512 FMA/ {print (th == 1) ? $(NF-1) : $NF}')
+peak=$(bash bench/peak/run.sh | awk -v th="$th" '/^fp32 AVX-512 FMA/ {print (th == 1) ? $(NF-1) : $NF; exit}')
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), threads=$th, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "peak fp32 (bench/peak, $th threads): ${peak:-unknown} GFLOP/s"
 pytorches=(/usr/bin/python3)

@@ -333,6 +333,29 @@ static mc_status save_cache(const mc_gpt_dataset *d, const char *dir, const char
 static int64_t doc_at(const mc_gpt_dataset *d, int64_t i) { return ((const int32_t *)d->doc.data)[i]; }
 static int64_t pair_at(const mc_gpt_dataset *d, int64_t i) { return mc_npy_get(&d->pairs, i); }
 
+/* Every cached sample must hold exactly seq + x tokens of the current data (the last one may
+ * be shorter when partial samples are kept). The cache name does not depend on the data's
+ * contents (as in Megatron), so this is what catches indices built for other data. */
+static mc_status check_sample_spans(const mc_gpt_dataset *d, const char *p)
+{
+    int64_t x = d->c->add_extra_token_to_sequence ? 1 : 0, want = d->c->sequence_length + x;
+    for (int64_t s = 0; s < d->S; s++) {
+        int64_t p0 = pair_at(d, 2 * s), o0 = pair_at(d, 2 * s + 1);
+        int64_t p1 = pair_at(d, 2 * s + 2), o1 = pair_at(d, 2 * s + 3), got = -o0;
+        if (p1 < p0)
+            got = -1;
+        for (int64_t q = p0; q < p1 && got <= want; q++)
+            got += d->ll->sequence_lengths[doc_at(d, q)];
+        got += p1 >= p0 ? o1 + x : 0;
+        if (got > want || got <= 0 || (got < want && s + 1 < d->S))
+            return mc_error(MC_ERR_FORMAT, "cache %s: sample %lld spans %lld tokens of %s, expected "
+                            "%lld: the cached indices were built for other data; delete them and "
+                            "rerun", p, (long long)s, (long long)got,
+                            d->ll->path_prefix ? d->ll->path_prefix : "mock data", (long long)want);
+    }
+    return MC_OK;
+}
+
 /* Maps a cache hit (as numpy.load(mmap_mode='r') does), checking dtypes, shapes and every index
  * against the data, so that a stale or foreign cache is an error, not an out-of-bounds read. */
 static mc_status load_cache(mc_gpt_dataset *d, const char *dir, const char *cls)
@@ -379,7 +402,7 @@ static mc_status load_cache(mc_gpt_dataset *d, const char *dir, const char *cls)
             return mc_error(MC_ERR_FORMAT, "cache %s: shuffle_index[%lld] = %lld out of range",
                             p, (long long)i, (long long)v);
     }
-    return MC_OK;
+    return check_sample_spans(d, p);
 }
 
 static mc_status indices_cached(mc_gpt_dataset *d)

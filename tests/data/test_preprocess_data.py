@@ -69,7 +69,8 @@ def test_goldens(gpt2):
     with open(os.path.join(GOLDEN, "cases.json")) as f:
         cases = json.load(f)
     for case in cases:
-        args = [a.replace("{GPT2}", gpt2) for a in case["args"]]
+        tokgold = os.path.join(SRC, "tests", "golden", "tokenizer")
+        args = [a.replace("{GPT2}", gpt2).replace("{TOKGOLD}", tokgold) for a in case["args"]]
         for w in (None, 3):
             a = args if w is None else with_workers(args, w)
             with tempfile.TemporaryDirectory() as tmp:
@@ -201,8 +202,73 @@ def test_options(gpt2):
         check(r.returncode == 0 and "--json-keys" in r.stdout, "-h")
 
 
+def test_partitions_glob(gpt2):
+    """--partitions over a glob of several files: documents in Megatron's order (files in
+    Python glob order, lines dealt round-robin, partitions concatenated), checked against a
+    one-file run of the lines in that order."""
+    import glob
+    tok = ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", gpt2 + "/vocab.json",
+           "--merge-file", gpt2 + "/merges.txt", "--append-eod"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, n in (("p_b.jsonl", 5), ("p_a.jsonl", 7), ("p_c.jsonl", 1)):
+            with open(os.path.join(tmp, name), "w") as f:
+                for i in range(n):
+                    f.write(json.dumps({"text": "doc %s %d" % (name, i)}) + "\n")
+        lines = []
+        for name in glob.glob(os.path.join(tmp, "p_*.jsonl")):
+            with open(name) as f:
+                lines += f.readlines()
+        for seq in (False, True):
+            order = lines if seq else [l for p in range(3) for l in lines[p::3]]
+            with open(os.path.join(tmp, "want.jsonl"), "w") as f:
+                f.writelines(order)
+            r1 = run(["--input", "want.jsonl", "--output-prefix", "want", "--workers", "1"]
+                     + tok, tmp)
+            extra = ["--keep-sequential-samples"] if seq else []
+            r2 = run(["--input", "p_*.jsonl", "--output-prefix", "got", "--workers", "3",
+                      "--partitions", "3"] + extra + tok, tmp)
+            check(r1.returncode == 0 and r2.returncode == 0, "partition runs: %s %s" %
+                  (r1.stderr[-300:], r2.stderr[-300:]))
+            for ext in (".bin", ".idx"):
+                check(read(os.path.join(tmp, "got_text_document" + ext)) ==
+                      read(os.path.join(tmp, "want_text_document" + ext)),
+                      "partitions over a glob (sequential=%s): %s" % (seq, ext))
+        r = run(["--input", "nomatch_*.jsonl", "--output-prefix", "x", "--workers", "2",
+                 "--partitions", "2"] + tok, tmp)
+        check(r.returncode == 1 and "no file matches" in r.stderr, "glob without match")
+
+
+def test_interrupt(gpt2):
+    """SIGINT while the tool waits for input (a FIFO): exit 130, temporaries removed."""
+    import signal
+    import time
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "in.jsonl")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([os.path.abspath(TOOL), "--input", "in.jsonl", "--output-prefix",
+                              "o", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
+                              gpt2 + "/vocab.json", "--merge-file", gpt2 + "/merges.txt",
+                              "--workers", "2"], cwd=tmp, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        with open(fifo, "w") as f:
+            for i in range(3000):  # more than one batch
+                f.write('{"text": "doc %d"}\n' % i)
+            f.flush()
+            deadline = time.time() + 20
+            while time.time() < deadline and not [x for x in os.listdir(tmp) if ".tmp." in x]:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+            err = p.communicate(timeout=30)[1]
+        check(p.returncode == 130 and "interrupted" in err,
+              "SIGINT: exit %s, stderr %r" % (p.returncode, err[-300:]))
+        check(sorted(os.listdir(tmp)) == ["in.jsonl"], "SIGINT left %s" % os.listdir(tmp))
+
+
 def main():
     gpt2 = gpt2_dir()
+    test_interrupt(gpt2)
+    test_partitions_glob(gpt2)
     test_goldens(gpt2)
     test_progress_lines(gpt2)
     test_bad_inputs(gpt2)

@@ -5,8 +5,9 @@ tools/preprocess_data.py (core_v0.12.1).
 usage: MEGATRON_ROOT=/path/to/Megatron-LM \
        /usr/bin/python3 tests/golden/data/make_goldens.py /path/to/shared
 
-`shared` holds tokenizers/gpt2/{vocab.json,merges.txt} and megatron-cpu/run_preprocess.py (the
-wrapper that runs the unchanged tool under torch 1.13). The corpora in inputs/ are written by
+`shared` holds tokenizers/gpt2/{vocab.json,merges.txt}; megatron_preprocess.py (beside this
+file) runs the unchanged tool under torch 1.13. SentencePiece models and the tiktoken
+vocab come from tests/golden/tokenizer ({TOKGOLD}); needs PyPI sentencepiece and tiktoken. The corpora in inputs/ are written by
 this script (deterministic); each case of cases.json is run in a scratch directory and the
 files it lists under "outputs" are copied to <case>/.
 """
@@ -86,7 +87,8 @@ def many_corpus():
 def main():
     shared = sys.argv[1]
     gpt2 = os.path.join(shared, "tokenizers", "gpt2")
-    runner = os.path.join(shared, "megatron-cpu", "run_preprocess.py")
+    runner = os.path.join(HERE, "megatron_preprocess.py")
+    tokgold = os.path.join(os.path.dirname(HERE), "tokenizer")
     inputs = os.path.join(HERE, "inputs")
     os.makedirs(inputs, exist_ok=True)
     corpora = {"unicode.jsonl": unicode_corpus(), "crlf.jsonl": crlf_corpus(),
@@ -103,8 +105,9 @@ def main():
         os.makedirs(out_dir)
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copy(os.path.join(inputs, case["input"]), tmp)
-            args = [a.replace("{GPT2}", gpt2) for a in case["args"]]
-            cmd = [sys.executable, runner, "--input", case["input"], "--output-prefix", "out"] + args
+            args = [a.replace("{GPT2}", gpt2).replace("{TOKGOLD}", tokgold) for a in case["args"]]
+            cmd = [sys.executable, runner, "--input", case["input"], "--output-prefix",
+                   "out"] + args
             subprocess.run(cmd, cwd=tmp, check=True, stdout=subprocess.DEVNULL)
             for o in case["outputs"]:
                 shutil.copy(os.path.join(tmp, "out_" + o), os.path.join(out_dir, o))

@@ -431,6 +431,37 @@ static void test_gemm(void)
         }
 }
 
+/* Thread-count independence on shapes where a library's own threading would split K (small M
+ * or N, long K; oneDNN does from 4-8 threads) and on multi-tile ragged shapes: 1, 2, 3, 8 and 16
+ * threads must give the same bits, and the values must match the reference. */
+static void test_gemm_threads(void)
+{
+    const struct { bool ta, tb; int64_t M, N, K; } sh[] = {
+        {true, false, 64, 64, 8192}, {false, true, 128, 256, 8192}, {false, false, 16, 768, 3072},
+        {false, true, 300, 1100, 200}, {true, false, 513, 70, 1000},
+    };
+    const int th[] = {1, 2, 3, 8, 16};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        bool ta = sh[s].ta, tb = sh[s].tb;
+        int64_t M = sh[s].M, N = sh[s].N, K = sh[s].K, lda = ta ? M : K, ldb = tb ? K : N;
+        float *A = rnd(M * K, -1, 1), *B = rnd(K * N, -1, 1), *C = rnd(M * N, 0, 1);
+        float *Cr = rnd(M * N, 0, 1), *C1 = NULL;
+        char what[96];
+        snprintf(what, sizeof what, "gemm %c%c M=%lld N=%lld K=%lld across threads", ta ? 'T' : 'N',
+                 tb ? 'T' : 'N', (long long)M, (long long)N, (long long)K);
+        for (size_t k = 0; k < sizeof th / sizeof th[0]; k++) {
+            omp_set_num_threads(th[k]);
+            gemm_blas(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+            if (k == 0) C1 = fdup(C, M * N);
+            else same_bits(what, C, C1, M * N);
+        }
+        omp_set_num_threads(2);
+        R->gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Cr, N);
+        check_tensor_close(what, C1, Cr, M * N, 1e-5, 2e-6 * sqrt((double)K));
+        mc_free(A); mc_free(B); mc_free(C); mc_free(Cr); mc_free(C1);
+    }
+}
+
 /* ---- selection --------------------------------------------------------------------------- */
 /* The choice is made once per process, so each setting is checked in a forked child (before
  * this process starts any OpenMP threads). Exit 0 = the expected table was chosen. */
@@ -473,6 +504,7 @@ int main(void)
     if (!mc_cpu_has_avx512()) {
         printf("test_kernels: this CPU/OS cannot run AVX-512; only selection and GEMM tested\n");
         test_gemm();
+        test_gemm_threads();
         return test_summary("test_kernels");
     }
     test_exp_accuracy();
@@ -483,5 +515,6 @@ int main(void)
     test_bias_embedding_rope();
     test_optim();
     test_gemm();
+    test_gemm_threads();
     return test_summary("test_kernels");
 }
