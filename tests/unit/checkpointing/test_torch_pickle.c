@@ -89,7 +89,7 @@ static void check_damage(const char *path, const char *bad)
     size_t n;
     unsigned char *raw = slurp(path, &n);
     int errors = 0, tries = 0;
-    for (size_t cut = 0; cut < n; cut += (cut < 100 || n - cut < 100) ? 1 : 97) {
+    for (size_t cut = 0; cut < n; cut += (cut < 64 || n - cut < 64) ? 1 : 97) {
         FILE *f = fopen(bad, "wb");
         fwrite(raw, 1, cut, f);
         fclose(f);
@@ -98,7 +98,7 @@ static void check_damage(const char *path, const char *bad)
     }
     CHECK(errors == tries); /* every truncation is an error (the end record is gone) */
     srand(1234);
-    for (int k = 0; k < 600; k++) { /* flipped bytes: error or a value, never a crash */
+    for (int k = 0; k < 200; k++) { /* flipped bytes: error or a value, never a crash */
         unsigned char *c = malloc(n);
         memcpy(c, raw, n);
         c[(size_t)rand() % n] ^= (unsigned char)(1 + rand() % 255);
@@ -141,7 +141,7 @@ static void check_pickle_fuzz(void)
     }
     CHECK(ok == 1); /* only the whole stream loads */
     for (size_t i = 0; i < n; i++)
-        for (int x = 1; x < 256; x += 51) {
+        for (int x = 1; x < 256; x += 85) {
             memcpy(c, buf, n);
             c[i] ^= (uint8_t)x;
             mc_pk_doc *e;
@@ -157,7 +157,9 @@ static void check_pickle_fuzz(void)
 int main(void)
 {
     char path[200], bad[256];
-    snprintf(path, sizeof(path), "/tmp/mc_test_torch_pickle_%d.pt", (int)getpid());
+    /* many small files are written: use memory-backed /dev/shm where there is one */
+    const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(path, sizeof(path), "%s/mc_test_torch_pickle_%d.pt", dir, (int)getpid());
     snprintf(bad, sizeof(bad), "%s.bad", path);
     mc_pk_doc *d;
     CHECK(mc_pk_doc_init(&d) == MC_OK);
