@@ -721,7 +721,8 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     *loaded = false;
     s->iteration = 0;
     snprintf(tracker, sizeof(tracker), "%s/%s", dir, TRACKER);
-    if (access(tracker, F_OK)) {
+    bool step_given = !mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step);
+    if (access(tracker, F_OK) && !step_given) {
         if (mc_args_bool(s->args, MC_A_exit_on_missing_checkpoint))
             return mc_error(MC_ERR_IO, "--exit-on-missing-checkpoint: no checkpoint to load: %s "
                             "does not exist", tracker);
@@ -732,11 +733,11 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     }
     int64_t iteration = 0;
     bool release = false;
-    mc_status st = read_tracker(tracker, &iteration, &release);
+    mc_status st = step_given ? MC_OK : read_tracker(tracker, &iteration, &release);
     if (st)
         return st;
-    if (!mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step))
-        iteration = mc_args_int(s->args, MC_A_ckpt_step), release = false;
+    if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
+        iteration = mc_args_int(s->args, MC_A_ckpt_step);
     mc_ckpt_name(path, sizeof(path), dir, iteration, release);
     if (access(path, R_OK))
         return mc_error(MC_ERR_IO, "--load %s: the checkpoint %s of iteration %lld (from %s%s) "

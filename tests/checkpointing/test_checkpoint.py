@@ -255,6 +255,17 @@ def test_broken(tmp):
           in r.stderr, f"different model: {r.stderr.strip()[-300:]}")
     r = run([a for a in base if a not in ("--ckpt-format", "torch")])
     check(r.returncode != 0 and "--ckpt-format torch" in r.stderr, f"torch_dist refused: {r.stderr.strip()[-200:]}")
+    # a release checkpoint: iteration 0, weights only (Megatron still restores the counters)
+    shutil.copytree(os.path.join(d, "iter_0000001"), os.path.join(d, "release"))
+    with open(tracker, "w") as f:
+        f.write("release")
+    r = run(base)
+    lines = train_lines(r.stdout)
+    check(r.returncode == 0 and f" loading release checkpoint from {d}" in r.stdout
+          and sorted(lines) == [1, 2] and lines[1][0] == "16", f"release checkpoint: {r.stderr[-300:]}")
+    os.remove(tracker)
+    r = run(args(tmp, 6, ("--load", d, "--ckpt-step", "1", "--exit-interval", "2")))
+    check(r.returncode == 0 and sorted(train_lines(r.stdout)) == [2], "--ckpt-step without a tracker file")
     r = run(args(tmp, 6, ("--load", os.path.join(tmp, "nothing"), "--exit-interval", "1")))
     check(r.returncode == 0 and "WARNING: could not find the metadata file" in r.stdout
           and "will not load any checkpoints and will start from random" in r.stdout, "missing --load dir warns")
