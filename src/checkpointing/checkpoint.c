@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "checkpointing/torch_pickle.h"
+#include "core/pyformat.h"
 #include "optimizer/lr_scheduler.h"
 #include "training/args.h"
 
@@ -568,50 +569,105 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
     return st;
 }
 
+#define SCHED_LOG "INFO:megatron.core.optimizer_param_scheduler:"
+
+/* str() of a checkpoint value, as Megatron's log line prints it. */
+static void py_str(char *buf, size_t n, const struct mc_pk *v)
+{
+    if (v->kind == MC_PK_FLOAT)
+        mc_py_float_repr(buf, n, v->f);
+    else if (v->kind == MC_PK_INT)
+        snprintf(buf, n, "%lld", (long long)v->i);
+    else if (v->kind == MC_PK_STR)
+        snprintf(buf, n, "%s", v->s);
+    else
+        snprintf(buf, n, "?");
+}
+
+/* _check_and_set with Megatron's log line (rank 0's logger). */
 static mc_status sched_value(const struct loader *l, const struct mc_pk *sd, const char *key,
-                             const char *name, double cls, double *out)
+                             const char *name, double cls, const struct mc_pk *cls_pk, double *out)
 {
     double v;
-    if (!pk_number(mc_pk_get(sd, key), &v))
+    const struct mc_pk *x = mc_pk_get(sd, key);
+    if (!pk_number(x, &v))
         return missing(l, key, " in opt_param_scheduler");
-    return mc_opt_sched_check_and_set(l->s->sched, name, cls, v, l->log, out);
+    mc_status st = mc_opt_sched_check_and_set(l->s->sched, name, cls, v, NULL, out);
+    if (st || !l->log)
+        return st;
+    char buf[64];
+    py_str(buf, sizeof(buf), l->s->sched->c.override ? cls_pk : x);
+    if (l->s->sched->c.override)
+        fprintf(l->log, SCHED_LOG " > overriding %s value to %s\n", name, buf);
+    else
+        fprintf(l->log, SCHED_LOG " > using checkpoint value %s for %s\n", buf, name);
+    return MC_OK;
+}
+
+/* The same for a string setting (decay styles). */
+static mc_status sched_style(const struct loader *l, const struct mc_pk *v, const char *name,
+                             const char *cls, const char **out)
+{
+    const struct mc_opt_sched_config *c = &l->s->sched->c;
+    if (c->override) {
+        if (l->log)
+            fprintf(l->log, SCHED_LOG " > overriding %s value to %s\n", name, cls);
+        *out = cls;
+        return MC_OK;
+    }
+    if (!c->use_checkpoint && strcmp(cls, v->s))
+        return mc_error(MC_ERR_CONFIG, "%s: OptimizerParamScheduler: class input value %s and "
+                        "checkpoint value %s for %s do not match", l->path, cls, v->s, name);
+    if (l->log)
+        fprintf(l->log, SCHED_LOG " > using checkpoint value %s for %s\n", v->s, name);
+    *out = v->s;
+    return MC_OK;
 }
 
 static mc_status load_sched(const struct loader *l, const struct mc_pk *sd)
 {
     struct mc_opt_sched *s = l->s->sched;
     struct mc_opt_sched_config *c = &s->c;
+    static const char *const wd_styles[] = {"constant", "linear", "cosine"};
     double v;
+    const char *style_s;
+    mc_pk_doc *d = NULL;
     const struct mc_pk *style = mc_pk_get(sd, "lr_decay_style"), *steps = mc_pk_get(sd, "num_steps");
     if (!mc_pk_is_map(sd) || !style || style->kind != MC_PK_STR || !steps || steps->kind != MC_PK_INT)
         return missing(l, "opt_param_scheduler", "; specify --no-load-optim or --finetune");
-    mc_status st = sched_value(l, sd, "max_lr", "learning rate", c->max_lr, &c->max_lr);
-    st = st ? st : sched_value(l, sd, "min_lr", "minimum learning rate", c->min_lr, &c->min_lr);
-    st = st ? st : sched_value(l, sd, "lr_warmup_steps", "warmup iterations", c->warmup_steps, &c->warmup_steps);
-    st = st ? st : sched_value(l, sd, "lr_decay_steps", "total number of iterations", (double)c->decay_steps, &v);
+    mc_status st = mc_pk_doc_init(&d); /* holds the class values for the override lines */
     if (st)
         return st;
-    c->decay_steps = (int64_t)v;
-    enum mc_lr_decay ds;
-    if (!mc_lr_decay_parse(style->s, &ds))
-        return mc_error(MC_ERR_FORMAT, "%s: unknown lr_decay_style '%s'", l->path, style->s);
-    if (!c->override && !c->use_checkpoint && ds != c->decay_style)
-        return mc_error(MC_ERR_CONFIG, "OptimizerParamScheduler: class input value %s and checkpoint "
-                        "value %s for learning rate decay style do not match",
-                        mc_lr_decay_name(c->decay_style), style->s);
-    if (!c->override)
-        c->decay_style = ds;
-    if (mc_pk_get(sd, "start_wd")) {
-        st = sched_value(l, sd, "start_wd", "start weight decay", c->start_wd, &c->start_wd);
-        st = st ? st : sched_value(l, sd, "end_wd", "end weight decay", c->end_wd, &c->end_wd);
-        st = st ? st : sched_value(l, sd, "wd_incr_steps", "total number of weight decay iterations",
-                                   (double)c->wd_incr_steps, &v);
-        if (st)
-            return st;
-        c->wd_incr_steps = (int64_t)v;
+    st = sched_value(l, sd, "max_lr", "learning rate", c->max_lr, mc_pk_float(d, c->max_lr), &c->max_lr);
+    st = st ? st : sched_value(l, sd, "min_lr", "minimum learning rate", c->min_lr,
+                               mc_pk_float(d, c->min_lr), &c->min_lr);
+    st = st ? st : sched_value(l, sd, "lr_warmup_steps", "warmup iterations", c->warmup_steps,
+                               mc_pk_float(d, c->warmup_steps), &c->warmup_steps);
+    st = st ? st : sched_value(l, sd, "lr_decay_steps", "total number of iterations", (double)c->decay_steps,
+                               mc_pk_int(d, c->decay_steps), &v);
+    if (!st) {
+        c->decay_steps = (int64_t)v;
+        st = sched_style(l, style, "learning rate decay style", mc_lr_decay_name(c->decay_style), &style_s);
     }
-    mc_opt_sched_step(s, steps->i);
-    return MC_OK;
+    if (!st && !mc_lr_decay_parse(style_s, &c->decay_style))
+        st = mc_error(MC_ERR_FORMAT, "%s: unknown lr_decay_style '%s'", l->path, style_s);
+    if (!st)
+        mc_opt_sched_step(s, steps->i);
+    const struct mc_pk *wds = mc_pk_get(sd, "wd_incr_style");
+    if (!st && mc_pk_get(sd, "start_wd") && wds && wds->kind == MC_PK_STR) {
+        st = sched_value(l, sd, "start_wd", "start weight decay", c->start_wd, mc_pk_float(d, c->start_wd), &c->start_wd);
+        st = st ? st : sched_value(l, sd, "end_wd", "end weight decay", c->end_wd, mc_pk_float(d, c->end_wd), &c->end_wd);
+        st = st ? st : sched_value(l, sd, "wd_incr_steps", "total number of weight decay iterations",
+                                   (double)c->wd_incr_steps, mc_pk_int(d, c->wd_incr_steps), &v);
+        if (!st) {
+            c->wd_incr_steps = (int64_t)v;
+            st = sched_style(l, wds, "weight decay incr style", wd_styles[c->wd_incr_style], &style_s);
+        }
+        if (!st && !mc_wd_incr_parse(style_s, &c->wd_incr_style))
+            st = mc_error(MC_ERR_FORMAT, "%s: unknown wd_incr_style '%s'", l->path, style_s);
+    }
+    mc_pk_doc_free(d);
+    return st;
 }
 
 /* check_checkpoint_args: the model-shape arguments must agree. */
@@ -703,15 +759,19 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
         return st;
     if (l->log)
         fprintf(l->log, " checkpoint version 3.0\n");
-    if (release || finetune || mc_args_bool(a, MC_A_no_load_optim))
-        return MC_OK;
-    const struct mc_pk *o = mc_pk_get(sd, "optimizer");
-    if (!o)
-        return missing(l, "optimizer", "; specify --no-load-optim or --finetune to prevent "
-                                       "attempting to load the optimizer state");
-    if ((st = load_optimizer(l, o)))
-        return st;
-    return load_sched(l, mc_pk_get(sd, "opt_param_scheduler"));
+    if (!release && !finetune && !mc_args_bool(a, MC_A_no_load_optim)) {
+        const struct mc_pk *o = mc_pk_get(sd, "optimizer");
+        if (!o)
+            return missing(l, "optimizer", "; specify --no-load-optim or --finetune to prevent "
+                                           "attempting to load the optimizer state");
+        if ((st = load_optimizer(l, o)) || (st = load_sched(l, mc_pk_get(sd, "opt_param_scheduler"))))
+            return st;
+    }
+    /* RerunStateMachine.load_state_dict with the machine disabled (megatron.c has no rerun) */
+    if (mc_pk_get(sd, "rerun_state_machine") && l->log)
+        fprintf(l->log, "WARNING:megatron.core.rerun_state_machine:RerunStateMachine disabled via "
+                        "CLI, ignoring machine state saved in checkpoint\n");
+    return MC_OK;
 }
 
 mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)

@@ -207,6 +207,11 @@ def test_megatron_checkpoint_continues(tmp):
     check(r.returncode == 0, f"loading Megatron's checkpoint: {r.stderr[-400:]}")
     ours, ref = train_lines(r.stdout), megatron_losses()
     check(sorted(ours) == [3, 4], f"resumed at iteration 3: {sorted(ours)}")
+    want = [l.replace("/tmp/ckref/ours2", load) for l in
+            open(os.path.join(GOLDEN, "megatron_load_log.txt")).read().splitlines()]
+    out = r.stdout.splitlines()
+    got = out[out.index(want[0]):out.index(want[0]) + len(want)] if want[0] in out else []
+    check(got == want, "loading lines as Megatron prints them:\n" + "\n".join(got))
     num = re.compile(r"(learning rate|lm loss|grad norm): ([\d.E+-]+)")
     for it in (3, 4):
         got = dict(num.findall(ours.get(it, ("", ""))[1]))
