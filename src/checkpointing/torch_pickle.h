@@ -102,6 +102,8 @@ mc_status mc_pk_dump(mc_pk_doc *d, const struct mc_pk *v, uint8_t **buf, size_t 
 /* torch.save(v, path) as torch 1.13 writes it (archive folder named after the file's base name),
  * through path.tmp, fsync'ed and renamed. */
 mc_status mc_torch_save(mc_pk_doc *d, const struct mc_pk *v, const char *path);
+/* The same with every entry in zip64 form (as files past 4 GiB are written), for tests. */
+mc_status mc_torch_save_ex(mc_pk_doc *d, const struct mc_pk *v, const char *path, bool force_zip64);
 /* torch.load(path): the tree's storages point into the file mapping kept by the doc. */
 mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out);
 

@@ -21,6 +21,11 @@ static void archive_name(char *out, size_t n, const char *path)
 
 mc_status mc_torch_save(mc_pk_doc *d, const struct mc_pk *v, const char *path)
 {
+    return mc_torch_save_ex(d, v, path, false);
+}
+
+mc_status mc_torch_save_ex(mc_pk_doc *d, const struct mc_pk *v, const char *path, bool force_zip64)
+{
     uint8_t *pkl;
     size_t n;
     struct mc_pk **st_list;
@@ -33,6 +38,7 @@ mc_status mc_torch_save(mc_pk_doc *d, const struct mc_pk *v, const char *path)
     struct mc_zip_writer w;
     if ((st = mc_zip_writer_open(&w, path)))
         return st;
+    w.force_zip64 = force_zip64;
     snprintf(name, sizeof(name), "%s/data.pkl", root);
     if ((st = mc_zip_writer_add(&w, name, pkl, n)))
         goto fail;

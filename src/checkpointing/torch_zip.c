@@ -169,7 +169,7 @@ mc_status mc_zip_writer_end(struct mc_zip_writer *w)
     uint8_t d[24], *p = d;
     p = put32(p, SIG_DESCRIPTOR);
     p = put32(p, e->crc);
-    if (e->size >= U32_MAX_) {
+    if (e->size >= U32_MAX_ || w->force_zip64) {
         p = put64(p, e->size);
         p = put64(p, e->size);
     } else {
@@ -189,7 +189,7 @@ mc_status mc_zip_writer_add(struct mc_zip_writer *w, const char *name, const voi
 
 static mc_status write_central(struct mc_zip_writer *w, const struct mc_zip_entry_rec *e)
 {
-    bool z64 = e->size >= U32_MAX_ || e->offset >= U32_MAX_;
+    bool z64 = e->size >= U32_MAX_ || e->offset >= U32_MAX_ || w->force_zip64;
     size_t name_len = strlen(e->name);
     uint8_t h[46 + 28], *p = h;
     p = put32(p, SIG_CENTRAL);
@@ -240,10 +240,11 @@ static mc_status write_end(struct mc_zip_writer *w, uint64_t cd_start)
     p = put32(p, SIG_EOCD);
     p = put16(p, 0);
     p = put16(p, 0);
-    p = put16(p, n >= 0xffff ? 0xffff : (uint32_t)n);
-    p = put16(p, n >= 0xffff ? 0xffff : (uint32_t)n);
-    p = put32(p, cd_size >= U32_MAX_ ? U32_MAX_ : (uint32_t)cd_size);
-    p = put32(p, cd_start >= U32_MAX_ ? U32_MAX_ : (uint32_t)cd_start);
+    bool z = w->force_zip64; /* then the classic record defers everything to the zip64 one */
+    p = put16(p, z || n >= 0xffff ? 0xffff : (uint32_t)n);
+    p = put16(p, z || n >= 0xffff ? 0xffff : (uint32_t)n);
+    p = put32(p, z || cd_size >= U32_MAX_ ? U32_MAX_ : (uint32_t)cd_size);
+    p = put32(p, z || cd_start >= U32_MAX_ ? U32_MAX_ : (uint32_t)cd_start);
     p = put16(p, 0);
     return wr(w, h, (size_t)(p - h));
 }

@@ -26,6 +26,7 @@ struct mc_zip_writer {
     struct mc_zip_entry_rec *e;
     int64_t n, cap;
     bool open_entry;
+    bool force_zip64; /* zip64 sizes/offsets even for small entries (tests of the > 4 GiB path) */
 };
 
 mc_status mc_zip_writer_open(struct mc_zip_writer *w, const char *path);

@@ -36,9 +36,9 @@ def dump(path):
     return p.returncode, (json.loads(p.stdout) if p.returncode == 0 else None), p.stderr
 
 
-def test_torch_loads_ours(tmp):
+def test_torch_loads_ours(tmp, mode="write"):
     path = os.path.join(tmp, "ours.pt")
-    p = subprocess.run([DRIVER, "write", path], capture_output=True, text=True)
+    p = subprocess.run([DRIVER, mode, path], capture_output=True, text=True)
     check(p.returncode == 0, f"driver write: {p.stderr}")
     torch_stubs.install()
     d = torch.load(path)
@@ -215,6 +215,7 @@ def test_broken(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_torch_loads_ours(tmp)
+        test_torch_loads_ours(tmp, "write64")  # the zip64 form files past 4 GiB take
         test_we_load_torch(tmp)
         test_broken(tmp)
     print(f"test_torch_format: {passed} passed, {failed} failed")

@@ -1,6 +1,6 @@
 /* Test helper for src/checkpointing: `ckpt_driver dump FILE` prints what our torch.load reader
  * sees as JSON (tensors with their values); `ckpt_driver write FILE` torch.saves a fixed set of
- * values (every storage dtype, a view sharing a storage, Namespace, OrderedDict, enums, ...)
+ * values (`write64`: with zip64 records everywhere; every storage dtype, a view sharing a storage, Namespace, OrderedDict, enums, ...)
  * for tests/checkpointing/test_torch_format.py to check with torch.load. */
 #include <math.h>
 #include <stdio.h>
@@ -157,7 +157,7 @@ static struct mc_pk *tens(mc_pk_doc *d, enum mc_pk_dtype t, int64_t n, const voi
     return mc_pk_tensor(d, mc_pk_storage(d, t, n, p), 0, 1, shape, NULL);
 }
 
-static int write_file(const char *path)
+static int write_file(const char *path, bool zip64)
 {
     mc_pk_doc *d;
     if (mc_pk_doc_init(&d))
@@ -213,7 +213,7 @@ static int write_file(const char *path)
     ADD("empty_tuple", mc_pk_new(d, MC_PK_TUPLE));
     ADD("empty_dict", mc_pk_new(d, MC_PK_DICT));
     ADD("pi", mc_pk_float(d, 3.141592653589793));
-    mc_status st = mc_torch_save(d, root, path);
+    mc_status st = mc_torch_save_ex(d, root, path, zip64);
     if (st)
         fprintf(stderr, "write: %s: %s\n", mc_status_str(st), mc_last_error());
     mc_pk_doc_free(d);
@@ -223,9 +223,9 @@ static int write_file(const char *path)
 int main(int argc, char **argv)
 {
     if (argc != 3)
-        return fprintf(stderr, "usage: ckpt_driver dump|write FILE\n"), 2;
-    if (!strcmp(argv[1], "write"))
-        return write_file(argv[2]);
+        return fprintf(stderr, "usage: ckpt_driver dump|write|write64 FILE\n"), 2;
+    if (!strcmp(argv[1], "write") || !strcmp(argv[1], "write64"))
+        return write_file(argv[2], !strcmp(argv[1], "write64"));
     mc_pk_doc *d;
     struct mc_pk *v;
     if (mc_pk_doc_init(&d))
