@@ -774,6 +774,25 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     return MC_OK;
 }
 
+/* A checkpoint directory of another layout than one process in torch format: say which. */
+static mc_status explain_missing(const char *dir, const char *path)
+{
+    char iter_dir[4096], probe[4200];
+    snprintf(iter_dir, sizeof(iter_dir), "%s", path);
+    *strstr(iter_dir, "/mp_rank_00/") = 0;
+    snprintf(probe, sizeof(probe), "%s/metadata.json", iter_dir);
+    if (!access(probe, F_OK))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist (distributed) checkpoint; "
+                        "only --ckpt-format torch is supported (Megatron converts with "
+                        "--ckpt-convert-format torch --ckpt-convert-save DIR)", dir, iter_dir);
+    snprintf(probe, sizeof(probe), "%s/mp_rank_00_000", iter_dir);
+    if (!access(probe, F_OK))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s holds a pipeline- or expert-parallel "
+                        "checkpoint (mp_rank_00_000); this build loads single-process checkpoints "
+                        "(tensor and pipeline parallel size 1)", dir, iter_dir);
+    return MC_OK;
+}
+
 mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
 {
     const char *dir = mc_args_str(s->args, MC_A_load);
@@ -799,6 +818,8 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
         iteration = mc_args_int(s->args, MC_A_ckpt_step);
     mc_ckpt_name(path, sizeof(path), dir, iteration, release);
+    if (access(path, R_OK) && (st = explain_missing(dir, path)))
+        return st;
     if (access(path, R_OK))
         return mc_error(MC_ERR_IO, "--load %s: the checkpoint %s of iteration %lld (from %s%s) "
                         "cannot be read: %s", dir, path, (long long)iteration, tracker,

@@ -260,6 +260,11 @@ def test_broken(tmp):
           in r.stderr, f"different model: {r.stderr.strip()[-300:]}")
     r = run([a for a in base if a not in ("--ckpt-format", "torch")])
     check(r.returncode != 0 and "--ckpt-format torch" in r.stderr, f"torch_dist refused: {r.stderr.strip()[-200:]}")
+    os.makedirs(os.path.join(d, "iter_0000009", "mp_rank_00_000"))
+    with open(tracker, "w") as f:
+        f.write("9")
+    r = run(base)
+    check(r.returncode != 0 and "pipeline- or expert-parallel checkpoint" in r.stderr, "pp>1 layout named")
     # a release checkpoint: iteration 0, weights only (Megatron still restores the counters)
     shutil.copytree(os.path.join(d, "iter_0000001"), os.path.join(d, "release"))
     with open(tracker, "w") as f:
