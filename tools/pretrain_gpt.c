@@ -4,11 +4,17 @@
  * (layout, arguments dump, micro-batches, vocab padding, initialization lines), the theoretical
  * memory per rank and the FLOPs per iteration, without MPI.
  *
- * Exit statuses follow Megatron: 2 for command-line errors, 1 for failed checks, 0 otherwise. */
+ * Exit statuses follow Megatron: 2 for command-line errors, 1 for failed checks, 0 otherwise.
+ *
+ * Under mpirun (WORLD_SIZE / OMPI_COMM_WORLD_SIZE > 1) MPI is initialised after the arguments
+ * are validated; a rank that fails prints its error and brings every rank down with MPI_Abort
+ * (exit status 1), so a failure never leaves the other ranks waiting in a collective. A single
+ * process never touches MPI. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel_state/parallel_state.h"
 #include "training/args.h"
 #include "training/dry_run.h"
 #include "training/training.h"
@@ -80,14 +86,34 @@ int main(int argc, char **argv)
             print_failure(a, prog);
         goto out;
     }
-    if (mc_pretrain_gpt(a, t0) != MC_OK) {
+    void *world = NULL;
+    if (mc_comm_init(&argc, &argv, mc_args_int(a, MC_A_world_size), &world) != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+        rc = 1;
+        goto out;
+    }
+    if (world) { /* whole lines, so the ranks' output does not interleave mid-line */
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        mc_log_set_rank((int)mc_args_int(a, MC_A_rank));
+        if (!rank0) /* info once, from rank 0 (Megatron's log_single_rank); warnings from all */
+            mc_log_set_level(MC_LOG_WARN);
+    }
+    if (mc_pretrain_gpt(a, t0) != MC_OK) {
+        fflush(stdout);
+        if (world)
+            fprintf(stderr, "pretrain_gpt: rank %lld: %s\n",
+                    (long long)mc_args_int(a, MC_A_rank), mc_last_error());
+        else
+            fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+        fflush(stderr);
+        mc_comm_abort(1);
         rc = 1;
         goto out;
     }
     rc = 0;
 out:
     fflush(stdout);
+    mc_comm_finalize();
     mc_args_free(a);
     return rc;
 }

@@ -6,14 +6,19 @@
 
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "megatron/checkpoint.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
+#include "distributed/ddp.h"
+#include "models/gpt/gpt_model.h"
 #include "optimizer/lr_scheduler.h"
+#include "parallel_state/parallel_state.h"
 #include "training/dry_run.h"
 #include "training/flops.h"
 #include "training/log_format.h"
@@ -41,10 +46,49 @@ struct trainer {
     int64_t start_iteration;      /* args.iteration: from --load, else 0 */
     double start_flops;           /* args.num_floating_point_operations_so_far after --load */
     struct mc_log_accum acc;
+    struct mc_parallel_state ps;
+    int64_t dp, dp_rank;          /* data-parallel size and this rank's index */
 };
 
 static volatile sig_atomic_t got_sigterm;
 static void on_sigterm(int sig) { (void)sig; got_sigterm = 1; }
+
+/* Megatron's print_rank_0 / print_rank_last: stdout on the world's first / last rank, NULL
+ * elsewhere (set by setup_printing before anything is printed). */
+static FILE *out_first, *out_last;
+static void *world_comm; /* the MPI world (NULL for one process) */
+
+static void setup_printing(const struct mc_args *a)
+{
+    int64_t rank = mc_args_int(a, MC_A_rank), world = mc_args_int(a, MC_A_world_size);
+    out_first = rank == 0 ? stdout : NULL;
+    out_last = rank == world - 1 ? stdout : NULL;
+    world_comm = mc_comm_world_handle();
+}
+
+static void vprint_to(FILE *f, const char *fmt, va_list ap)
+{
+    if (!f)
+        return;
+    vfprintf(f, fmt, ap);
+    fflush(f);
+}
+
+__attribute__((format(printf, 1, 2))) static void print_rank_0(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprint_to(out_first, fmt, ap);
+    va_end(ap);
+}
+
+__attribute__((format(printf, 1, 2))) static void print_rank_last(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprint_to(out_last, fmt, ap);
+    va_end(ap);
+}
 
 double mc_time_now(void)
 {
@@ -57,33 +101,74 @@ static void print_datetime(const char *what)
 {
     char buf[256];
     mc_log_format_datetime(buf, sizeof(buf), what, 0);
-    printf("%s\n", buf);
-    fflush(stdout);
+    print_rank_0("%s\n", buf);
 }
 
-/* Megatron's timers.log for timers already measured on this single rank (ms). */
+/* Megatron's timers.log (ms): min and max over the ranks, printed by the last rank. */
 static void print_timers(int n, const char *const *names, const double *ms)
 {
     char buf[2048];
-    if (mc_log_format_timers(buf, sizeof(buf), "minmax", n, names, ms, ms, NULL, 1) > 0)
-        printf("%s\n", buf);
+    double mins[8], maxs[8];
+    MC_ASSERT(n <= 8);
+    for (int i = 0; i < n; i++) {
+        mins[i] = -ms[i];
+        maxs[i] = ms[i];
+    }
+    /* a failed reduction only degrades the timing report; errors surface at the next step */
+    if (mc_comm_all_reduce(world_comm, mins, n, MC_COMM_DOUBLE, MC_COMM_MAX, "timers") ||
+        mc_comm_all_reduce(world_comm, maxs, n, MC_COMM_DOUBLE, MC_COMM_MAX, "timers"))
+        return;
+    for (int i = 0; i < n; i++)
+        mins[i] = -mins[i];
+    if (mc_log_format_timers(buf, sizeof(buf), "minmax", n, names, mins, maxs, NULL, 1) > 0)
+        print_rank_last("%s\n", buf);
+}
+
+/* The parallelism this build trains with: tensor and data parallelism. The others are refused
+ * by name before any work is done. */
+static mc_status check_parallel_support(const struct mc_args *a)
+{
+    if (mc_args_int(a, MC_A_pipeline_model_parallel_size) != 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--pipeline-model-parallel-size %lld: pipeline "
+                        "parallelism is not implemented by megatron.c yet (use tensor and data "
+                        "parallelism)", (long long)mc_args_int(a, MC_A_pipeline_model_parallel_size));
+    if (!mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size))
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
+                        "--num-virtual-stages-per-pipeline-rank: interleaved pipelining is not "
+                        "implemented by megatron.c");
+    if (mc_args_int(a, MC_A_context_parallel_size) != 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--context-parallel-size %lld: context parallelism "
+                        "is not implemented by megatron.c",
+                        (long long)mc_args_int(a, MC_A_context_parallel_size));
+    if (mc_args_int(a, MC_A_expert_model_parallel_size) != 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--expert-model-parallel-size %lld: expert "
+                        "parallelism is not implemented by megatron.c",
+                        (long long)mc_args_int(a, MC_A_expert_model_parallel_size));
+    if (mc_args_bool(a, MC_A_use_distributed_optimizer))
+        return mc_error(MC_ERR_UNSUPPORTED, "--use-distributed-optimizer: the distributed "
+                        "optimizer is not implemented by megatron.c (drop the option: every "
+                        "data-parallel rank then keeps the whole optimizer state)");
+    return MC_OK;
 }
 
 /* What this build cannot do yet fails loudly, before any work is done. */
 static mc_status check_single_process(const struct mc_args *a)
 {
-    if (mc_args_int(a, MC_A_world_size) != 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "a world size of %lld: the training loop of this "
-                        "build runs one process (tensor, pipeline and data parallelism over MPI "
-                        "are not wired into pretrain_gpt yet)", (long long)mc_args_int(a, MC_A_world_size));
+    mc_status st = check_parallel_support(a);
+    if (st)
+        return st;
     /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
      * says; saving still uses --ckpt-format. */
-    bool ckpt = !mc_args_is_none(a, MC_A_save) ||
-                (!mc_args_is_none(a, MC_A_load) && !mc_args_bool(a, MC_A_auto_detect_ckpt_format));
-    if (ckpt && strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
+    bool save = !mc_args_is_none(a, MC_A_save), load = !mc_args_is_none(a, MC_A_load);
+    if ((save || (load && !mc_args_bool(a, MC_A_auto_detect_ckpt_format))) &&
+        strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
         return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
                         "supported; add --ckpt-format torch to --save/--load (Megatron's default "
                         "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
+    if ((save || load) && mc_args_int(a, MC_A_world_size) != 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load with a world size of %lld: checkpoints "
+                        "are written and read by single-process runs only in this build",
+                        (long long)mc_args_int(a, MC_A_world_size));
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
@@ -103,14 +188,14 @@ static mc_status build_tokenizer(struct trainer *t)
         .tokenizer_model = mc_args_str(a, MC_A_tokenizer_model),
         .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size),
     };
-    printf("> building %s tokenizer ...\n", ta.tokenizer_type);
+    print_rank_0("> building %s tokenizer ...\n", ta.tokenizer_type);
     mc_status st = mc_tok_init(&ta, &t->tok);
     if (st)
         return st;
     int64_t orig = mc_tok_vocab_size(t->tok);
     t->padded_vocab = mc_vocab_padded(orig, mc_args_int(a, MC_A_make_vocab_size_divisible_by),
                                       mc_args_int(a, MC_A_tensor_model_parallel_size));
-    printf(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
+    print_rank_0(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
            (long long)orig, (long long)(t->padded_vocab - orig), (long long)t->padded_vocab);
     return MC_OK;
 }
@@ -123,7 +208,7 @@ static mc_status load_checkpoint(struct trainer *t)
         return MC_OK;
     struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched};
     bool loaded;
-    mc_status st = mc_ckpt_load(&s, stdout, &loaded);
+    mc_status st = mc_ckpt_load(&s, out_first, &loaded);
     if (st || !loaded)
         return st;
     t->start_iteration = s.iteration;
@@ -149,7 +234,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration, double *i
                                           mc_args_int(t->a, MC_A_eval_iters) > 0,
                               .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
-    mc_status st = mc_ckpt_save(&s, stdout);
+    mc_status st = mc_ckpt_save(&s, out_first);
     if (st)
         return st;
     double ms = (mc_time_now() - start) * 1e3;
@@ -165,19 +250,26 @@ static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
     struct mc_gpt_config c;
-    mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, 0, &c);
+    int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
+    mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, tp_rank, &c);
     if (st || (st = mc_gpt_model_init(&c, &t->model)))
         return st;
-    printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %lld\n",
-           (long long)mc_gpt_num_elements(t->model));
+    if (mc_ps_size(&t->ps, MC_PS_TP) > 1 &&
+        (st = mc_gpt_set_tp_comm(t->model, t->ps.group[MC_PS_TP].comm)))
+        return st;
+    if (t->dp_rank == 0) { /* Megatron prints this on every data-parallel rank 0 */
+        printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
+               tp_rank, mc_ps_rank(&t->ps, MC_PS_PP), (long long)mc_gpt_num_elements(t->model));
+        fflush(stdout);
+    }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
     if ((st = mc_opt_init(&oc, t->model, &t->opt)))
         return st;
     struct mc_opt_sched_config sc;
-    if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, stdout, &sc)))
+    if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, out_first, &sc)))
         return st;
-    if ((st = mc_opt_sched_init(&t->sched, &sc, stdout)))
+    if ((st = mc_opt_sched_init(&t->sched, &sc, out_first)))
         return st;
     return load_checkpoint(t);
 }
@@ -223,15 +315,63 @@ static void scale_grads(mc_gpt_model *m, float s)
     }
 }
 
-static double params_norm(const mc_gpt_model *m)
+/* calc_params_l2_norm: tensor-parallel duplicates counted once, summed over the
+ * model-parallel group. */
+static mc_status params_norm(const struct trainer *t, double *norm)
 {
+    const mc_gpt_model *m = t->model;
+    int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     double ss = 0;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
+        if (!p.tensor_parallel && tp_rank != 0)
+            continue;
         for (int64_t k = 0; k < p.numel; k++)
             ss += (double)p.data[k] * p.data[k];
     }
-    return sqrt(ss);
+    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE,
+                                      MC_COMM_SUM, "params-norm all-reduce");
+    *norm = sqrt(ss);
+    return st;
+}
+
+/* MegatronPretrainingSampler: each step's samples are cut into micro-batches of mbs * dp
+ * consecutive samples, and data-parallel rank d takes [d * mbs, (d + 1) * mbs) of each. */
+static int64_t sample_index(const struct trainer *t, int64_t consumed, int64_t micro)
+{
+    return consumed + (micro * t->dp + t->dp_rank) * t->mbs;
+}
+
+/* loss_func's 'lm loss' report: [sum of masked losses, token count] summed over the
+ * data-parallel group (float32, as Megatron all-reduces the reporting tensor), then added to
+ * the iteration's totals. */
+static mc_status add_loss_report(const struct trainer *t, double num, double den, float *numer,
+                                 float *denom)
+{
+    float rep[2] = {(float)num, (float)den};
+    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_DP].comm, rep, 2, MC_COMM_FLOAT,
+                                      MC_COMM_SUM, "data-parallel loss all-reduce");
+    *numer += rep[0];
+    *denom += rep[1];
+    return st;
+}
+
+/* Fault injection for the failure tests (documented in docs/parallelism.md): with
+ * MC_TEST_FAIL_RANK=r and MC_TEST_FAIL_AT_ITER=i, world rank r fails in the middle of
+ * iteration i (after its first micro-batch) with an error, or kills itself with SIGKILL when
+ * MC_TEST_FAIL_MODE=sigkill. */
+static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
+{
+    const char *r = getenv("MC_TEST_FAIL_RANK"), *it = getenv("MC_TEST_FAIL_AT_ITER");
+    if (!r || !it || atoll(r) != (long long)t->ps.rank || atoll(it) != (long long)iteration + 1)
+        return MC_OK;
+    const char *mode = getenv("MC_TEST_FAIL_MODE");
+    if (mode && !strcmp(mode, "sigkill")) {
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+    return mc_error(MC_ERR_INTERNAL, "forced failure on rank %s at iteration %s "
+                    "(MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER are set)", r, it);
 }
 
 /* train_step: forward/backward over the micro-batches, optimizer, scheduler. */
@@ -244,21 +384,34 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     for (int64_t k = 0; k < num_micro; k++) {
         double num, den;
         mc_gpt_set_step(t->model, iteration * num_micro + k);
-        mc_status st = micro_step(t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train + k * t->mbs, num_micro,
-                                  true, &num, &den);
-        if (st)
+        mc_status st = micro_step(t, MC_TRAIN_SPLIT_TRAIN, sample_index(t, t->consumed_train, k),
+                                  num_micro, true, &num, &den);
+        if (st || (st = add_loss_report(t, num, den, &numer, &denom)))
             return st;
-        numer += (float)num;
-        denom += (float)den;
+        if (k == 0 && (st = inject_test_failure(t, iteration)))
+            return st;
     }
-    if (mc_args_bool(t->a, MC_A_calculate_per_token_loss))
-        scale_grads(t->model, 1.0f / denom);
-    mc_status st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
+    mc_status st = mc_ddp_finish_grad_sync(t->model, &t->ps, mc_ddp_grad_scale(&t->ps, per_token));
     if (st)
         return st;
-    mc_opt_sched_step(&t->sched, num_micro * t->mbs);
+    if (per_token) /* denom is already the token count of the whole data-parallel step */
+        scale_grads(t->model, 1.0f / denom);
+    if ((st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res)))
+        return st;
+    mc_opt_sched_step(&t->sched, num_micro * t->mbs * t->dp);
     *lm_loss = numer / denom;
     return MC_OK;
+}
+
+/* True on every rank when it is true on any (Megatron all-reduces exit conditions with MAX so
+ * that the ranks stop together). A failed reduction counts as true: stop rather than hang. */
+static bool on_any_rank(bool v)
+{
+    int64_t x = v;
+    if (mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "exit-flag all-reduce"))
+        return true;
+    return x != 0;
 }
 
 static bool time_limit_reached(const struct trainer *t, double *minutes)
@@ -266,7 +419,7 @@ static bool time_limit_reached(const struct trainer *t, double *minutes)
     if (mc_args_is_none(t->a, MC_A_exit_duration_in_mins))
         return false;
     *minutes = (mc_time_now() - t->t0) / 60.0;
-    return *minutes > (double)mc_args_int(t->a, MC_A_exit_duration_in_mins);
+    return on_any_rank(*minutes > (double)mc_args_int(t->a, MC_A_exit_duration_in_mins));
 }
 
 /* evaluate + evaluate_and_print_results. *abandoned is set when the time limit stops it. */
@@ -274,27 +427,26 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
                                     int64_t *consumed, bool *abandoned)
 {
     int64_t eval_iters = mc_args_int(t->a, MC_A_eval_iters);
-    int64_t eval_micro = t->gbs / t->mbs;
+    int64_t eval_micro = t->gbs / (t->mbs * t->dp);
     double start = mc_time_now();
     float numer = 0, denom = 0;
     *abandoned = false;
     if (verbose)
-        printf("Evaluating on %lld samples\n", (long long)(eval_iters * t->gbs));
+        print_rank_0("Evaluating on %lld samples\n", (long long)(eval_iters * t->gbs));
     for (int64_t it = 1; it <= eval_iters; it++) {
         if (verbose)
-            printf("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
+            print_rank_0("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
         for (int64_t k = 0; k < eval_micro; k++) {
             double num, den;
-            mc_status st = micro_step(t, split, *consumed + k * t->mbs, eval_micro, false, &num, &den);
-            if (st)
+            mc_status st = micro_step(t, split, sample_index(t, *consumed, k), eval_micro, false,
+                                      &num, &den);
+            if (st || (st = add_loss_report(t, num, den, &numer, &denom)))
                 return st;
-            numer += (float)num;
-            denom += (float)den;
         }
         *consumed += t->gbs;
         double minutes;
         if (time_limit_reached(t, &minutes)) {
-            printf("Exiting during evaluation, timelimit reached\n");
+            print_rank_0("Exiting during evaluation, timelimit reached\n");
             *abandoned = true;
             return MC_OK;
         }
@@ -306,13 +458,12 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
     double value = (double)(numer / denom);
     char buf[1024];
     mc_log_format_validation(buf, sizeof(buf), prefix, 1, names, &value);
-    fputs(buf, stdout);
-    fflush(stdout);
+    print_rank_last("%s", buf);
     return MC_OK;
 }
 
-static void print_training_line(struct trainer *t, int64_t iteration, double interval_s,
-                                const struct mc_opt_step_result *res, bool *report_memory)
+static mc_status print_training_line(struct trainer *t, int64_t iteration, double interval_s,
+                                     const struct mc_opt_step_result *res, bool *report_memory)
 {
     const struct mc_args *a = t->a;
     struct mc_log_train_line l = {0};
@@ -323,7 +474,8 @@ static void print_training_line(struct trainer *t, int64_t iteration, double int
     int64_t iters = t->acc.advanced + t->acc.skipped;
     l.elapsed_per_iter_s = interval_s / (double)(iters ? iters : 1);
     l.log_throughput = mc_args_bool(a, MC_A_log_throughput);
-    l.throughput = mc_log_throughput(t->flops_per_sample * (double)t->gbs, l.elapsed_per_iter_s, 1);
+    l.throughput = mc_log_throughput(t->flops_per_sample * (double)t->gbs, l.elapsed_per_iter_s,
+                                     t->ps.world);
     l.learning_rate = t->sched.lr;
     l.batch_size = t->mb.running;
     mc_log_accum_fill(&t->acc, names, &l);
@@ -333,24 +485,33 @@ static void print_training_line(struct trainer *t, int64_t iteration, double int
     l.has_num_zeros = true;
     l.num_zeros = (double)res->num_zeros;
     l.has_params_norm = mc_args_bool(a, MC_A_log_params_norm);
-    if (l.has_params_norm)
-        l.params_norm = params_norm(t->model);
+    mc_status st = l.has_params_norm ? params_norm(t, &l.params_norm) : MC_OK;
+    if (st)
+        return st;
     char buf[2048];
     mc_log_format_train_line(buf, sizeof(buf), &l);
-    printf("%s\n", buf);
+    print_rank_last("%s\n", buf);
+    if (getenv("MC_TEST_LOG_EXACT")) /* full-precision values for the parallel tests */
+        print_rank_last("[exact] iteration %lld | lm loss: %.9e | grad norm: %.9e | "
+                        "params norm: %.9e\n", (long long)iteration,
+                        l.n_losses ? (double)l.loss_sums[0] /
+                            (double)(l.advanced_iters > 0 ? l.advanced_iters : 1) : 0.0,
+                        (double)res->grad_norm, l.has_params_norm ? l.params_norm : 0.0);
     mc_log_accum_reset(&t->acc);
     if (*report_memory) {
         /* Megatron reports the CUDA allocator; we report megatron.c's counted allocations. */
         double mb = 1024.0 * 1024.0;
         char name[64];
         snprintf(name, sizeof(name), "(after %lld iterations)", (long long)iteration);
-        mc_log_format_memory(buf, sizeof(buf), 0, name, (double)mc_alloc_live_bytes() / mb,
+        mc_log_format_memory(buf, sizeof(buf), t->ps.rank, name, (double)mc_alloc_live_bytes() / mb,
                              (double)mc_alloc_peak_bytes() / mb, (double)mc_alloc_live_bytes() / mb,
                              (double)mc_alloc_peak_bytes() / mb);
-        printf("%s\n", buf);
+        if (t->dp_rank == 0) /* Megatron's report_memory prints on data-parallel rank 0 */
+            printf("%s\n", buf);
         *report_memory = false;
     }
     fflush(stdout);
+    return MC_OK;
 }
 
 static int64_t save_interval(const struct mc_args *a)
@@ -366,7 +527,7 @@ static mc_status decide_exit(struct trainer *t, int64_t iteration, double *inter
     bool save = !mc_args_is_none(t->a, MC_A_save), saved = false;
     mc_status st;
     *exit = true;
-    if (mc_args_bool(t->a, MC_A_exit_signal_handler) && got_sigterm) {
+    if (mc_args_bool(t->a, MC_A_exit_signal_handler) && on_any_rank(got_sigterm)) {
         if (save && (st = save_checkpoint(t, iteration, interval_start)))
             return st;
         print_datetime("exiting program after receiving SIGTERM.");
@@ -423,12 +584,14 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         if ((st = train_step(t, *iteration, &loss, &res)))
             return st;
         ++*iteration;
-        t->consumed_train += t->mb.num_micro_batches * t->mbs;
-        t->flops_so_far += t->flops_per_sample * (double)(t->mb.num_micro_batches * t->mbs);
+        t->consumed_train += t->mb.num_micro_batches * t->mbs * t->dp;
+        t->flops_so_far += t->flops_per_sample * (double)(t->mb.num_micro_batches * t->mbs * t->dp);
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
             return st;
         if (*iteration % log_interval == 0) {
-            print_training_line(t, *iteration, mc_time_now() - interval_start, &res, &report_memory);
+            if ((st = print_training_line(t, *iteration, mc_time_now() - interval_start, &res,
+                                          &report_memory)))
+                return st;
             interval_start = mc_time_now();
         }
         if (eval_interval && *iteration % eval_interval == 0 && do_valid) {
@@ -449,33 +612,74 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     return MC_OK;
 }
 
+/* initialize_model_parallel over the MPI world (tensor x data parallel; the rest refused). */
+static mc_status setup_parallel_state(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    struct mc_ps_config pc = {
+        .tensor_model_parallel_size = (int)mc_args_int(a, MC_A_tensor_model_parallel_size),
+        .pipeline_model_parallel_size = (int)mc_args_int(a, MC_A_pipeline_model_parallel_size),
+        .context_parallel_size = (int)mc_args_int(a, MC_A_context_parallel_size),
+        .expert_model_parallel_size = (int)mc_args_int(a, MC_A_expert_model_parallel_size),
+    };
+    mc_status st = mc_ps_init(&t->ps, world_comm, &pc);
+    if (st)
+        return st;
+    if (t->ps.world != mc_args_int(a, MC_A_world_size))
+        return mc_error(MC_ERR_COMM, "world size %lld (WORLD_SIZE/OMPI_COMM_WORLD_SIZE) but %d "
+                        "MPI processes: launch several ranks with mpirun",
+                        (long long)mc_args_int(a, MC_A_world_size), t->ps.world);
+    t->dp = mc_ps_size(&t->ps, MC_PS_DP);
+    t->dp_rank = mc_ps_rank(&t->ps, MC_PS_DP);
+    print_rank_0("> initialized tensor model parallel with size %d\n", t->ps.tp);
+    print_rank_0("> initialized pipeline model parallel with size %d\n", t->ps.pp);
+    return MC_OK;
+}
+
+/* The datasets are built by rank 0 first (it writes the index caches), then by the other
+ * ranks, which load them, as Megatron's BlendedMegatronDatasetBuilder does. */
+static mc_status build_train_data(struct trainer *t)
+{
+    mc_status st = MC_OK;
+    if (t->ps.rank == 0)
+        st = mc_train_data_init(t->a, mc_tok_eod(t->tok), out_first, &t->data);
+    if (st)
+        return st;
+    if ((st = mc_comm_barrier(world_comm)))
+        return st;
+    if (t->ps.rank != 0)
+        st = mc_train_data_init(t->a, mc_tok_eod(t->tok), NULL, &t->data);
+    return st;
+}
+
 static mc_status setup(struct trainer *t)
 {
     const struct mc_args *a = t->a;
     mc_status st;
+    setup_printing(a);
     if ((st = check_single_process(a)))
         return st;
-    if ((st = mc_microbatches_init_from_args(a, stdout, &t->mb)))
+    if ((st = mc_microbatches_init_from_args(a, out_first, &t->mb)))
         return st;
     if ((st = build_tokenizer(t)))
         return st;
-    printf("> initializing torch distributed ...\n");
-    printf("> initialized tensor model parallel with size 1\n");
-    printf("> initialized pipeline model parallel with size 1\n");
-    printf("> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
-    printf("time to initialize megatron (seconds): %.3f\n", mc_time_now() - t->t0);
+    print_rank_0("> initializing torch distributed ...\n");
+    if ((st = setup_parallel_state(t)))
+        return st;
+    print_rank_0("> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
+    print_rank_0("time to initialize megatron (seconds): %.3f\n", mc_time_now() - t->t0);
     print_datetime("after megatron is initialized");
     double ms[2], t1 = mc_time_now();
     if ((st = build_model_and_optimizer(t)))
         return st;
     print_datetime("after model, optimizer, and learning rate scheduler are built");
     double t2 = mc_time_now();
-    if ((st = mc_train_data_init(a, mc_tok_eod(t->tok), stdout, &t->data)))
+    if ((st = build_train_data(t)))
         return st;
     print_datetime("after dataloaders are built");
     ms[0] = (t2 - t1) * 1e3;
     ms[1] = (mc_time_now() - t2) * 1e3;
-    printf("done with setup ...\n");
+    print_rank_0("done with setup ...\n");
     static const char *const names[] = {"model-and-optimizer-setup",
                                         "train/valid/test-data-iterators-setup"};
     print_timers(2, names, ms);
@@ -517,7 +721,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     bool exited = false;
     char prefix[96];
     if (!mc_args_bool(a, MC_A_skip_train)) {
-        printf("training ...\n");
+        print_rank_0("training ...\n");
         if (mc_train_data_has(t.data, MC_TRAIN_SPLIT_TRAIN) && mc_args_int(a, MC_A_train_iters) > 0)
             if ((st = train(&t, &iteration, &exited)))
                 goto out;
@@ -529,7 +733,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
             if ((st = save_checkpoint(&t, iteration, NULL)))
                 goto out;
     } else {
-        printf("skipping training (--skip-train is on) ...\n");
+        print_rank_0("skipping training (--skip-train is on) ...\n");
     }
     bool abandoned = false;
     if (mc_train_data_has(t.data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0) {
@@ -545,5 +749,6 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
 out:
     fflush(stdout);
     teardown(&t);
+    mc_ps_free(&t.ps);
     return st;
 }

@@ -132,13 +132,45 @@ def test_refusals(tmp):
               f"{extra or env}: message names {words!r} before training: {p.stderr[-300:]}")
 
 
+def test_stale_cache(tmp):
+    """The cache name does not depend on the data (as in Megatron): a cache built for other
+    data under the same prefix must be refused at start-up, naming the fix."""
+    import json
+    import random
+    prep = os.path.join(BUILD, "bin", "preprocess_data")
+    prefix, cache = os.path.join(tmp, "stale"), os.path.join(tmp, "stale_cache")
+    data_args = ["--data-path", prefix + "_text_document", "--split", "1,0,0",
+                 "--data-cache-path", cache, "--eval-iters", "0"]
+    rng = random.Random(7)
+    for attempt, (lo, hi) in enumerate(((20, 60), (70, 200))):
+        src = os.path.join(tmp, f"stale{attempt}.jsonl")
+        with open(src, "w") as f:
+            for _ in range(60):
+                toks = [str(rng.randrange(4000)) for _ in range(rng.randrange(lo, hi))]
+                f.write(json.dumps({"text": " ".join(toks)}) + "\n")
+        r = run([prep, "--input", src, "--output-prefix", prefix, "--tokenizer-type", "NullTokenizer",
+                 "--vocab-size", "4096", "--append-eod", "--workers", "1"])
+        check(r.returncode == 0, f"preprocess_data for the stale-cache test: {r.stderr[-300:]}")
+        cmd = [a for a in args(tmp, iters=4) if a != "--mock-data"]
+        i = cmd.index("--data-cache-path")
+        del cmd[i:i + 2]
+        i = cmd.index("--eval-iters")
+        del cmd[i:i + 2]
+        p = run(cmd + data_args)
+        if attempt == 0:
+            check(p.returncode == 0, f"first run builds the cache: {p.stderr[-300:]}")
+        else:
+            check(p.returncode != 0 and "built for other data" in p.stderr,
+                  f"a cache built for other data is refused: rc {p.returncode} {p.stderr[-300:]}")
+
+
 def main():
     if not os.path.exists(EXE):
         print(f"FAIL: {EXE} is not built")
         sys.exit(1)
     with tempfile.TemporaryDirectory() as tmp:
         for t in (test_training_lines, test_micro_batch_semantics, test_exit_interval,
-                  test_sigterm, test_refusals):
+                  test_sigterm, test_refusals, test_stale_cache):
             t(tmp)
     print(f"test_pretrain: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -1,0 +1,152 @@
+/* MPI wrappers for parallel_state, DDP and the training loop: the role torch.distributed
+ * plays for Megatron (init_process_group, all_reduce, barrier). Every communicator returns
+ * errors (MPI_ERRORS_RETURN) and every failure becomes an mc_status naming the collective;
+ * pretrain_gpt then prints it and brings the job down with mc_comm_abort. */
+#include "parallel_state/parallel_state.h"
+
+#if defined(MC_HAVE_MPI)
+#include <mpi.h>
+#include <stdio.h>
+
+static MPI_Comm g_world = MPI_COMM_NULL;
+static bool g_we_initialized;
+
+static mc_status comm_error(int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof(msg), "MPI error code %d", rc);
+    return mc_error(MC_ERR_COMM, "%s failed: %s", what, msg);
+}
+
+mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm)
+{
+    *world_comm = NULL;
+    if (world_size <= 1)
+        return MC_OK;
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        /* only the main thread calls MPI (OpenMP regions never communicate) */
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return mc_error(MC_ERR_COMM, "MPI_Init_thread failed (world size %lld)",
+                            (long long)world_size);
+        g_we_initialized = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != world_size)
+        return mc_error(MC_ERR_COMM, "the launcher's world size (%lld, from WORLD_SIZE or "
+                        "OMPI_COMM_WORLD_SIZE) differs from MPI's (%d)",
+                        (long long)world_size, size);
+    g_world = MPI_COMM_WORLD;
+    *world_comm = &g_world;
+    return MC_OK;
+}
+
+void *mc_comm_world_handle(void) { return g_world == MPI_COMM_NULL ? NULL : &g_world; }
+
+mc_status mc_comm_world(void *world_comm, int *size, int *rank)
+{
+    *size = 1;
+    *rank = 0;
+    if (!world_comm)
+        return MC_OK;
+    MPI_Comm c = *(MPI_Comm *)world_comm;
+    int rc = MPI_Comm_size(c, size);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_rank(c, rank);
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "MPI_Comm_size/rank");
+}
+
+static MPI_Datatype mpi_type(enum mc_comm_type t)
+{
+    return t == MC_COMM_FLOAT ? MPI_FLOAT : t == MC_COMM_DOUBLE ? MPI_DOUBLE : MPI_INT64_T;
+}
+
+mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
+                             enum mc_comm_op op, const char *what)
+{
+    if (!comm)
+        return MC_OK;
+    size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    for (int64_t done = 0; done < n;) { /* MPI counts are int */
+        int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * esize, chunk,
+                               mpi_type(type), op == MC_COMM_SUM ? MPI_SUM : MPI_MAX,
+                               *(MPI_Comm *)comm);
+        if (rc != MPI_SUCCESS)
+            return comm_error(rc, what);
+        done += chunk;
+    }
+    return MC_OK;
+}
+
+mc_status mc_comm_barrier(void *comm)
+{
+    if (!comm)
+        return MC_OK;
+    int rc = MPI_Barrier(*(MPI_Comm *)comm);
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "barrier");
+}
+
+void mc_comm_abort(int code)
+{
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (inited && !fin)
+        MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void mc_comm_finalize(void)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (g_we_initialized && !fin)
+        MPI_Finalize();
+    g_world = MPI_COMM_NULL;
+}
+
+#else /* no MPI: one process */
+
+mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm)
+{
+    (void)argc;
+    (void)argv;
+    *world_comm = NULL;
+    if (world_size > 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "a world size of %lld: this build of megatron.c "
+                        "has no MPI (rebuild with an MPI installation)", (long long)world_size);
+    return MC_OK;
+}
+
+void *mc_comm_world_handle(void) { return NULL; }
+
+mc_status mc_comm_world(void *world_comm, int *size, int *rank)
+{
+    (void)world_comm;
+    *size = 1;
+    *rank = 0;
+    return MC_OK;
+}
+
+mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
+                             enum mc_comm_op op, const char *what)
+{
+    (void)comm; (void)buf; (void)n; (void)type; (void)op; (void)what;
+    return MC_OK;
+}
+
+mc_status mc_comm_barrier(void *comm)
+{
+    (void)comm;
+    return MC_OK;
+}
+
+void mc_comm_abort(int code) { (void)code; }
+void mc_comm_finalize(void) {}
+
+#endif

@@ -1,0 +1,127 @@
+/* Model-parallel process groups: the counterpart of megatron/core/parallel_state.py
+ * (RankGenerator, initialize_model_parallel and the get_* getters) over MPI communicators, and
+ * the thin MPI wrappers of comm.c. Private header.
+ *
+ * Ranks are laid out as Megatron's mixed-radix numbering over the order string (default
+ * "tp-cp-ep-dp-pp", first token varies fastest), so a rank holds the same tensor, pipeline and
+ * data-parallel coordinates as under Megatron with the same sizes (spec:
+ * megatron-model-parallel-ckpt.md section 1). */
+#ifndef MC_PARALLEL_STATE_H
+#define MC_PARALLEL_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "megatron.h"
+
+/* ---- RankGenerator: pure arithmetic, no communication ----------------------------------- */
+#define MC_RANK_GEN_DIMS 5
+
+struct mc_rank_gen {
+    int ndims;
+    char names[MC_RANK_GEN_DIMS][3]; /* in order, first = fastest varying */
+    int sizes[MC_RANK_GEN_DIMS];
+    int world;
+    int rank_offset;
+};
+
+/* Megatron's RankGenerator(tp, ep, dp, pp, cp, order, rank_offset): size-1 dimensions missing
+ * from order are appended; a dimension > 1 missing from it, an unknown or repeated token, or
+ * ep > 1 together with cp > 1 is MC_ERR_CONFIG. */
+mc_status mc_rank_gen_init(struct mc_rank_gen *g, int tp, int ep, int dp, int pp, int cp,
+                           const char *order, int rank_offset);
+/* get_ranks(token) ("dp", "tp-pp", ...): ranks[num_groups * group_size], group-major, in
+ * Megatron's group and member order. ranks must hold g->world ints. */
+mc_status mc_rank_gen_get_ranks(const struct mc_rank_gen *g, const char *token, int *ranks,
+                                int *num_groups, int *group_size);
+
+/* ---- initialize_model_parallel ------------------------------------------------------------ */
+/* The dense groups of initialize_model_parallel, in its creation order. */
+enum mc_ps_group {
+    MC_PS_DP,         /* "dp": data parallel */
+    MC_PS_DP_CP,      /* "dp-cp": what DDP reduces grads over */
+    MC_PS_CP,         /* "cp" */
+    MC_PS_MP,         /* "tp-pp": model parallel (grad-norm reduction) */
+    MC_PS_TP,         /* "tp" */
+    MC_PS_PP,         /* "pp" */
+    MC_PS_TP_DP_CP,   /* "tp-dp-cp" */
+    MC_PS_TP_DP,      /* "tp-dp" */
+    MC_PS_TP_CP,      /* "tp-cp" */
+    MC_PS_NUM_GROUPS
+};
+
+struct mc_ps_config {
+    int tensor_model_parallel_size;   /* --tensor-model-parallel-size */
+    int pipeline_model_parallel_size; /* --pipeline-model-parallel-size */
+    int context_parallel_size;        /* --context-parallel-size */
+    int expert_model_parallel_size;   /* --expert-model-parallel-size */
+    const char *order;                /* NULL: "tp-cp-ep-dp-pp" */
+};
+
+struct mc_ps_comm {
+    int size, rank;   /* this rank's index in the group */
+    int *ranks;       /* [size] world ranks of the members, in Megatron's order */
+    void *comm;       /* MPI_Comm * (NULL when size == 1 or without MPI) */
+};
+
+struct mc_parallel_state {
+    int world, rank;
+    int tp, pp, cp, ep, dp;
+    struct mc_ps_comm group[MC_PS_NUM_GROUPS];
+};
+
+/* initialize_model_parallel over world_comm (an MPI_Comm *; NULL means a single process).
+ * Collective over world_comm. Every group's communicator returns errors (MPI_ERRORS_RETURN)
+ * instead of aborting, so the caller reports them. */
+mc_status mc_ps_init(struct mc_parallel_state *ps, void *world_comm, const struct mc_ps_config *c);
+void mc_ps_free(struct mc_parallel_state *ps);
+
+static inline int mc_ps_size(const struct mc_parallel_state *ps, enum mc_ps_group g)
+{
+    return ps->group[g].size;
+}
+static inline int mc_ps_rank(const struct mc_parallel_state *ps, enum mc_ps_group g)
+{
+    return ps->group[g].rank;
+}
+/* get_{tensor_model,data}_parallel_src_rank and friends: the first member's world rank. */
+static inline int mc_ps_src_rank(const struct mc_parallel_state *ps, enum mc_ps_group g)
+{
+    return ps->group[g].ranks[0];
+}
+/* get_pipeline_model_parallel_{first,last}_rank (world ranks). */
+static inline int mc_ps_pipeline_last_rank(const struct mc_parallel_state *ps)
+{
+    return ps->group[MC_PS_PP].ranks[ps->pp - 1];
+}
+static inline bool mc_ps_is_pipeline_first_stage(const struct mc_parallel_state *ps)
+{
+    return ps->group[MC_PS_PP].rank == 0;
+}
+static inline bool mc_ps_is_pipeline_last_stage(const struct mc_parallel_state *ps)
+{
+    return ps->group[MC_PS_PP].rank == ps->pp - 1;
+}
+
+/* ---- comm.c: MPI wrappers that turn errors into mc_status ---------------------------------- */
+enum mc_comm_type { MC_COMM_FLOAT, MC_COMM_DOUBLE, MC_COMM_INT64 };
+enum mc_comm_op { MC_COMM_SUM, MC_COMM_MAX };
+
+/* Initialises MPI when the launcher started several processes (world_size > 1) and sets
+ * MPI_ERRORS_RETURN on the world; *world_comm is then an MPI_Comm * valid until
+ * mc_comm_finalize, else NULL. A build without MPI refuses world_size > 1. */
+mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm);
+/* The world communicator mc_comm_init set up (NULL for one process). */
+void *mc_comm_world_handle(void);
+/* Size and rank of the MPI world (1 and 0 without MPI or before mc_comm_init). */
+mc_status mc_comm_world(void *world_comm, int *size, int *rank);
+/* In-place all-reduce of n elements over comm (NULL: nothing to do); what names the
+ * collective in the error message. */
+mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
+                             enum mc_comm_op op, const char *what);
+mc_status mc_comm_barrier(void *comm);
+/* Brings every rank down (MPI_Abort on the world); a no-op when MPI is not running. */
+void mc_comm_abort(int code);
+void mc_comm_finalize(void);
+
+#endif /* MC_PARALLEL_STATE_H */
