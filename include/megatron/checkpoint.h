@@ -38,6 +38,14 @@ struct mc_ckpt_state {
     int64_t args_iteration;
     double args_flops;
     int do_train, do_valid, do_test;
+    /* Parallel layout (all zero = one process): this rank's tensor-parallel rank and size pick
+     * mp_rank_%02d; only `writer` ranks (data-parallel rank 0) write their file; `barrier` (if
+     * set) is called after the files are written, then the rank with `write_tracker` (global
+     * rank 0) writes the tracker file. */
+    int tp_rank, tp_size;
+    bool writer, write_tracker;
+    mc_status (*barrier)(void *ctx);
+    void *barrier_ctx;
 };
 
 /* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under args.save through a
@@ -54,8 +62,9 @@ MC_API mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log);
  * there is no tracker file (Megatron's warning is printed and training starts from scratch). */
 MC_API mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded);
 
-/* iter_%07d/mp_rank_00/model_optim_rng.pt under dir (or release/...); returns snprintf's count. */
-MC_API int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release);
+/* iter_%07d/mp_rank_%02d/model_optim_rng.pt under dir (or release/...); returns snprintf's count. */
+MC_API int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release,
+                        int tp_rank);
 
 #ifdef __cplusplus
 }

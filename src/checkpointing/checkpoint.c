@@ -23,12 +23,17 @@
 #define CKPT_VERSION 3.0
 #define TRACKER "latest_checkpointed_iteration.txt"
 
-int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release)
+int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release,
+                 int tp_rank)
 {
     if (release)
-        return snprintf(buf, n, "%s/release/mp_rank_00/model_optim_rng.pt", dir);
-    return snprintf(buf, n, "%s/iter_%07lld/mp_rank_00/model_optim_rng.pt", dir, (long long)iteration);
+        return snprintf(buf, n, "%s/release/mp_rank_%02d/model_optim_rng.pt", dir, tp_rank);
+    return snprintf(buf, n, "%s/iter_%07lld/mp_rank_%02d/model_optim_rng.pt", dir,
+                    (long long)iteration, tp_rank);
 }
+
+static bool single(const struct mc_ckpt_state *s) { return s->tp_size <= 1 && !s->barrier; }
+static int tp_size(const struct mc_ckpt_state *s) { return s->tp_size > 1 ? s->tp_size : 1; }
 
 /* ---- the args Namespace ---------------------------------------------------------------------- */
 static struct mc_pk *val_to_pk(mc_pk_doc *d, const struct mc_val *v)
@@ -370,14 +375,10 @@ static mc_status write_tracker(const char *dir, int64_t iteration)
     return MC_OK;
 }
 
-mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
+static mc_status write_file(const struct mc_ckpt_state *s, const char *dir)
 {
-    const char *dir = mc_args_str(s->args, MC_A_save);
-    if (log)
-        fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
-                (long long)s->iteration, dir);
     char path[4096];
-    if (mc_ckpt_name(path, sizeof(path), dir, s->iteration, false) >= (int)sizeof(path))
+    if (mc_ckpt_name(path, sizeof(path), dir, s->iteration, false, s->tp_rank) >= (int)sizeof(path))
         return mc_error(MC_ERR_CONFIG, "--save: directory name too long: %s", dir);
     *strrchr(path, '/') = 0;
     mc_status st = mkdirs(path);
@@ -395,11 +396,28 @@ mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
         return st;
     *strrchr(path, '/') = 0;
     fsync_dir(path);
-    if ((st = write_tracker(dir, s->iteration)))
+    return MC_OK;
+}
+
+mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
+{
+    const char *dir = mc_args_str(s->args, MC_A_save);
+    bool one = single(s);
+    if (log)
+        fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
+                (long long)s->iteration, dir);
+    mc_status st = MC_OK;
+    if (one || s->writer)
+        st = write_file(s, dir);
+    /* every rank reaches the barrier, so a failed write cannot leave the others waiting */
+    mc_status bst = s->barrier ? s->barrier(s->barrier_ctx) : MC_OK;
+    if (st || (st = bst))
+        return st;
+    if ((one || s->write_tracker) && (st = write_tracker(dir, s->iteration)))
         return st;
     if (log) {
-        fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t 1/1, p 1/1 ]\n",
-                (long long)s->iteration, dir);
+        fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p 1/1 ]\n",
+                (long long)s->iteration, dir, s->tp_rank + 1, tp_size(s));
         fflush(log);
     }
     return MC_OK;
@@ -779,7 +797,8 @@ static mc_status explain_missing(const char *dir, const char *path)
 {
     char iter_dir[4096], probe[4200];
     snprintf(iter_dir, sizeof(iter_dir), "%s", path);
-    *strstr(iter_dir, "/mp_rank_00/") = 0;
+    *strrchr(iter_dir, '/') = 0;
+    *strrchr(iter_dir, '/') = 0;
     snprintf(probe, sizeof(probe), "%s/metadata.json", iter_dir);
     if (!access(probe, F_OK))
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist (distributed) checkpoint; "
@@ -788,8 +807,8 @@ static mc_status explain_missing(const char *dir, const char *path)
     snprintf(probe, sizeof(probe), "%s/mp_rank_00_000", iter_dir);
     if (!access(probe, F_OK))
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s holds a pipeline- or expert-parallel "
-                        "checkpoint (mp_rank_00_000); this build loads single-process checkpoints "
-                        "(tensor and pipeline parallel size 1)", dir, iter_dir);
+                        "checkpoint (mp_rank_00_000); this build reads checkpoints of pipeline "
+                        "parallel size 1 without expert parallelism", dir, iter_dir);
     return MC_OK;
 }
 
@@ -817,7 +836,7 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
         return st;
     if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
         iteration = mc_args_int(s->args, MC_A_ckpt_step);
-    mc_ckpt_name(path, sizeof(path), dir, iteration, release);
+    mc_ckpt_name(path, sizeof(path), dir, iteration, release, s->tp_rank);
     if (access(path, R_OK) && (st = explain_missing(dir, path)))
         return st;
     if (access(path, R_OK))
@@ -843,8 +862,8 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
         return st;
     *loaded = true;
     if (log) {
-        fprintf(log, "  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n",
-                dir, (long long)s->iteration);
+        fprintf(log, "  successfully loaded checkpoint from %s [ t %d/%d, p 1/1 ] at iteration %lld\n",
+                dir, s->tp_rank + 1, tp_size(s), (long long)s->iteration);
         fflush(log);
     }
     return MC_OK;

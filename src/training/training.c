@@ -165,10 +165,6 @@ static mc_status check_single_process(const struct mc_args *a)
         return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
                         "supported; add --ckpt-format torch to --save/--load (Megatron's default "
                         "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
-    if ((save || load) && mc_args_int(a, MC_A_world_size) != 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load with a world size of %lld: checkpoints "
-                        "are written and read by single-process runs only in this build",
-                        (long long)mc_args_int(a, MC_A_world_size));
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
@@ -200,6 +196,24 @@ static mc_status build_tokenizer(struct trainer *t)
     return MC_OK;
 }
 
+static mc_status ckpt_barrier(void *ctx)
+{
+    (void)ctx;
+    int64_t x = 0;
+    return mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "checkpoint barrier");
+}
+
+/* One file per tensor-parallel rank, written by data-parallel rank 0; global rank 0 writes the
+ * tracker after every file is on disk. */
+static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
+{
+    s->tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
+    s->tp_size = mc_ps_size(&t->ps, MC_PS_TP);
+    s->writer = t->dp_rank == 0;
+    s->write_tracker = t->ps.rank == 0;
+    s->barrier = t->ps.world > 1 ? ckpt_barrier : NULL;
+}
+
 /* setup_model_and_optimizer's load_checkpoint: resumes the iteration, the consumed samples,
  * the model, the optimizer and the scheduler from --load. */
 static mc_status load_checkpoint(struct trainer *t)
@@ -207,6 +221,7 @@ static mc_status load_checkpoint(struct trainer *t)
     if (mc_args_is_none(t->a, MC_A_load))
         return MC_OK;
     struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched};
+    ckpt_layout(t, &s);
     bool loaded;
     mc_status st = mc_ckpt_load(&s, out_first, &loaded);
     if (st || !loaded)
@@ -234,6 +249,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration, double *i
                                           mc_args_int(t->a, MC_A_eval_iters) > 0,
                               .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
+    ckpt_layout(t, &s);
     mc_status st = mc_ckpt_save(&s, out_first);
     if (st)
         return st;

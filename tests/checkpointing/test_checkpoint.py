@@ -148,6 +148,38 @@ def test_resume_sgd(tmp):
     check(list(x["optimizer"]["state"][0]) == ["momentum_buffer"], "SGD state holds momentum_buffer")
 
 
+def test_resume_parallel(tmp):
+    """tp 2 x dp 2 under mpirun: one file per tensor-parallel rank (mp_rank_00, mp_rank_01),
+    written by data-parallel rank 0; resuming is bit-exact."""
+    if not shutil.which("mpirun"):
+        print("test_resume_parallel: skipped (no mpirun)")
+        return
+    mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x", "OMP_NUM_THREADS=1"]
+    extra = ("--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64",
+             "--save-interval", "100", "--eval-interval", "3", "--eval-iters", "1")
+    full, part = os.path.join(tmp, "tp_full"), os.path.join(tmp, "tp_part")
+    a = run(mpi + args(tmp, 6, extra + ("--save", full), mbs=2))
+    b = run(mpi + args(tmp, 6, extra + ("--save", part, "--exit-interval", "3"), mbs=2))
+    c = run(mpi + args(tmp, 6, extra + ("--save", part, "--load", part), mbs=2))
+    la, lb, lc = train_lines(a.stdout), train_lines(b.stdout), train_lines(c.stdout)
+    check(a.returncode == b.returncode == c.returncode == 0, f"mpirun runs: {c.stderr[-400:]}")
+    check(sorted(la) == [1, 2, 3, 4, 5, 6] and {**lb, **lc} == la, f"tp2 x dp2 resume: {la} vs {lb} + {lc}")
+    check(f"  successfully saved checkpoint from iteration       3 to {part} [ t 1/2, p 1/1 ]" in b.stdout
+          and f"  successfully loaded checkpoint from {part} [ t 1/2, p 1/1 ] at iteration 3" in c.stdout,
+          "t 1/2 in the messages")
+    check(sorted(os.listdir(os.path.join(part, "iter_0000003"))) == ["mp_rank_00", "mp_rank_01"],
+          "one file per tensor-parallel rank")
+    for r in ("mp_rank_00", "mp_rank_01"):
+        p = os.path.join("iter_0000006", r, "model_optim_rng.pt")
+        x, y = torch.load(os.path.join(full, p)), torch.load(os.path.join(part, p))
+        same_tensors(x["model"], y["model"], f"{r} model")
+        same_tensors(x["optimizer"]["state"], y["optimizer"]["state"], f"{r} optimizer")
+        check(x["args"].tensor_model_parallel_size == 2, "args: tp 2")
+    w0 = torch.load(os.path.join(full, "iter_0000006", "mp_rank_00", "model_optim_rng.pt"))["model"]
+    check(w0["decoder.layers.0.self_attention.linear_qkv.weight"].shape == (48, 32)
+          and w0["embedding.word_embeddings.weight"].shape == (2112, 32), "shards: half the rows")
+
+
 def test_structure_vs_megatron(tmp):
     """Our checkpoint of the golden's configuration has Megatron's keys, types and shapes."""
     gold = torch.load(os.path.join(GOLDEN, "save", "iter_0000002", "mp_rank_00", "model_optim_rng.pt"))
@@ -337,6 +369,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_resume_bit_exact(tmp)
         test_resume_sgd(tmp)
+        test_resume_parallel(tmp)
         test_broken(tmp)
         test_sigterm_saves(tmp)
         test_megatron_loads_ours(tmp)
