@@ -365,6 +365,43 @@ def test_megatron_loads_ours(tmp):
         check(abs(a - b) <= 2e-6 * abs(b), f"iteration {it}: ours {a} vs Megatron from our checkpoint {b}")
 
 
+def test_megatron_tp2_checkpoint(tmp):
+    """Optional (MC_MEGATRON_ROOT, mpirun): Megatron with --tensor-model-parallel-size 2 saves at
+    iteration 2; megatron.c with tp 2 loads mp_rank_00/01 and prints Megatron's losses for 3, 4."""
+    root, cpu = os.environ.get("MC_MEGATRON_ROOT"), "/work/shared/megatron-cpu/run_pretrain.py"
+    if not root or not os.path.exists(cpu) or not shutil.which("mpirun"):
+        print("test_megatron_tp2_checkpoint: skipped (set MC_MEGATRON_ROOT)")
+        return
+    common = dict(hidden=16, heads=4, seq=16, mbs=2, gbs=4, lr="1e-2", warm="1", dropout="0", decay=())
+    base = ("--eval-interval", "100", "--eval-iters", "0", "--use-cpu-initialization",
+            "--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64")
+    d = os.path.join(tmp, "megatron_tp2")
+    meg = args(tmp, 4, base + ("--save", d, "--save-interval", "2", "--distributed-backend", "gloo",
+                               "--transformer-impl", "local", "--no-gradient-accumulation-fusion",
+                               "--no-persist-layer-norm"), **common)[1:]
+    procs = []
+    for r in (0, 1):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT="29563", MEGATRON_ROOT=root, OMP_NUM_THREADS="1",
+                   CUDA_DEVICE_MAX_CONNECTIONS="1")
+        procs.append(subprocess.Popen(["/usr/bin/python3", cpu, os.path.join(tmp, f"rec{r}.json"), *meg],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    theirs = train_lines(outs[0] + outs[1])
+    with open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("2")
+    mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "OMP_NUM_THREADS=1"]
+    r = run(mpi + args(tmp, 4, base + ("--load", d), **common))
+    ours = train_lines(r.stdout)
+    check(sorted(ours) == [3, 4] and all(procs[k].returncode == 0 for k in (0, 1)),
+          f"tp2: Megatron saved, megatron.c resumed: {r.stderr[-300:]}")
+    num = re.compile(r"lm loss: ([\d.E+-]+)")
+    for it in (3, 4):
+        a = float(num.search(ours[it][1]).group(1)) if it in ours else float("nan")
+        b = float(num.search(theirs[it][1]).group(1)) if it in theirs else float("nan")
+        check(abs(a - b) <= 2e-6 * abs(b), f"tp2 iteration {it}: ours {a} vs Megatron {b}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_resume_bit_exact(tmp)
@@ -373,6 +410,7 @@ def main():
         test_broken(tmp)
         test_sigterm_saves(tmp)
         test_megatron_loads_ours(tmp)
+        test_megatron_tp2_checkpoint(tmp)
         if os.path.exists(GOLDEN):
             test_structure_vs_megatron(tmp)
             test_megatron_checkpoint_continues(tmp)
