@@ -28,7 +28,7 @@ run() { # name layers hidden heads vocab seq batch iters
   local peers=""
   for py in "${pytorches[@]}"; do
     local pt; pt=$("$py" bench/train_step/torch_gpt.py "$L" "$h" "$nh" "$V" "$s" "$b" "$it" 1 "$th" 2>/dev/null || echo "failed")
-    local ptps; ptps=$(echo "$pt" | grep -oE 'tokens_per_s=[0-9.]+' | cut -d= -f2)
+    local ptps; ptps=$(echo "$pt" | grep -oE 'tokens_per_s=[0-9.]+' | cut -d= -f2 || true)
     local ver; ver=$(echo "$pt" | awk '{print $2}')
     if [ -n "$ptps" ]; then
       peers+=$(awk -v a="$tps" -v b="$ptps" -v v="$ver" 'BEGIN{printf "torch %s: %.1f (x%.2f)  ", v, b, a/b}')

@@ -63,6 +63,11 @@ struct mc_gpt_config {
 
     int tensor_model_parallel_size;  /* 1 */
     int tensor_model_parallel_rank;  /* 0 */
+    /* Pipeline stage of this model: stage r holds layers [r L/pp, (r+1) L/pp) (named from 0 as
+     * in Megatron's per-stage state dicts), the first stage the embeddings, the last the final
+     * norm, output layer and loss. 0 = 1 (no pipeline). */
+    int pipeline_model_parallel_size;
+    int pipeline_model_parallel_rank;
 };
 
 /* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */
@@ -98,12 +103,16 @@ struct mc_param_view {
     bool no_weight_decay; /* Megatron's rule: name ends in .bias or the tensor is 1-D */
     bool tensor_parallel; /* sharded across tp (counted by every rank in the grad norm) */
     int partition_dim;    /* -1 when not sharded */
+    bool shared;          /* the last stage's copy of tied word embeddings (pp > 1): initialized
+                             equal to the first stage's, its grad must be all-reduced with the
+                             embedding grad (Megatron's embedding group); not in the grad norm */
 };
 MC_API int64_t mc_gpt_num_params(const mc_gpt_model *m);
 MC_API struct mc_param_view mc_gpt_param(const mc_gpt_model *m, int64_t i);
 /* Index of the named parameter, or -1. */
 MC_API int64_t mc_gpt_param_index(const mc_gpt_model *m, const char *name);
-/* Total elements in the parameter block (this rank). */
+/* Total elements in the parameter block (this rank): exactly the sum of the views' numel, which
+ * are packed in state-dict order (the grad block has the same layout). */
 MC_API int64_t mc_gpt_num_elements(const mc_gpt_model *m);
 
 /* One micro-batch, batch-first as pretrain_gpt's get_batch returns it. */
@@ -113,6 +122,8 @@ struct mc_gpt_batch {
     const int64_t *labels;        /* [b, s]; NULL = return logits only */
     const int64_t *position_ids;  /* [b, s]; NULL = 0..s-1 (RoPE always uses 0..s-1) */
     const uint8_t *attention_mask;/* [b, 1, s, s], 1 = masked out; NULL = causal */
+    const float *hidden_in;       /* [s, b, h] the previous stage's output: pipeline stages after
+                                     the first only (tokens are not read there) */
 };
 
 /* Forward. With labels: writes per-token losses [b, s] to `loss` (Megatron's GPTModel returns
@@ -133,6 +144,24 @@ MC_API const float *mc_gpt_logits(const mc_gpt_model *m);
  * Needs the previous call to be a successful forward with labels (one backward per forward). */
 MC_API mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss /* [b, s] */);
 MC_API void mc_gpt_zero_grad(mc_gpt_model *m);
+
+/* Attaches this rank's tensor-parallel communicator (an MPI_Comm *, which must outlive the
+ * model): with tensor_model_parallel_size > 1, forward, backward and the optimizer's grad norm
+ * all-reduce over it (Megatron's tensor_parallel/mappings.py regions). Its size and this
+ * process's rank in it must equal the config's; MC_ERR_UNSUPPORTED in a build without MPI. */
+MC_API mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm);
+
+/* Pipeline stages. A stage that is not the last produces its output hidden states [s, b, h]
+ * (valid until the next forward) instead of logits and loss; it takes the grad of that output
+ * in mc_gpt_backward_stage instead of mc_gpt_backward. A stage that is not the first reads
+ * batch->hidden_in and, after backward, offers the grad of it (valid until the next forward). */
+MC_API const float *mc_gpt_stage_output(const mc_gpt_model *m);
+MC_API mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out /* [s, b, h] */);
+MC_API const float *mc_gpt_stage_input_grad(const mc_gpt_model *m);
+/* The model-parallel (tp x pp) communicator, an MPI_Comm * that outlives the model: with
+ * pipeline_model_parallel_size > 1 the optimizer's grad norm and zero count are reduced over it
+ * (Megatron's model-parallel group); MC_ERR_UNSUPPORTED without it. */
+MC_API mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm);
 
 /* Dropout step counter: advance once per iteration so every step draws fresh masks; also
  * resets the micro-batch counter (training forwards within a step draw different masks). */

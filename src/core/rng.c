@@ -2,6 +2,7 @@
  * definitions are in rng.h). Counterpart of the CUDA Philox generator behind Megatron's
  * dropout (tensor_parallel/random.py) and torch's normal_ for CPU initialization. */
 #include "core/rng.h"
+#include "megatron.h"
 
 #include <math.h>
 
@@ -26,21 +27,23 @@ void mc_rng_philox(uint32_t out[4], const uint32_t ctr[4], uint64_t seed)
     out[3] = c3;
 }
 
-static void block(uint32_t out[4], int64_t j, uint64_t seed, uint32_t c2, uint32_t c3)
+static void block(uint32_t out[4], int64_t j, uint64_t seed, uint32_t c1_hi, uint32_t c2,
+                  uint32_t c3)
 {
-    uint32_t ctr[4] = {(uint32_t)((uint64_t)j & 0xffffffffu), (uint32_t)((uint64_t)j >> 32), c2,
-                       c3};
+    uint32_t ctr[4] = {(uint32_t)((uint64_t)j & 0xffffffffu),
+                       (uint32_t)((uint64_t)j >> 32) | (c1_hi << 16), c2, c3};
     mc_rng_philox(out, ctr, seed);
 }
 
-void mc_rng_dropout_mask(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c2,
-                         uint32_t c3, float p)
+void mc_rng_dropout_mask(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c1_hi,
+                         uint32_t c2, uint32_t c3, float p)
 {
     int64_t j0 = first / 4, j1 = (first + n + 3) / 4;
+    MC_ASSERT(c1_hi < (1u << 16) && (uint64_t)j1 < ((uint64_t)1 << 48));
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t j = j0; j < j1; j++) {
         uint32_t w[4];
-        block(w, j, seed, c2, c3);
+        block(w, j, seed, c1_hi, c2, c3);
         for (int k = 0; k < 4; k++) {
             int64_t i = 4 * j + k - first;
             if (i < 0 || i >= n)
@@ -56,10 +59,11 @@ void mc_rng_normal_fill(float *out, int64_t first, int64_t n, uint64_t seed, uin
 {
     const double two_pi = 6.283185307179586476925286766559;
     int64_t j0 = first / 4, j1 = (first + n + 3) / 4;
+    MC_ASSERT((uint64_t)j1 < ((uint64_t)1 << 48));
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (int64_t j = j0; j < j1; j++) {
         uint32_t w[4];
-        block(w, j, seed, c2, c3);
+        block(w, j, seed, 0, c2, c3);
         double z[4];
         for (int k = 0; k < 4; k += 2) {
             double u1 = ((double)(w[k] >> 8) + 1.0) * 0x1p-24;

@@ -13,8 +13,9 @@
  *   (mod 2^32). Output: the four words of ctr after round 10.
  *   Known answer: key 0, ctr 0 -> 6627e8d5 e169c58d bc57ac4c 9b00dbd8.
  *
- * Element i of a draw uses block j = i / 4 and word w = i % 4 of
- *   philox(key(seed), ctr = (j & 0xffffffff, j >> 32, c2, c3)).
+ * Element i of a draw uses block j = i / 4 (j < 2^48) and word w = i % 4 of
+ *   philox(key(seed), ctr = (j & 0xffffffff, (j >> 32) | (c1_hi << 16), c2, c3)),
+ * with c1_hi = 0 for the normal draws.
  *
  * Dropout (mc_rng_dropout_mask): u = (word >> 8) * 2^-24 (exact in fp32, in [0, 1));
  *   keep iff u >= p (fp32 compare); kept values are scaled by 1 / (1 - p).
@@ -33,9 +34,9 @@
 /* One Philox4x32-10 block. */
 void mc_rng_philox(uint32_t out[4], const uint32_t ctr[4], uint64_t seed);
 
-/* keep[k] = keep decision of element first + k, for k in [0, n). */
-void mc_rng_dropout_mask(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c2,
-                         uint32_t c3, float p);
+/* keep[k] = keep decision of element first + k, for k in [0, n). c1_hi < 2^16. */
+void mc_rng_dropout_mask(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c1_hi,
+                         uint32_t c2, uint32_t c3, float p);
 
 /* out[k] = normal(0, std) sample of element first + k, for k in [0, n). */
 void mc_rng_normal_fill(float *out, int64_t first, int64_t n, uint64_t seed, uint32_t c2,

@@ -1,8 +1,9 @@
 /* Gradient norm, zero count and clipping, mirrors megatron/core/optimizer/clip_grads.py
  * (get_grad_norm_fp32, clip_grad_by_total_norm_fp32, count_zeros_fp32): only grads that are
  * tensor-parallel shards or live on tensor-parallel rank 0 are counted (so replicated
- * parameters count once), squares are summed per parameter in state-dict order in double
- * (fixed order, thread-count independent), then all-reduced over the tensor-parallel group;
+ * parameters count once), and not the shared copy of tied embeddings on the last pipeline
+ * stage; squares are summed per parameter in state-dict order in double (fixed order,
+ * thread-count independent), then all-reduced over the model-parallel (tp x pp) group;
  * clip_coeff = clip_grad / (norm + 1e-6) scales every grad when it is below 1. */
 #include "optimizer/optimizer_internal.h"
 
@@ -10,7 +11,20 @@
 
 static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
 {
-    return v->tensor_parallel || m->tp.rank == 0;
+    return !v->shared && (v->tensor_parallel || m->tp.rank == 0);
+}
+
+/* Sum over the model-parallel group: tp x pp ranks (the tp group when pp == 1). */
+static mc_status mp_sum(const struct mc_gpt_model *m, float *x)
+{
+    if (m->cfg.pipeline_model_parallel_size == 1)
+        return mc_tp_all_reduce_sum(&m->tp, x, 1);
+    if (!m->mp_comm)
+        return mc_error(MC_ERR_UNSUPPORTED, "grad norm across --pipeline-model-parallel-size %d "
+                        "needs the model-parallel communicator (mc_gpt_set_mp_comm)",
+                        m->cfg.pipeline_model_parallel_size);
+    struct mc_tp_group mp = {m->tp.size * m->cfg.pipeline_model_parallel_size, 0, m->mp_comm};
+    return mc_tp_all_reduce_sum(&mp, x, 1);
 }
 
 mc_status mc_opt_grad_norm(const struct mc_gpt_model *m, float *norm)
@@ -22,7 +36,7 @@ mc_status mc_opt_grad_norm(const struct mc_gpt_model *m, float *norm)
             sq += m->be->sumsq(v->grad, v->numel);
     }
     float total = (float)sq;
-    mc_status st = mc_tp_all_reduce_sum(&m->tp, &total, 1);
+    mc_status st = mp_sum(m, &total);
     if (st != MC_OK)
         return st;
     *norm = sqrtf(total);
@@ -38,10 +52,10 @@ mc_status mc_opt_count_zeros(const struct mc_gpt_model *m, int64_t *zeros)
             z += m->be->count_zeros(v->grad, v->numel);
     }
     float total = (float)z; /* Megatron reduces the count as a float tensor too */
-    mc_status st = mc_tp_all_reduce_sum(&m->tp, &total, 1);
+    mc_status st = mp_sum(m, &total);
     if (st != MC_OK)
         return st;
-    *zeros = m->tp.size == 1 ? z : (int64_t)total;
+    *zeros = m->tp.size * m->cfg.pipeline_model_parallel_size == 1 ? z : (int64_t)total;
     return MC_OK;
 }
 

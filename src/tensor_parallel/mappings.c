@@ -1,6 +1,6 @@
 /* The tensor-parallel communication regions, mirrors megatron/core/tensor_parallel/mappings.py.
  * Size-1 groups need no communication. Larger groups all-reduce over the MPI communicator that
- * parallel_state attaches to the group (mc_gpt_set_tp_comm); without one (or in a build
+ * parallel_state attaches to the group (mc_gpt_set_tp_comm in gpt.h); without one (or in a build
  * without MPI) they refuse with MC_ERR_UNSUPPORTED instead of silently computing a single
  * rank's partial result. */
 #include "tensor_parallel/tensor_parallel.h"

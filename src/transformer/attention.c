@@ -5,7 +5,6 @@
  * softmax, attention dropout, probs @ v. GQA: query head i of a group uses that group's key
  * and value head (the repeat_interleave of Megatron), read in place from the fused QKV output
  * laid out per query group [q heads of g | k_g | v_g]. */
-#include "core/rng.h"
 #include "transformer/transformer.h"
 
 #include <math.h>
@@ -97,12 +96,11 @@ static void attention_keep(const struct mc_tfm_ctx *c, int64_t layer)
 {
     const struct mc_tfm_dims *d = c->d;
     int64_t ss = c->s * c->s;
-    uint32_t c3 = mc_tfm_dropout_stream(c, MC_TFM_SITE_ATTN_PROBS(layer));
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < c->b * d->np_l; i++) {
         int64_t bi = i / d->np_l, head = d->tp_rank * d->np_l + i % d->np_l;
-        mc_rng_dropout_mask(c->scr->attn_keep + i * ss, (bi * d->np + head) * ss, ss, c->seed,
-                            c->step, c3, c->cfg->attention_dropout);
+        mc_tfm_dropout_mask(c, c->scr->attn_keep + i * ss, MC_TFM_SITE_ATTN_PROBS(layer),
+                            (bi * d->np + head) * ss, ss, c->cfg->attention_dropout);
     }
 }
 

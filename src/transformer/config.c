@@ -43,6 +43,8 @@ void mc_gpt_config_default(struct mc_gpt_config *cfg)
         .params_dtype = MC_DTYPE_F32,
         .tensor_model_parallel_size = 1,
         .tensor_model_parallel_rank = 0,
+        .pipeline_model_parallel_size = 1,
+        .pipeline_model_parallel_rank = 0,
     };
 }
 
@@ -83,6 +85,19 @@ static mc_status check_sizes(const struct mc_gpt_config *c)
                         "(--tensor-model-parallel-size %d)",
                         c->tensor_model_parallel_rank, c->tensor_model_parallel_size,
                         c->tensor_model_parallel_size);
+    if (c->pipeline_model_parallel_size < 0)
+        return mc_error(MC_ERR_CONFIG, "--pipeline-model-parallel-size must be >= 1 (got %d)",
+                        c->pipeline_model_parallel_size);
+    int pp = c->pipeline_model_parallel_size ? c->pipeline_model_parallel_size : 1;
+    if (c->pipeline_model_parallel_rank < 0 || c->pipeline_model_parallel_rank >= pp)
+        return mc_error(MC_ERR_CONFIG,
+                        "pipeline-model-parallel rank %d is outside [0, %d) "
+                        "(--pipeline-model-parallel-size %d)",
+                        c->pipeline_model_parallel_rank, pp, pp);
+    if (c->num_layers % pp != 0)
+        return mc_error(MC_ERR_CONFIG, "Number of layers should be divisible by the "
+                        "pipeline-model-parallel size: --num-layers %lld, "
+                        "--pipeline-model-parallel-size %d", (long long)c->num_layers, pp);
     return MC_OK;
 }
 
@@ -236,15 +251,43 @@ static mc_status apply_megatron_rules(struct mc_gpt_config *c)
     return MC_OK;
 }
 
+/* Sizes are int64 products of config values: refuse configs whose buffers could not be
+ * indexed (or would overflow while being sized) instead of wrapping around. */
+static mc_status check_extents(const struct mc_gpt_config *c)
+{
+    const double limit = 0x1p48; /* elements of one buffer */
+    double T = (double)c->micro_batch_size * (double)c->seq_length;
+    double qkv = (double)(c->num_attention_heads + 2 * c->num_query_groups) * (double)c->kv_channels;
+    double widths[] = {(double)c->hidden_size, qkv, 2.0 * (double)c->ffn_hidden_size,
+                       (double)c->padded_vocab_size};
+    for (int i = 0; i < 4; i++)
+        if (T * widths[i] > limit || widths[i] * (double)c->hidden_size > limit)
+            return mc_error(MC_ERR_CONFIG, "model too large to index: --micro-batch-size %lld x "
+                            "--seq-length %lld x width %.0f (or width x --hidden-size) exceeds "
+                            "2^48 elements", (long long)c->micro_batch_size,
+                            (long long)c->seq_length, widths[i]);
+    if (T * (double)c->seq_length * (double)c->num_attention_heads > limit)
+        return mc_error(MC_ERR_CONFIG, "attention scores too large: --micro-batch-size %lld x "
+                        "--num-attention-heads %lld x --seq-length^2 (%lld^2) exceeds 2^48",
+                        (long long)c->micro_batch_size, (long long)c->num_attention_heads,
+                        (long long)c->seq_length);
+    if ((double)c->num_layers > 0x1p24 / 3.0)
+        return mc_error(MC_ERR_CONFIG, "--num-layers %lld: at most %d layers (dropout streams)",
+                        (long long)c->num_layers, (int)(0x1p24 / 3.0));
+    return MC_OK;
+}
+
 mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg)
 {
     if (!cfg)
         return mc_error(MC_ERR_CONFIG, "no GPT config given");
     mc_status st;
+    if (cfg->pipeline_model_parallel_size == 0)
+        cfg->pipeline_model_parallel_size = 1;
     if ((st = check_sizes(cfg)) != MC_OK || (st = check_enums(cfg)) != MC_OK ||
         (st = derive_widths(cfg)) != MC_OK || (st = derive_vocab(cfg)) != MC_OK ||
         (st = check_positions(cfg)) != MC_OK || (st = check_probabilities(cfg)) != MC_OK ||
-        (st = apply_megatron_rules(cfg)) != MC_OK)
+        (st = apply_megatron_rules(cfg)) != MC_OK || (st = check_extents(cfg)) != MC_OK)
         return st;
     return MC_OK;
 }

@@ -13,7 +13,10 @@
 
 /* Sizes derived from a validated config; _l = this tensor-parallel rank's share. */
 struct mc_tfm_dims {
-    int64_t L, h, np, ng, hn, ffn, V, tp, tp_rank;
+    int64_t L;                       /* layers on this pipeline stage */
+    int64_t layer_offset;            /* global index of this stage's first layer */
+    bool first_stage, last_stage;    /* embeddings / final norm, output layer and loss */
+    int64_t h, np, ng, hn, ffn, V, tp, tp_rank;
     int64_t np_l, ng_l, per_group;   /* per_group = np / ng query heads per key/value head */
     int64_t qkv_l;                   /* (np + 2 ng) hn / tp: linear_qkv rows on this rank */
     int64_t ctx_l;                   /* np_l * hn: linear_proj input width on this rank */
@@ -34,20 +37,19 @@ struct mc_tfm_layer_weights {
     float *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
 };
 
-/* What one layer's forward keeps for its backward (sized for b_max x s_max). */
+/* What one layer's forward keeps for its backward (sized for b_max x s_max). The norm outputs
+ * and the MLP activation are not kept: backward recomputes them (elementwise, cheap) into
+ * scratch, which saves 2 h + ffn floats per token and layer. */
 struct mc_tfm_layer_acts {
     float *x_in;            /* [T, h] layer input (first residual) */
-    float *ln1;             /* [T, h] */
     float *ln1_mean, *ln1_rstd; /* [T] */
     float *qkv;             /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
     float *probs;           /* [b, np_l, s, s] softmax output before dropout */
     float *ctx;             /* [T, ctx_l] */
     uint8_t *keep_attn_out; /* [T, h] hidden-dropout keep mask after linear_proj */
     float *x_mid;           /* [T, h] second residual */
-    float *ln2;             /* [T, h] */
     float *ln2_mean, *ln2_rstd; /* [T] */
     float *fc1;             /* [T, fc1_l] linear_fc1 output WITHOUT bias (fused into the act) */
-    float *act;             /* [T, ffn_l] */
     uint8_t *keep_mlp_out;  /* [T, h] */
 };
 
@@ -57,6 +59,9 @@ struct mc_tfm_scratch {
     float *attn_b;       /* [b, np_l, s, s] grad of probs (bwd) */
     uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
     float *h1, *h2;      /* [T, h] */
+    float *norm_out;     /* [T, h] a norm's output (forward, and recomputed in backward) */
+    float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
+    float *act;          /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
     float *dqkv;         /* [T, qkv_l] */
     float *dctx;         /* [T, ctx_l] */
     float *dfc1;         /* [T, fc1_l] */
@@ -78,8 +83,11 @@ struct mc_tfm_ctx {
     uint32_t step, micro;     /* Philox counter word c2 and the micro-batch in c3 (rng.h) */
 };
 
-/* Dropout sites (the low 24 bits of Philox counter word c3; see gpt_model.c). */
-uint32_t mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site);
+/* Keep mask of `n` dropout elements starting at element `first` of a site (gpt_model.c
+ * documents the Philox counters). */
+void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site, int64_t first,
+                         int64_t n, float p);
+/* Dropout sites (the low 24 bits of Philox counter word c3). */
 #define MC_TFM_SITE_EMBEDDING 0u
 #define MC_TFM_SITE_ATTN_PROBS(l) (1u + 3u * (uint32_t)(l))
 #define MC_TFM_SITE_ATTN_OUT(l) (2u + 3u * (uint32_t)(l))

@@ -3,15 +3,13 @@
  *   x_mid = x + dropout(linear_proj(attn(linear_qkv(norm1(x)))) + proj_bias)
  *   x_out = x_mid + dropout(linear_fc2(act(linear_fc1(norm2(x_mid)) + fc1_bias)) + fc2_bias)
  * Hidden-dropout keep masks are drawn from the Philox streams of rng.h and kept for backward. */
-#include "core/rng.h"
 #include "transformer/transformer.h"
 
 static const uint8_t *hidden_keep(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site)
 {
     if (!c->hidden_dropout)
         return NULL;
-    mc_rng_dropout_mask(keep, 0, c->T * c->d->h, c->seed, c->step, mc_tfm_dropout_stream(c, site),
-                        c->cfg->hidden_dropout);
+    mc_tfm_dropout_mask(c, keep, site, 0, c->T * c->d->h, c->cfg->hidden_dropout);
     return keep;
 }
 
@@ -26,12 +24,12 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
 {
     const struct mc_tfm_dims *d = c->d;
     const struct mc_backend_ops *be = c->be;
-    float *tmp = c->scr->h1;
+    float *tmp = c->scr->h1, *ln = c->scr->norm_out, *act = c->scr->act;
     int64_t T = c->T;
     mc_status st;
 
-    mc_tfm_norm_forward(c, a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, w->ln1_w, w->ln1_b);
-    if ((st = mc_tp_linear_col_forward(be, c->tp, a->qkv, a->ln1, w->qkv_w, w->qkv_b, T, d->h,
+    mc_tfm_norm_forward(c, ln, a->ln1_mean, a->ln1_rstd, a->x_in, w->ln1_w, w->ln1_b);
+    if ((st = mc_tp_linear_col_forward(be, c->tp, a->qkv, ln, w->qkv_w, w->qkv_b, T, d->h,
                                        d->qkv_l)) != MC_OK)
         return st;
     if (d->rot_dim > 0)
@@ -43,12 +41,12 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
     const uint8_t *k1 = hidden_keep(c, a->keep_attn_out, MC_TFM_SITE_ATTN_OUT(layer));
     be->bias_dropout_add(a->x_mid, tmp, w->proj_b, a->x_in, k1, hidden_scale(c), T, d->h);
 
-    mc_tfm_norm_forward(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
-    if ((st = mc_tp_linear_col_forward(be, c->tp, a->fc1, a->ln2, w->fc1_w, NULL, T, d->h,
+    mc_tfm_norm_forward(c, ln, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
+    if ((st = mc_tp_linear_col_forward(be, c->tp, a->fc1, ln, w->fc1_w, NULL, T, d->h,
                                        d->fc1_l)) != MC_OK)
         return st;
-    mc_tfm_mlp_act_forward(c, a->act, a->fc1, w->fc1_b);
-    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, a->act, w->fc2_w, T, d->ffn_l, d->h)) !=
+    mc_tfm_mlp_act_forward(c, act, a->fc1, w->fc1_b);
+    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, act, w->fc2_w, T, d->ffn_l, d->h)) !=
         MC_OK)
         return st;
     const uint8_t *k2 = hidden_keep(c, a->keep_mlp_out, MC_TFM_SITE_MLP_OUT(layer));
@@ -67,6 +65,14 @@ static const float *dropout_grad(const struct mc_tfm_ctx *c, float *buf, const f
     return buf;
 }
 
+/* The norm output of the forward, recomputed into scratch (same kernel, same inputs: the
+ * same bits). */
+static void recompute_norm(const struct mc_tfm_ctx *c, const float *x, const float *w,
+                           const float *b)
+{
+    mc_tfm_norm_forward(c, c->scr->norm_out, c->scr->norm_mean, c->scr->norm_rstd, x, w, b);
+}
+
 mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                 const struct mc_tfm_layer_weights *w,
                                 const struct mc_tfm_layer_weights *g,
@@ -82,10 +88,12 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     const float *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
     if (g->fc2_b)
         be->bias_grad(g->fc2_b, dy, T, d->h);
-    mc_tp_linear_row_backward(be, scr->dact, g->fc2_w, dy, a->act, w->fc2_w, T, d->ffn_l, d->h);
+    mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
+    mc_tp_linear_row_backward(be, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w, T, d->ffn_l, d->h);
     mc_tfm_mlp_act_backward(c, scr->dfc1, scr->dact, a->fc1, w->fc1_b);
+    recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
     if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->fc1_w, g->fc1_b, scr->dfc1,
-                                        a->ln2, w->fc1_w, T, d->h, d->fc1_l)) != MC_OK)
+                                        scr->norm_out, w->fc1_w, T, d->h, d->fc1_l)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln2_w, g->ln2_b, scr->h2, a->x_mid, w->ln2_w, a->ln2_mean,
                          a->ln2_rstd);
@@ -99,8 +107,9 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     mc_tfm_core_attention_backward(c, layer, a, scr->dctx, scr->dqkv);
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, scr->dqkv, true);
+    recompute_norm(c, a->x_in, w->ln1_w, w->ln1_b);
     if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->qkv_w, g->qkv_b, scr->dqkv,
-                                        a->ln1, w->qkv_w, T, d->h, d->qkv_l)) != MC_OK)
+                                        scr->norm_out, w->qkv_w, T, d->h, d->qkv_l)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln1_w, g->ln1_b, scr->h2, a->x_in, w->ln1_w, a->ln1_mean,
                          a->ln1_rstd);

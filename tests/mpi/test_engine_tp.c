@@ -94,7 +94,7 @@ static void run(int activation, enum mc_optimizer_type opt, int rank, int tp, MP
     float l1[32], ln[32], dl[32];
     for (int64_t i = 0; i < n; i++)
         dl[i] = 1.0f / (float)n;
-    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL};
+    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL, NULL};
     mc_gpt_set_step(ref, 5);
     mc_gpt_set_step(m, 5);
     CHECK(mc_gpt_forward(ref, &bt, true, l1) == MC_OK);

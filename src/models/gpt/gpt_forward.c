@@ -5,10 +5,10 @@
  * pretrain_gpt's get_batch returns them; inside, everything is sequence-first. */
 #include "models/gpt/gpt_model.h"
 
-#include "core/rng.h"
 #include "megatron/dump.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static mc_status check_ids(const int64_t *ids, int64_t n, int64_t limit, const char *what,
                            const char *bound)
@@ -23,8 +23,14 @@ static mc_status check_ids(const int64_t *ids, int64_t n, int64_t limit, const c
 static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_batch *bt)
 {
     const struct mc_gpt_config *c = &m->cfg;
-    if (!bt || !bt->tokens)
-        return mc_error(MC_ERR_SHAPE, "forward: no batch or no tokens");
+    const struct mc_tfm_dims *d = &m->dims;
+    if (!bt)
+        return mc_error(MC_ERR_SHAPE, "forward: no batch");
+    if (d->first_stage && !bt->tokens)
+        return mc_error(MC_ERR_SHAPE, "forward: no tokens");
+    if (!d->first_stage && !bt->hidden_in)
+        return mc_error(MC_ERR_SHAPE, "forward: pipeline stage %d needs the previous stage's "
+                        "output (batch hidden_in)", c->pipeline_model_parallel_rank);
     if (bt->b < 1 || bt->b > c->micro_batch_size)
         return mc_error(MC_ERR_SHAPE, "forward: batch size %lld is outside [1, %lld] "
                         "(--micro-batch-size)", (long long)bt->b,
@@ -34,12 +40,13 @@ static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_b
                         "(--seq-length)", (long long)bt->s, (long long)c->seq_length);
     int64_t n = bt->b * bt->s;
     mc_status st;
-    if ((st = check_ids(bt->tokens, n, c->padded_vocab_size, "tokens", "padded vocab")) != MC_OK)
+    if (d->first_stage &&
+        (st = check_ids(bt->tokens, n, c->padded_vocab_size, "tokens", "padded vocab")) != MC_OK)
         return st;
-    if (bt->labels &&
+    if (d->last_stage && bt->labels &&
         (st = check_ids(bt->labels, n, c->padded_vocab_size, "labels", "padded vocab")) != MC_OK)
         return st;
-    if (bt->position_ids && c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE &&
+    if (d->first_stage && bt->position_ids && c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE &&
         (st = check_ids(bt->position_ids, n, c->max_position_embeddings, "position_ids",
                         "--max-position-embeddings")) != MC_OK)
         return st;
@@ -93,8 +100,7 @@ static mc_status embed(struct mc_gpt_model *m, const struct mc_tfm_ctx *c, float
         m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T, d->h);
     }
     if (c->hidden_dropout) {
-        mc_rng_dropout_mask(m->emb_keep, 0, c->T * d->h, c->seed, c->step,
-                            mc_tfm_dropout_stream(c, MC_TFM_SITE_EMBEDDING),
+        mc_tfm_dropout_mask(c, m->emb_keep, MC_TFM_SITE_EMBEDDING, 0, c->T * d->h,
                             m->cfg.hidden_dropout);
         m->be->bias_dropout_add(x0, x0, NULL, NULL, m->emb_keep,
                                 1.0f / (1.0f - m->cfg.hidden_dropout), c->T, d->h);
@@ -116,6 +122,33 @@ static const float *output_weight(const struct mc_gpt_model *m)
     return m->out_w ? m->out_w : m->word_w;
 }
 
+/* Last stage: final norm, output layer (logits [s, b, V/tp]) and the per-token loss. */
+static mc_status head_forward(struct mc_gpt_model *m, const struct mc_tfm_ctx *c,
+                              const struct mc_gpt_batch *batch, float *loss)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    int64_t b = c->b, s = c->s, T = c->T;
+    mc_status st;
+    mc_tfm_norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->lnf_w, m->lnf_b);
+    hook("decoder.final_layernorm.output", m->lnf, s, b, d->h);
+    if ((st = mc_tp_linear_col_forward(m->be, &m->tp, m->logits, m->lnf, output_weight(m), NULL,
+                                       T, d->h, d->V_l)) != MC_OK)
+        return st;
+    hook("output_layer.output", m->logits, s, b, d->V_l);
+    if (!batch->labels)
+        return MC_OK;
+    to_seq_first(m->labels_sf, batch->labels, b, s);
+    if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, m->xent_max, m->xent_sumexp,
+                                          m->xent_target, m->logits, m->labels_sf, T,
+                                          d->V_l)) != MC_OK)
+        return st;
+    if (loss)
+        for (int64_t bi = 0; bi < b; bi++)
+            for (int64_t si = 0; si < s; si++)
+                loss[bi * s + si] = m->loss_sf[si * b + bi];
+    return MC_OK;
+}
+
 mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
                          float *loss)
 {
@@ -125,6 +158,10 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
         return st;
     if (loss && !batch->labels)
         return mc_error(MC_ERR_SHAPE, "forward: a loss output needs labels");
+    if (loss && !m->dims.last_stage)
+        return mc_error(MC_ERR_SHAPE, "forward: the loss is computed on the last pipeline stage "
+                        "(this is stage %d of %d)", m->cfg.pipeline_model_parallel_rank,
+                        m->cfg.pipeline_model_parallel_size);
     const struct mc_tfm_dims *d = &m->dims;
     int64_t b = batch->b, s = batch->s, T = b * s;
     m->fwd_b = b;
@@ -135,52 +172,68 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     m->fwd_micro = training ? m->micro_next++ : 0;
     struct mc_tfm_ctx c = make_ctx(m);
 
-    to_seq_first(m->ids_sf, batch->tokens, b, s);
-    if (m->pos_w) {
-        if (batch->position_ids) {
-            to_seq_first(m->pos_sf, batch->position_ids, b, s);
-        } else {
-            for (int64_t t = 0; t < T; t++)
-                m->pos_sf[t] = t / b;
-        }
-    }
     float *x0 = m->acts[0].x_in;
-    if ((st = embed(m, &c, x0)) != MC_OK)
-        return st;
-    hook("embedding.output", x0, s, b, d->h);
+    if (d->first_stage) {
+        to_seq_first(m->ids_sf, batch->tokens, b, s);
+        if (m->pos_w) {
+            if (batch->position_ids) {
+                to_seq_first(m->pos_sf, batch->position_ids, b, s);
+            } else {
+                for (int64_t t = 0; t < T; t++)
+                    m->pos_sf[t] = t / b;
+            }
+        }
+        if ((st = embed(m, &c, x0)) != MC_OK)
+            return st;
+        hook("embedding.output", x0, s, b, d->h);
+    } else {
+        memcpy(x0, batch->hidden_in, sizeof(float) * (size_t)(T * d->h));
+    }
     for (int64_t l = 0; l < d->L; l++) {
         float *out = l + 1 < d->L ? m->acts[l + 1].x_in : m->x_final;
-        if ((st = mc_tfm_layer_forward(&c, l, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
+        int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
+        if ((st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
             return st;
         if (mc_dump_hooks_active()) {
             char name[64];
-            snprintf(name, sizeof name, "decoder.layers.%lld.output", (long long)l);
+            snprintf(name, sizeof name, "decoder.layers.%lld.output", (long long)gl);
             hook(name, out, s, b, d->h);
         }
     }
-    mc_tfm_norm_forward(&c, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->lnf_w, m->lnf_b);
-    hook("decoder.final_layernorm.output", m->lnf, s, b, d->h);
-    if ((st = mc_tp_linear_col_forward(m->be, &m->tp, m->logits, m->lnf, output_weight(m), NULL,
-                                       T, d->h, d->V_l)) != MC_OK)
+    if (d->last_stage && (st = head_forward(m, &c, batch, loss)) != MC_OK)
         return st;
-    hook("output_layer.output", m->logits, s, b, d->V_l);
-    if (batch->labels) {
-        to_seq_first(m->labels_sf, batch->labels, b, s);
-        if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, m->xent_max,
-                                              m->xent_sumexp, m->xent_target, m->logits,
-                                              m->labels_sf, T, d->V_l)) != MC_OK)
-            return st;
-        if (loss)
-            for (int64_t bi = 0; bi < b; bi++)
-                for (int64_t si = 0; si < s; si++)
-                    loss[bi * s + si] = m->loss_sf[si * b + bi];
-    }
     m->fwd_valid = true;
+    return MC_OK;
+}
+
+/* Layers in reverse, then the embeddings on the first stage; m->dx holds the grad of the
+ * last layer's output on entry and the grad of this stage's input on exit. */
+static mc_status body_backward(struct mc_gpt_model *m, const struct mc_tfm_ctx *c)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    mc_status st;
+    for (int64_t l = d->L - 1; l >= 0; l--)
+        if ((st = mc_tfm_layer_backward(c, d->layer_offset + l, &m->layer_w[l], &m->layer_g[l],
+                                        &m->acts[l], m->dx)) != MC_OK)
+            return st;
+    if (!d->first_stage)
+        return MC_OK;
+    if (c->hidden_dropout)
+        m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, m->emb_keep,
+                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T, d->h);
+    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, m->dx, m->ids_sf, c->T, d->h, d->V_l);
+    if (m->pos_g)
+        m->be->embedding_bwd(m->pos_g, m->dx, m->pos_sf, c->T, d->h, 0,
+                             m->cfg.max_position_embeddings);
     return MC_OK;
 }
 
 mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
 {
+    if (!m->dims.last_stage)
+        return mc_error(MC_ERR_SHAPE, "backward from the loss runs on the last pipeline stage; "
+                        "stage %d takes the grad of its output (mc_gpt_backward_stage)",
+                        m->cfg.pipeline_model_parallel_rank);
     if (!m->fwd_valid || !m->fwd_labels)
         return mc_error(MC_ERR_SHAPE, "backward needs a successful forward with labels "
                         "(and at most one backward per forward)");
@@ -204,16 +257,21 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
         return st;
     mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, m->x_final, m->lnf_w, m->lnf_mean,
                          m->lnf_rstd);
-    for (int64_t l = d->L - 1; l >= 0; l--)
-        if ((st = mc_tfm_layer_backward(&c, l, &m->layer_w[l], &m->layer_g[l], &m->acts[l],
-                                        m->dx)) != MC_OK)
-            return st;
-    if (c.hidden_dropout)
-        m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, m->emb_keep,
-                                1.0f / (1.0f - m->cfg.hidden_dropout), T, d->h);
-    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, m->dx, m->ids_sf, T, d->h, d->V_l);
-    if (m->pos_g)
-        m->be->embedding_bwd(m->pos_g, m->dx, m->pos_sf, T, d->h, 0,
-                             m->cfg.max_position_embeddings);
-    return MC_OK;
+    return body_backward(m, &c);
+}
+
+mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
+{
+    if (m->dims.last_stage)
+        return mc_error(MC_ERR_SHAPE, "mc_gpt_backward_stage is for pipeline stages before the "
+                        "last; the last stage starts from the loss (mc_gpt_backward)");
+    if (!m->fwd_valid)
+        return mc_error(MC_ERR_SHAPE, "backward needs a successful forward "
+                        "(and at most one backward per forward)");
+    if (!dhidden_out)
+        return mc_error(MC_ERR_SHAPE, "backward: no output grad");
+    m->fwd_valid = false;
+    struct mc_tfm_ctx c = make_ctx(m);
+    memcpy(m->dx, dhidden_out, sizeof(float) * (size_t)(c.T * m->dims.h));
+    return body_backward(m, &c);
 }

@@ -6,21 +6,23 @@
  *
  * Dropout randomness (the exact contract the PyTorch twin reproduces; rng.h defines Philox
  * and the keep rule): key = config seed; counter word c2 = the step set by mc_gpt_set_step;
- * c3 = (micro << 24) | site, where micro counts the training forwards since the last
- * mc_gpt_set_step (mod 256) and site is 0 for the embedding dropout, 1 + 3l for the attention
- * probabilities of layer l (0-based), 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
+ * c3 = ((micro & 0xff) << 24) | site and c1_hi = micro >> 8 (so c1 = (j >> 32) | (c1_hi << 16)),
+ * where micro counts the training forwards since the last mc_gpt_set_step (< 2^24) and site is
+ * 0 for the embedding dropout, 1 + 3l for the attention probabilities of layer l (0-based,
+ * global across pipeline stages), 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
  * Element indices: hidden sites index the sequence-first [s, b, h] tensor; attention sites
  * index the GLOBAL [b, num_attention_heads, s, s] probabilities (so masks do not depend on the
  * tensor-parallel size).
  *
  * Initialization (spec §4): every weight is a slice of a full master matrix whose element k is
  * normal sample k of Philox stream (c2 = 0xffffffff, c3 = ordinal) with ordinals in Megatron's
- * construction order: word embeddings 0, position embeddings 1, layer l: linear_proj 2 + 4l,
- * linear_qkv 3 + 4l, linear_fc1 4 + 4l, linear_fc2 5 + 4l, output layer 2 + 4L. Std is
+ * construction order: word embeddings 0, position embeddings 1, layer l (global): linear_proj
+ * 2 + 4l, linear_qkv 3 + 4l, linear_fc1 4 + 4l, linear_fc2 5 + 4l, untied output layer 2 + 4L
+ * (the tied copy on the last pipeline stage draws the word-embedding stream 0). Std is
  * init_method_std, or init_method_std / sqrt(2 num_layers) for linear_proj and linear_fc2.
  * The SwiGLU fc1 master is the logical [gate_full; up_full] and rank r holds
- * [gate_r; up_r], so the model is the same for any tensor-parallel size (Megatron's CPU init is
- * not, spec §4). */
+ * [gate_r; up_r], so the model is the same for any tensor-parallel size or pipeline split
+ * (Megatron's CPU init is not, spec §4). */
 #include "models/gpt/gpt_model.h"
 
 #include "core/rng.h"
@@ -32,16 +34,22 @@
 #include <stdio.h>
 #include <string.h>
 
-uint32_t mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site)
+void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site, int64_t first,
+                         int64_t n, float p)
 {
-    return ((c->micro & 0xffu) << 24) | (site & 0xffffffu);
+    uint32_t c3 = ((c->micro & 0xffu) << 24) | (site & 0xffffffu);
+    mc_rng_dropout_mask(keep, first, n, c->seed, (c->micro >> 8) & 0xffffu, c->step, c3, p);
 }
 
 /* ---- dims ------------------------------------------------------------------------------- */
 
 static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 {
-    d->L = c->num_layers;
+    int pp = c->pipeline_model_parallel_size;
+    d->L = c->num_layers / pp;
+    d->layer_offset = (int64_t)c->pipeline_model_parallel_rank * d->L;
+    d->first_stage = c->pipeline_model_parallel_rank == 0;
+    d->last_stage = c->pipeline_model_parallel_rank == pp - 1;
     d->h = c->hidden_size;
     d->np = c->num_attention_heads;
     d->ng = c->num_query_groups;
@@ -74,99 +82,125 @@ static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
 /* Adds one parameter (pass 2 also records its slot pointers). */
-static void add_param(struct mc_gpt_model *m, bool assign, const char *name, int ndim,
-                      int64_t d0, int64_t d1, enum mc_gpt_init init, int64_t ordinal,
-                      int partition_dim, bool gated, float **slot_p, float **slot_g)
+static void add_param(struct mc_gpt_model *m, bool assign, const struct mc_gpt_param_spec *sp,
+                      float **slot_p, float **slot_g)
 {
-    int64_t numel = ndim == 1 ? d0 : d0 * d1;
+    int64_t numel = sp->ndim == 1 ? sp->d0 : sp->d0 * sp->d1;
     if (assign) {
         struct mc_gpt_param *p = &m->params[m->n_params];
-        snprintf(p->name, sizeof(p->name), "%s", name);
+        snprintf(p->name, sizeof(p->name), "%s", sp->name);
         p->offset = m->n_elements;
-        p->init = init;
-        p->ordinal = ordinal;
-        p->gated = gated;
-        size_t len = strlen(name);
+        p->init = sp->init;
+        p->ordinal = sp->ordinal;
+        p->gated = sp->gated;
+        size_t len = strlen(sp->name);
         p->view = (struct mc_param_view){
             .name = p->name,
-            .ndim = ndim,
-            .shape = {d0, ndim == 1 ? 0 : d1},
+            .ndim = sp->ndim,
+            .shape = {sp->d0, sp->ndim == 1 ? 0 : sp->d1},
             .numel = numel,
             .data = m->param_block + p->offset,
             .grad = m->grad_block + p->offset,
-            .no_weight_decay = ndim == 1 || (len >= 5 && strcmp(name + len - 5, ".bias") == 0),
-            .tensor_parallel = partition_dim >= 0,
-            .partition_dim = partition_dim,
+            .no_weight_decay = sp->ndim == 1 || (len >= 5 && strcmp(sp->name + len - 5, ".bias") == 0),
+            .tensor_parallel = sp->partition_dim >= 0,
+            .partition_dim = sp->partition_dim,
+            .shared = sp->shared,
         };
         *slot_p = p->view.data;
         *slot_g = p->view.grad;
     }
     m->n_params++;
-    m->n_elements += align16(numel);
+    m->n_elements += numel; /* views are packed: the block holds exactly the parameters */
 }
 
-/* Walks the parameters in Megatron's state_dict order (spec §3.7). */
+/* Shorthands for the parameter table below. */
+#define VEC(nm, n, ini) (&(struct mc_gpt_param_spec){nm, 1, n, 0, ini, -1, -1, false, false})
+#define COL(nm, r, c, ini, ord, gate) \
+    (&(struct mc_gpt_param_spec){nm, 2, r, c, ini, ord, 0, gate, false})
+#define ROW(nm, r, c, ord) \
+    (&(struct mc_gpt_param_spec){nm, 2, r, c, MC_INIT_SCALED_NORMAL, ord, 1, false, false})
+#define BIAS(nm, n, gate) (&(struct mc_gpt_param_spec){nm, 1, n, 0, MC_INIT_ZERO, -1, 0, gate, false})
+
+static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    struct mc_tfm_layer_weights *w = &m->layer_w[l], *g = &m->layer_g[l];
+    int64_t gl = d->layer_offset + l; /* construction order is global */
+    char nm[MC_GPT_NAME_MAX];
+#define NAME(suffix) (snprintf(nm, sizeof(nm), "decoder.layers.%lld.%s", (long long)l, suffix), nm)
+    add_param(m, assign, VEC(NAME("input_layernorm.weight"), d->h, MC_INIT_ONE), &w->ln1_w, &g->ln1_w);
+    if (d->layernorm)
+        add_param(m, assign, VEC(NAME("input_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln1_b,
+                  &g->ln1_b);
+    add_param(m, assign, ROW(NAME("self_attention.linear_proj.weight"), d->h, d->ctx_l, 2 + 4 * gl),
+              &w->proj_w, &g->proj_w);
+    if (d->linear_bias)
+        add_param(m, assign, VEC(NAME("self_attention.linear_proj.bias"), d->h, MC_INIT_ZERO),
+                  &w->proj_b, &g->proj_b);
+    add_param(m, assign, COL(NAME("self_attention.linear_qkv.weight"), d->qkv_l, d->h,
+                             MC_INIT_NORMAL, 3 + 4 * gl, false), &w->qkv_w, &g->qkv_w);
+    if (d->qkv_bias)
+        add_param(m, assign, BIAS(NAME("self_attention.linear_qkv.bias"), d->qkv_l, false),
+                  &w->qkv_b, &g->qkv_b);
+    add_param(m, assign, VEC(NAME("pre_mlp_layernorm.weight"), d->h, MC_INIT_ONE), &w->ln2_w,
+              &g->ln2_w);
+    if (d->layernorm)
+        add_param(m, assign, VEC(NAME("pre_mlp_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln2_b,
+                  &g->ln2_b);
+    add_param(m, assign, COL(NAME("mlp.linear_fc1.weight"), d->fc1_l, d->h, MC_INIT_NORMAL,
+                             4 + 4 * gl, d->gated), &w->fc1_w, &g->fc1_w);
+    if (d->linear_bias)
+        add_param(m, assign, BIAS(NAME("mlp.linear_fc1.bias"), d->fc1_l, d->gated), &w->fc1_b,
+                  &g->fc1_b);
+    add_param(m, assign, ROW(NAME("mlp.linear_fc2.weight"), d->h, d->ffn_l, 5 + 4 * gl), &w->fc2_w,
+              &g->fc2_w);
+    if (d->linear_bias)
+        add_param(m, assign, VEC(NAME("mlp.linear_fc2.bias"), d->h, MC_INIT_ZERO), &w->fc2_b,
+                  &g->fc2_b);
+#undef NAME
+}
+
+/* Walks this stage's parameters in Megatron's state_dict order (spec §3.7). With tied
+ * embeddings and pp > 1 the last stage owns output_layer.weight, a shared copy initialized
+ * from the word-embedding stream (ordinal 0), so it equals the first stage's embedding. */
 static void walk_params(struct mc_gpt_model *m, bool assign)
 {
     const struct mc_tfm_dims *d = &m->dims;
     const struct mc_gpt_config *c = &m->cfg;
-    char nm[MC_GPT_NAME_MAX];
     m->n_params = 0;
     m->n_elements = 0;
-    add_param(m, assign, "embedding.word_embeddings.weight", 2, d->V_l, d->h, MC_INIT_NORMAL, 0,
-              0, false, &m->word_w, &m->word_g);
-    if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
-        add_param(m, assign, "embedding.position_embeddings.weight", 2,
-                  c->max_position_embeddings, d->h, MC_INIT_NORMAL, 1, -1, false, &m->pos_w,
-                  &m->pos_g);
-    for (int64_t l = 0; l < d->L; l++) {
-        struct mc_tfm_layer_weights *w = &m->layer_w[l], *g = &m->layer_g[l];
-        const char *pre = "decoder.layers";
-#define NAME(suffix) (snprintf(nm, sizeof(nm), "%s.%lld.%s", pre, (long long)l, suffix), nm)
-        add_param(m, assign, NAME("input_layernorm.weight"), 1, d->h, 0, MC_INIT_ONE, -1, -1,
-                  false, &w->ln1_w, &g->ln1_w);
-        if (d->layernorm)
-            add_param(m, assign, NAME("input_layernorm.bias"), 1, d->h, 0, MC_INIT_ZERO, -1, -1,
-                      false, &w->ln1_b, &g->ln1_b);
-        add_param(m, assign, NAME("self_attention.linear_proj.weight"), 2, d->h, d->ctx_l,
-                  MC_INIT_SCALED_NORMAL, 2 + 4 * l, 1, false, &w->proj_w, &g->proj_w);
-        if (d->linear_bias)
-            add_param(m, assign, NAME("self_attention.linear_proj.bias"), 1, d->h, 0,
-                      MC_INIT_ZERO, -1, -1, false, &w->proj_b, &g->proj_b);
-        add_param(m, assign, NAME("self_attention.linear_qkv.weight"), 2, d->qkv_l, d->h,
-                  MC_INIT_NORMAL, 3 + 4 * l, 0, false, &w->qkv_w, &g->qkv_w);
-        if (d->qkv_bias)
-            add_param(m, assign, NAME("self_attention.linear_qkv.bias"), 1, d->qkv_l, 0,
-                      MC_INIT_ZERO, -1, 0, false, &w->qkv_b, &g->qkv_b);
-        add_param(m, assign, NAME("pre_mlp_layernorm.weight"), 1, d->h, 0, MC_INIT_ONE, -1, -1,
-                  false, &w->ln2_w, &g->ln2_w);
-        if (d->layernorm)
-            add_param(m, assign, NAME("pre_mlp_layernorm.bias"), 1, d->h, 0, MC_INIT_ZERO, -1,
-                      -1, false, &w->ln2_b, &g->ln2_b);
-        add_param(m, assign, NAME("mlp.linear_fc1.weight"), 2, d->fc1_l, d->h, MC_INIT_NORMAL,
-                  4 + 4 * l, 0, d->gated, &w->fc1_w, &g->fc1_w);
-        if (d->linear_bias)
-            add_param(m, assign, NAME("mlp.linear_fc1.bias"), 1, d->fc1_l, 0, MC_INIT_ZERO, -1, 0,
-                      d->gated, &w->fc1_b, &g->fc1_b);
-        add_param(m, assign, NAME("mlp.linear_fc2.weight"), 2, d->h, d->ffn_l,
-                  MC_INIT_SCALED_NORMAL, 5 + 4 * l, 1, false, &w->fc2_w, &g->fc2_w);
-        if (d->linear_bias)
-            add_param(m, assign, NAME("mlp.linear_fc2.bias"), 1, d->h, 0, MC_INIT_ZERO, -1, -1,
-                      false, &w->fc2_b, &g->fc2_b);
-#undef NAME
+    if (d->first_stage) {
+        add_param(m, assign, COL("embedding.word_embeddings.weight", d->V_l, d->h, MC_INIT_NORMAL,
+                                 0, false), &m->word_w, &m->word_g);
+        if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
+            add_param(m, assign,
+                      &(struct mc_gpt_param_spec){"embedding.position_embeddings.weight", 2,
+                                                  c->max_position_embeddings, d->h,
+                                                  MC_INIT_NORMAL, 1, -1, false, false},
+                      &m->pos_w, &m->pos_g);
     }
-    add_param(m, assign, "decoder.final_layernorm.weight", 1, d->h, 0, MC_INIT_ONE, -1, -1, false,
-              &m->lnf_w, &m->lnf_g);
+    for (int64_t l = 0; l < d->L; l++)
+        walk_layer(m, assign, l);
+    if (!d->last_stage)
+        return;
+    add_param(m, assign, VEC("decoder.final_layernorm.weight", d->h, MC_INIT_ONE), &m->lnf_w,
+              &m->lnf_g);
     if (d->layernorm)
-        add_param(m, assign, "decoder.final_layernorm.bias", 1, d->h, 0, MC_INIT_ZERO, -1, -1,
-                  false, &m->lnf_b, &m->lnf_bg);
-    if (c->untie_embeddings_and_output_weights)
-        add_param(m, assign, "output_layer.weight", 2, d->V_l, d->h, MC_INIT_NORMAL, 2 + 4 * d->L,
-                  0, false, &m->out_w, &m->out_g);
+        add_param(m, assign, VEC("decoder.final_layernorm.bias", d->h, MC_INIT_ZERO), &m->lnf_b,
+                  &m->lnf_bg);
+    bool tied = !c->untie_embeddings_and_output_weights;
+    if (!tied || !d->first_stage)
+        add_param(m, assign,
+                  &(struct mc_gpt_param_spec){"output_layer.weight", 2, d->V_l, d->h,
+                                              MC_INIT_NORMAL, tied ? 0 : 2 + 4 * c->num_layers, 0,
+                                              false, tied},
+                  &m->out_w, &m->out_g);
 }
+#undef VEC
+#undef COL
+#undef ROW
+#undef BIAS
 
 /* Master row of local row r of a dim-0 sharded weight (SwiGLU fc1: [gate_r; up_r] of the
  * logical [gate; up]). */
@@ -190,7 +224,7 @@ static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *
     }
     float std = m->cfg.init_method_std;
     if (p->init == MC_INIT_SCALED_NORMAL)
-        std = (float)((double)std / sqrt(2.0 * (double)m->dims.L));
+        std = (float)((double)std / sqrt(2.0 * (double)m->cfg.num_layers));
     int64_t rows = v->shape[0], cols = v->shape[1];
     uint32_t c3 = (uint32_t)p->ordinal;
     for (int64_t r = 0; r < rows; r++) {
@@ -229,7 +263,6 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     for (int64_t l = 0; l < d->L; l++) {
         struct mc_tfm_layer_acts *a = &m->acts[l];
         a->x_in = carve(cv, T * d->h, F);
-        a->ln1 = carve(cv, T * d->h, F);
         a->ln1_mean = carve(cv, T, F);
         a->ln1_rstd = carve(cv, T, F);
         a->qkv = carve(cv, T * d->qkv_l, F);
@@ -237,11 +270,9 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
         a->ctx = carve(cv, T * d->ctx_l, F);
         a->keep_attn_out = drop_h ? carve(cv, T * d->h, B) : NULL;
         a->x_mid = carve(cv, T * d->h, F);
-        a->ln2 = carve(cv, T * d->h, F);
         a->ln2_mean = carve(cv, T, F);
         a->ln2_rstd = carve(cv, T, F);
         a->fc1 = carve(cv, T * d->fc1_l, F);
-        a->act = carve(cv, T * d->ffn_l, F);
         a->keep_mlp_out = drop_h ? carve(cv, T * d->h, B) : NULL;
     }
     struct mc_tfm_scratch *s = &m->scratch;
@@ -250,6 +281,10 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
     s->h1 = carve(cv, T * d->h, F);
     s->h2 = carve(cv, T * d->h, F);
+    s->norm_out = carve(cv, T * d->h, F);
+    s->norm_mean = carve(cv, T, F);
+    s->norm_rstd = carve(cv, T, F);
+    s->act = carve(cv, T * d->ffn_l, F);
     s->dqkv = carve(cv, T * d->qkv_l, F);
     s->dctx = carve(cv, T * d->ctx_l, F);
     s->dfc1 = carve(cv, T * d->fc1_l, F);
@@ -259,7 +294,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     m->lnf = carve(cv, T * d->h, F);
     m->lnf_mean = carve(cv, T, F);
     m->lnf_rstd = carve(cv, T, F);
-    m->logits = carve(cv, T * d->V_l, F);
+    m->logits = d->last_stage ? carve(cv, T * d->V_l, F) : NULL; /* the largest buffer */
     m->xent_max = carve(cv, T, F);
     m->xent_sumexp = carve(cv, T, F);
     m->xent_target = carve(cv, T, F);
@@ -377,7 +412,37 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
 
 const float *mc_gpt_logits(const mc_gpt_model *m) { return m->logits; }
 
-mc_status mc_gpt_set_tp_comm(struct mc_gpt_model *m, void *mpi_comm)
+mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
+{
+#if defined(MC_HAVE_MPI)
+    if (mpi_comm) {
+        int size = 0;
+        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
+        int want = m->cfg.tensor_model_parallel_size * m->cfg.pipeline_model_parallel_size;
+        if (size != want)
+            return mc_error(MC_ERR_CONFIG, "model-parallel communicator has size %d; expected "
+                            "--tensor-model-parallel-size x --pipeline-model-parallel-size = %d",
+                            size, want);
+    }
+    m->mp_comm = mpi_comm;
+    return MC_OK;
+#else
+    (void)mpi_comm;
+    return mc_error(MC_ERR_UNSUPPORTED, "pipeline parallelism needs an MPI build of megatron.c");
+#endif
+}
+
+const float *mc_gpt_stage_output(const mc_gpt_model *m)
+{
+    return m->dims.last_stage ? NULL : m->x_final;
+}
+
+const float *mc_gpt_stage_input_grad(const mc_gpt_model *m)
+{
+    return m->dims.first_stage ? NULL : m->dx;
+}
+
+mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 {
 #if defined(MC_HAVE_MPI)
     if (mpi_comm) {

@@ -13,16 +13,28 @@ enum mc_gpt_init { MC_INIT_NORMAL, MC_INIT_SCALED_NORMAL, MC_INIT_ONE, MC_INIT_Z
 struct mc_gpt_param {
     struct mc_param_view view;
     char name[MC_GPT_NAME_MAX];
-    int64_t offset;        /* into param_block / grad_block, in floats (64-byte aligned) */
+    int64_t offset;        /* into param_block / grad_block, in floats (views are packed) */
     enum mc_gpt_init init;
     int64_t ordinal;       /* construction order of the master matrix (RNG stream) */
     bool gated;            /* SwiGLU fc1: rows are [gate_r; up_r] */
+};
+
+/* Where a parameter's initial values come from. */
+struct mc_gpt_param_spec {
+    const char *name;
+    int ndim;
+    int64_t d0, d1;
+    enum mc_gpt_init init;
+    int64_t ordinal;
+    int partition_dim;
+    bool gated, shared;
 };
 
 struct mc_gpt_model {
     struct mc_gpt_config cfg; /* validated */
     struct mc_tfm_dims dims;
     struct mc_tp_group tp;
+    void *mp_comm; /* model-parallel (tp x pp) communicator for the grad norm when pp > 1 */
     const struct mc_backend_ops *be;
 
     int64_t n_params, n_elements;
@@ -39,7 +51,7 @@ struct mc_gpt_model {
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                   /* [T, V_l]; the grad in place after backward */
     float *xent_max, *xent_sumexp, *xent_target, *loss_sf, *dloss_sf; /* [T] */
-    float *dx;                       /* [T, h] */
+    float *dx;                       /* [T, h]; after backward on a non-first stage: the input grad */
     int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
     float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
 
@@ -51,10 +63,5 @@ struct mc_gpt_model {
     uint32_t fwd_micro;
     const uint8_t *fwd_mask;
 };
-
-/* Attaches the tensor-parallel group's communicator (an MPI_Comm *, which must outlive the
- * model) so forward/backward/grad norm communicate; for parallel_state. The communicator's
- * size and this process's rank in it must equal the config's tensor-parallel size and rank. */
-mc_status mc_gpt_set_tp_comm(struct mc_gpt_model *m, void *mpi_comm);
 
 #endif /* MC_GPT_MODEL_H */

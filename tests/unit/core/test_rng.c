@@ -24,13 +24,13 @@ int main(void)
 
     const int64_t n = 1 << 20;
     uint8_t *keep = malloc((size_t)n), *part = malloc((size_t)n);
-    mc_rng_dropout_mask(keep, 0, n, 1234, 7, 5, 0.1f);
+    mc_rng_dropout_mask(keep, 0, n, 1234, 0, 7, 5, 0.1f);
     int64_t kept = 0;
     for (int64_t i = 0; i < n; i++)
         kept += keep[i];
     CHECK_CLOSE((double)kept / (double)n, 0.9, 0.002);
     /* a window drawn on its own equals the same window of the whole draw */
-    mc_rng_dropout_mask(part, 1001, 5003, 1234, 7, 5, 0.1f);
+    mc_rng_dropout_mask(part, 1001, 5003, 1234, 0, 7, 5, 0.1f);
     int same = 1;
     for (int64_t i = 0; i < 5003; i++)
         same &= part[i] == keep[1001 + i];
@@ -41,12 +41,18 @@ int main(void)
     for (int k = 0; k < 4; k++)
         CHECK(keep[k] == ((float)(out[k] >> 8) * 0x1p-24f >= 0.1f));
     /* different step or stream gives a different mask */
-    mc_rng_dropout_mask(part, 0, 4096, 1234, 8, 5, 0.5f);
-    mc_rng_dropout_mask(keep, 0, 4096, 1234, 7, 5, 0.5f);
+    mc_rng_dropout_mask(part, 0, 4096, 1234, 0, 8, 5, 0.5f);
+    mc_rng_dropout_mask(keep, 0, 4096, 1234, 0, 7, 5, 0.5f);
     int64_t diff = 0;
     for (int64_t i = 0; i < 4096; i++)
         diff += part[i] != keep[i];
     CHECK(diff > 1500);
+    /* c1_hi lands in the high half of counter word c1 */
+    mc_rng_dropout_mask(part, 0, 4, 1234, 3, 7, 5, 0.5f);
+    uint32_t ctr1[4] = {0, 3u << 16, 7, 5};
+    mc_rng_philox(out, ctr1, 1234);
+    for (int k = 0; k < 4; k++)
+        CHECK(part[k] == ((float)(out[k] >> 8) * 0x1p-24f >= 0.5f));
 
     float *z = malloc(sizeof(float) * (size_t)n), *zp = malloc(sizeof(float) * 1000);
     mc_rng_normal_fill(z, 0, n, 42, 0xffffffffu, 3, 2.0f);

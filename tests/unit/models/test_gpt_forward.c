@@ -230,7 +230,7 @@ static void check_against_reference(const char *label, struct mc_gpt_config c)
     fill_batch(tok, lab, n, c.vocab_size, 99);
     float loss[64];
     double want[64];
-    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL};
+    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m, &bt, false, loss) == MC_OK);
     ref_forward(m, tok, lab, B, S, want);
     float wf[64];
@@ -255,7 +255,7 @@ static void test_api(void)
     int64_t tok[64], lab[64];
     fill_batch(tok, lab, n, c.vocab_size, 5);
     float l1[64], l2[64], l3[64], l4[64];
-    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL};
+    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL, NULL};
 
     /* eval forward ignores dropout: same as the dropout-free model with the same seed */
     CHECK(mc_gpt_forward(m, &bt, false, l1) == MC_OK);
@@ -263,7 +263,7 @@ static void test_api(void)
     CHECK(memcmp(l1, l2, sizeof(float) * (size_t)n) == 0);
 
     /* logits-only forward; the loss is log-softmax of those logits over the padded vocab */
-    struct mc_gpt_batch bl = {B, S, tok, NULL, NULL, NULL};
+    struct mc_gpt_batch bl = {B, S, tok, NULL, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m0, &bl, false, NULL) == MC_OK);
     const float *lg = mc_gpt_logits(m0);
     for (int64_t bi = 0; bi < B; bi++)
@@ -284,13 +284,13 @@ static void test_api(void)
         for (int64_t i = 0; i < S; i++)
             for (int64_t j = 0; j < S; j++)
                 mask[(bi * S + i) * S + j] = j > i;
-    struct mc_gpt_batch bm = {B, S, tok, lab, NULL, mask};
+    struct mc_gpt_batch bm = {B, S, tok, lab, NULL, mask, NULL};
     CHECK(mc_gpt_forward(m0, &bm, false, l3) == MC_OK);
     CHECK(memcmp(l3, l2, sizeof(float) * (size_t)n) == 0);
     free(mask);
 
     /* a smaller batch gives the same per-sequence losses */
-    struct mc_gpt_batch b1 = {1, S - 2, tok + S, lab + S, NULL, NULL};
+    struct mc_gpt_batch b1 = {1, S - 2, tok + S, lab + S, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m0, &b1, false, l4) == MC_OK);
     CHECK(check_tensor_close("smaller batch", l4, l2 + S, S - 2, 1e-5, 1e-6));
 
@@ -307,23 +307,28 @@ static void test_api(void)
     CHECK(memcmp(l1, l4, sizeof(float) * (size_t)n) != 0);
     CHECK(mc_gpt_backward(m, l1) == MC_OK);
     CHECK(mc_gpt_backward(m, l1) == MC_ERR_SHAPE); /* one backward per forward */
+    /* micro-batch 256 of a step does not repeat micro-batch 0's masks */
+    mc_gpt_set_step(m, 1);
+    for (int i = 0; i <= 256; i++)
+        CHECK(mc_gpt_forward(m, &bt, true, l4) == MC_OK);
+    CHECK(memcmp(l1, l4, sizeof(float) * (size_t)n) != 0);
 
     /* bad input is refused, never a crash */
     int64_t badtok[64];
     memcpy(badtok, tok, sizeof(badtok));
     badtok[7] = V;
-    struct mc_gpt_batch bb = {B, S, badtok, lab, NULL, NULL};
+    struct mc_gpt_batch bb = {B, S, badtok, lab, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m, &bb, false, l1) == MC_ERR_SHAPE);
     CHECK(strstr(mc_last_error(), "tokens[7]") != NULL);
     badtok[7] = -1;
     CHECK(mc_gpt_forward(m, &bb, false, l1) == MC_ERR_SHAPE);
-    struct mc_gpt_batch big = {B + 1, S, tok, lab, NULL, NULL};
+    struct mc_gpt_batch big = {B + 1, S, tok, lab, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m, &big, false, l1) == MC_ERR_SHAPE);
-    struct mc_gpt_batch lng = {1, S + 1, tok, lab, NULL, NULL};
+    struct mc_gpt_batch lng = {1, S + 1, tok, lab, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m, &lng, false, l1) == MC_ERR_SHAPE);
     int64_t badpos[64] = {0};
     badpos[3] = 16;
-    struct mc_gpt_batch bp = {B, S, tok, lab, badpos, NULL};
+    struct mc_gpt_batch bp = {B, S, tok, lab, badpos, NULL, NULL};
     CHECK(mc_gpt_forward(m, &bp, false, l1) == MC_ERR_SHAPE);
     CHECK(mc_gpt_forward(m, NULL, false, l1) == MC_ERR_SHAPE);
     CHECK(mc_gpt_forward(m, &bl, false, l1) == MC_ERR_SHAPE); /* loss without labels */
@@ -353,7 +358,7 @@ static void test_hooks(void)
     CHECK(fd >= 0);
     close(fd);
     CHECK(mc_dump_hooks_enable(path) == MC_OK);
-    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL};
+    struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL, NULL};
     float loss[10];
     CHECK(mc_gpt_forward(m, &bt, false, loss) == MC_OK);
     CHECK(mc_dump_hooks_flush() == MC_OK);

@@ -65,7 +65,7 @@ static void problem_free(struct problem *p)
 /* Weighted loss sum in double; -1e30 on failure. */
 static double loss_of(mc_gpt_model *m, const struct problem *p, float *loss)
 {
-    struct mc_gpt_batch bt = {p->b, p->s, p->tokens, p->labels, NULL, p->mask};
+    struct mc_gpt_batch bt = {p->b, p->s, p->tokens, p->labels, NULL, p->mask, NULL};
     mc_gpt_set_step(m, 3);
     if (mc_gpt_forward(m, &bt, p->training, loss) != MC_OK) {
         fprintf(stderr, "forward failed: %s\n", mc_last_error());

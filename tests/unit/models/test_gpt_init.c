@@ -60,8 +60,15 @@ static void test_names(void)
     CHECK(qkv.shape[0] == 96 && qkv.shape[1] == 32 && qkv.partition_dim == 0);
     struct mc_param_view proj = mc_gpt_param(m, 4);
     CHECK(proj.shape[0] == 32 && proj.shape[1] == 32 && proj.partition_dim == 1);
-    for (int64_t i = 0; i < mc_gpt_num_params(m); i++)
-        CHECK(((uintptr_t)mc_gpt_param(m, i).data & 63) == 0);
+    /* one 64-byte aligned block holding exactly the parameters, views packed in order */
+    CHECK(((uintptr_t)mc_gpt_param(m, 0).data & 63) == 0);
+    int64_t total = 0;
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+        CHECK(mc_gpt_param(m, i).data == mc_gpt_param(m, 0).data + total);
+        CHECK(mc_gpt_param(m, i).grad == mc_gpt_param(m, 0).grad + total);
+        total += mc_gpt_param(m, i).numel;
+    }
+    CHECK(total == mc_gpt_num_elements(m));
     mc_gpt_model_free(m);
 
     c = llama();

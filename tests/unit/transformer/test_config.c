@@ -119,6 +119,12 @@ EDIT(e_kv_neg, c->kv_channels = -1)
 EDIT(e_ffn_neg, c->ffn_hidden_size = -1)
 EDIT(e_groups_neg, c->num_query_groups = -2)
 EDIT(e_tanh_no_bias, c->add_bias_linear = false; c->activation = MC_ACT_GELU_TANH)
+EDIT(e_huge_seq, c->seq_length = (int64_t)1 << 40; c->max_position_embeddings = (int64_t)1 << 40)
+EDIT(e_huge_hidden, c->hidden_size = (int64_t)1 << 45; c->num_attention_heads = 1;
+     c->kv_channels = 1)
+EDIT(e_pp_layers, c->pipeline_model_parallel_size = 5)
+EDIT(e_pp_rank, c->pipeline_model_parallel_size = 2; c->pipeline_model_parallel_rank = 2)
+EDIT(e_pp_neg, c->pipeline_model_parallel_size = -1)
 EDIT(e_swiglu_tiny, c->activation = MC_ACT_SWIGLU; c->hidden_size = 12; c->num_attention_heads = 12)
 
 static const struct bad bads[] = {
@@ -163,6 +169,11 @@ static const struct bad bads[] = {
     {"negative ffn", e_ffn_neg, "--ffn-hidden-size", MC_ERR_CONFIG},
     {"negative groups", e_groups_neg, "--num-query-groups", MC_ERR_CONFIG},
     {"fused tanh GELU without bias", e_tanh_no_bias, "--disable-bias-linear", MC_ERR_CONFIG},
+    {"huge sequence", e_huge_seq, "--seq-length", MC_ERR_CONFIG},
+    {"huge hidden", e_huge_hidden, "too large", MC_ERR_CONFIG},
+    {"layers % pp", e_pp_layers, "divisible by the pipeline-model-parallel size", MC_ERR_CONFIG},
+    {"pp rank too big", e_pp_rank, "pipeline-model-parallel rank 2", MC_ERR_CONFIG},
+    {"negative pp", e_pp_neg, "--pipeline-model-parallel-size", MC_ERR_CONFIG},
     {"swiglu ffn rounds to 0", e_swiglu_tiny, "--ffn-hidden-size", MC_ERR_CONFIG},
 };
 
