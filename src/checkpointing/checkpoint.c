@@ -399,9 +399,22 @@ static mc_status write_file(const struct mc_ckpt_state *s, const char *dir)
     return MC_OK;
 }
 
+/* Pipeline stages need mp_rank_%02d_%03d files with stage-local layer numbers: not yet. */
+static mc_status check_no_pipeline(const mc_gpt_model *m)
+{
+    if (mc_gpt_model_config(m)->pipeline_model_parallel_size > 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load with --pipeline-model-parallel-size %d: "
+                        "pipeline-parallel checkpoints (mp_rank_XX_YYY) are not implemented yet",
+                        mc_gpt_model_config(m)->pipeline_model_parallel_size);
+    return MC_OK;
+}
+
 mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
 {
     const char *dir = mc_args_str(s->args, MC_A_save);
+    mc_status pst = check_no_pipeline(s->model);
+    if (pst)
+        return pst;
     bool one = single(s);
     if (log)
         fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
@@ -817,6 +830,9 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     const char *dir = mc_args_str(s->args, MC_A_load);
     char tracker[4096], path[4096];
     *loaded = false;
+    mc_status pst = check_no_pipeline(s->model);
+    if (pst)
+        return pst;
     s->iteration = 0;
     snprintf(tracker, sizeof(tracker), "%s/%s", dir, TRACKER);
     bool step_given = !mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step);
