@@ -230,6 +230,14 @@ static mc_status load_checkpoint(struct trainer *t)
     t->flops_so_far = t->start_flops = s.num_floating_point_operations_so_far;
     t->consumed_train = mc_args_int(t->a, MC_A_consumed_train_samples);
     t->consumed_valid = mc_args_int(t->a, MC_A_consumed_valid_samples);
+    /* build_train_valid_test_data_iterators: checkpoints without sample counters */
+    const struct mc_args *a = t->a;
+    if (t->start_iteration > 0 && t->consumed_train == 0 && mc_args_is_none(a, MC_A_train_samples))
+        t->consumed_train = t->start_iteration * t->gbs;
+    if (t->start_iteration > 0 && t->consumed_valid == 0 && !mc_args_is_none(a, MC_A_eval_interval) &&
+        mc_args_int(a, MC_A_eval_interval) > 0)
+        t->consumed_valid = t->start_iteration / mc_args_int(a, MC_A_eval_interval) *
+                            mc_args_int(a, MC_A_eval_iters) * t->gbs;
     return MC_OK;
 }
 
