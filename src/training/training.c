@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "megatron/checkpoint.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
@@ -43,6 +44,9 @@ struct trainer {
     int64_t mbs, seq, gbs;
     int64_t consumed_train, consumed_valid;
     double flops_per_sample;
+    double flops_so_far;          /* num_floating_point_operations_so_far */
+    int64_t start_iteration;      /* args.iteration: from --load, else 0 */
+    double start_flops;           /* args.num_floating_point_operations_so_far after --load */
     struct mc_log_accum acc;
     struct mc_parallel_state ps;
     int64_t dp, dp_rank;          /* data-parallel size and this rank's index */
@@ -174,9 +178,14 @@ static mc_status check_single_process(const struct mc_args *a)
     mc_status st = check_parallel_support(a);
     if (st)
         return st;
-    if (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load))
-        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load: checkpoints (Megatron's torch format) "
-                                            "are not available in this build yet");
+    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
+     * says; saving still uses --ckpt-format. */
+    bool save = !mc_args_is_none(a, MC_A_save), load = !mc_args_is_none(a, MC_A_load);
+    if ((save || (load && !mc_args_bool(a, MC_A_auto_detect_ckpt_format))) &&
+        strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
+        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
+                        "supported; add --ckpt-format torch to --save/--load (Megatron's default "
+                        "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
@@ -225,6 +234,86 @@ static mc_status init_logging(struct trainer *t)
                       mc_args_int(a, MC_A_tensorboard_queue_size), &t->tb);
 }
 
+static mc_status ckpt_barrier(void *ctx)
+{
+    (void)ctx;
+    int64_t x = 0;
+    return mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "checkpoint barrier");
+}
+
+/* One file per tensor-parallel rank, written by data-parallel rank 0; global rank 0 writes the
+ * tracker after every file is on disk. */
+static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
+{
+    s->tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
+    s->tp_size = mc_ps_size(&t->ps, MC_PS_TP);
+    s->writer = t->dp_rank == 0;
+    s->write_tracker = t->ps.rank == 0;
+    s->barrier = t->ps.world > 1 ? ckpt_barrier : NULL;
+}
+
+/* setup_model_and_optimizer's load_checkpoint: resumes the iteration, the consumed samples,
+ * the model, the optimizer and the scheduler from --load. */
+static mc_status load_checkpoint(struct trainer *t)
+{
+    if (mc_args_is_none(t->a, MC_A_load))
+        return MC_OK;
+    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched};
+    ckpt_layout(t, &s);
+    bool loaded;
+    mc_status st = mc_ckpt_load(&s, out_first, &loaded);
+    if (st || !loaded)
+        return st;
+    t->start_iteration = s.iteration;
+    t->flops_so_far = t->start_flops = s.num_floating_point_operations_so_far;
+    t->consumed_train = mc_args_int(t->a, MC_A_consumed_train_samples);
+    t->consumed_valid = mc_args_int(t->a, MC_A_consumed_valid_samples);
+    /* build_train_valid_test_data_iterators: checkpoints without sample counters */
+    const struct mc_args *a = t->a;
+    if (t->start_iteration > 0 && t->consumed_train == 0 && mc_args_is_none(a, MC_A_train_samples))
+        t->consumed_train = t->start_iteration * t->gbs;
+    if (t->start_iteration > 0 && t->consumed_valid == 0 && !mc_args_is_none(a, MC_A_eval_interval) &&
+        mc_args_int(a, MC_A_eval_interval) > 0)
+        t->consumed_valid = t->start_iteration / mc_args_int(a, MC_A_eval_interval) *
+                            mc_args_int(a, MC_A_eval_iters) * t->gbs;
+    return MC_OK;
+}
+
+/* save_checkpoint_and_time: the save, its timer line, and the time kept out of the interval. */
+static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
+{
+    /* checkpoint time is kept out of the iteration time, as Megatron does */
+    struct mc_timer *interval = timer(t, "interval-time", 0), *tm = timer(t, "save-checkpoint", 0);
+    bool timing = interval && interval->started;
+    if (timing)
+        mc_timer_stop(interval);
+    mc_timer_start(tm);
+    mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
+    mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
+    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
+                              .iteration = iteration,
+                              .num_floating_point_operations_so_far = t->flops_so_far,
+                              .args_iteration = t->start_iteration, .args_flops = t->start_flops,
+                              .do_train = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TRAIN) &&
+                                          mc_args_int(t->a, MC_A_train_iters) > 0,
+                              .do_valid = mc_train_data_has(t->data, MC_TRAIN_SPLIT_VALID) &&
+                                          mc_args_int(t->a, MC_A_eval_iters) > 0,
+                              .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
+                                         mc_args_int(t->a, MC_A_eval_iters) > 0};
+    ckpt_layout(t, &s);
+    mc_status st = mc_ckpt_save(&s, out_first);
+    if (st)
+        return st;
+    mc_timer_stop(tm);
+    static const char *const names[] = {"save-checkpoint"};
+    if ((st = log_timers(t, names, 1, 1.0)))
+        return st;
+    fflush(stdout);
+    if (timing)
+        mc_timer_start(interval);
+    return MC_OK;
+}
+
 static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -248,7 +337,9 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     struct mc_opt_sched_config sc;
     if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, out_first, &sc)))
         return st;
-    return mc_opt_sched_init(&t->sched, &sc, out_first);
+    if ((st = mc_opt_sched_init(&t->sched, &sc, out_first)))
+        return st;
+    return load_checkpoint(t);
 }
 
 /* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
@@ -675,29 +766,51 @@ static mc_status print_training_line(struct trainer *t, int64_t iteration, doubl
     return MC_OK;
 }
 
-/* checkpoint_and_decide_exit without checkpoints (refused at start-up). */
-static bool decide_exit(struct trainer *t, int64_t iteration)
+static int64_t save_interval(const struct mc_args *a)
+{
+    return mc_args_is_none(a, MC_A_save_interval) ? 0 : mc_args_int(a, MC_A_save_interval);
+}
+
+/* checkpoint_and_decide_exit: saves at --save-interval, and before an exit (SIGTERM,
+ * --exit-duration-in-mins, --exit-interval) unless this iteration was just saved. */
+static mc_status decide_exit(struct trainer *t, int64_t iteration, bool *exit)
 {
     char what[128];
+    bool save = !mc_args_is_none(t->a, MC_A_save), saved = false;
+    mc_status st;
+    *exit = true;
     if (mc_args_bool(t->a, MC_A_exit_signal_handler) && on_any_rank(got_sigterm)) {
+        if (save && (st = save_checkpoint(t, iteration)))
+            return st;
         print_datetime("exiting program after receiving SIGTERM.");
-        return true;
+        return MC_OK;
+    }
+    int64_t every_save = save_interval(t->a);
+    if (save && every_save && iteration % every_save == 0) {
+        if ((st = save_checkpoint(t, iteration)))
+            return st;
+        saved = true;
     }
     double minutes;
     if (time_limit_reached(t, &minutes)) {
+        if (save && !saved && (st = save_checkpoint(t, iteration)))
+            return st;
         char rep[40];
         mc_py_float_repr(rep, sizeof(rep), minutes);
         snprintf(what, sizeof(what), "exiting program after %s minutes", rep);
         print_datetime(what);
-        return true;
+        return MC_OK;
     }
     int64_t every = mc_args_is_none(t->a, MC_A_exit_interval) ? 0 : mc_args_int(t->a, MC_A_exit_interval);
     if (every && iteration % every == 0) {
+        if (save && !saved && (st = save_checkpoint(t, iteration)))
+            return st;
         snprintf(what, sizeof(what), "exiting program at iteration %lld", (long long)iteration);
         print_datetime(what);
-        return true;
+        return MC_OK;
     }
-    return false;
+    *exit = false;
+    return MC_OK;
 }
 
 /* train(): returns the last iteration; *exited when an exit condition ended the run. */
@@ -729,6 +842,7 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             return st;
         t->iteration = ++*iteration;
         t->consumed_train += t->mb.num_micro_batches * t->mbs * t->dp;
+        t->flops_so_far += t->flops_per_sample * (double)(t->mb.num_micro_batches * t->mbs * t->dp);
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
             return st;
         if ((st = tb_training_log(t, *iteration, loss, &res)))
@@ -754,10 +868,10 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             mc_timer_stop(eval_time);
             mc_timer_start(interval); /* evaluation is not iteration time */
         }
-        if (decide_exit(t, *iteration)) {
-            *exited = true;
+        if ((st = decide_exit(t, *iteration, exited)))
+            return st;
+        if (*exited)
             break;
-        }
     }
     return t->tb ? mc_tb_flush(t->tb) : MC_OK;
 }
@@ -869,7 +983,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     mc_status st = setup(&t);
     if (st)
         goto out;
-    int64_t iteration = 0;
+    int64_t iteration = t.start_iteration;
     bool exited = false;
     char prefix[96];
     if (!mc_args_bool(a, MC_A_skip_train)) {
@@ -880,6 +994,10 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
         if (exited)
             goto out; /* Megatron's sys.exit(0): no final evaluation */
         print_datetime("after training is done");
+        int64_t every_save = save_interval(a);
+        if (!mc_args_is_none(a, MC_A_save) && iteration != 0 && (!every_save || iteration % every_save))
+            if ((st = save_checkpoint(&t, iteration)))
+                goto out;
     } else {
         print_rank_0("skipping training (--skip-train is on) ...\n");
     }
