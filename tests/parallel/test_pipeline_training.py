@@ -8,7 +8,8 @@ relative, from the full-precision [exact] lines of MC_TEST_LOG_EXACT=1). Also: w
 (the stages before the last recompute a micro-batch's forward before its backward, so the masks
 must repeat), with --calculate-per-token-loss (token count from the last stage), reruns are
 bit-identical, the training line is printed once (by the last rank), and configurations
-Megatron refuses are refused with its message."""
+Megatron refuses are refused with its message. A pp2 x dp2 run on a real indexed dataset with
+--eod-mask-loss, --reset-attention-mask and --reset-position-ids matches too."""
 import os
 import subprocess
 import sys
@@ -38,9 +39,19 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(model, tmp, np=1, tp=1, pp=1, extra=NO_DROPOUT):
-    args = [*model, "--mock-data", "--vocab-size", "4096", "--seq-length", "32",
-            "--max-position-embeddings", "32", "--micro-batch-size", "2",
+SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MOCK = ["--mock-data", "--vocab-size", "4096", "--seq-length", "32",
+        "--max-position-embeddings", "32"]
+# a real indexed dataset with EOD-reset attention masks and position ids: every stage needs the
+# micro-batch's mask, the first its position ids, the last its loss mask
+REAL = ["--data-path", os.path.join(SRC, "tests", "golden", "data", "null_eod_uint16",
+                                    "text_document"),
+        "--split", "80,10,10", "--vocab-size", "500", "--eod-mask-loss", "--reset-attention-mask",
+        "--reset-position-ids", "--seq-length", "16", "--max-position-embeddings", "16"]
+
+
+def run(model, tmp, np=1, tp=1, pp=1, extra=NO_DROPOUT, data=MOCK):
+    args = [*model, *data, "--micro-batch-size", "2",
             "--global-batch-size", "8", "--train-iters", "12", "--lr", "1e-3",
             "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--weight-decay", "0.1",
             "--clip-grad", "0.5", "--log-params-norm", "--log-interval", "1",
@@ -116,6 +127,10 @@ def main():
         got = run(GPT2, tmp, 4, 1, 2, per_token)
         report.append("gpt2 pp2 dp2 per-token loss: max rel diff "
                       f"{compare('gpt2 pp2 dp2 per-token', ref, got):.1e}")
+        ref = run(GPT2, os.path.join(tmp, "real-ref"), data=REAL)
+        got = run(GPT2, os.path.join(tmp, "real"), 4, 1, 2, data=REAL)
+        report.append("gpt2 pp2 dp2 indexed dataset, reset masks: max rel diff "
+                      f"{compare('gpt2 pp2 dp2 indexed dataset', ref, got):.1e}")
         refused(tmp, 2, 2, ["--num-layers", "3"], "divisible")
         refused(tmp, 2, 2, ["--num-layers-per-virtual-pipeline-stage", "1"],
                 "--num-layers-per-virtual-pipeline-stage is not supported")
