@@ -51,6 +51,8 @@ vocab_size vocab_file merge_file vocab_extra_ids tokenizer_type tokenizer_model
 log_params_norm log_num_zeros_in_grad log_throughput log_progress timing_log_level
 timing_log_option logging_level main_grads_dtype main_params_dtype exp_avg_dtype exp_avg_sq_dtype
 moe_layer_freq moe_ffn_hidden_size lazy_mpu_init yaml_cfg
+tensorboard_dir tensorboard_log_interval tensorboard_queue_size log_timers_to_tensorboard
+log_loss_scale_to_tensorboard log_validation_ppl_to_tensorboard log_world_size_to_tensorboard
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.

@@ -15,11 +15,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 # The tokenizer tests compare live against these PyPI packages (they fall back to committed
-# goldens when the packages cannot be installed). Never add `transformers` here: it upgrades
+# goldens when the packages cannot be installed); tests/training/test_tensorboard.py reads our
+# event files with tensorboard's own reader. Never add `transformers` here: it upgrades
 # `regex` over Debian's, which Megatron's GPT-2 tokenizer is checked against.
-py_pkgs=(sentencepiece tokenizers tiktoken)
-if ! /usr/bin/python3 -c "import sentencepiece, tokenizers, tiktoken" 2>/dev/null; then
+py_pkgs=(sentencepiece tokenizers tiktoken tensorboard)
+if ! /usr/bin/python3 -c "import sentencepiece, tokenizers, tiktoken, tensorboard" 2>/dev/null; then
   /usr/bin/python3 -m pip install -q --break-system-packages "${py_pkgs[@]}" \
-    || echo "setup: warning: could not install ${py_pkgs[*]} from PyPI; tokenizer tests use goldens"
+    || echo "setup: warning: could not install ${py_pkgs[*]} from PyPI; tokenizer tests use goldens, the TensorBoard reader checks skip"
 fi
 echo "setup: all packages present"

@@ -25,6 +25,8 @@
 #include "training/model_config.h"
 #include "training/microbatches.h"
 #include "training/schedule_args.h"
+#include "training/tensorboard.h"
+#include "training/timers.h"
 #include "training/train_data.h"
 
 struct trainer {
@@ -45,6 +47,9 @@ struct trainer {
     struct mc_log_accum acc;
     struct mc_parallel_state ps;
     int64_t dp, dp_rank;          /* data-parallel size and this rank's index */
+    struct mc_timers timers;      /* Megatron's Timers at --timing-log-level */
+    mc_tb_writer *tb;             /* --tensorboard-dir, on the last rank; NULL elsewhere */
+    int64_t iteration;            /* args.iteration: iterations completed */
     struct mc_pp_schedule pipe;   /* pp > 1: the 1F1B schedule's buffers */
     void *embedding_group;        /* pp > 1, tied embeddings, first/last stage: MPI_Comm * */
 };
@@ -103,24 +108,40 @@ static void print_datetime(const char *what)
     print_rank_0("%s\n", buf);
 }
 
-/* Megatron's timers.log (ms): min and max over the ranks, printed by the last rank. */
-static void print_timers(int n, const char *const *names, const double *ms)
+/* Timers(name, log_level): NULL (a no-op timer) above --timing-log-level. */
+static struct mc_timer *timer(struct trainer *t, const char *name, int level)
 {
-    char buf[2048];
-    double mins[8], maxs[8];
-    MC_ASSERT(n <= 8);
-    for (int i = 0; i < n; i++) {
-        mins[i] = -ms[i];
-        maxs[i] = ms[i];
-    }
-    /* a failed reduction only degrades the timing report; errors surface at the next step */
-    if (mc_comm_all_reduce(world_comm, mins, n, MC_COMM_DOUBLE, MC_COMM_MAX, "timers") ||
-        mc_comm_all_reduce(world_comm, maxs, n, MC_COMM_DOUBLE, MC_COMM_MAX, "timers"))
-        return;
-    for (int i = 0; i < n; i++)
-        mins[i] = -mins[i];
-    if (mc_log_format_timers(buf, sizeof(buf), "minmax", n, names, mins, maxs, NULL, 1) > 0)
+    return mc_timers_get(&t->timers, name, level);
+}
+
+/* The all-gather of Timers._get_elapsed_time_all_ranks: each rank fills its row of a zeroed
+ * [world, n] float32 table, and a sum over the world assembles it. */
+static mc_status gather_timers(void *ctx, const float *local, int n, float *all, int max_world,
+                               int *world)
+{
+    const struct trainer *t = ctx;
+    int w = t->ps.world > 0 ? t->ps.world : 1, r = t->ps.world > 0 ? t->ps.rank : 0;
+    if (w > max_world)
+        return mc_error(MC_ERR_UNSUPPORTED, "timers: %d ranks, at most %d are reported", w,
+                        max_world);
+    memset(all, 0, sizeof(float) * (size_t)n * (size_t)w);
+    memcpy(all + (size_t)r * (size_t)n, local, sizeof(float) * (size_t)n);
+    *world = w;
+    return mc_comm_all_reduce(world_comm, all, (int64_t)n * w, MC_COMM_FLOAT, MC_COMM_SUM,
+                              "timers all-gather");
+}
+
+/* timers.log(names, normalizer) on every rank (a collective): the last rank prints the block
+ * (nothing when no timer measured anything); the timers read are reset. */
+static mc_status log_timers(struct trainer *t, const char *const *names, int n, double normalizer)
+{
+    char buf[8192];
+    size_t len = 0;
+    mc_status st = mc_timers_log_string(&t->timers, names, n, normalizer, true, gather_timers, t,
+                                        buf, sizeof(buf), &len);
+    if (!st && len > 0)
         print_rank_last("%s\n", buf);
+    return st;
 }
 
 /* The parallelism this build trains with: tensor, data and (non-interleaved) pipeline
@@ -159,9 +180,6 @@ static mc_status check_single_process(const struct mc_args *a)
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
-    if (!mc_args_is_none(a, MC_A_tensorboard_dir))
-        return mc_error(MC_ERR_UNSUPPORTED, "--tensorboard-dir: TensorBoard event files are not "
-                                            "written by this build yet");
     return MC_OK;
 }
 
@@ -198,6 +216,17 @@ static struct mc_param_view tied_embedding(const struct trainer *t)
     return mc_gpt_param(t->model, i);
 }
 
+/* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
+ * over the embedding group (first and last stage), after the data-parallel reduction. */
+static mc_status pp_embedding_grad_sync(struct trainer *t)
+{
+    if (!t->embedding_group)
+        return MC_OK;
+    struct mc_param_view v = tied_embedding(t);
+    return mc_comm_all_reduce(t->embedding_group, v.grad, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+                              "embedding-group word-embedding grad all-reduce");
+}
+
 /* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
  * and with tied embeddings the embedding group, over which the last stage's copy starts as
  * zeros all-reduced with the first stage's weights (so the copies are equal, as Megatron's
@@ -221,6 +250,26 @@ static mc_status pp_setup(struct trainer *t)
         memset(v.data, 0, sizeof(float) * (size_t)v.numel);
     return mc_comm_all_reduce(t->embedding_group, v.data, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
                               "embedding-group word-embedding weight all-reduce");
+}
+
+/* set_global_variables' _set_timers and _set_tensorboard_writer: only the last rank writes. */
+static mc_status init_logging(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    mc_status st = mc_timers_init(&t->timers, (int)mc_args_int(a, MC_A_timing_log_level),
+                                  mc_args_str(a, MC_A_timing_log_option));
+    bool tb = !mc_args_is_none(a, MC_A_tensorboard_dir);
+    if (st || (!tb && !mc_args_bool(a, MC_A_log_timers_to_tensorboard)))
+        return st;
+    int64_t every = mc_args_int(a, MC_A_tensorboard_log_interval);
+    if (every <= 0) /* Megatron would divide by it and fail mid-run */
+        return mc_error(MC_ERR_CONFIG, "--tensorboard-log-interval %lld: expected a positive "
+                        "number of iterations", (long long)every);
+    if (!tb || !out_last)
+        return MC_OK;
+    print_rank_last("> setting tensorboard ...\n");
+    return mc_tb_open(mc_args_str(a, MC_A_tensorboard_dir),
+                      mc_args_int(a, MC_A_tensorboard_queue_size), &t->tb);
 }
 
 static mc_status build_model_and_optimizer(struct trainer *t)
@@ -258,7 +307,11 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
                             bool backward, double *num, double *den)
 {
     struct mc_micro_batch *mb = &t->batch;
+    struct mc_timer *fwd = timer(t, "forward-compute", 2), *bg = timer(t, "batch-generator", 2);
+    mc_timer_start(fwd);
+    mc_timer_start(bg);
     mc_status st = mc_train_data_get(t->data, split, first, mb);
+    mc_timer_stop(bg);
     if (st)
         return st;
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = mb->tokens, .labels = mb->labels,
@@ -274,13 +327,20 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     }
     *num = s;
     *den = d;
-    if (!backward)
+    if (!backward) {
+        mc_timer_stop(fwd);
         return MC_OK;
+    }
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     float scale = per_token ? 1.0f : (float)(1.0 / d / (double)num_micro);
     for (int64_t i = 0; i < n; i++)
         t->dloss[i] = mb->loss_mask[i] * scale;
-    return mc_gpt_backward(t->model, t->dloss);
+    mc_timer_stop(fwd);
+    struct mc_timer *bwd = timer(t, "backward-compute", 2);
+    mc_timer_start(bwd);
+    st = mc_gpt_backward(t->model, t->dloss);
+    mc_timer_stop(bwd);
+    return st;
 }
 
 static void scale_grads(mc_gpt_model *m, float s)
@@ -290,6 +350,33 @@ static void scale_grads(mc_gpt_model *m, float s)
         for (int64_t k = 0; k < p.numel; k++)
             p.grad[k] *= s;
     }
+}
+
+/* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
+ * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
+ * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
+ * per-token loss normalisation. */
+static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tokens)
+{
+    struct mc_timer *sync = timer(t, "all-grads-sync", 1);
+    mc_timer_start(sync);
+    mc_status st = mc_ddp_finish_grad_sync(t->model, &t->ps, mc_ddp_grad_scale(&t->ps, per_token));
+    mc_timer_stop(sync);
+    if (st)
+        return st;
+    static const char *const others[] = {"layernorm-grads-all-reduce",
+                                         "embedding-grads-all-reduce"};
+    for (int k = 0; k < 2; k++) {
+        struct mc_timer *tm = timer(t, others[k], 1);
+        mc_timer_start(tm);
+        st = k == 1 ? pp_embedding_grad_sync(t) : MC_OK;
+        mc_timer_stop(tm);
+        if (st)
+            return st;
+    }
+    if (per_token) /* num_tokens is already the token count of the whole data-parallel step */
+        scale_grads(t->model, 1.0f / num_tokens);
+    return MC_OK;
 }
 
 /* calc_params_l2_norm: tensor-parallel duplicates counted once, summed over the
@@ -378,11 +465,14 @@ static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input
         return st;
     if (r->training)
         mc_gpt_set_step(t->model, r->iteration * r->num_micro + k);
+    struct mc_timer *fwd = timer(t, "forward-compute", 2);
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
                               .position_ids = mb->position_ids,
                               .attention_mask = mb->attention_mask, .hidden_in = input};
+    mc_timer_start(fwd);
     st = mc_gpt_forward(t->model, &gb, r->training, last ? t->loss : NULL);
+    mc_timer_stop(fwd);
     r->in_model = st ? -1 : k;
     return st;
 }
@@ -423,6 +513,8 @@ static mc_status pp_backward(void *ctx, int64_t k, const float *input, const flo
     if (st)
         return st;
     r->in_model = -1; /* one backward per forward */
+    struct mc_timer *bwd = timer(t, "backward-compute", 2);
+    mc_timer_start(bwd);
     if (mc_ps_is_pipeline_last_stage(&t->ps)) {
         double num, den;
         pp_masked_loss(t, &num, &den);
@@ -434,6 +526,7 @@ static mc_status pp_backward(void *ctx, int64_t k, const float *input, const flo
     } else {
         st = mc_gpt_backward_stage(t->model, output_grad);
     }
+    mc_timer_stop(bwd);
     *input_grad = mc_gpt_stage_input_grad(t->model);
     return st;
 }
@@ -453,17 +546,6 @@ static mc_status pp_share_loss(const struct trainer *t, float *numer, float *den
     return st;
 }
 
-/* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
- * over the embedding group (first and last stage), after the data-parallel reduction. */
-static mc_status pp_embedding_grad_sync(struct trainer *t)
-{
-    if (!t->embedding_group)
-        return MC_OK;
-    struct mc_param_view v = tied_embedding(t);
-    return mc_comm_all_reduce(t->embedding_group, v.grad, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
-                              "embedding-group word-embedding grad all-reduce");
-}
-
 static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, float *lm_loss,
                                       struct mc_opt_step_result *res)
 {
@@ -473,16 +555,21 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
     struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     mc_gpt_zero_grad(t->model);
+    struct mc_timer *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(fb);
     mc_status st = mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops,
                                                                           r.num_micro, false);
-    if (st || (st = inject_test_failure(t, iteration)) || (st = pp_share_loss(t, &numer, &denom)))
+    if (!st && !(st = inject_test_failure(t, iteration)) &&
+        !(st = pp_share_loss(t, &numer, &denom)))
+        st = finalize_grads(t, per_token, denom);
+    mc_timer_stop(fb);
+    if (st)
         return st;
-    if ((st = mc_ddp_finish_grad_sync(t->model, &t->ps, mc_ddp_grad_scale(&t->ps, per_token))) ||
-        (st = pp_embedding_grad_sync(t)))
-        return st;
-    if (per_token)
-        scale_grads(t->model, 1.0f / denom);
-    if ((st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res)))
+    struct mc_timer *opt = timer(t, "optimizer", 1);
+    mc_timer_start(opt);
+    st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    mc_timer_stop(opt);
+    if (st)
         return st;
     mc_opt_sched_step(&t->sched, r.num_micro * t->mbs * t->dp);
     *lm_loss = numer / denom;
@@ -508,6 +595,8 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     int64_t num_micro = t->mb.num_micro_batches;
     float numer = 0, denom = 0; /* Megatron sums the reports in float32 */
     mc_gpt_zero_grad(t->model);
+    struct mc_timer *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(fb);
     for (int64_t k = 0; k < num_micro; k++) {
         double num, den;
         mc_gpt_set_step(t->model, iteration * num_micro + k);
@@ -519,12 +608,15 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
             return st;
     }
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
-    mc_status st = mc_ddp_finish_grad_sync(t->model, &t->ps, mc_ddp_grad_scale(&t->ps, per_token));
+    mc_status st = finalize_grads(t, per_token, denom);
+    mc_timer_stop(fb);
     if (st)
         return st;
-    if (per_token) /* denom is already the token count of the whole data-parallel step */
-        scale_grads(t->model, 1.0f / denom);
-    if ((st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res)))
+    struct mc_timer *opt = timer(t, "optimizer", 1);
+    mc_timer_start(opt);
+    st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    mc_timer_stop(opt);
+    if (st)
         return st;
     mc_opt_sched_step(&t->sched, num_micro * t->mbs * t->dp);
     *lm_loss = numer / denom;
@@ -549,13 +641,152 @@ static bool time_limit_reached(const struct trainer *t, double *minutes)
     return on_any_rank(*minutes > (double)mc_args_int(t->a, MC_A_exit_duration_in_mins));
 }
 
+/* ---- TensorBoard: what training_log / evaluate_and_print_results / train() write --------- */
+
+/* `tag` at the iteration and `tag vs samples` at the consumed training samples. */
+static mc_status tb_pair(struct trainer *t, const char *tag, double value, int64_t iteration)
+{
+    char vs[128];
+    snprintf(vs, sizeof(vs), "%s vs samples", tag);
+    mc_status st = mc_tb_add_scalar(t->tb, tag, value, iteration);
+    return st ? st : mc_tb_add_scalar(t->tb, vs, value, t->consumed_train);
+}
+
+/* write_args_to_tensorboard: str() of every argument as text, at the start iteration. Megatron
+ * writes vars(args); we write the arguments of the dump plus the attributes setup adds. */
+static mc_status tb_write_args(struct trainer *t)
+{
+    char buf[4096];
+    mc_status st = MC_OK;
+    for (int id = 0; id < MC_A_FIRST_EXTENSION && !st; id++) {
+        if (t->a->deleted[id])
+            continue;
+        size_t need = mc_py_str(NULL, 0, &t->a->v[id]) + 1; /* long --data-path lists */
+        char *text = need <= sizeof(buf) ? buf : mc_alloc(need);
+        if (!text)
+            return MC_ERR_NOMEM;
+        mc_py_str(text, need, &t->a->v[id]);
+        st = mc_tb_add_text(t->tb, mc_arg_defs[id].dest, text, t->iteration);
+        if (text != buf)
+            mc_free(text);
+    }
+    snprintf(buf, sizeof(buf), "%lld", (long long)t->padded_vocab);
+    if (!st)
+        st = mc_tb_add_text(t->tb, "padded_vocab_size", buf, t->iteration);
+    snprintf(buf, sizeof(buf), "%lld", (long long)t->iteration);
+    if (!st)
+        st = mc_tb_add_text(t->tb, "iteration", buf, t->iteration);
+    return st ? st : mc_tb_flush(t->tb);
+}
+
+/* Timers.write(names, writer, iteration, normalizer) on every rank (a collective):
+ * "<name>-time" = the maximum over the ranks in seconds per iteration (float32, as Megatron's
+ * gathered tensor), for the timers that measured something; reset even without a writer. */
+static mc_status tb_write_timers(struct trainer *t, int64_t iteration, double normalizer)
+{
+    float s[MC_TIMERS_MAX];
+    int n = mc_training_log_timers_count;
+    MC_ASSERT(n <= MC_TIMERS_MAX);
+    for (int k = 0; k < n; k++) {
+        struct mc_timer *tm = NULL;
+        for (int j = 0; j < t->timers.n && !tm; j++)
+            if (!strcmp(t->timers.t[j].name, mc_training_log_timers[k]))
+                tm = &t->timers.t[j];
+        s[k] = (float)mc_timer_elapsed(tm, true);
+    }
+    mc_status st = mc_comm_all_reduce(world_comm, s, n, MC_COMM_FLOAT, MC_COMM_MAX,
+                                      "timers max-reduce");
+    for (int k = 0; k < n && !st && t->tb; k++) {
+        if (!(s[k] > 0.0f))
+            continue;
+        char tag[MC_TIMER_NAME_MAX + 8];
+        snprintf(tag, sizeof(tag), "%s-time", mc_training_log_timers[k]);
+        st = mc_tb_add_scalar(t->tb, tag, (double)s[k] / normalizer, iteration);
+    }
+    return st;
+}
+
+/* training_log's per-iteration part (every --tensorboard-log-interval): this iteration's
+ * values, not the interval averages of the printed line. Every rank comes here, for the
+ * collectives (timers, params norm); only the writer writes. */
+static mc_status tb_training_log(struct trainer *t, int64_t iteration, float loss,
+                                 const struct mc_opt_step_result *res)
+{
+    const struct mc_args *a = t->a;
+    bool timers_to_tb = mc_args_bool(a, MC_A_log_timers_to_tensorboard);
+    bool tb_run = !mc_args_is_none(a, MC_A_tensorboard_dir);
+    if ((!tb_run && !timers_to_tb) || iteration % mc_args_int(a, MC_A_tensorboard_log_interval))
+        return MC_OK;
+    mc_status st = MC_OK;
+    double iters = (double)(t->acc.advanced + t->acc.skipped); /* Megatron's total_iterations */
+    if (timers_to_tb && (st = tb_write_timers(t, iteration, iters)))
+        return st;
+    double pnorm = 0;
+    bool with_pnorm = tb_run && mc_args_bool(a, MC_A_log_params_norm);
+    if (with_pnorm && (st = params_norm(t, &pnorm)))
+        return st;
+    if (!t->tb)
+        return MC_OK;
+    if ((st = tb_pair(t, "learning-rate", (double)(float)t->sched.lr, iteration)) ||
+        (st = tb_pair(t, "batch-size", (double)t->mb.running, iteration)) ||
+        (st = tb_pair(t, "lm loss", (double)loss, iteration)))
+        return st;
+    if (mc_args_bool(a, MC_A_log_loss_scale_to_tensorboard) &&
+        (st = tb_pair(t, "loss-scale", 1.0, iteration)))
+        return st;
+    if (mc_args_bool(a, MC_A_log_world_size_to_tensorboard) &&
+        (st = tb_pair(t, "world-size", (double)mc_args_int(a, MC_A_world_size), iteration)))
+        return st;
+    if ((st = tb_pair(t, "grad-norm", (double)res->grad_norm, iteration)) ||
+        (st = tb_pair(t, "num-zeros", (double)res->num_zeros, iteration)))
+        return st;
+    return with_pnorm ? tb_pair(t, "params-norm", pnorm, iteration) : MC_OK;
+}
+
+/* training_log at a --log-interval with --log-timers-to-tensorboard: seconds per iteration and
+ * (with --log-throughput) TFLOP/s per GPU; then the queued events go to the file. */
+static mc_status tb_interval_log(struct trainer *t, int64_t iteration, double interval_s)
+{
+    if (!t->tb)
+        return MC_OK;
+    const struct mc_args *a = t->a;
+    mc_status st = MC_OK;
+    if (mc_args_bool(a, MC_A_log_timers_to_tensorboard)) {
+        int64_t iters = t->acc.advanced + t->acc.skipped;
+        double per_iter = interval_s / (double)(iters ? iters : 1);
+        st = mc_tb_add_scalar(t->tb, "iteration-time", per_iter, iteration);
+        double flops = t->flops_per_sample * (double)t->gbs;
+        if (!st && mc_args_bool(a, MC_A_log_throughput))
+            st = mc_tb_add_scalar(t->tb, "throughput",
+                                  mc_log_throughput(flops, per_iter, t->ps.world), iteration);
+    }
+    return st ? st : mc_tb_flush(t->tb);
+}
+
+/* evaluate_and_print_results: "<key> validation" (and its ppl with
+ * --log-validation-ppl-to-tensorboard), each with its "vs samples" twin. */
+static mc_status tb_validation(struct trainer *t, const char *key, double loss)
+{
+    if (!t->tb)
+        return MC_OK;
+    char tag[96];
+    snprintf(tag, sizeof(tag), "%s validation", key);
+    mc_status st = tb_pair(t, tag, (double)(float)loss, t->iteration);
+    if (!st && mc_args_bool(t->a, MC_A_log_validation_ppl_to_tensorboard)) {
+        snprintf(tag, sizeof(tag), "%s validation ppl", key);
+        st = tb_pair(t, tag, exp(fmin(20.0, (double)(float)loss)), t->iteration);
+    }
+    return st ? st : mc_tb_flush(t->tb);
+}
+
 /* evaluate + evaluate_and_print_results. *abandoned is set when the time limit stops it. */
 static mc_status evaluate_and_print(struct trainer *t, int split, const char *prefix, bool verbose,
                                     int64_t *consumed, bool *abandoned)
 {
     int64_t eval_iters = mc_args_int(t->a, MC_A_eval_iters);
     int64_t eval_micro = t->gbs / (t->mbs * t->dp);
-    double start = mc_time_now();
+    struct mc_timer *ev = timer(t, "evaluate", 0), *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(ev);
     float numer = 0, denom = 0;
     *abandoned = false;
     if (verbose)
@@ -563,6 +794,7 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
     for (int64_t it = 1; it <= eval_iters; it++) {
         if (verbose)
             print_rank_0("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
+        mc_timer_start(fb); /* forward_backward_func runs (forward only) under its timer */
         if (t->ps.pp > 1) {
             mc_status st = evaluate_pipelined(t, split, *consumed, eval_micro, &numer, &denom);
             if (st)
@@ -575,23 +807,28 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
             if (st || (st = add_loss_report(t, num, den, &numer, &denom)))
                 return st;
         }
+        mc_timer_stop(fb);
         *consumed += t->gbs;
         double minutes;
         if (time_limit_reached(t, &minutes)) {
             print_rank_0("Exiting during evaluation, timelimit reached\n");
+            mc_timer_stop(ev);
             *abandoned = true;
             return MC_OK;
         }
     }
-    static const char *const ev[] = {"evaluate"};
-    double ms = (mc_time_now() - start) * 1e3;
-    print_timers(1, ev, &ms);
+    mc_timer_stop(ev);
+    static const char *const ev_names[] = {"evaluate"};
+    mc_status st = log_timers(t, ev_names, 1, 1.0);
     static const char *const names[] = {"lm loss"};
     double value = (double)(numer / denom);
+    /* the final evaluations of a --skip-train run do not write to TensorBoard */
+    if (!st && (!verbose || !mc_args_bool(t->a, MC_A_skip_train)))
+        st = tb_validation(t, names[0], value);
     char buf[1024];
     mc_log_format_validation(buf, sizeof(buf), prefix, 1, names, &value);
     print_rank_last("%s", buf);
-    return MC_OK;
+    return st;
 }
 
 static mc_status print_training_line(struct trainer *t, int64_t iteration, double interval_s,
@@ -682,8 +919,13 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     bool report_memory = true;
     static const char *const lm[] = {"lm loss"};
     mc_log_accum_init(&t->acc);
+    t->iteration = *iteration;
+    mc_status tb_st = t->tb ? tb_write_args(t) : MC_OK;
+    if (tb_st)
+        return tb_st;
+    struct mc_timer *interval = timer(t, "interval-time", 0);
+    mc_timer_start(interval);
     print_datetime("before the start of training step");
-    double interval_start = mc_time_now();
     *exited = false;
     while (*iteration < train_iters) {
         mc_status st = mc_microbatches_update(&t->mb, t->consumed_train, true);
@@ -693,32 +935,39 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         struct mc_opt_step_result res;
         if ((st = train_step(t, *iteration, &loss, &res)))
             return st;
-        ++*iteration;
+        t->iteration = ++*iteration;
         t->consumed_train += t->mb.num_micro_batches * t->mbs * t->dp;
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
             return st;
+        if ((st = tb_training_log(t, *iteration, loss, &res)))
+            return st;
         if (*iteration % log_interval == 0) {
-            if ((st = print_training_line(t, *iteration, mc_time_now() - interval_start, &res,
-                                          &report_memory)))
+            double interval_s = mc_timer_elapsed(interval, true);
+            if ((st = tb_interval_log(t, *iteration, interval_s)) ||
+                (st = print_training_line(t, *iteration, interval_s, &res, &report_memory)) ||
+                (st = log_timers(t, mc_training_log_timers, mc_training_log_timers_count,
+                                 (double)log_interval)))
                 return st;
-            interval_start = mc_time_now();
         }
         if (eval_interval && *iteration % eval_interval == 0 && do_valid) {
-            double paused = mc_time_now();
+            struct mc_timer *eval_time = timer(t, "eval-time", 0);
+            mc_timer_stop(interval);
+            mc_timer_start(eval_time);
             char prefix[64];
             bool abandoned;
             snprintf(prefix, sizeof(prefix), "iteration %lld", (long long)*iteration);
             if ((st = evaluate_and_print(t, MC_TRAIN_SPLIT_VALID, prefix, false, &t->consumed_valid,
                                          &abandoned)))
                 return st;
-            interval_start += mc_time_now() - paused; /* evaluation is not iteration time */
+            mc_timer_stop(eval_time);
+            mc_timer_start(interval); /* evaluation is not iteration time */
         }
         if (decide_exit(t, *iteration)) {
             *exited = true;
             break;
         }
     }
-    return MC_OK;
+    return t->tb ? mc_tb_flush(t->tb) : MC_OK;
 }
 
 /* initialize_model_parallel over the MPI world (tensor x data parallel; the rest refused). */
@@ -770,7 +1019,7 @@ static mc_status setup(struct trainer *t)
         return st;
     if ((st = mc_microbatches_init_from_args(a, out_first, &t->mb)))
         return st;
-    if ((st = build_tokenizer(t)))
+    if ((st = build_tokenizer(t)) || (st = init_logging(t)))
         return st;
     print_rank_0("> initializing torch distributed ...\n");
     if ((st = setup_parallel_state(t)))
@@ -778,20 +1027,22 @@ static mc_status setup(struct trainer *t)
     print_rank_0("> setting random seeds to %lld ...\n", (long long)mc_args_int(a, MC_A_seed));
     print_rank_0("time to initialize megatron (seconds): %.3f\n", mc_time_now() - t->t0);
     print_datetime("after megatron is initialized");
-    double ms[2], t1 = mc_time_now();
-    if ((st = build_model_and_optimizer(t)))
-        return st;
-    print_datetime("after model, optimizer, and learning rate scheduler are built");
-    double t2 = mc_time_now();
-    if ((st = build_train_data(t)))
-        return st;
-    print_datetime("after dataloaders are built");
-    ms[0] = (t2 - t1) * 1e3;
-    ms[1] = (mc_time_now() - t2) * 1e3;
-    print_rank_0("done with setup ...\n");
     static const char *const names[] = {"model-and-optimizer-setup",
                                         "train/valid/test-data-iterators-setup"};
-    print_timers(2, names, ms);
+    struct mc_timer *model_tm = timer(t, names[0], 0), *data_tm = timer(t, names[1], 0);
+    mc_timer_start(model_tm);
+    if ((st = build_model_and_optimizer(t)))
+        return st;
+    mc_timer_stop(model_tm);
+    print_datetime("after model, optimizer, and learning rate scheduler are built");
+    mc_timer_start(data_tm);
+    if ((st = build_train_data(t)))
+        return st;
+    mc_timer_stop(data_tm);
+    print_datetime("after dataloaders are built");
+    print_rank_0("done with setup ...\n");
+    if ((st = log_timers(t, names, 2, 1.0)))
+        return st;
     double flops;
     if ((st = mc_flops_per_iteration(a, t->padded_vocab, 1, &flops)))
         return st;
@@ -843,6 +1094,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
         print_rank_0("skipping training (--skip-train is on) ...\n");
     }
     bool abandoned = false;
+    t.iteration = iteration;
     if (mc_train_data_has(t.data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0) {
         snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)iteration);
         if ((st = evaluate_and_print(&t, MC_TRAIN_SPLIT_VALID, prefix, true, &t.consumed_valid, &abandoned)))
@@ -855,6 +1107,9 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     }
 out:
     fflush(stdout);
+    mc_status tb_st = mc_tb_close(t.tb);
+    if (!st)
+        st = tb_st;
     teardown(&t);
     mc_ps_free(&t.ps);
     return st;

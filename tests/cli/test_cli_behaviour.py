@@ -75,8 +75,8 @@ def check_cli(c):
     c.check(rc == 2 and last(err) == 'pretrain_gpt.py: error: --context-parallel-algo is a '
             'MindSpeed option that megatron.c does not support yet', 'MindSpeed refusal: %s' % err)
     # The dry run reports what a real run would refuse, and does not stop there.
-    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--tensorboard-dir', '/tmp/tb'])
-    c.check(rc == 0 and 'a real run would stop here: --tensorboard-dir is not supported' in out,
+    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--log-memory-to-tensorboard'])
+    c.check(rc == 0 and 'a real run would stop here: --log-memory-to-tensorboard is not supported' in out,
             'dry run lists refusals')
     # The checks that follow validate_args in Megatron's start-up (calculator, scheduler).
     no_iters = TINY[:-4]
