@@ -19,6 +19,7 @@
 #include "models/gpt/gpt_model.h"
 #include "optimizer/lr_scheduler.h"
 #include "parallel_state/parallel_state.h"
+#include "pipeline_parallel/pipeline_parallel.h"
 #include "training/dry_run.h"
 #include "training/flops.h"
 #include "training/log_format.h"
@@ -53,6 +54,8 @@ struct trainer {
     struct mc_timers timers;      /* Megatron's Timers at --timing-log-level */
     mc_tb_writer *tb;             /* --tensorboard-dir, on the last rank; NULL elsewhere */
     int64_t iteration;            /* args.iteration: iterations completed */
+    struct mc_pp_schedule pipe;   /* pp > 1: the 1F1B schedule's buffers */
+    void *embedding_group;        /* pp > 1, tied embeddings, first/last stage: MPI_Comm * */
 };
 
 static volatile sig_atomic_t got_sigterm;
@@ -145,14 +148,11 @@ static mc_status log_timers(struct trainer *t, const char *const *names, int n, 
     return st;
 }
 
-/* The parallelism this build trains with: tensor and data parallelism. The others are refused
+/* The parallelism this build trains with: tensor, data and (non-interleaved) pipeline
+ * parallelism. The others are refused
  * by name before any work is done. */
 static mc_status check_parallel_support(const struct mc_args *a)
 {
-    if (mc_args_int(a, MC_A_pipeline_model_parallel_size) != 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--pipeline-model-parallel-size %lld: pipeline "
-                        "parallelism is not implemented by megatron.c yet (use tensor and data "
-                        "parallelism)", (long long)mc_args_int(a, MC_A_pipeline_model_parallel_size));
     if (!mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size))
         return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
                         "--num-virtual-stages-per-pipeline-rank: interleaved pipelining is not "
@@ -212,6 +212,53 @@ static mc_status build_tokenizer(struct trainer *t)
     print_rank_0(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
            (long long)orig, (long long)(t->padded_vocab - orig), (long long)t->padded_vocab);
     return MC_OK;
+}
+
+/* The tied word embeddings with pp > 1: the first stage's embedding.word_embeddings.weight
+ * and the last stage's output_layer.weight copy (NULL grad/data view elsewhere). */
+static struct mc_param_view tied_embedding(const struct trainer *t)
+{
+    const char *name = mc_ps_is_pipeline_first_stage(&t->ps) ? "embedding.word_embeddings.weight"
+                                                              : "output_layer.weight";
+    int64_t i = mc_gpt_param_index(t->model, name);
+    MC_ASSERT(i >= 0);
+    return mc_gpt_param(t->model, i);
+}
+
+/* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
+ * over the embedding group (first and last stage), after the data-parallel reduction. */
+static mc_status pp_embedding_grad_sync(struct trainer *t)
+{
+    if (!t->embedding_group)
+        return MC_OK;
+    struct mc_param_view v = tied_embedding(t);
+    return mc_comm_all_reduce(t->embedding_group, v.grad, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+                              "embedding-group word-embedding grad all-reduce");
+}
+
+/* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
+ * and with tied embeddings the embedding group, over which the last stage's copy starts as
+ * zeros all-reduced with the first stage's weights (so the copies are equal, as Megatron's
+ * LanguageModule.setup_embeddings_and_output_layer makes them). */
+static mc_status pp_setup(struct trainer *t)
+{
+    if (t->ps.pp == 1)
+        return MC_OK;
+    const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
+    struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
+                          t->seq * t->mbs * c->hidden_size, NULL, NULL};
+    mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
+    if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
+        return st;
+    if (c->untie_embeddings_and_output_weights)
+        return MC_OK;
+    if ((st = mc_pp_embedding_group_init(&p, &t->embedding_group)) || !t->embedding_group)
+        return st;
+    struct mc_param_view v = tied_embedding(t);
+    if (mc_ps_is_pipeline_last_stage(&t->ps))
+        memset(v.data, 0, sizeof(float) * (size_t)v.numel);
+    return mc_comm_all_reduce(t->embedding_group, v.data, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+                              "embedding-group word-embedding weight all-reduce");
 }
 
 /* set_global_variables' _set_timers and _set_tensorboard_writer: only the last rank writes. */
@@ -320,7 +367,9 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     struct mc_gpt_config c;
     int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, tp_rank, &c);
-    if (st || (st = mc_gpt_model_init(&c, &t->model)))
+    c.pipeline_model_parallel_size = t->ps.pp;
+    c.pipeline_model_parallel_rank = mc_ps_rank(&t->ps, MC_PS_PP);
+    if (st || (st = mc_gpt_model_init(&c, &t->model)) || (st = pp_setup(t)))
         return st;
     if (mc_ps_size(&t->ps, MC_PS_TP) > 1 &&
         (st = mc_gpt_set_tp_comm(t->model, t->ps.group[MC_PS_TP].comm)))
@@ -394,9 +443,10 @@ static void scale_grads(mc_gpt_model *m, float s)
     }
 }
 
-/* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm and
- * pipeline embedding all-reduces (nothing to exchange in this build: no sequence or pipeline
- * parallelism), each under Megatron's timer, then the per-token loss normalisation. */
+/* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
+ * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
+ * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
+ * per-token loss normalisation. */
 static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tokens)
 {
     struct mc_timer *sync = timer(t, "all-grads-sync", 1);
@@ -410,7 +460,10 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
+        st = k == 1 ? pp_embedding_grad_sync(t) : MC_OK;
         mc_timer_stop(tm);
+        if (st)
+            return st;
     }
     if (per_token) /* num_tokens is already the token count of the whole data-parallel step */
         scale_grads(t->model, 1.0f / num_tokens);
@@ -426,7 +479,7 @@ static mc_status params_norm(const struct trainer *t, double *norm)
     double ss = 0;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
-        if (!p.tensor_parallel && tp_rank != 0)
+        if ((!p.tensor_parallel && tp_rank != 0) || p.shared)
             continue;
         for (int64_t k = 0; k < p.numel; k++)
             ss += (double)p.data[k] * p.data[k];
@@ -476,10 +529,160 @@ static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
                     "(MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER are set)", r, it);
 }
 
+/* ---- pipeline parallelism (pp > 1): the step callbacks of the 1F1B schedule ---------------
+ * pretrain_gpt's forward_step and loss_func on one stage: the first stage embeds the tokens,
+ * the others take the previous stage's activations, the last computes the loss and reports it.
+ * The engine keeps the activations of one micro-batch only, so a backward whose micro-batch is
+ * no longer in the model runs its forward again first (same input, same dropout masks): the
+ * order of steps and exchanges is Megatron's, the cost is full activation recomputation on the
+ * stages before the last. */
+struct pp_pass {
+    struct trainer *t;
+    int split;
+    int64_t consumed, num_micro, iteration;
+    bool training;
+    int64_t in_model;     /* micro-batch whose activations the model holds, -1 = none */
+    float *numer, *denom; /* the lm loss report, summed on the last stage */
+};
+
+static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input)
+{
+    struct trainer *t = r->t;
+    struct mc_micro_batch *mb = &t->batch;
+    bool first = mc_ps_is_pipeline_first_stage(&t->ps), last = mc_ps_is_pipeline_last_stage(&t->ps);
+    /* every stage reads the micro-batch: attention masks are needed by all layers */
+    mc_status st = mc_train_data_get(t->data, r->split, sample_index(t, r->consumed, k), mb);
+    if (st)
+        return st;
+    if (r->training)
+        mc_gpt_set_step(t->model, r->iteration * r->num_micro + k);
+    struct mc_timer *fwd = timer(t, "forward-compute", 2);
+    struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
+                              .labels = last ? mb->labels : NULL,
+                              .position_ids = mb->position_ids,
+                              .attention_mask = mb->attention_mask, .hidden_in = input};
+    mc_timer_start(fwd);
+    st = mc_gpt_forward(t->model, &gb, r->training, last ? t->loss : NULL);
+    mc_timer_stop(fwd);
+    r->in_model = st ? -1 : k;
+    return st;
+}
+
+/* loss_func: the sum of the masked per-token losses and the token count of the batch held */
+static void pp_masked_loss(const struct trainer *t, double *num, double *den)
+{
+    const struct mc_micro_batch *mb = &t->batch;
+    double s = 0, d = 0;
+    for (int64_t i = 0; i < mb->b * mb->s; i++) {
+        s += (double)t->loss[i] * mb->loss_mask[i];
+        d += mb->loss_mask[i];
+    }
+    *num = s;
+    *den = d;
+}
+
+static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+{
+    struct pp_pass *r = ctx;
+    mc_status st = pp_run_forward(r, k, input);
+    if (st)
+        return st;
+    *output = mc_gpt_stage_output(r->t->model);
+    if (!mc_ps_is_pipeline_last_stage(&r->t->ps))
+        return MC_OK;
+    double num, den;
+    pp_masked_loss(r->t, &num, &den);
+    return add_loss_report(r->t, num, den, r->numer, r->denom);
+}
+
+static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
+                             const float **input_grad)
+{
+    struct pp_pass *r = ctx;
+    struct trainer *t = r->t;
+    mc_status st = r->in_model == k ? MC_OK : pp_run_forward(r, k, input);
+    if (st)
+        return st;
+    r->in_model = -1; /* one backward per forward */
+    struct mc_timer *bwd = timer(t, "backward-compute", 2);
+    mc_timer_start(bwd);
+    if (mc_ps_is_pipeline_last_stage(&t->ps)) {
+        double num, den;
+        pp_masked_loss(t, &num, &den);
+        bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
+        float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
+        for (int64_t i = 0; i < t->batch.b * t->batch.s; i++)
+            t->dloss[i] = t->batch.loss_mask[i] * scale;
+        st = mc_gpt_backward(t->model, t->dloss);
+    } else {
+        st = mc_gpt_backward_stage(t->model, output_grad);
+    }
+    mc_timer_stop(bwd);
+    *input_grad = mc_gpt_stage_input_grad(t->model);
+    return st;
+}
+
+/* The lm loss report and token count live on the last stage; Megatron broadcasts the token
+ * count over the pipeline for --calculate-per-token-loss. Here both go to every stage (a sum
+ * with zeros from the other stages, so the value is exact) and every rank logs the same. */
+static mc_status pp_share_loss(const struct trainer *t, float *numer, float *denom)
+{
+    float v[2] = {*numer, *denom};
+    if (!mc_ps_is_pipeline_last_stage(&t->ps))
+        v[0] = v[1] = 0;
+    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_PP].comm, v, 2, MC_COMM_FLOAT,
+                                      MC_COMM_SUM, "pipeline loss broadcast");
+    *numer = v[0];
+    *denom = v[1];
+    return st;
+}
+
+static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, float *lm_loss,
+                                      struct mc_opt_step_result *res)
+{
+    float numer = 0, denom = 0;
+    struct pp_pass r = {t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
+                        iteration, true, -1, &numer, &denom};
+    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
+    bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
+    mc_gpt_zero_grad(t->model);
+    struct mc_timer *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(fb);
+    mc_status st = mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops,
+                                                                          r.num_micro, false);
+    if (!st && !(st = inject_test_failure(t, iteration)) &&
+        !(st = pp_share_loss(t, &numer, &denom)))
+        st = finalize_grads(t, per_token, denom);
+    mc_timer_stop(fb);
+    if (st)
+        return st;
+    struct mc_timer *opt = timer(t, "optimizer", 1);
+    mc_timer_start(opt);
+    st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    mc_timer_stop(opt);
+    if (st)
+        return st;
+    mc_opt_sched_step(&t->sched, r.num_micro * t->mbs * t->dp);
+    *lm_loss = numer / denom;
+    return MC_OK;
+}
+
+/* One evaluation iteration through the pipeline (forward only); the report is summed into
+ * *numer / *denom on the last stage, which prints it. */
+static mc_status evaluate_pipelined(struct trainer *t, int split, int64_t consumed,
+                                    int64_t num_micro, float *numer, float *denom)
+{
+    struct pp_pass r = {t, split, consumed, num_micro, 0, false, -1, numer, denom};
+    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
+    return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, num_micro, true);
+}
+
 /* train_step: forward/backward over the micro-batches, optimizer, scheduler. */
 static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss,
                             struct mc_opt_step_result *res)
 {
+    if (t->ps.pp > 1)
+        return train_step_pipelined(t, iteration, lm_loss, res);
     int64_t num_micro = t->mb.num_micro_batches;
     float numer = 0, denom = 0; /* Megatron sums the reports in float32 */
     mc_gpt_zero_grad(t->model);
@@ -683,7 +886,12 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
         if (verbose)
             print_rank_0("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
         mc_timer_start(fb); /* forward_backward_func runs (forward only) under its timer */
-        for (int64_t k = 0; k < eval_micro; k++) {
+        if (t->ps.pp > 1) {
+            mc_status st = evaluate_pipelined(t, split, *consumed, eval_micro, &numer, &denom);
+            if (st)
+                return st;
+        }
+        for (int64_t k = 0; k < eval_micro && t->ps.pp == 1; k++) {
             double num, den;
             mc_status st = micro_step(t, split, sample_index(t, *consumed, k), eval_micro, false,
                                       &num, &den);
@@ -963,6 +1171,8 @@ static mc_status setup(struct trainer *t)
 
 static void teardown(struct trainer *t)
 {
+    mc_pp_group_free(t->embedding_group);
+    mc_pp_schedule_free(&t->pipe);
     mc_free(t->dloss);
     mc_free(t->loss);
     mc_micro_batch_free(&t->batch);

@@ -79,7 +79,9 @@ def test_sigkill(tmp):
 
 
 def test_refusals(tmp):
-    for extra, what in ((["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
+    for extra, what in ((["--pipeline-model-parallel-size", "2",
+                          "--num-layers-per-virtual-pipeline-stage", "1"],
+                         "--num-layers-per-virtual-pipeline-stage"),
                         (["--use-distributed-optimizer"], "--use-distributed-optimizer"),
                         (["--context-parallel-size", "2"], "--context-parallel-size 2")):
         rc, dt, out, err = run([*MPIRUN, "-np", "2", EXE, *args(tmp, extra)])
