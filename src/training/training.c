@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "megatron/checkpoint.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
@@ -19,6 +20,7 @@
 #include "models/gpt/gpt_model.h"
 #include "optimizer/lr_scheduler.h"
 #include "parallel_state/parallel_state.h"
+#include "pipeline_parallel/pipeline_parallel.h"
 #include "training/dry_run.h"
 #include "training/flops.h"
 #include "training/log_format.h"
@@ -45,12 +47,17 @@ struct trainer {
     int64_t mbs, seq, gbs;
     int64_t consumed_train, consumed_valid;
     double flops_per_sample;
+    double flops_so_far;          /* num_floating_point_operations_so_far */
+    int64_t start_iteration;      /* args.iteration: from --load, else 0 */
+    double start_flops;           /* args.num_floating_point_operations_so_far after --load */
     struct mc_log_accum acc;
     struct mc_parallel_state ps;
     int64_t dp, dp_rank;          /* data-parallel size and this rank's index */
     struct mc_timers timers;      /* Megatron's Timers at --timing-log-level */
     mc_tb_writer *tb;             /* --tensorboard-dir, on the last rank; NULL elsewhere */
     int64_t iteration;            /* args.iteration: iterations completed */
+    struct mc_pp_schedule pipe;   /* pp > 1: the 1F1B schedule's buffers */
+    void *embedding_group;        /* pp > 1, tied embeddings, first/last stage: MPI_Comm * */
 };
 
 static volatile sig_atomic_t got_sigterm;
@@ -143,14 +150,11 @@ static mc_status log_timers(struct trainer *t, const char *const *names, int n, 
     return st;
 }
 
-/* The parallelism this build trains with: tensor and data parallelism. The others are refused
+/* The parallelism this build trains with: tensor, data and (non-interleaved) pipeline
+ * parallelism. The others are refused
  * by name before any work is done. */
 static mc_status check_parallel_support(const struct mc_args *a)
 {
-    if (mc_args_int(a, MC_A_pipeline_model_parallel_size) != 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--pipeline-model-parallel-size %lld: pipeline "
-                        "parallelism is not implemented by megatron.c yet (use tensor and data "
-                        "parallelism)", (long long)mc_args_int(a, MC_A_pipeline_model_parallel_size));
     if (!mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size))
         return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
                         "--num-virtual-stages-per-pipeline-rank: interleaved pipelining is not "
@@ -177,9 +181,14 @@ static mc_status check_single_process(const struct mc_args *a)
     mc_status st = check_parallel_support(a);
     if (st)
         return st;
-    if (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load))
-        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load: checkpoints (Megatron's torch format) "
-                                            "are not available in this build yet");
+    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
+     * says; saving still uses --ckpt-format. */
+    bool save = !mc_args_is_none(a, MC_A_save), load = !mc_args_is_none(a, MC_A_load);
+    if ((save || (load && !mc_args_bool(a, MC_A_auto_detect_ckpt_format))) &&
+        strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
+        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
+                        "supported; add --ckpt-format torch to --save/--load (Megatron's default "
+                        "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
@@ -232,6 +241,53 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
     return MC_OK;
 }
 
+/* The tied word embeddings with pp > 1: the first stage's embedding.word_embeddings.weight
+ * and the last stage's output_layer.weight copy (NULL grad/data view elsewhere). */
+static struct mc_param_view tied_embedding(const struct trainer *t)
+{
+    const char *name = mc_ps_is_pipeline_first_stage(&t->ps) ? "embedding.word_embeddings.weight"
+                                                              : "output_layer.weight";
+    int64_t i = mc_gpt_param_index(t->model, name);
+    MC_ASSERT(i >= 0);
+    return mc_gpt_param(t->model, i);
+}
+
+/* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
+ * over the embedding group (first and last stage), after the data-parallel reduction. */
+static mc_status pp_embedding_grad_sync(struct trainer *t)
+{
+    if (!t->embedding_group)
+        return MC_OK;
+    struct mc_param_view v = tied_embedding(t);
+    return mc_comm_all_reduce(t->embedding_group, v.grad, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+                              "embedding-group word-embedding grad all-reduce");
+}
+
+/* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
+ * and with tied embeddings the embedding group, over which the last stage's copy starts as
+ * zeros all-reduced with the first stage's weights (so the copies are equal, as Megatron's
+ * LanguageModule.setup_embeddings_and_output_layer makes them). */
+static mc_status pp_setup(struct trainer *t)
+{
+    if (t->ps.pp == 1)
+        return MC_OK;
+    const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
+    struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
+                          t->seq * t->mbs * c->hidden_size, NULL, NULL};
+    mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
+    if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
+        return st;
+    if (c->untie_embeddings_and_output_weights)
+        return MC_OK;
+    if ((st = mc_pp_embedding_group_init(&p, &t->embedding_group)) || !t->embedding_group)
+        return st;
+    struct mc_param_view v = tied_embedding(t);
+    if (mc_ps_is_pipeline_last_stage(&t->ps))
+        memset(v.data, 0, sizeof(float) * (size_t)v.numel);
+    return mc_comm_all_reduce(t->embedding_group, v.data, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+                              "embedding-group word-embedding weight all-reduce");
+}
+
 /* set_global_variables' _set_timers and _set_tensorboard_writer: only the last rank writes. */
 static mc_status init_logging(struct trainer *t)
 {
@@ -252,13 +308,95 @@ static mc_status init_logging(struct trainer *t)
                       mc_args_int(a, MC_A_tensorboard_queue_size), &t->tb);
 }
 
+static mc_status ckpt_barrier(void *ctx)
+{
+    (void)ctx;
+    int64_t x = 0;
+    return mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "checkpoint barrier");
+}
+
+/* One file per tensor-parallel rank, written by data-parallel rank 0; global rank 0 writes the
+ * tracker after every file is on disk. */
+static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
+{
+    s->tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
+    s->tp_size = mc_ps_size(&t->ps, MC_PS_TP);
+    s->writer = t->dp_rank == 0;
+    s->write_tracker = t->ps.rank == 0;
+    s->barrier = t->ps.world > 1 ? ckpt_barrier : NULL;
+}
+
+/* setup_model_and_optimizer's load_checkpoint: resumes the iteration, the consumed samples,
+ * the model, the optimizer and the scheduler from --load. */
+static mc_status load_checkpoint(struct trainer *t)
+{
+    if (mc_args_is_none(t->a, MC_A_load))
+        return MC_OK;
+    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched};
+    ckpt_layout(t, &s);
+    bool loaded;
+    mc_status st = mc_ckpt_load(&s, out_first, &loaded);
+    if (st || !loaded)
+        return st;
+    t->start_iteration = s.iteration;
+    t->flops_so_far = t->start_flops = s.num_floating_point_operations_so_far;
+    t->consumed_train = mc_args_int(t->a, MC_A_consumed_train_samples);
+    t->consumed_valid = mc_args_int(t->a, MC_A_consumed_valid_samples);
+    /* build_train_valid_test_data_iterators: checkpoints without sample counters */
+    const struct mc_args *a = t->a;
+    if (t->start_iteration > 0 && t->consumed_train == 0 && mc_args_is_none(a, MC_A_train_samples))
+        t->consumed_train = t->start_iteration * t->gbs;
+    if (t->start_iteration > 0 && t->consumed_valid == 0 && !mc_args_is_none(a, MC_A_eval_interval) &&
+        mc_args_int(a, MC_A_eval_interval) > 0)
+        t->consumed_valid = t->start_iteration / mc_args_int(a, MC_A_eval_interval) *
+                            mc_args_int(a, MC_A_eval_iters) * t->gbs;
+    return MC_OK;
+}
+
+/* save_checkpoint_and_time: the save, its timer line, and the time kept out of the interval. */
+static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
+{
+    /* checkpoint time is kept out of the iteration time, as Megatron does */
+    struct mc_timer *interval = timer(t, "interval-time", 0), *tm = timer(t, "save-checkpoint", 0);
+    bool timing = interval && interval->started;
+    if (timing)
+        mc_timer_stop(interval);
+    mc_timer_start(tm);
+    mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
+    mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
+    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
+                              .iteration = iteration,
+                              .num_floating_point_operations_so_far = t->flops_so_far,
+                              .args_iteration = t->start_iteration, .args_flops = t->start_flops,
+                              .do_train = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TRAIN) &&
+                                          mc_args_int(t->a, MC_A_train_iters) > 0,
+                              .do_valid = mc_train_data_has(t->data, MC_TRAIN_SPLIT_VALID) &&
+                                          mc_args_int(t->a, MC_A_eval_iters) > 0,
+                              .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
+                                         mc_args_int(t->a, MC_A_eval_iters) > 0};
+    ckpt_layout(t, &s);
+    mc_status st = mc_ckpt_save(&s, out_first);
+    if (st)
+        return st;
+    mc_timer_stop(tm);
+    static const char *const names[] = {"save-checkpoint"};
+    if ((st = log_timers(t, names, 1, 1.0)))
+        return st;
+    fflush(stdout);
+    if (timing)
+        mc_timer_start(interval);
+    return MC_OK;
+}
+
 static mc_status build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
     struct mc_gpt_config c;
     int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, tp_rank, &c);
-    if (st || (st = mc_gpt_model_init(&c, &t->model)))
+    c.pipeline_model_parallel_size = t->ps.pp;
+    c.pipeline_model_parallel_rank = mc_ps_rank(&t->ps, MC_PS_PP);
+    if (st || (st = mc_gpt_model_init(&c, &t->model)) || (st = pp_setup(t)))
         return st;
     if (mc_ps_size(&t->ps, MC_PS_TP) > 1 &&
         (st = mc_gpt_set_tp_comm(t->model, t->ps.group[MC_PS_TP].comm)))
@@ -277,7 +415,9 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     struct mc_opt_sched_config sc;
     if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, out_first, &sc)))
         return st;
-    return mc_opt_sched_init(&t->sched, &sc, out_first);
+    if ((st = mc_opt_sched_init(&t->sched, &sc, out_first)))
+        return st;
+    return load_checkpoint(t);
 }
 
 /* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
@@ -332,9 +472,10 @@ static void scale_grads(mc_gpt_model *m, float s)
     }
 }
 
-/* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm and
- * pipeline embedding all-reduces (nothing to exchange in this build: no sequence or pipeline
- * parallelism), each under Megatron's timer, then the per-token loss normalisation. */
+/* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
+ * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
+ * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
+ * per-token loss normalisation. */
 static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tokens)
 {
     struct mc_timer *sync = timer(t, "all-grads-sync", 1);
@@ -350,11 +491,27 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
+        st = k == 1 ? pp_embedding_grad_sync(t) : MC_OK;
         mc_timer_stop(tm);
+        if (st)
+            return st;
     }
-    if (per_token && !t->dopt) /* num_tokens is already the token count of the whole data-parallel step */
+    /* num_tokens is already the token count of the whole data-parallel step */
+    if (per_token && !t->dopt)
         scale_grads(t->model, 1.0f / num_tokens);
     return MC_OK;
+}
+
+/* optimizer.step(): with the distributed optimizer also the grad reduce-scatter (scaled by
+ * 1/dp, then by 1/num_tokens with --calculate-per-token-loss) and the param all-gather. */
+static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tokens,
+                                struct mc_opt_step_result *res)
+{
+    if (t->dopt)
+        return mc_distopt_step(t->dopt, mc_ddp_grad_scale(&t->ps, per_token),
+                               per_token ? 1.0f / num_tokens : 1.0f, (float)t->sched.lr,
+                               (float)t->sched.wd, res);
+    return mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
 }
 
 /* calc_params_l2_norm: tensor-parallel duplicates counted once, summed over the
@@ -366,7 +523,7 @@ static mc_status params_norm(const struct trainer *t, double *norm)
     double ss = 0;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
-        if (!p.tensor_parallel && tp_rank != 0)
+        if ((!p.tensor_parallel && tp_rank != 0) || p.shared)
             continue;
         for (int64_t k = 0; k < p.numel; k++)
             ss += (double)p.data[k] * p.data[k];
@@ -416,10 +573,160 @@ static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
                     "(MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER are set)", r, it);
 }
 
+/* ---- pipeline parallelism (pp > 1): the step callbacks of the 1F1B schedule ---------------
+ * pretrain_gpt's forward_step and loss_func on one stage: the first stage embeds the tokens,
+ * the others take the previous stage's activations, the last computes the loss and reports it.
+ * The engine keeps the activations of one micro-batch only, so a backward whose micro-batch is
+ * no longer in the model runs its forward again first (same input, same dropout masks): the
+ * order of steps and exchanges is Megatron's, the cost is full activation recomputation on the
+ * stages before the last. */
+struct pp_pass {
+    struct trainer *t;
+    int split;
+    int64_t consumed, num_micro, iteration;
+    bool training;
+    int64_t in_model;     /* micro-batch whose activations the model holds, -1 = none */
+    float *numer, *denom; /* the lm loss report, summed on the last stage */
+};
+
+static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input)
+{
+    struct trainer *t = r->t;
+    struct mc_micro_batch *mb = &t->batch;
+    bool first = mc_ps_is_pipeline_first_stage(&t->ps), last = mc_ps_is_pipeline_last_stage(&t->ps);
+    /* every stage reads the micro-batch: attention masks are needed by all layers */
+    mc_status st = mc_train_data_get(t->data, r->split, sample_index(t, r->consumed, k), mb);
+    if (st)
+        return st;
+    if (r->training)
+        mc_gpt_set_step(t->model, r->iteration * r->num_micro + k);
+    struct mc_timer *fwd = timer(t, "forward-compute", 2);
+    struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
+                              .labels = last ? mb->labels : NULL,
+                              .position_ids = mb->position_ids,
+                              .attention_mask = mb->attention_mask, .hidden_in = input};
+    mc_timer_start(fwd);
+    st = mc_gpt_forward(t->model, &gb, r->training, last ? t->loss : NULL);
+    mc_timer_stop(fwd);
+    r->in_model = st ? -1 : k;
+    return st;
+}
+
+/* loss_func: the sum of the masked per-token losses and the token count of the batch held */
+static void pp_masked_loss(const struct trainer *t, double *num, double *den)
+{
+    const struct mc_micro_batch *mb = &t->batch;
+    double s = 0, d = 0;
+    for (int64_t i = 0; i < mb->b * mb->s; i++) {
+        s += (double)t->loss[i] * mb->loss_mask[i];
+        d += mb->loss_mask[i];
+    }
+    *num = s;
+    *den = d;
+}
+
+static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+{
+    struct pp_pass *r = ctx;
+    mc_status st = pp_run_forward(r, k, input);
+    if (st)
+        return st;
+    *output = mc_gpt_stage_output(r->t->model);
+    if (!mc_ps_is_pipeline_last_stage(&r->t->ps))
+        return MC_OK;
+    double num, den;
+    pp_masked_loss(r->t, &num, &den);
+    return add_loss_report(r->t, num, den, r->numer, r->denom);
+}
+
+static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
+                             const float **input_grad)
+{
+    struct pp_pass *r = ctx;
+    struct trainer *t = r->t;
+    mc_status st = r->in_model == k ? MC_OK : pp_run_forward(r, k, input);
+    if (st)
+        return st;
+    r->in_model = -1; /* one backward per forward */
+    struct mc_timer *bwd = timer(t, "backward-compute", 2);
+    mc_timer_start(bwd);
+    if (mc_ps_is_pipeline_last_stage(&t->ps)) {
+        double num, den;
+        pp_masked_loss(t, &num, &den);
+        bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
+        float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
+        for (int64_t i = 0; i < t->batch.b * t->batch.s; i++)
+            t->dloss[i] = t->batch.loss_mask[i] * scale;
+        st = mc_gpt_backward(t->model, t->dloss);
+    } else {
+        st = mc_gpt_backward_stage(t->model, output_grad);
+    }
+    mc_timer_stop(bwd);
+    *input_grad = mc_gpt_stage_input_grad(t->model);
+    return st;
+}
+
+/* The lm loss report and token count live on the last stage; Megatron broadcasts the token
+ * count over the pipeline for --calculate-per-token-loss. Here both go to every stage (a sum
+ * with zeros from the other stages, so the value is exact) and every rank logs the same. */
+static mc_status pp_share_loss(const struct trainer *t, float *numer, float *denom)
+{
+    float v[2] = {*numer, *denom};
+    if (!mc_ps_is_pipeline_last_stage(&t->ps))
+        v[0] = v[1] = 0;
+    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_PP].comm, v, 2, MC_COMM_FLOAT,
+                                      MC_COMM_SUM, "pipeline loss broadcast");
+    *numer = v[0];
+    *denom = v[1];
+    return st;
+}
+
+static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, float *lm_loss,
+                                      struct mc_opt_step_result *res)
+{
+    float numer = 0, denom = 0;
+    struct pp_pass r = {t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
+                        iteration, true, -1, &numer, &denom};
+    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
+    bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
+    mc_gpt_zero_grad(t->model);
+    struct mc_timer *fb = timer(t, "forward-backward", 1);
+    mc_timer_start(fb);
+    mc_status st = mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops,
+                                                                          r.num_micro, false);
+    if (!st && !(st = inject_test_failure(t, iteration)) &&
+        !(st = pp_share_loss(t, &numer, &denom)))
+        st = finalize_grads(t, per_token, denom);
+    mc_timer_stop(fb);
+    if (st)
+        return st;
+    struct mc_timer *opt = timer(t, "optimizer", 1);
+    mc_timer_start(opt);
+    st = optimizer_step(t, per_token, denom, res);
+    mc_timer_stop(opt);
+    if (st)
+        return st;
+    mc_opt_sched_step(&t->sched, r.num_micro * t->mbs * t->dp);
+    *lm_loss = numer / denom;
+    return MC_OK;
+}
+
+/* One evaluation iteration through the pipeline (forward only); the report is summed into
+ * *numer / *denom on the last stage, which prints it. */
+static mc_status evaluate_pipelined(struct trainer *t, int split, int64_t consumed,
+                                    int64_t num_micro, float *numer, float *denom)
+{
+    struct pp_pass r = {t, split, consumed, num_micro, 0, false, -1, numer, denom};
+    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
+    return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, num_micro, true);
+}
+
 /* train_step: forward/backward over the micro-batches, optimizer, scheduler. */
 static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss,
                             struct mc_opt_step_result *res)
 {
+    if (t->ps.pp > 1)
+        return train_step_pipelined(t, iteration, lm_loss, res);
     int64_t num_micro = t->mb.num_micro_batches;
     float numer = 0, denom = 0; /* Megatron sums the reports in float32 */
     mc_gpt_zero_grad(t->model);
@@ -442,12 +749,7 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
         return st;
     struct mc_timer *opt = timer(t, "optimizer", 1);
     mc_timer_start(opt);
-    if (t->dopt) /* the grad reduce-scatter, the step and the param all-gather */
-        st = mc_distopt_step(t->dopt, mc_ddp_grad_scale(&t->ps, per_token),
-                             per_token ? 1.0f / denom : 1.0f, (float)t->sched.lr,
-                             (float)t->sched.wd, res);
-    else
-        st = mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
+    st = optimizer_step(t, per_token, denom, res);
     mc_timer_stop(opt);
     if (st)
         return st;
@@ -628,7 +930,12 @@ static mc_status evaluate_and_print(struct trainer *t, int split, const char *pr
         if (verbose)
             print_rank_0("Evaluating iter %lld/%lld\n", (long long)it, (long long)eval_iters);
         mc_timer_start(fb); /* forward_backward_func runs (forward only) under its timer */
-        for (int64_t k = 0; k < eval_micro; k++) {
+        if (t->ps.pp > 1) {
+            mc_status st = evaluate_pipelined(t, split, *consumed, eval_micro, &numer, &denom);
+            if (st)
+                return st;
+        }
+        for (int64_t k = 0; k < eval_micro && t->ps.pp == 1; k++) {
             double num, den;
             mc_status st = micro_step(t, split, sample_index(t, *consumed, k), eval_micro, false,
                                       &num, &den);
@@ -711,29 +1018,51 @@ static mc_status print_training_line(struct trainer *t, int64_t iteration, doubl
     return MC_OK;
 }
 
-/* checkpoint_and_decide_exit without checkpoints (refused at start-up). */
-static bool decide_exit(struct trainer *t, int64_t iteration)
+static int64_t save_interval(const struct mc_args *a)
+{
+    return mc_args_is_none(a, MC_A_save_interval) ? 0 : mc_args_int(a, MC_A_save_interval);
+}
+
+/* checkpoint_and_decide_exit: saves at --save-interval, and before an exit (SIGTERM,
+ * --exit-duration-in-mins, --exit-interval) unless this iteration was just saved. */
+static mc_status decide_exit(struct trainer *t, int64_t iteration, bool *exit)
 {
     char what[128];
+    bool save = !mc_args_is_none(t->a, MC_A_save), saved = false;
+    mc_status st;
+    *exit = true;
     if (mc_args_bool(t->a, MC_A_exit_signal_handler) && on_any_rank(got_sigterm)) {
+        if (save && (st = save_checkpoint(t, iteration)))
+            return st;
         print_datetime("exiting program after receiving SIGTERM.");
-        return true;
+        return MC_OK;
+    }
+    int64_t every_save = save_interval(t->a);
+    if (save && every_save && iteration % every_save == 0) {
+        if ((st = save_checkpoint(t, iteration)))
+            return st;
+        saved = true;
     }
     double minutes;
     if (time_limit_reached(t, &minutes)) {
+        if (save && !saved && (st = save_checkpoint(t, iteration)))
+            return st;
         char rep[40];
         mc_py_float_repr(rep, sizeof(rep), minutes);
         snprintf(what, sizeof(what), "exiting program after %s minutes", rep);
         print_datetime(what);
-        return true;
+        return MC_OK;
     }
     int64_t every = mc_args_is_none(t->a, MC_A_exit_interval) ? 0 : mc_args_int(t->a, MC_A_exit_interval);
     if (every && iteration % every == 0) {
+        if (save && !saved && (st = save_checkpoint(t, iteration)))
+            return st;
         snprintf(what, sizeof(what), "exiting program at iteration %lld", (long long)iteration);
         print_datetime(what);
-        return true;
+        return MC_OK;
     }
-    return false;
+    *exit = false;
+    return MC_OK;
 }
 
 /* train(): returns the last iteration; *exited when an exit condition ended the run. */
@@ -765,6 +1094,7 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             return st;
         t->iteration = ++*iteration;
         t->consumed_train += t->mb.num_micro_batches * t->mbs * t->dp;
+        t->flops_so_far += t->flops_per_sample * (double)(t->mb.num_micro_batches * t->mbs * t->dp);
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
             return st;
         if ((st = tb_training_log(t, *iteration, loss, &res)))
@@ -790,10 +1120,10 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             mc_timer_stop(eval_time);
             mc_timer_start(interval); /* evaluation is not iteration time */
         }
-        if (decide_exit(t, *iteration)) {
-            *exited = true;
+        if ((st = decide_exit(t, *iteration, exited)))
+            return st;
+        if (*exited)
             break;
-        }
     }
     return t->tb ? mc_tb_flush(t->tb) : MC_OK;
 }
@@ -885,6 +1215,8 @@ static mc_status setup(struct trainer *t)
 
 static void teardown(struct trainer *t)
 {
+    mc_pp_group_free(t->embedding_group);
+    mc_pp_schedule_free(&t->pipe);
     mc_free(t->dloss);
     mc_free(t->loss);
     mc_micro_batch_free(&t->batch);
@@ -906,7 +1238,7 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     mc_status st = setup(&t);
     if (st)
         goto out;
-    int64_t iteration = 0;
+    int64_t iteration = t.start_iteration;
     bool exited = false;
     char prefix[96];
     if (!mc_args_bool(a, MC_A_skip_train)) {
@@ -917,6 +1249,10 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
         if (exited)
             goto out; /* Megatron's sys.exit(0): no final evaluation */
         print_datetime("after training is done");
+        int64_t every_save = save_interval(a);
+        if (!mc_args_is_none(a, MC_A_save) && iteration != 0 && (!every_save || iteration % every_save))
+            if ((st = save_checkpoint(&t, iteration)))
+                goto out;
     } else {
         print_rank_0("skipping training (--skip-train is on) ...\n");
     }

@@ -1,5 +1,5 @@
 """pretrain_gpt --use-distributed-optimizer under mpirun (oversubscribed, OMP_NUM_THREADS=1):
-at dp2, dp4 and tp2 x dp2, for a GPT-2-style and a Llama-style model, the 'lm loss',
+at dp2, dp4, tp2 x dp2 (and pp2 x dp2), for a GPT-2-style and a Llama-style model, the 'lm loss',
 'grad norm' and 'params norm' of each of 12 iterations and the validation losses equal the
 single-process run's (within 1e-5 relative, from the [exact] lines of MC_TEST_LOG_EXACT=1) and
 the non-distributed optimizer's at the same dp; reruns are bit-identical; several
@@ -128,6 +128,12 @@ def main():
                 if BUCKETS[0] in extra:
                     buckets = got[3][0][0] if got[3] else 0
                     check(buckets >= 3, f"{name}: several buckets (got {buckets})")
+        # pipeline stages: the tied embedding in a bucket of its own on both end stages
+        ref = run(GPT2, tmp)
+        got = run(GPT2, tmp, 4, 1, DISTOPT + BUCKETS + ["--pipeline-model-parallel-size", "2"])
+        worst = compare("gpt2 pp2 dp2 distopt buckets", ref, got)
+        report.append(f"gpt2 pp2 dp2 distopt buckets: max rel diff {worst:.1e}; "
+                      + check_state("gpt2 pp2 dp2", got, 2))
         per_token = ["--calculate-per-token-loss"]
         ref = run(GPT2, tmp, extra=per_token)
         got = run(GPT2, tmp, 2, 1, per_token + DISTOPT + BUCKETS)

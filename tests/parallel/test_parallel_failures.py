@@ -2,7 +2,7 @@
 middle of a step via MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER, a missing --data-path on one
 rank, a rank that kills itself with SIGKILL mid-step with MC_TEST_FAIL_MODE=sigkill) brings
 every rank down within seconds with a non-zero exit and the error printed once; unsupported
-parallelism (pipeline, context parallel) is refused by name; a
+parallelism (interleaved pipelining, context parallel) is refused by name; a
 WORLD_SIZE that disagrees with MPI's is an error, not a hang."""
 import os
 import subprocess
@@ -79,7 +79,9 @@ def test_sigkill(tmp):
 
 
 def test_refusals(tmp):
-    for extra, what in ((["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
+    for extra, what in ((["--pipeline-model-parallel-size", "2",
+                          "--num-layers-per-virtual-pipeline-stage", "1"],
+                         "--num-layers-per-virtual-pipeline-stage"),
                         (["--context-parallel-size", "2"], "--context-parallel-size 2")):
         rc, dt, out, err = run([*MPIRUN, "-np", "2", EXE, *args(tmp, extra)])
         check(rc is not None and rc != 0 and what in err and ("not implemented" in err or "not supported" in err),

@@ -121,7 +121,7 @@ def test_sigterm(tmp):
 
 def test_refusals(tmp):
     for extra, env, words in (
-        (("--save", os.path.join(tmp, "ck"), "--save-interval", "2"), {}, "--save"),
+        (("--save", os.path.join(tmp, "ck"), "--save-interval", "2"), {}, "--ckpt-format torch"),
         (("--bf16",), {}, "--bf16"),
         ((), {"WORLD_SIZE": "2", "RANK": "0"}, "world size"),
     ):

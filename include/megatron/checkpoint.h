@@ -1,0 +1,73 @@
+/* Checkpoints in Megatron's `--ckpt-format torch` (megatron/training/checkpointing.py,
+ * save_checkpoint / load_checkpoint, Megatron-LM core_v0.12.1), for a single process:
+ *   <dir>/latest_checkpointed_iteration.txt   the iteration, no newline (or "release")
+ *   <dir>/iter_%07d/mp_rank_00/model_optim_rng.pt
+ * model_optim_rng.pt is a torch.save (torch 1.13 layout) of the dict Megatron writes: args
+ * (argparse.Namespace), checkpoint_version 3.0, iteration, model (mcore names with
+ * `_extra_state: None`), optimizer (the fp32 torch Adam/SGD state_dict), opt_param_scheduler,
+ * rerun_state_machine, num_floating_point_operations_so_far. No rng_state is written: our
+ * dropout streams are a function of the seed and the iteration (Megatron loads ours with
+ * --no-load-rng). Layout byte by byte: docs/formats/checkpoint.md. */
+#ifndef MEGATRON_CHECKPOINT_H
+#define MEGATRON_CHECKPOINT_H
+
+#include <stdio.h>
+
+#include "megatron/gpt.h"
+#include "megatron/optimizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mc_args;      /* src/training/args.h */
+struct mc_opt_sched; /* src/optimizer/lr_scheduler.h */
+
+/* What save_checkpoint needs beyond the model. `args` is saved as the Namespace (with
+ * consumed_train_samples etc. as the caller set them). opt/sched may be NULL with no_save_optim. */
+struct mc_ckpt_state {
+    struct mc_args *args;
+    mc_gpt_model *model;
+    mc_optimizer *opt;
+    struct mc_opt_sched *sched;
+    int64_t iteration;
+    double num_floating_point_operations_so_far;
+    /* attributes Megatron adds to args at run time, saved with them: args.iteration and
+     * args.num_floating_point_operations_so_far as they were after loading (0 for a fresh run),
+     * do_train / do_valid / do_test (0 or 1) */
+    int64_t args_iteration;
+    double args_flops;
+    int do_train, do_valid, do_test;
+    /* Parallel layout (all zero = one process): this rank's tensor-parallel rank and size pick
+     * mp_rank_%02d; only `writer` ranks (data-parallel rank 0) write their file; `barrier` (if
+     * set) is called after the files are written, then the rank with `write_tracker` (global
+     * rank 0) writes the tracker file. */
+    int tp_rank, tp_size;
+    bool writer, write_tracker;
+    mc_status (*barrier)(void *ctx);
+    void *barrier_ctx;
+};
+
+/* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under args.save through a
+ * temporary name (fsync, rename), then the tracker file the same way. Prints Megatron's
+ * "saving checkpoint at iteration ..." and "  successfully saved checkpoint from iteration ..."
+ * lines to `log`. */
+MC_API mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log);
+
+/* load_checkpoint for args.load: the tracker (or --ckpt-step) picks the iteration; checks the
+ * model arguments as check_checkpoint_args does (unless --finetune), loads the model strictly,
+ * the optimizer and scheduler (unless --finetune / --no-load-optim / release), and restores
+ * consumed_train_samples, skipped_train_samples, consumed_valid_samples into args. Sets
+ * s->iteration (0 for --finetune and release) and the FLOPs counter. *loaded is false when
+ * there is no tracker file (Megatron's warning is printed and training starts from scratch). */
+MC_API mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded);
+
+/* iter_%07d/mp_rank_%02d/model_optim_rng.pt under dir (or release/...); returns snprintf's count. */
+MC_API int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release,
+                        int tp_rank);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGATRON_CHECKPOINT_H */

@@ -1,0 +1,886 @@
+/* save_checkpoint / load_checkpoint of megatron/training/checkpointing.py (Megatron-LM
+ * core_v0.12.1) for `--ckpt-format torch` and one process (tensor and pipeline rank 0 of 1):
+ * the directory layout, the tracker file, and the state dict Megatron builds in
+ * generate_state_dict: args, checkpoint_version, iteration, model, optimizer (the fp32
+ * optimizer's torch state_dict: spec megatron-model-parallel-ckpt.md 7.2), opt_param_scheduler,
+ * rerun_state_machine, num_floating_point_operations_so_far. Writes are atomic: every file
+ * goes through a temporary name, is fsync'ed and renamed; the tracker file is written last. */
+#include "megatron/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpointing/torch_pickle.h"
+#include "core/pyformat.h"
+#include "optimizer/lr_scheduler.h"
+#include "training/args.h"
+
+#define CKPT_VERSION 3.0
+#define TRACKER "latest_checkpointed_iteration.txt"
+
+int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release,
+                 int tp_rank)
+{
+    if (release)
+        return snprintf(buf, n, "%s/release/mp_rank_%02d/model_optim_rng.pt", dir, tp_rank);
+    return snprintf(buf, n, "%s/iter_%07lld/mp_rank_%02d/model_optim_rng.pt", dir,
+                    (long long)iteration, tp_rank);
+}
+
+static bool single(const struct mc_ckpt_state *s) { return s->tp_size <= 1 && !s->barrier; }
+static int tp_size(const struct mc_ckpt_state *s) { return s->tp_size > 1 ? s->tp_size : 1; }
+
+/* ---- the args Namespace ---------------------------------------------------------------------- */
+static struct mc_pk *val_to_pk(mc_pk_doc *d, const struct mc_val *v)
+{
+    switch (v->kind) {
+    case MC_V_NONE: return mc_pk_none(d);
+    case MC_V_BOOL: return mc_pk_bool(d, v->b);
+    case MC_V_INT: return mc_pk_int(d, v->i);
+    case MC_V_FLOAT: return mc_pk_float(d, v->f);
+    case MC_V_STR: return mc_pk_str(d, v->s);
+    case MC_V_SYM:
+        if (!strncmp(v->s, "torch.", 6))
+            return mc_pk_global(d, "torch", v->s + 6);
+        if (!strncmp(v->s, "AttnBackend.", 12))
+            return mc_pk_enum_member(d, "megatron.core.transformer.enums", "AttnBackend", v->s + 12);
+        return mc_pk_str(d, v->s);
+    case MC_V_LIST: {
+        struct mc_pk *l = mc_pk_new(d, MC_PK_LIST);
+        for (int k = 0; l && k < v->n; k++)
+            if (mc_pk_append(d, l, val_to_pk(d, &v->items[k])))
+                return NULL;
+        return l;
+    }
+    }
+    return NULL;
+}
+
+/* The attributes Megatron's pretrain() adds to args while running, in the order it adds them
+ * (padded_vocab_size, model_type, iteration, ...); our option table has none of them. */
+static mc_status runtime_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_ckpt_state *s)
+{
+    const struct mc_gpt_config *c = mc_gpt_model_config(s->model);
+    mc_status st = mc_pk_set(d, ns, "padded_vocab_size", mc_pk_int(d, c->padded_vocab_size));
+    st = st ? st : mc_pk_set(d, ns, "model_type", mc_pk_enum_member(d, "megatron.core.enums",
+                                                                    "ModelType", "encoder_or_decoder"));
+    st = st ? st : mc_pk_set(d, ns, "iteration", mc_pk_int(d, s->args_iteration));
+    st = st ? st : mc_pk_set(d, ns, "num_floating_point_operations_so_far",
+                             s->args_flops ? mc_pk_float(d, s->args_flops) : mc_pk_int(d, 0));
+    st = st ? st : mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
+    st = st ? st : mc_pk_set(d, ns, "do_valid", mc_pk_int(d, s->do_valid));
+    st = st ? st : mc_pk_set(d, ns, "do_test", mc_pk_int(d, s->do_test));
+    st = st ? st : mc_pk_set(d, ns, "curr_iteration", mc_pk_int(d, s->iteration > 0 ? s->iteration - 1 : 0));
+    return st;
+}
+
+static struct mc_pk *args_namespace(mc_pk_doc *d, const struct mc_ckpt_state *s)
+{
+    const struct mc_args *a = s->args;
+    struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE);
+    for (int i = 0; ns && i < MC_A_COUNT; i++) {
+        struct mc_val v = a->v[i];
+        /* training.py's FLOPs count sets num_query_groups = num_attention_heads without GQA */
+        if (i == MC_A_num_query_groups && !mc_args_bool(a, MC_A_group_query_attention))
+            v = a->v[MC_A_num_attention_heads];
+        if (!a->deleted[i] && mc_pk_set(d, ns, mc_arg_defs[i].dest, val_to_pk(d, &v)))
+            return NULL;
+    }
+    return ns && !runtime_args(d, ns, s) ? ns : NULL;
+}
+
+/* ---- model ----------------------------------------------------------------------------------- */
+/* mcore linear layers (Megatron's TE-compatible modules) carry `_extra_state` (None here). */
+static bool has_extra_state(const char *module)
+{
+    static const char *const linear[] = {"linear_proj", "linear_qkv", "linear_fc1", "linear_fc2",
+                                         "output_layer", NULL};
+    const char *last = strrchr(module, '.');
+    last = last ? last + 1 : module;
+    for (int k = 0; linear[k]; k++)
+        if (!strcmp(last, linear[k]))
+            return true;
+    return false;
+}
+
+static size_t module_len(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    return dot ? (size_t)(dot - name) : 0;
+}
+
+static mc_status add_extra_state(mc_pk_doc *d, struct mc_pk *od, const char *name, size_t mlen)
+{
+    char key[512];
+    snprintf(key, sizeof(key), "%.*s._extra_state", (int)mlen, name);
+    return mc_pk_set(d, od, key, mc_pk_none(d));
+}
+
+static struct mc_pk *param_tensor(mc_pk_doc *d, const float *data, int ndim, const int64_t *shape,
+                                  int64_t numel)
+{
+    return mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, numel, data), 0, ndim, shape, NULL);
+}
+
+static struct mc_pk *model_dict(mc_pk_doc *d, const mc_gpt_model *m)
+{
+    struct mc_pk *od = mc_pk_new(d, MC_PK_ODICT);
+    int64_t n = mc_gpt_num_params(m);
+    bool output_layer = false;
+    for (int64_t i = 0; od && i < n; i++) {
+        struct mc_param_view p = mc_gpt_param(m, i);
+        if (mc_pk_set(d, od, p.name, param_tensor(d, p.data, p.ndim, p.shape, p.numel)))
+            return NULL;
+        size_t ml = module_len(p.name);
+        output_layer |= !strncmp(p.name, "output_layer.", 13);
+        const char *next = i + 1 < n ? mc_gpt_param(m, i + 1).name : "";
+        bool last_of_module = module_len(next) != ml || strncmp(next, p.name, ml);
+        char mod[512];
+        snprintf(mod, sizeof(mod), "%.*s", (int)ml, p.name);
+        if (last_of_module && has_extra_state(mod) && add_extra_state(d, od, p.name, ml))
+            return NULL;
+    }
+    if (od && !output_layer && add_extra_state(d, od, "output_layer.weight", 12))
+        return NULL; /* tied embeddings: the output layer has no weight but keeps its state */
+    return od;
+}
+
+/* ---- optimizer ------------------------------------------------------------------------------- */
+/* Megatron's _get_param_groups: one group per (wd_mult, lr_mult, ...) key in order of first
+ * appearance; torch's state_dict numbers the parameters group by group. order[] gets the
+ * parameter index of each state index; *first_group_decay says which group comes first. */
+static void group_order(const mc_gpt_model *m, int64_t *order, int64_t *n_first, bool *first_decay)
+{
+    int64_t n = mc_gpt_num_params(m), k = 0;
+    *first_decay = !mc_gpt_param(m, 0).no_weight_decay;
+    for (int pass = 0; pass < 2; pass++) {
+        bool want_decay = pass == 0 ? *first_decay : !*first_decay;
+        for (int64_t i = 0; i < n; i++)
+            if (!mc_gpt_param(m, i).no_weight_decay == want_decay)
+                order[k++] = i;
+        if (pass == 0)
+            *n_first = k;
+    }
+}
+
+static struct mc_pk *param_group(mc_pk_doc *d, const struct mc_ckpt_state *s, bool decay,
+                                 int64_t from, int64_t to)
+{
+    const struct mc_args *a = s->args;
+    struct mc_pk *g = mc_pk_new(d, MC_PK_DICT), *betas = mc_pk_new(d, MC_PK_TUPLE);
+    struct mc_pk *params = mc_pk_new(d, MC_PK_LIST);
+    bool adam = !strcmp(mc_args_str(a, MC_A_optimizer), "adam");
+    if (!g || !betas || !params)
+        return NULL;
+    for (int64_t i = from; i < to; i++)
+        if (mc_pk_append(d, params, mc_pk_int(d, i)))
+            return NULL;
+    mc_pk_append(d, betas, mc_pk_float(d, mc_args_float(a, MC_A_adam_beta1)));
+    mc_pk_append(d, betas, mc_pk_float(d, mc_args_float(a, MC_A_adam_beta2)));
+    double wd_mult = decay ? 1.0 : 0.0;
+    mc_status st = mc_pk_set(d, g, "wd_mult", mc_pk_float(d, wd_mult));
+    st = st ? st : mc_pk_set(d, g, "lr_mult", mc_pk_float(d, 1.0));
+    st = st ? st : mc_pk_set(d, g, "is_expert_parallel", mc_pk_bool(d, false));
+    st = st ? st : mc_pk_set(d, g, "is_decoupled_lr", mc_pk_bool(d, false));
+    st = st ? st : mc_pk_set(d, g, "max_lr", mc_pk_float(d, mc_args_float(a, MC_A_lr)));
+    st = st ? st : mc_pk_set(d, g, "min_lr", mc_pk_float(d, mc_args_float(a, MC_A_min_lr)));
+    st = st ? st : mc_pk_set(d, g, "lr", mc_pk_float(d, s->sched->lr));
+    if (adam) {
+        st = st ? st : mc_pk_set(d, g, "betas", betas);
+        st = st ? st : mc_pk_set(d, g, "eps", mc_pk_float(d, mc_args_float(a, MC_A_adam_eps)));
+        st = st ? st : mc_pk_set(d, g, "weight_decay", mc_pk_float(d, s->sched->wd * wd_mult));
+        st = st ? st : mc_pk_set(d, g, "amsgrad", mc_pk_bool(d, false));
+        st = st ? st : mc_pk_set(d, g, "foreach", mc_pk_none(d));
+        st = st ? st : mc_pk_set(d, g, "maximize", mc_pk_bool(d, false));
+        st = st ? st : mc_pk_set(d, g, "capturable", mc_pk_bool(d, false));
+    } else {
+        st = st ? st : mc_pk_set(d, g, "momentum", mc_pk_float(d, mc_args_float(a, MC_A_sgd_momentum)));
+        st = st ? st : mc_pk_set(d, g, "dampening", mc_pk_float(d, 0.0));
+        st = st ? st : mc_pk_set(d, g, "weight_decay", mc_pk_float(d, s->sched->wd * wd_mult));
+        st = st ? st : mc_pk_set(d, g, "nesterov", mc_pk_bool(d, false));
+        st = st ? st : mc_pk_set(d, g, "maximize", mc_pk_bool(d, false));
+        st = st ? st : mc_pk_set(d, g, "foreach", mc_pk_none(d));
+    }
+    st = st ? st : mc_pk_set(d, g, "params", params);
+    return st ? NULL : g;
+}
+
+static struct mc_pk *param_state(mc_pk_doc *d, const struct mc_ckpt_state *s, int64_t pi, float *step)
+{
+    struct mc_param_view p = mc_gpt_param(s->model, pi);
+    struct mc_opt_param_state ps = mc_opt_param_state(s->opt, pi);
+    struct mc_pk *st = mc_pk_new(d, MC_PK_DICT);
+    if (!st)
+        return NULL;
+    if (ps.exp_avg) { /* torch 1.13 Adam: step is a float32 0-dim tensor */
+        if (mc_pk_set(d, st, "step", param_tensor(d, step, 0, NULL, 1)) ||
+            mc_pk_set(d, st, "exp_avg", param_tensor(d, ps.exp_avg, p.ndim, p.shape, p.numel)) ||
+            mc_pk_set(d, st, "exp_avg_sq", param_tensor(d, ps.exp_avg_sq, p.ndim, p.shape, p.numel)))
+            return NULL;
+    } else if (mc_pk_set(d, st, "momentum_buffer",
+                         param_tensor(d, ps.momentum_buffer, p.ndim, p.shape, p.numel))) {
+        return NULL;
+    }
+    return st;
+}
+
+static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, float *step)
+{
+    int64_t n = mc_gpt_num_params(s->model), n_first;
+    bool first_decay;
+    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
+    if (!order || !o || !state || !groups)
+        goto out;
+    group_order(s->model, order, &n_first, &first_decay);
+    *step = (float)mc_opt_step_count(s->opt);
+    /* torch keeps no state for a parameter before its first step */
+    for (int64_t k = 0; k < n && mc_opt_step_count(s->opt) > 0; k++)
+        if (mc_pk_append(d, state, mc_pk_int(d, k)) ||
+            mc_pk_append(d, state, param_state(d, s, order[k], step)))
+            goto out;
+    if (mc_pk_append(d, groups, param_group(d, s, first_decay, 0, n_first)))
+        goto out;
+    if (n_first < n && mc_pk_append(d, groups, param_group(d, s, !first_decay, n_first, n)))
+        goto out;
+    if (!mc_pk_set(d, o, "state", state) && !mc_pk_set(d, o, "param_groups", groups))
+        res = o;
+out:
+    mc_free(order);
+    return res;
+}
+
+static struct mc_pk *sched_dict(mc_pk_doc *d, const struct mc_opt_sched *s)
+{
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT);
+    double w = s->c.warmup_steps;
+    struct mc_pk *warm = w == floor(w) ? mc_pk_int(d, (int64_t)w) : mc_pk_float(d, w);
+    static const char *const wd_styles[] = {"constant", "linear", "cosine"};
+    if (!o || mc_pk_set(d, o, "max_lr", mc_pk_float(d, s->c.max_lr)) ||
+        mc_pk_set(d, o, "lr_warmup_steps", warm) ||
+        mc_pk_set(d, o, "num_steps", mc_pk_int(d, s->num_steps)) ||
+        mc_pk_set(d, o, "lr_decay_style", mc_pk_str(d, mc_lr_decay_name(s->c.decay_style))) ||
+        mc_pk_set(d, o, "lr_decay_steps", mc_pk_int(d, s->c.decay_steps)) ||
+        mc_pk_set(d, o, "min_lr", mc_pk_float(d, s->c.min_lr)) ||
+        mc_pk_set(d, o, "start_wd", mc_pk_float(d, s->c.start_wd)) ||
+        mc_pk_set(d, o, "end_wd", mc_pk_float(d, s->c.end_wd)) ||
+        mc_pk_set(d, o, "wd_incr_style", mc_pk_str(d, wd_styles[s->c.wd_incr_style])) ||
+        mc_pk_set(d, o, "wd_incr_steps", mc_pk_int(d, s->c.wd_incr_steps)))
+        return NULL;
+    return o;
+}
+
+/* RerunStateMachine.state_dict() with the machine disabled (Megatron's default). */
+static struct mc_pk *rerun_dict(mc_pk_doc *d, int64_t iteration)
+{
+    const char *mod = "megatron.core.rerun_state_machine";
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *sh = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *inj = mc_pk_new(d, MC_PK_DICT);
+    if (!o || !sh || !inj ||
+        mc_pk_set(d, o, "mode", mc_pk_enum_member(d, mod, "RerunMode", "DISABLED")) ||
+        mc_pk_set(d, o, "sharded", sh) ||
+        mc_pk_set(d, sh, "state", mc_pk_enum_member(d, mod, "RerunState", "NOT_RUNNING_YET")) ||
+        mc_pk_set(d, sh, "current_iteration", mc_pk_int(d, iteration)))
+        return NULL;
+    static const char *const flags[] = {"rerun_requested", "checkpoint_requested",
+                                        "restart_again_requested", "continue_requested"};
+    for (int k = 0; k < 4; k++)
+        if (mc_pk_set(d, sh, flags[k], mc_pk_bool(d, false)))
+            return NULL;
+    if (mc_pk_set(d, sh, "error_injector_checkpoint", inj) ||
+        mc_pk_set(d, inj, "error_injection_rate", mc_pk_int(d, 0)) ||
+        mc_pk_set(d, inj, "error_injection_type",
+                  mc_pk_enum_member(d, mod, "RerunDiagnostic", "TRANSIENT_ERROR")) ||
+        mc_pk_set(d, inj, "injected_error_type", mc_pk_none(d)))
+        return NULL;
+    static const char *const nones[] = {"failed_validation_call", "initial_result", "suspicious_node",
+                                        "suspicious_device", "data_iterator_checkpoints"};
+    for (int k = 0; k < 5; k++)
+        if (mc_pk_set(d, sh, nones[k], mc_pk_none(d)))
+            return NULL;
+    if (mc_pk_set(d, sh, "large_value_counts", mc_pk_new(d, MC_PK_DICT)) ||
+        mc_pk_set(d, sh, "max_values", mc_pk_new(d, MC_PK_DICT)))
+        return NULL;
+    return o;
+}
+
+static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, float *step)
+{
+    const struct mc_args *a = s->args;
+    struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
+    if (!root || mc_pk_set(d, root, "args", args_namespace(d, s)) ||
+        mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
+        mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)) ||
+        mc_pk_set(d, root, "model", model_dict(d, s->model)))
+        return NULL;
+    if (!mc_args_bool(a, MC_A_no_save_optim) &&
+        (mc_pk_set(d, root, "optimizer", optimizer_dict(d, s, step)) ||
+         mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched))))
+        return NULL;
+    if (mc_pk_set(d, root, "rerun_state_machine", rerun_dict(d, s->iteration)) ||
+        mc_pk_set(d, root, "num_floating_point_operations_so_far",
+                  mc_pk_float(d, s->num_floating_point_operations_so_far)))
+        return NULL;
+    return root;
+}
+
+/* ---- files ----------------------------------------------------------------------------------- */
+static mc_status mkdirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST)
+                return mc_error(MC_ERR_IO, "--save: cannot create directory %s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c)
+                return MC_OK;
+        }
+    }
+}
+
+static void fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd); /* makes the renames durable; not every filesystem allows it, hence no error */
+        close(fd);
+    }
+}
+
+static mc_status write_tracker(const char *dir, int64_t iteration)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, TRACKER);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "--save: cannot create %s: %s", tmp, strerror(errno));
+    bool ok = fprintf(f, "%lld", (long long)iteration) > 0 && !fflush(f) && !fsync(fileno(f));
+    ok &= !fclose(f);
+    if (!ok || rename(tmp, path)) {
+        remove(tmp);
+        return mc_error(MC_ERR_IO, "--save: cannot write %s: %s", path, strerror(errno));
+    }
+    fsync_dir(dir);
+    return MC_OK;
+}
+
+static mc_status write_file(const struct mc_ckpt_state *s, const char *dir)
+{
+    char path[4096];
+    if (mc_ckpt_name(path, sizeof(path), dir, s->iteration, false, s->tp_rank) >= (int)sizeof(path))
+        return mc_error(MC_ERR_CONFIG, "--save: directory name too long: %s", dir);
+    *strrchr(path, '/') = 0;
+    mc_status st = mkdirs(path);
+    if (st)
+        return st;
+    strcat(path, "/model_optim_rng.pt");
+    mc_pk_doc *d;
+    if ((st = mc_pk_doc_init(&d)))
+        return st;
+    float step = 0;
+    struct mc_pk *root = state_dict(d, s, &step);
+    st = root ? mc_torch_save(d, root, path) : MC_ERR_NOMEM;
+    mc_pk_doc_free(d);
+    if (st)
+        return st;
+    *strrchr(path, '/') = 0;
+    fsync_dir(path);
+    return MC_OK;
+}
+
+/* Pipeline stages need mp_rank_%02d_%03d files with stage-local layer numbers: not yet. */
+static mc_status check_no_pipeline(const mc_gpt_model *m)
+{
+    if (mc_gpt_model_config(m)->pipeline_model_parallel_size > 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load with --pipeline-model-parallel-size %d: "
+                        "pipeline-parallel checkpoints (mp_rank_XX_YYY) are not implemented yet",
+                        mc_gpt_model_config(m)->pipeline_model_parallel_size);
+    return MC_OK;
+}
+
+mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
+{
+    const char *dir = mc_args_str(s->args, MC_A_save);
+    mc_status pst = check_no_pipeline(s->model);
+    if (pst)
+        return pst;
+    bool one = single(s);
+    if (log)
+        fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
+                (long long)s->iteration, dir);
+    mc_status st = MC_OK;
+    if (one || s->writer)
+        st = write_file(s, dir);
+    /* every rank reaches the barrier, so a failed write cannot leave the others waiting */
+    mc_status bst = s->barrier ? s->barrier(s->barrier_ctx) : MC_OK;
+    if (st || (st = bst))
+        return st;
+    if ((one || s->write_tracker) && (st = write_tracker(dir, s->iteration)))
+        return st;
+    if (log) {
+        fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p 1/1 ]\n",
+                (long long)s->iteration, dir, s->tp_rank + 1, tp_size(s));
+        fflush(log);
+    }
+    return MC_OK;
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+struct loader {
+    struct mc_ckpt_state *s;
+    const char *path;
+    FILE *log;
+};
+
+static bool pk_number(const struct mc_pk *v, double *out)
+{
+    if (v && v->kind == MC_PK_INT)
+        *out = (double)v->i;
+    else if (v && v->kind == MC_PK_FLOAT)
+        *out = v->f;
+    else if (v && v->kind == MC_PK_BOOL)
+        *out = v->b;
+    else
+        return false;
+    return true;
+}
+
+static mc_status missing(const struct loader *l, const char *key, const char *hint)
+{
+    return mc_error(MC_ERR_FORMAT, "%s: no '%s' in the checkpoint%s", l->path, key, hint);
+}
+
+/* A float32 tensor of exactly this shape, copied out. */
+static mc_status copy_tensor(const struct loader *l, const char *what, const struct mc_pk *t,
+                             int ndim, const int64_t *shape, float *dst)
+{
+    if (!t || t->kind != MC_PK_TENSOR)
+        return mc_error(MC_ERR_FORMAT, "%s: %s is not a tensor", l->path, what);
+    bool same = t->ndim == ndim;
+    for (int k = 0; same && k < ndim; k++)
+        same = t->shape[k] == shape[k];
+    if (!same)
+        return mc_error(MC_ERR_SHAPE, "%s: %s has shape [%lld, %lld] (%d dims) in the checkpoint, "
+                        "the model has [%lld, %lld]", l->path, what, (long long)t->shape[0],
+                        (long long)(t->ndim > 1 ? t->shape[1] : 1), t->ndim, (long long)shape[0],
+                        (long long)(ndim > 1 ? shape[1] : 1));
+    if (t->dtype != MC_PKT_FLOAT)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is torch.%s; this build loads float32 "
+                        "checkpoints only", l->path, what, mc_pk_dtype_torch(t->dtype));
+    int64_t n = mc_pk_tensor_numel(t);
+    if (!mc_pk_tensor_contiguous(t))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is a non-contiguous view", l->path, what);
+    memcpy(dst, (const float *)t->storage->data + t->offset, (size_t)n * sizeof(float));
+    return MC_OK;
+}
+
+static bool is_extra_state(const char *key)
+{
+    size_t n = strlen(key), e = strlen("._extra_state");
+    return n > e && !strcmp(key + n - e, "._extra_state");
+}
+
+/* load_state_dict(strict=True): every parameter present, nothing unexpected. */
+static mc_status load_model(const struct loader *l, const struct mc_pk *model)
+{
+    mc_gpt_model *m = l->s->model;
+    if (!model || !mc_pk_is_map(model))
+        return missing(l, "model", " (or it is not a dict)");
+    for (int64_t i = 0; i < model->n; i += 2) {
+        const char *key = model->items[i]->kind == MC_PK_STR ? model->items[i]->s : "?";
+        if (!is_extra_state(key) && mc_gpt_param_index(m, key) < 0)
+            return mc_error(MC_ERR_FORMAT, "%s: unexpected key '%s' in the model state dict "
+                            "(strict loading; is it the same model?)", l->path, key);
+    }
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+        struct mc_param_view p = mc_gpt_param(m, i);
+        const struct mc_pk *t = mc_pk_get(model, p.name);
+        if (!t)
+            return mc_error(MC_ERR_FORMAT, "%s: missing key '%s' in the model state dict",
+                            l->path, p.name);
+        mc_status st = copy_tensor(l, p.name, t, p.ndim, p.shape, p.data);
+        if (st)
+            return st;
+    }
+    return MC_OK;
+}
+
+static mc_status load_param_state(const struct loader *l, int64_t pi, const struct mc_pk *ps,
+                                  double *step)
+{
+    struct mc_param_view p = mc_gpt_param(l->s->model, pi);
+    struct mc_opt_param_state os = mc_opt_param_state(l->s->opt, pi);
+    char what[600];
+    mc_status st;
+    if (!mc_pk_is_map(ps))
+        return mc_error(MC_ERR_FORMAT, "%s: optimizer state of %s is not a dict", l->path, p.name);
+    if (os.exp_avg) {
+        const struct mc_pk *sv = mc_pk_get(ps, "step");
+        if (sv && sv->kind == MC_PK_TENSOR && sv->ndim == 0 && sv->dtype == MC_PKT_FLOAT)
+            *step = ((const float *)sv->storage->data)[sv->offset];
+        else if (!pk_number(sv, step))
+            return mc_error(MC_ERR_FORMAT, "%s: optimizer state of %s has no 'step' (a checkpoint "
+                            "of an optimizer other than torch Adam?)", l->path, p.name);
+        snprintf(what, sizeof(what), "optimizer exp_avg of %s", p.name);
+        if ((st = copy_tensor(l, what, mc_pk_get(ps, "exp_avg"), p.ndim, p.shape, os.exp_avg)))
+            return st;
+        snprintf(what, sizeof(what), "optimizer exp_avg_sq of %s", p.name);
+        return copy_tensor(l, what, mc_pk_get(ps, "exp_avg_sq"), p.ndim, p.shape, os.exp_avg_sq);
+    }
+    snprintf(what, sizeof(what), "optimizer momentum_buffer of %s", p.name);
+    return copy_tensor(l, what, mc_pk_get(ps, "momentum_buffer"), p.ndim, p.shape, os.momentum_buffer);
+}
+
+static mc_status check_groups(const struct loader *l, const struct mc_pk *groups, int64_t n_first, int64_t n)
+{
+    int64_t want[2] = {n_first, n - n_first};
+    int ng = n_first < n ? 2 : 1;
+    if (!groups || groups->kind != MC_PK_LIST || groups->n != ng)
+        return mc_error(MC_ERR_FORMAT, "%s: optimizer param_groups: expected %d groups (weight decay "
+                        "on / off) as Megatron builds them", l->path, ng);
+    for (int g = 0, at = 0; g < ng; g++) {
+        const struct mc_pk *ps = mc_pk_get(groups->items[g], "params");
+        if (!ps || ps->kind != MC_PK_LIST || ps->n != want[g])
+            return mc_error(MC_ERR_FORMAT, "%s: optimizer param group %d holds %lld parameters, the "
+                            "model has %lld for it", l->path, g, (long long)(ps ? ps->n : -1),
+                            (long long)want[g]);
+        for (int64_t k = 0; k < ps->n; k++, at++)
+            if (ps->items[k]->kind != MC_PK_INT || ps->items[k]->i != at)
+                return mc_error(MC_ERR_FORMAT, "%s: optimizer param group %d: parameter indices are "
+                                "not numbered in order", l->path, g);
+    }
+    return MC_OK;
+}
+
+static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
+{
+    int64_t n = mc_gpt_num_params(l->s->model), n_first;
+    bool first_decay;
+    const struct mc_pk *state = mc_pk_get(o, "state");
+    if (!mc_pk_is_map(o) || !mc_pk_is_map(state))
+        return missing(l, "optimizer.state", "; specify --no-load-optim or --finetune to skip the "
+                                             "optimizer");
+    if (mc_pk_get(o, "fp32_from_fp16_params") || mc_pk_get(o, "optimizer"))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: a mixed-precision (fp16/bf16) or distributed "
+                        "optimizer checkpoint; this build loads the fp32 optimizer only (use "
+                        "--no-load-optim)", l->path);
+    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    if (!order)
+        return MC_ERR_NOMEM;
+    group_order(l->s->model, order, &n_first, &first_decay);
+    mc_status st = check_groups(l, mc_pk_get(o, "param_groups"), n_first, n);
+    double step = 0;
+    if (!st && state->n && state->n != 2 * n)
+        st = mc_error(MC_ERR_FORMAT, "%s: optimizer state for %lld parameters, the model has %lld",
+                      l->path, (long long)(state->n / 2), (long long)n);
+    for (int64_t i = 0; !st && i < state->n; i += 2) {
+        const struct mc_pk *k = state->items[i];
+        if (k->kind != MC_PK_INT || k->i < 0 || k->i >= n)
+            st = mc_error(MC_ERR_FORMAT, "%s: optimizer state key is not a parameter index", l->path);
+        else
+            st = load_param_state(l, order[k->i], state->items[i + 1], &step);
+    }
+    /* torch SGD keeps no step: a momentum buffer in the state means the first step is done */
+    if (!st && !mc_opt_param_state(l->s->opt, 0).exp_avg && state->n)
+        step = 1;
+    if (!st)
+        mc_opt_set_step_count(l->s->opt, (int64_t)step);
+    mc_free(order);
+    return st;
+}
+
+#define SCHED_LOG "INFO:megatron.core.optimizer_param_scheduler:"
+
+/* str() of a checkpoint value, as Megatron's log line prints it. */
+static void py_str(char *buf, size_t n, const struct mc_pk *v)
+{
+    if (v->kind == MC_PK_FLOAT)
+        mc_py_float_repr(buf, n, v->f);
+    else if (v->kind == MC_PK_INT)
+        snprintf(buf, n, "%lld", (long long)v->i);
+    else if (v->kind == MC_PK_STR)
+        snprintf(buf, n, "%s", v->s);
+    else
+        snprintf(buf, n, "?");
+}
+
+/* _check_and_set with Megatron's log line (rank 0's logger). */
+static mc_status sched_value(const struct loader *l, const struct mc_pk *sd, const char *key,
+                             const char *name, double cls, const struct mc_pk *cls_pk, double *out)
+{
+    double v;
+    const struct mc_pk *x = mc_pk_get(sd, key);
+    if (!pk_number(x, &v))
+        return missing(l, key, " in opt_param_scheduler");
+    mc_status st = mc_opt_sched_check_and_set(l->s->sched, name, cls, v, NULL, out);
+    if (st || !l->log)
+        return st;
+    char buf[64];
+    py_str(buf, sizeof(buf), l->s->sched->c.override ? cls_pk : x);
+    if (l->s->sched->c.override)
+        fprintf(l->log, SCHED_LOG " > overriding %s value to %s\n", name, buf);
+    else
+        fprintf(l->log, SCHED_LOG " > using checkpoint value %s for %s\n", buf, name);
+    return MC_OK;
+}
+
+/* The same for a string setting (decay styles). */
+static mc_status sched_style(const struct loader *l, const struct mc_pk *v, const char *name,
+                             const char *cls, const char **out)
+{
+    const struct mc_opt_sched_config *c = &l->s->sched->c;
+    if (c->override) {
+        if (l->log)
+            fprintf(l->log, SCHED_LOG " > overriding %s value to %s\n", name, cls);
+        *out = cls;
+        return MC_OK;
+    }
+    if (!c->use_checkpoint && strcmp(cls, v->s))
+        return mc_error(MC_ERR_CONFIG, "%s: OptimizerParamScheduler: class input value %s and "
+                        "checkpoint value %s for %s do not match", l->path, cls, v->s, name);
+    if (l->log)
+        fprintf(l->log, SCHED_LOG " > using checkpoint value %s for %s\n", v->s, name);
+    *out = v->s;
+    return MC_OK;
+}
+
+static mc_status load_sched(const struct loader *l, const struct mc_pk *sd)
+{
+    struct mc_opt_sched *s = l->s->sched;
+    struct mc_opt_sched_config *c = &s->c;
+    static const char *const wd_styles[] = {"constant", "linear", "cosine"};
+    double v;
+    const char *style_s;
+    mc_pk_doc *d = NULL;
+    const struct mc_pk *style = mc_pk_get(sd, "lr_decay_style"), *steps = mc_pk_get(sd, "num_steps");
+    if (!mc_pk_is_map(sd) || !style || style->kind != MC_PK_STR || !steps || steps->kind != MC_PK_INT)
+        return missing(l, "opt_param_scheduler", "; specify --no-load-optim or --finetune");
+    mc_status st = mc_pk_doc_init(&d); /* holds the class values for the override lines */
+    if (st)
+        return st;
+    st = sched_value(l, sd, "max_lr", "learning rate", c->max_lr, mc_pk_float(d, c->max_lr), &c->max_lr);
+    st = st ? st : sched_value(l, sd, "min_lr", "minimum learning rate", c->min_lr,
+                               mc_pk_float(d, c->min_lr), &c->min_lr);
+    st = st ? st : sched_value(l, sd, "lr_warmup_steps", "warmup iterations", c->warmup_steps,
+                               mc_pk_float(d, c->warmup_steps), &c->warmup_steps);
+    st = st ? st : sched_value(l, sd, "lr_decay_steps", "total number of iterations", (double)c->decay_steps,
+                               mc_pk_int(d, c->decay_steps), &v);
+    if (!st) {
+        c->decay_steps = (int64_t)v;
+        st = sched_style(l, style, "learning rate decay style", mc_lr_decay_name(c->decay_style), &style_s);
+    }
+    if (!st && !mc_lr_decay_parse(style_s, &c->decay_style))
+        st = mc_error(MC_ERR_FORMAT, "%s: unknown lr_decay_style '%s'", l->path, style_s);
+    if (!st)
+        mc_opt_sched_step(s, steps->i);
+    const struct mc_pk *wds = mc_pk_get(sd, "wd_incr_style");
+    if (!st && mc_pk_get(sd, "start_wd") && wds && wds->kind == MC_PK_STR) {
+        st = sched_value(l, sd, "start_wd", "start weight decay", c->start_wd, mc_pk_float(d, c->start_wd), &c->start_wd);
+        st = st ? st : sched_value(l, sd, "end_wd", "end weight decay", c->end_wd, mc_pk_float(d, c->end_wd), &c->end_wd);
+        st = st ? st : sched_value(l, sd, "wd_incr_steps", "total number of weight decay iterations",
+                                   (double)c->wd_incr_steps, mc_pk_int(d, c->wd_incr_steps), &v);
+        if (!st) {
+            c->wd_incr_steps = (int64_t)v;
+            st = sched_style(l, wds, "weight decay incr style", wd_styles[c->wd_incr_style], &style_s);
+        }
+        if (!st && !mc_wd_incr_parse(style_s, &c->wd_incr_style))
+            st = mc_error(MC_ERR_FORMAT, "%s: unknown wd_incr_style '%s'", l->path, style_s);
+    }
+    mc_pk_doc_free(d);
+    return st;
+}
+
+/* check_checkpoint_args: the model-shape arguments must agree. */
+static mc_status check_args(const struct loader *l, const struct mc_pk *ck)
+{
+    static const enum mc_arg_id ids[] = {MC_A_num_layers, MC_A_hidden_size, MC_A_num_attention_heads,
+                                         MC_A_add_position_embedding, MC_A_tensor_model_parallel_size,
+                                         MC_A_pipeline_model_parallel_size};
+    const struct mc_args *a = l->s->args;
+    for (size_t k = 0; k < sizeof(ids) / sizeof(*ids); k++) {
+        const char *name = mc_arg_defs[ids[k]].dest;
+        const struct mc_val *x = &a->v[ids[k]];
+        double cv, av = x->kind == MC_V_BOOL ? x->b : x->kind == MC_V_INT ? (double)x->i : x->f;
+        const struct mc_pk *v = mc_pk_get(ck, name);
+        if (!v && ids[k] == MC_A_add_position_embedding)
+            cv = 1; /* _compare's default=True */
+        else if (!pk_number(v, &cv))
+            return missing(l, name, " in the saved args");
+        if (cv != av)
+            return mc_error(MC_ERR_CONFIG, "%s: %s value from checkpoint (%.17g) is not equal to the "
+                            "input argument value (%.17g).", l->path, name, cv, av);
+    }
+    return MC_OK;
+}
+
+static mc_status restore_counters(const struct loader *l, const struct mc_pk *ck)
+{
+    static const enum mc_arg_id ids[] = {MC_A_consumed_train_samples, MC_A_skipped_train_samples,
+                                         MC_A_consumed_valid_samples};
+    for (size_t k = 0; k < 3; k++) {
+        double v = 0;
+        const struct mc_pk *x = mc_pk_get(ck, mc_arg_defs[ids[k]].dest);
+        if (x && !pk_number(x, &v))
+            return mc_error(MC_ERR_FORMAT, "%s: args.%s is not a number", l->path,
+                            mc_arg_defs[ids[k]].dest);
+        mc_args_set_int(l->s->args, ids[k], (int64_t)v);
+    }
+    return MC_OK;
+}
+
+/* read_metadata: an int > 0 or "release". */
+static mc_status read_tracker(const char *tracker, int64_t *iteration, bool *release)
+{
+    FILE *f = fopen(tracker, "rb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "cannot open %s: %s", tracker, strerror(errno));
+    char buf[64] = {0};
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    char *s = buf, *e = buf + n;
+    while (s < e && strchr(" \t\r\n", *s)) s++;
+    while (e > s && strchr(" \t\r\n", e[-1])) *--e = 0;
+    *release = !strcmp(s, "release");
+    char *end;
+    *iteration = *release ? 0 : strtoll(s, &end, 10);
+    if (!*release && (end == s || *end || *iteration <= 0))
+        return mc_error(MC_ERR_FORMAT, "ERROR: Invalid metadata file %s: '%s' (expected an "
+                        "iteration > 0 or 'release')", tracker, s);
+    return MC_OK;
+}
+
+static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool release)
+{
+    struct mc_ckpt_state *s = l->s;
+    const struct mc_args *a = s->args;
+    bool finetune = mc_args_bool(a, MC_A_finetune);
+    double version = 0;
+    if (!mc_pk_is_map(sd))
+        return mc_error(MC_ERR_FORMAT, "%s: the checkpoint is not a dict", l->path);
+    pk_number(mc_pk_get(sd, "checkpoint_version"), &version);
+    if (version != CKPT_VERSION)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: checkpoint_version %g; this build reads version "
+                        "3.0 (Megatron-LM >= 2.x torch checkpoints)", l->path, version);
+    double it = 0, flops = 0;
+    if (!finetune && !release && !pk_number(mc_pk_get(sd, "iteration"), &it))
+        return missing(l, "iteration", "");
+    s->iteration = (int64_t)it;
+    pk_number(mc_pk_get(sd, "num_floating_point_operations_so_far"), &flops);
+    s->num_floating_point_operations_so_far = flops;
+    const struct mc_pk *ck = mc_pk_get(sd, "args");
+    mc_status st;
+    if (ck && !finetune) {
+        if ((st = check_args(l, ck)) || (st = restore_counters(l, ck)))
+            return st;
+    } else if (l->log) {
+        fprintf(l->log, "could not find arguments in the checkpoint ...\n");
+    }
+    if ((st = load_model(l, mc_pk_get(sd, "model"))))
+        return st;
+    if (l->log)
+        fprintf(l->log, " checkpoint version 3.0\n");
+    if (!release && !finetune && !mc_args_bool(a, MC_A_no_load_optim)) {
+        const struct mc_pk *o = mc_pk_get(sd, "optimizer");
+        if (!o)
+            return missing(l, "optimizer", "; specify --no-load-optim or --finetune to prevent "
+                                           "attempting to load the optimizer state");
+        if ((st = load_optimizer(l, o)) || (st = load_sched(l, mc_pk_get(sd, "opt_param_scheduler"))))
+            return st;
+    }
+    /* RerunStateMachine.load_state_dict with the machine disabled (megatron.c has no rerun) */
+    if (mc_pk_get(sd, "rerun_state_machine") && l->log)
+        fprintf(l->log, "WARNING:megatron.core.rerun_state_machine:RerunStateMachine disabled via "
+                        "CLI, ignoring machine state saved in checkpoint\n");
+    return MC_OK;
+}
+
+/* A checkpoint directory of another layout than one process in torch format: say which. */
+static mc_status explain_missing(const char *dir, const char *path)
+{
+    char iter_dir[4096], probe[4200];
+    snprintf(iter_dir, sizeof(iter_dir), "%s", path);
+    *strrchr(iter_dir, '/') = 0;
+    *strrchr(iter_dir, '/') = 0;
+    snprintf(probe, sizeof(probe), "%s/metadata.json", iter_dir);
+    if (!access(probe, F_OK))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist (distributed) checkpoint; "
+                        "only --ckpt-format torch is supported (Megatron converts with "
+                        "--ckpt-convert-format torch --ckpt-convert-save DIR)", dir, iter_dir);
+    snprintf(probe, sizeof(probe), "%s/mp_rank_00_000", iter_dir);
+    if (!access(probe, F_OK))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s holds a pipeline- or expert-parallel "
+                        "checkpoint (mp_rank_00_000); this build reads checkpoints of pipeline "
+                        "parallel size 1 without expert parallelism", dir, iter_dir);
+    return MC_OK;
+}
+
+mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
+{
+    const char *dir = mc_args_str(s->args, MC_A_load);
+    char tracker[4096], path[4096];
+    *loaded = false;
+    mc_status pst = check_no_pipeline(s->model);
+    if (pst)
+        return pst;
+    s->iteration = 0;
+    snprintf(tracker, sizeof(tracker), "%s/%s", dir, TRACKER);
+    bool step_given = !mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step);
+    if (access(tracker, F_OK) && !step_given) {
+        if (mc_args_bool(s->args, MC_A_exit_on_missing_checkpoint))
+            return mc_error(MC_ERR_IO, "--exit-on-missing-checkpoint: no checkpoint to load: %s "
+                            "does not exist", tracker);
+        if (log)
+            fprintf(log, "WARNING: could not find the metadata file %s\n    will not load any "
+                    "checkpoints and will start from random\n", tracker);
+        return MC_OK;
+    }
+    int64_t iteration = 0;
+    bool release = false;
+    mc_status st = step_given ? MC_OK : read_tracker(tracker, &iteration, &release);
+    if (st)
+        return st;
+    if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
+        iteration = mc_args_int(s->args, MC_A_ckpt_step);
+    mc_ckpt_name(path, sizeof(path), dir, iteration, release, s->tp_rank);
+    if (access(path, R_OK) && (st = explain_missing(dir, path)))
+        return st;
+    if (access(path, R_OK))
+        return mc_error(MC_ERR_IO, "--load %s: the checkpoint %s of iteration %lld (from %s%s) "
+                        "cannot be read: %s", dir, path, (long long)iteration, tracker,
+                        mc_args_is_none(s->args, MC_A_ckpt_step) ? "" : " / --ckpt-step",
+                        strerror(errno));
+    if (log) {
+        if (release)
+            fprintf(log, " loading release checkpoint from %s\n", dir);
+        else
+            fprintf(log, " loading checkpoint from %s at iteration %lld\n", dir, (long long)iteration);
+    }
+    mc_pk_doc *d;
+    if ((st = mc_pk_doc_init(&d)))
+        return st;
+    struct mc_pk *sd;
+    struct loader l = {.s = s, .path = path, .log = log};
+    if (!(st = mc_torch_load(d, path, &sd)))
+        st = load_state(&l, sd, release);
+    mc_pk_doc_free(d);
+    if (st)
+        return st;
+    *loaded = true;
+    if (log) {
+        fprintf(log, "  successfully loaded checkpoint from %s [ t %d/%d, p 1/1 ] at iteration %lld\n",
+                dir, s->tp_rank + 1, tp_size(s), (long long)s->iteration);
+        fflush(log);
+    }
+    return MC_OK;
+}

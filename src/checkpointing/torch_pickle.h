@@ -1,0 +1,110 @@
+/* Python pickle (protocol 2) as torch.save writes it, and torch.load's restricted reading of it:
+ * a tree of Python values (dict, OrderedDict, list, tuple, str, bytes, int, float, bool, None,
+ * argparse.Namespace, torch dtypes, Megatron enums, numpy arrays, tensors over storages).
+ * The reader runs no code: every GLOBAL must be one it knows, anything else is an error naming
+ * it. Counterpart: torch/serialization.py (_save/_load) and torch/_utils.py
+ * (_rebuild_tensor_v2). Private header of src/checkpointing/. */
+#ifndef MC_CHECKPOINTING_TORCH_PICKLE_H
+#define MC_CHECKPOINTING_TORCH_PICKLE_H
+
+#include "megatron.h"
+
+enum mc_pk_kind {
+    MC_PK_NONE = 0, MC_PK_BOOL, MC_PK_INT, MC_PK_FLOAT, MC_PK_STR, MC_PK_BYTES,
+    MC_PK_TUPLE, MC_PK_LIST,
+    MC_PK_DICT, MC_PK_ODICT, MC_PK_NAMESPACE, /* items: key, value, key, value ... */
+    MC_PK_GLOBAL,  /* a module attribute such as torch.float32: s = "torch float32" */
+    MC_PK_ENUM,    /* s = "module Class"; items[0] = the value (Class(value)), or with b set the
+                      member name (getattr(Class, 'name'), as Python 3.11 pickles enums) */
+    MC_PK_STORAGE, MC_PK_TENSOR,
+    MC_PK_NDARRAY, MC_PK_NPDTYPE,
+};
+
+/* torch storage element types (the *Storage classes). */
+enum mc_pk_dtype {
+    MC_PKT_FLOAT = 0, MC_PKT_DOUBLE, MC_PKT_HALF, MC_PKT_BFLOAT16, MC_PKT_LONG, MC_PKT_INT,
+    MC_PKT_SHORT, MC_PKT_CHAR, MC_PKT_BYTE, MC_PKT_BOOL, MC_PKT_COUNT
+};
+size_t mc_pk_dtype_size(enum mc_pk_dtype t);
+const char *mc_pk_dtype_storage(enum mc_pk_dtype t); /* "FloatStorage" */
+const char *mc_pk_dtype_torch(enum mc_pk_dtype t);   /* "float32" (torch.<name>) */
+
+#define MC_PK_MAX_DIM 8
+
+struct mc_pk {
+    enum mc_pk_kind kind;
+    bool b;
+    int64_t i;
+    double f;
+    char *s;                /* STR, BYTES (len bytes, NUL-terminated too), GLOBAL, ENUM, NPDTYPE */
+    size_t len;
+    struct mc_pk **items;   /* TUPLE, LIST, ENUM; DICT/ODICT/NAMESPACE as key/value pairs */
+    int64_t n, cap;
+    /* STORAGE: dtype, numel, data (borrowed: the zip mapping when read, the caller's memory
+     * when written), key (assigned on save, "" until then) */
+    enum mc_pk_dtype dtype;
+    int64_t numel;
+    const void *data;
+    char key[24];
+    /* TENSOR: storage, offset (elements), shape and stride (elements); NDARRAY: shape, dtype
+     * (NPDTYPE node), data (numel items). */
+    struct mc_pk *storage;
+    int64_t offset;
+    int ndim;
+    int64_t shape[MC_PK_MAX_DIM], stride[MC_PK_MAX_DIM];
+    bool requires_grad;
+};
+
+/* Owns every node and string of a tree (an arena). */
+typedef struct mc_pk_doc mc_pk_doc;
+mc_status mc_pk_doc_init(mc_pk_doc **out);
+void mc_pk_doc_free(mc_pk_doc *d);
+
+/* ---- building (NULL on allocation failure, which sets the last error) ---------------------- */
+struct mc_pk *mc_pk_none(mc_pk_doc *d);
+struct mc_pk *mc_pk_bool(mc_pk_doc *d, bool v);
+struct mc_pk *mc_pk_int(mc_pk_doc *d, int64_t v);
+struct mc_pk *mc_pk_float(mc_pk_doc *d, double v);
+struct mc_pk *mc_pk_str(mc_pk_doc *d, const char *s);
+struct mc_pk *mc_pk_bytes(mc_pk_doc *d, const void *p, size_t n);
+struct mc_pk *mc_pk_new(mc_pk_doc *d, enum mc_pk_kind kind); /* containers */
+struct mc_pk *mc_pk_global(mc_pk_doc *d, const char *module, const char *name);
+struct mc_pk *mc_pk_enum(mc_pk_doc *d, const char *module, const char *cls, struct mc_pk *value);
+struct mc_pk *mc_pk_enum_member(mc_pk_doc *d, const char *module, const char *cls, const char *name);
+/* A storage over `data` (borrowed) and a tensor viewing it. */
+struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_pk_dtype t, int64_t numel, const void *data);
+struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, int ndim,
+                           const int64_t *shape, const int64_t *stride /* NULL = contiguous */);
+/* Appends to a TUPLE/LIST, or a key/value pair to a DICT/ODICT/NAMESPACE. */
+mc_status mc_pk_append(mc_pk_doc *d, struct mc_pk *c, struct mc_pk *item);
+mc_status mc_pk_set(mc_pk_doc *d, struct mc_pk *map, const char *key, struct mc_pk *value);
+
+/* ---- reading ------------------------------------------------------------------------------- */
+/* Value of a str key in a DICT/ODICT/NAMESPACE, or NULL. */
+struct mc_pk *mc_pk_get(const struct mc_pk *map, const char *key);
+bool mc_pk_is_map(const struct mc_pk *v);
+int64_t mc_pk_tensor_numel(const struct mc_pk *t);
+bool mc_pk_tensor_contiguous(const struct mc_pk *t);
+
+/* The storage a BINPERSID names: the loader returns its bytes (numel * itemsize of dtype). */
+typedef mc_status (*mc_pk_storage_fn)(void *ctx, const char *key, enum mc_pk_dtype t,
+                                      int64_t numel, const void **data);
+
+/* Unpickles `n` bytes. `what` names the source in error messages. */
+mc_status mc_pk_load(mc_pk_doc *d, const uint8_t *buf, size_t n, const char *what,
+                     mc_pk_storage_fn storage, void *ctx, struct mc_pk **out);
+/* Pickles `v` (protocol 2) into a buffer owned by the doc; storages get keys "0", "1", ... in
+ * first-use order, listed in *storages (also owned by the doc). */
+mc_status mc_pk_dump(mc_pk_doc *d, const struct mc_pk *v, uint8_t **buf, size_t *n,
+                     struct mc_pk ***storages, int64_t *num_storages);
+
+/* ---- torch.save / torch.load files ---------------------------------------------------------- */
+/* torch.save(v, path) as torch 1.13 writes it (archive folder named after the file's base name),
+ * through path.tmp, fsync'ed and renamed. */
+mc_status mc_torch_save(mc_pk_doc *d, const struct mc_pk *v, const char *path);
+/* The same with every entry in zip64 form (as files past 4 GiB are written), for tests. */
+mc_status mc_torch_save_ex(mc_pk_doc *d, const struct mc_pk *v, const char *path, bool force_zip64);
+/* torch.load(path): the tree's storages point into the file mapping kept by the doc. */
+mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out);
+
+#endif

@@ -1,0 +1,94 @@
+/* Pipeline parallelism: point-to-point exchange of [s, b, h] activations and their grads
+ * between adjacent stages (p2p.c, the counterpart of
+ * megatron/core/pipeline_parallel/p2p_communication.py) and the schedules that order the
+ * micro-batches' forward and backward steps (schedules.c, the counterpart of
+ * forward_backward_no_pipelining and forward_backward_pipelining_without_interleaving in
+ * megatron/core/pipeline_parallel/schedules.py, core_v0.12.1). Private header.
+ *
+ * The schedules drive the model through two callbacks, so they know nothing of GPT: the
+ * training loop supplies forward/backward steps of one micro-batch (spec
+ * megatron-model-parallel-ckpt.md section 5). */
+#ifndef MC_PIPELINE_PARALLEL_H
+#define MC_PIPELINE_PARALLEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "megatron.h"
+
+/* ---- p2p.c ------------------------------------------------------------------------------ */
+/* This rank's place in its pipeline-parallel group and the size of one message. */
+struct mc_pp_p2p {
+    void *comm;   /* MPI_Comm * of the pp group (NULL when size == 1) */
+    int size;     /* pipeline-parallel size */
+    int rank;     /* this stage */
+    int64_t n;    /* floats per message: s * b * h */
+    /* Optional: told each exchange as it happens ("Sn+Rn" = send to the next stage and
+     * receive from it, see tests/golden/pipeline/schedules_golden.txt), for the tests. */
+    void (*trace)(void *ctx, const char *event);
+    void *trace_ctx;
+};
+
+/* One exchange with the neighbours, as Megatron's _communicate with batched isend/irecv:
+ * send_next / send_prev are sent to the next / previous stage (NULL: nothing), recv_prev /
+ * recv_next receive from them (NULL: nothing). Sends and receives are posted together, then
+ * all awaited, so opposite exchanges of two neighbours cannot deadlock. Exchanges off the
+ * ends of the pipeline must not be asked for (the callers below skip them as Megatron does). */
+mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
+                            const float *send_prev, float *recv_prev, float *recv_next);
+
+/* The named operations of p2p_communication.py; each is a no-op where Megatron's is (e.g.
+ * recv_forward on the first stage). */
+mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, float *input);
+mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const float *output);
+mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, float *output_grad);
+mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const float *input_grad);
+mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p, const float *output,
+                                           float *output_grad);
+mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const float *input_grad,
+                                           float *input);
+
+/* The embedding group of initialize_model_parallel (first and last stage of each pipeline),
+ * split from the pp group: *out is an MPI_Comm * to free with mc_pp_group_free, or NULL on
+ * the middle stages and when pp == 1. Collective over the pp group. */
+mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out);
+void mc_pp_group_free(void *comm);
+
+/* ---- schedules.c ------------------------------------------------------------------------ */
+/* One micro-batch on this stage. forward: input [s, b, h] is the previous stage's output (NULL
+ * on the first stage); *output [s, b, h] is what goes to the next stage (unused on the last),
+ * valid until the next call. backward: micro-batch k's forward input again (the schedule keeps
+ * it; NULL on the first stage) and the grad of its output (NULL on the last stage, where the
+ * loss starts backward); *input_grad [s, b, h] goes to the previous stage (unused on the
+ * first). Backward of k may follow forwards of later micro-batches. */
+struct mc_pp_step_ops {
+    void *ctx;
+    mc_status (*forward)(void *ctx, int64_t k, const float *input, const float **output);
+    mc_status (*backward)(void *ctx, int64_t k, const float *input, const float *output_grad,
+                          const float **input_grad);
+};
+
+/* Buffers of a pipelined schedule, allocated once so the step loop allocates nothing. */
+struct mc_pp_schedule {
+    struct mc_pp_p2p p2p;
+    int slots;        /* inputs kept for backward: at most warmup + 1 = pp - rank */
+    float *inputs;    /* [slots, n] received activations, micro-batch k in slot k % slots */
+    float *grad;      /* [n] received output grad */
+};
+
+mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *p2p);
+void mc_pp_schedule_free(struct mc_pp_schedule *s);
+
+/* forward_backward_no_pipelining: F(k) then B(k) for each micro-batch (forward only: F). */
+mc_status mc_pp_forward_backward_no_pipelining(struct mc_pp_schedule *s,
+                                               const struct mc_pp_step_ops *ops,
+                                               int64_t num_microbatches, bool forward_only);
+/* forward_backward_pipelining_without_interleaving (1F1B): min(pp - rank - 1, M) warmup
+ * forwards, M - warmup steady one-forward-one-backward steps, warmup cooldown backwards, in
+ * Megatron's exact order with its exchanges. num_microbatches < 1 is MC_ERR_CONFIG. */
+mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_schedule *s,
+                                                                 const struct mc_pp_step_ops *ops,
+                                                                 int64_t num_microbatches,
+                                                                 bool forward_only);
+
+#endif /* MC_PIPELINE_PARALLEL_H */

@@ -1,0 +1,164 @@
+/* The micro-batch schedules of megatron/core/pipeline_parallel/schedules.py (core_v0.12.1):
+ * forward_backward_no_pipelining and forward_backward_pipelining_without_interleaving (1F1B),
+ * with the same per-rank order of forward steps, backward steps and exchanges (checked against
+ * Megatron's own functions by tests/parallel/test_pipeline_schedule.py). Megatron keeps each
+ * in-flight micro-batch's (input, output) pair for backward; here the schedule keeps the input
+ * activations it received, and the step callbacks own everything else. Grad reduction and the
+ * embedding all-reduce (finalize_model_grads) are left to the caller, after the schedule. */
+#include "pipeline_parallel/pipeline_parallel.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void trace_step(const struct mc_pp_p2p *p, char kind, int64_t k)
+{
+    if (!p->trace)
+        return;
+    char ev[32];
+    snprintf(ev, sizeof(ev), "%c%lld", kind, (long long)k);
+    p->trace(p->trace_ctx, ev);
+}
+
+mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *p2p)
+{
+    memset(s, 0, sizeof(*s));
+    s->p2p = *p2p;
+    if (p2p->size < 1 || p2p->rank < 0 || p2p->rank >= p2p->size || p2p->n < 1)
+        return mc_error(MC_ERR_CONFIG, "pipeline stage %d of %d with %lld-float messages: "
+                        "expected 0 <= stage < pipeline-model-parallel size and messages of "
+                        "seq-length * micro-batch-size * hidden-size floats", p2p->rank,
+                        p2p->size, (long long)p2p->n);
+    if (p2p->size > 1 && !p2p->comm)
+        return mc_error(MC_ERR_CONFIG, "pipeline-model-parallel size %d without a pipeline "
+                        "communicator", p2p->size);
+    /* at most warmup + 1 = size - rank inputs are waiting for their backward */
+    s->slots = p2p->rank == 0 ? 0 : p2p->size - p2p->rank;
+    if (s->slots) {
+        s->inputs = mc_alloc(sizeof(float) * (size_t)(s->slots * p2p->n));
+        if (!s->inputs)
+            return MC_ERR_NOMEM;
+    }
+    if (p2p->rank < p2p->size - 1) {
+        s->grad = mc_alloc(sizeof(float) * (size_t)p2p->n);
+        if (!s->grad) {
+            mc_pp_schedule_free(s);
+            return MC_ERR_NOMEM;
+        }
+    }
+    return MC_OK;
+}
+
+void mc_pp_schedule_free(struct mc_pp_schedule *s)
+{
+    mc_free(s->grad);
+    mc_free(s->inputs);
+    s->grad = s->inputs = NULL;
+}
+
+static mc_status check_microbatches(int64_t m)
+{
+    if (m < 1)
+        return mc_error(MC_ERR_CONFIG, "number of micro-batches %lld: a schedule needs at least "
+                        "one (global-batch-size >= micro-batch-size * data-parallel size)",
+                        (long long)m);
+    return MC_OK;
+}
+
+mc_status mc_pp_forward_backward_no_pipelining(struct mc_pp_schedule *s,
+                                               const struct mc_pp_step_ops *ops,
+                                               int64_t num_microbatches, bool forward_only)
+{
+    mc_status st = check_microbatches(num_microbatches);
+    for (int64_t k = 0; !st && k < num_microbatches; k++) {
+        const float *out, *dx;
+        trace_step(&s->p2p, 'F', k);
+        if ((st = ops->forward(ops->ctx, k, NULL, &out)) || forward_only)
+            continue;
+        trace_step(&s->p2p, 'B', k);
+        st = ops->backward(ops->ctx, k, NULL, NULL, &dx);
+    }
+    return st;
+}
+
+/* Where micro-batch k's input lives on this stage (NULL on the first stage). */
+static float *input_of(const struct mc_pp_schedule *s, int64_t k)
+{
+    return s->slots ? s->inputs + (k % s->slots) * s->p2p.n : NULL;
+}
+
+static mc_status fwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops, int64_t k,
+                     const float **out)
+{
+    trace_step(&s->p2p, 'F', k);
+    *out = NULL;
+    return ops->forward(ops->ctx, k, input_of(s, k), out);
+}
+
+/* backward of k with the output grad received into s->grad (none on the last stage) */
+static mc_status bwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops, int64_t k,
+                     const float **dx)
+{
+    bool last = s->p2p.rank == s->p2p.size - 1;
+    trace_step(&s->p2p, 'B', k);
+    *dx = NULL;
+    return ops->backward(ops->ctx, k, input_of(s, k), last ? NULL : s->grad, dx);
+}
+
+/* The 1F1B steady phase: forward k = i + warmup, then backward i (FIFO). */
+static mc_status steady(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops,
+                        int64_t warmup, int64_t remaining, bool forward_only)
+{
+    const struct mc_pp_p2p *p = &s->p2p;
+    mc_status st = MC_OK;
+    for (int64_t i = 0; !st && i < remaining; i++) {
+        int64_t k = i + warmup;
+        bool last_iteration = i == remaining - 1;
+        const float *y, *dx;
+        if ((st = fwd(s, ops, k, &y)))
+            break;
+        if (forward_only) {
+            st = mc_pp_send_forward(p, y);
+            if (!st && !last_iteration)
+                st = mc_pp_recv_forward(p, input_of(s, k + 1));
+            continue;
+        }
+        if ((st = mc_pp_send_forward_recv_backward(p, y, s->grad)) || (st = bwd(s, ops, i, &dx)))
+            break;
+        /* micro-batch i's slot is free now: k + 1 may arrive into it */
+        st = last_iteration ? mc_pp_send_backward(p, dx)
+                            : mc_pp_send_backward_recv_forward(p, dx, input_of(s, k + 1));
+    }
+    return st;
+}
+
+mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_schedule *s,
+                                                                 const struct mc_pp_step_ops *ops,
+                                                                 int64_t num_microbatches,
+                                                                 bool forward_only)
+{
+    const struct mc_pp_p2p *p = &s->p2p;
+    mc_status st = check_microbatches(num_microbatches);
+    if (st)
+        return st;
+    int64_t warmup = p->size - p->rank - 1;
+    if (warmup > num_microbatches)
+        warmup = num_microbatches;
+    int64_t remaining = num_microbatches - warmup;
+    for (int64_t k = 0; k < warmup; k++) {
+        const float *y;
+        if ((st = mc_pp_recv_forward(p, input_of(s, k))) || (st = fwd(s, ops, k, &y)) ||
+            (st = mc_pp_send_forward(p, y)))
+            return st;
+    }
+    if (remaining > 0 && (st = mc_pp_recv_forward(p, input_of(s, warmup))))
+        return st;
+    if ((st = steady(s, ops, warmup, remaining, forward_only)) || forward_only)
+        return st;
+    for (int64_t i = 0; i < warmup; i++) { /* cooldown */
+        const float *dx;
+        if ((st = mc_pp_recv_backward(p, s->grad)) || (st = bwd(s, ops, remaining + i, &dx)) ||
+            (st = mc_pp_send_backward(p, dx)))
+            return st;
+    }
+    return MC_OK;
+}
