@@ -140,7 +140,7 @@ MINDSPEED_REFUSED = '''
 --original-max-position-embeddings --num-layer-list --norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
---longrope-freqs-type --long-factor --short-factor
+--longrope-freqs-type --long-factor --short-factor --sliding-window
 '''.split()
 
 # Values that MindSpeed-LLM adds to the choices of Megatron options: refused by name (exit 2)

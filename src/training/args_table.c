@@ -603,6 +603,7 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--longrope-freqs-type",
     "--long-factor",
     "--short-factor",
+    "--sliding-window",
 };
 /* MindSpeed-LLM values of Megatron options, refused by name: {option, value}. */
 const char *const mc_mindspeed_refused_values[MC_NUM_MINDSPEED_REFUSED_VALUES][2] = {

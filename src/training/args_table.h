@@ -484,6 +484,6 @@ enum mc_arg_id {
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */
 #define MC_A_FIRST_DERIVED MC_A_rank
 #define MC_A_FIRST_EXTENSION MC_A_dry_run
-#define MC_NUM_MINDSPEED_REFUSED 66
+#define MC_NUM_MINDSPEED_REFUSED 67
 #define MC_NUM_MINDSPEED_REFUSED_VALUES 3
 #endif

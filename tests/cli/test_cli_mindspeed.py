@@ -32,7 +32,17 @@ def last_error(err):
     return lines[-1] if lines else ''
 
 
-def check_megatron(c, label, case, argv, notes):
+def expected_dump(golden, meg):
+    """The case's Megatron dump: the baseline with its differences, sorted as Megatron's
+    _print_args sorts (by lower-cased name)."""
+    d = dict(golden['baseline_dump'])
+    for k in meg['dump_removed']:
+        d.pop(k, None)
+    d.update(meg['dump_changed'])
+    return sorted(d.items(), key=lambda kv: kv[0].lower())
+
+
+def check_megatron(c, golden, label, case, argv, notes):
     """argv must give Megatron's outcome for the case, after the given note lines."""
     meg = case['megatron']
     rc, out, err = run([PRETRAIN, '--dry-run'] + argv, world_size=case['world_size'])
@@ -51,16 +61,16 @@ def check_megatron(c, label, case, argv, notes):
     want_pre = [fix_typos(l) for l in meg['stdout_pre'] if l]
     pre = [l for l in pre if l]
     c.check(pre == want_pre, '%s: start-up lines\n  got:  %s\n  want: %s' % (label, pre, want_pre))
-    if not c.check(dump is not None, '%s: no arguments dump' % label):
+    if not c.check(dump is not None and 'dump_changed' in meg, '%s: no arguments dump' % label):
         return
     got = [l for _, _, l in dump]
-    want = [dump_line(k, v) for k, v in meg['dump'].items()]
+    want = [dump_line(k, v) for k, v in expected_dump(golden, meg)]
     if not c.check(got == want, '%s: dump differs: extra %s missing %s' % (
             label, sorted(set(got) - set(want))[:6], sorted(set(want) - set(got))[:6])):
         return
 
 
-def check_case(c, case):
+def check_case(c, golden, case):
     name, exp = case['name'], case['expect']
     if exp['exit'] == 2:
         rc, out, err = run([PRETRAIN, '--dry-run'] + case['argv'], world_size=case['world_size'])
@@ -70,7 +80,7 @@ def check_case(c, case):
         c.check('Traceback' not in err and 'unrecognized arguments' not in err,
                 '%s: refusal is by name, not a crash or unknown option' % name)
     else:
-        check_megatron(c, name + ' (whole script)', case, case['argv'],
+        check_megatron(c, golden, name + ' (whole script)', case, case['argv'],
                        [note_line(o) for o in exp['accepted']])
     if exp.get('refused'):
         # MindSpeed values mapped to Megatron's: the first refused option is named.
@@ -81,9 +91,24 @@ def check_case(c, case):
         c.check(rc == 2 and last_error(err) == want,
                 '%s: values mapped: exit %d, %r; want exit 2, %r' % (name, rc, last_error(err),
                                                                      want))
-    check_megatron(c, name + ' (refused options removed)', case, case['accepted_argv'],
+    check_megatron(c, golden, name + ' (refused options removed)', case, case['accepted_argv'],
                    [note_line(o) for o in exp['accepted']])
-    check_megatron(c, name + ' (Megatron options)', case, case['megatron_argv'], [])
+    check_megatron(c, golden, name + ' (Megatron options)', case, case['megatron_argv'], [])
+
+
+def check_backends(c, golden, case):
+    """--distributed-backend hccl / mpi / gloo all mean the MPI backend: the script runs as
+    with Megatron's nccl, the dump showing the spelling given."""
+    argv = list(case['argv'])
+    at = argv.index('--distributed-backend') + 1
+    for b in ('hccl', 'mpi', 'gloo'):
+        argv[at] = b
+        rc, out, err = run([PRETRAIN, '--dry-run'] + argv, world_size=case['world_size'])
+        _, dump, _ = split_stdout(out)
+        want = [dump_line(k, b if k == 'distributed_backend' else v)
+                for k, v in expected_dump(golden, case['megatron'])]
+        c.check(rc == 0 and dump is not None and [l for _, _, l in dump] == want,
+                '%s --distributed-backend %s: exit %d (%s)' % (case['name'], b, rc, err[-200:]))
 
 
 def main():
@@ -92,7 +117,10 @@ def main():
     c = Checker('test_cli_mindspeed')
     c.check(len(golden['cases']) >= 20, 'at least 20 MindSpeed-LLM scripts')
     for case in golden['cases']:
-        check_case(c, case)
+        check_case(c, golden, case)
+    check_backends(c, golden, next(x for x in golden['cases']
+                                   if x['expect']['exit'] is None and
+                                   '--distributed-backend' in x['argv']))
     return c.summary()
 
 

@@ -9,7 +9,7 @@ Usage: MINDSPEED_LLM_GIT=<git dir of Ascend/MindSpeed-LLM> \\
 Each script is read from the MindSpeed-LLM git history (COMMIT below), its placeholder paths
 ("your data path" ...) are replaced by /path/to/<VAR>, and it is run by bash with torchrun,
 python, tee, mkdir and source replaced by shell functions, so that only the expanded argument
-list of pretrain_gpt.py (and NPUS_PER_NODE * NNODES for WORLD_SIZE) comes out. Nothing of
+list of pretrain_gpt.py (and the script's WORLD_SIZE, else NPUS_PER_NODE * NNODES) comes out. Nothing of
 MindSpeed-LLM is stored but those argument lists (configuration data). The Megatron outcome
 comes from make_goldens.run_case (Megatron's Python, live) on the list with the options
 Megatron's parser does not know removed, and MindSpeed-only tokenizer types mapped
@@ -61,6 +61,23 @@ examples/mcore/gemma2/pretrain_gemma2_9b_ptd.sh
 examples/mcore/phi35/pretrain_phi35_mini_A3_ptd.sh
 examples/mcore/magistral/pretrain_magistral_small_24b_A3_ptd.sh
 '''.split()
+# The legacy (non-mcore) examples, as they were just before their removal.
+LEGACY_COMMIT = '330ce601683b20c51aa26827aeb98b24f336bcc3'  # 2025-07-12
+LEGACY_SCRIPTS = '''
+examples/legacy/llama2/pretrain_llama2_7b_ptd.sh
+examples/legacy/llama2/pretrain_llama2_13B_ptd_8p.sh
+examples/legacy/llama2/pretrain_llama2_70b_ptd.sh
+examples/legacy/llama3/pretrain_llama3_8b_ptd.sh
+examples/legacy/llama/pretrain_llama_7b_ptd.sh
+examples/legacy/mistral/pretrain_mistral_7b_ptd.sh
+examples/legacy/qwen/pretrain_qwen_7b_ptd.sh
+examples/legacy/qwen15/pretrain_qwen15_7b_ptd.sh
+examples/legacy/gemma/pretrain_gemma_7b_ptd.sh
+examples/legacy/gpt3/pretrain_gpt3_15B_ptd.sh
+examples/legacy/codellama/pretrain_codellama_34b_ptd_16p.sh
+examples/legacy/yi/pretrain_yi_34b_ptd_16p.sh
+examples/legacy/aquila2/pretrain_aquila2_7b_ptd.sh
+'''.split()
 
 # What megatron.c makes of MindSpeed-only options (docs/cli-differences.md): fused-kernel and
 # compute-communication-overlap flags ask for what megatron.c always computes, so they are
@@ -76,7 +93,7 @@ VALUE_MAP = {('--tokenizer-type', 'PretrainedFromHF'): 'HuggingFaceTokenizer',
              ('--position-embedding-type', 'alibi'): None}
 
 STUBS = r'''
-__emit() { printf '%s\0' "$@" > "$MS_OUT"; printf '%s\0' "${NPUS_PER_NODE:-1}" "${NNODES:-1}" > "$MS_OUT.ws"; }
+__emit() { printf '%s\0' "$@" > "$MS_OUT"; printf '%s\0' "${WORLD_SIZE:-$((${NPUS_PER_NODE:-1} * ${NNODES:-1}))}" 1 > "$MS_OUT.ws"; }
 torchrun() { __emit "$@"; }
 python() { __emit "$@"; }
 python3() { __emit "$@"; }
@@ -86,11 +103,13 @@ source() { :; }
 '''
 
 
-def extract(path):
+def extract(commit, path):
     """(pretrain_gpt argv, world size) of one example script."""
-    text = subprocess.run(['git', '-C', GIT, 'show', COMMIT + ':' + path], check=True,
+    text = subprocess.run(['git', '-C', GIT, 'show', commit + ':' + path], check=True,
                           stdout=subprocess.PIPE, universal_newlines=True).stdout
-    text = re.sub(r'^(\w+)=["\']?your[^\n]*$', r'\1=/path/to/\1', text, flags=re.M)
+    # Placeholders: "your data path", "vocab file for gpt" (quoted words, no expansion).
+    text = re.sub(r'^(\w+)=(["\']?your[^\n]*|"[^"$\n]* [^"$\n]*")$', r'\1=/path/to/\1', text,
+                  flags=re.M)
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, 'argv')
         subprocess.run(['bash', '-c', STUBS + text], cwd=d, check=True,
@@ -166,19 +185,42 @@ def expectation(groups, known):
             'refused': refused, 'refused_values': values}
 
 
+def one_line_lists(text):
+    """json's indented text with each list of strings (the argument lists) on one line."""
+    item = r'"(?:[^"\\]|\\.)*"'
+    pat = r'\[\s*\n\s*(%s(?:,\s*\n\s*%s)*)\s*\n\s*\]' % (item, item)
+    return re.sub(pat, lambda m: '[' + re.sub(r',\s*\n\s*', ', ', m.group(1)) + ']', text)
+
+
+def compact(cases):
+    """Keeps the first case's dump whole; the others store what differs from it (Megatron
+    prints the dump sorted by lower-cased name, so the order is not stored)."""
+    base = dict(cases[0]['megatron']['dump'] or {})
+    assert list(base) == sorted(base, key=str.lower)
+    for c in cases:
+        m = c['megatron']
+        dump = m.pop('dump')
+        if dump is None:
+            continue
+        assert list(dump) == sorted(dump, key=str.lower)
+        m['dump_changed'] = {k: v for k, v in dump.items() if base.get(k) != v}
+        m['dump_removed'] = [k for k in base if k not in dump]
+    return base
+
+
 def main():
     known = megatron_options()
     cases = []
-    for path in SCRIPTS:
-        argv, ws = extract(path)
+    for commit, path in [(COMMIT, p) for p in SCRIPTS] + [(LEGACY_COMMIT, p) for p in LEGACY_SCRIPTS]:
+        argv, ws = extract(commit, path)
         groups = split_options(argv, known)
         mindspeed = [o for o, _ in groups if o not in known]
         margv = megatron_argv(groups, known)
         keep_argv = megatron_argv(groups, known, keep=ACCEPTED)
         mapped_argv = megatron_argv(groups, known, keep={o for o, _ in groups})
-        name = os.path.basename(path)[:-3]
+        name = ('legacy_' if commit == LEGACY_COMMIT else '') + os.path.basename(path)[:-3]
         res = MG.run_case(name, margv, ws)
-        case = {'name': name, 'source': 'Ascend/MindSpeed-LLM@%s:%s' % (COMMIT, path),
+        case = {'name': name, 'source': 'Ascend/MindSpeed-LLM@%s:%s' % (commit, path),
                 'world_size': ws, 'argv': argv, 'mindspeed_only': mindspeed,
                 'megatron_argv': margv, 'accepted_argv': keep_argv, 'mapped_argv': mapped_argv,
                 'expect': expectation(groups, known), 'megatron': {
@@ -190,12 +232,13 @@ def main():
         cases.append(case)
         print('%-40s ws=%-4d exit=%d mindspeed=%d %s' % (name, ws, res['exit'], len(mindspeed),
                                                          res.get('error') or res['stderr_last']))
-    doc = {'megatron': 'Megatron-LM core_v0.12.1', 'mindspeed_llm': 'Ascend/MindSpeed-LLM@' + COMMIT,
-           'cases': cases}
+    base = compact(cases)
+    doc = {'megatron': 'Megatron-LM core_v0.12.1',
+           'mindspeed_llm': 'Ascend/MindSpeed-LLM@%s, legacy examples @%s' % (COMMIT, LEGACY_COMMIT),
+           'baseline_dump': base, 'cases': cases}
     dst = os.path.join(HERE, 'mindspeed_cli.json')
     with open(dst + '.tmp', 'w') as f:
-        json.dump(doc, f, indent=1)
-        f.write('\n')
+        f.write(one_line_lists(json.dumps(doc, indent=1)) + '\n')
     os.replace(dst + '.tmp', dst)
     print('make_mindspeed_goldens: %d cases -> %s' % (len(cases), dst))
 
