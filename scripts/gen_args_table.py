@@ -114,6 +114,10 @@ EXTENSIONS = [
      'MindSpeed matmul+collective fusion: same results, no effect in megatron.c'),
     ('--use-fused-moe-token-permute-and-unpermute', 'use_fused_moe_token_permute_and_unpermute',
      'flag(store_true)', 'MindSpeed fused kernel: same results, no effect in megatron.c'),
+    ('--use-ascend-coc', 'use_ascend_coc', 'flag(store_true)',
+     'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
+    ('--coc-fused-kernel', 'coc_fused_kernel', 'flag(store_true)',
+     'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features
@@ -132,8 +136,19 @@ MINDSPEED_REFUSED = '''
 --gemm-gradient-accumulation-fusion --noop-layers --input-layernorm-in-fp32 --o2-optimizer
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
---jit-compile --use-flash-attn-mindspeed
+--jit-compile --use-flash-attn-mindspeed --low-freq-factor --high-freq-factor
+--original-max-position-embeddings --num-layer-list --norm-topk-prob --square-alibi-mask
+--fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
+--interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
+--longrope-freqs-type --long-factor --short-factor --sliding-window
 '''.split()
+
+# Values that MindSpeed-LLM adds to the choices of Megatron options: refused by name (exit 2)
+# instead of argparse's "invalid choice" (option and value as the user wrote them).
+MINDSPEED_REFUSED_VALUES = [
+    ('--tokenizer-type', 'PretrainedFromHF'), ('--tokenizer-type', 'MagistralTokenizer'),
+    ('--position-embedding-type', 'alibi'),
+]
 
 KIND = {'int': 'MC_ARGT_INT', 'float': 'MC_ARGT_FLOAT', 'str': 'MC_ARGT_STR',
         'flag(store_true)': 'MC_ARGT_STORE_TRUE', 'flag(store_false)': 'MC_ARGT_STORE_FALSE',
@@ -223,7 +238,10 @@ def write_options_doc(rows):
         lines += [', '.join('`%s`' % '/'.join(a['options']) for a in sel), '']
     lines += ['MindSpeed / MindSpeed-LLM options refused by name (exit 2, '
               '"--x is a MindSpeed option that megatron.c does not support yet"):', '',
-              ', '.join('`%s`' % o for o in MINDSPEED_REFUSED), '']
+              ', '.join('`%s`' % o for o in MINDSPEED_REFUSED), '',
+              'MindSpeed-LLM values of Megatron options refused by name (exit 2, '
+              '"--x y is a MindSpeed option value that megatron.c does not support yet"):', '',
+              ', '.join('`%s %s`' % ov for ov in MINDSPEED_REFUSED_VALUES), '']
     path = os.path.join(ROOT, 'docs', 'cli-options.md')
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + '.tmp', 'w') as f:
@@ -261,6 +279,7 @@ def main():
     h.append('#define MC_A_FIRST_DERIVED MC_A_%s' % DERIVED[0])
     h.append('#define MC_A_FIRST_EXTENSION MC_A_%s' % EXTENSIONS[0][1])
     h.append('#define MC_NUM_MINDSPEED_REFUSED %d' % len(MINDSPEED_REFUSED))
+    h.append('#define MC_NUM_MINDSPEED_REFUSED_VALUES %d' % len(MINDSPEED_REFUSED_VALUES))
     h.append('#endif')
 
     c = []
@@ -317,6 +336,11 @@ def main():
     c.append('const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {')
     for o in MINDSPEED_REFUSED:
         c.append('    %s,' % cstr(o))
+    c.append('};')
+    c.append('/* MindSpeed-LLM values of Megatron options, refused by name: {option, value}. */')
+    c.append('const char *const mc_mindspeed_refused_values[MC_NUM_MINDSPEED_REFUSED_VALUES][2] = {')
+    for o, v in MINDSPEED_REFUSED_VALUES:
+        c.append('    {%s, %s},' % (cstr(o), cstr(v)))
     c.append('};')
     write_options_doc(rows)
     out_dir = os.path.join(ROOT, 'src', 'training')

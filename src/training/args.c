@@ -632,6 +632,15 @@ static mc_status convert(struct mc_args *a, const struct mc_arg_def *d, const ch
     }
 }
 
+static bool is_mindspeed_value(const struct mc_arg_def *d, const char *value)
+{
+    for (int k = 0; k < MC_NUM_MINDSPEED_REFUSED_VALUES; k++)
+        if (!strcmp(mc_mindspeed_refused_values[k][0], d->opt) &&
+            !strcmp(mc_mindspeed_refused_values[k][1], value))
+            return true;
+    return false;
+}
+
 static mc_status convert_checked(struct mc_args *a, const struct mc_arg_def *d, const char *s,
                                  struct mc_val *out)
 {
@@ -640,6 +649,13 @@ static mc_status convert_checked(struct mc_args *a, const struct mc_arg_def *d, 
         return st;
     if (!check_choice(d, out)) {
         char name[160], ch[1024], got[512];
+        if (out->kind == MC_V_STR && is_mindspeed_value(d, out->s)) {
+            /* MindSpeed-LLM's launch scripts are a dialect we name, not an argparse typo. */
+            mc_status st = parse_fail(a, 2, NULL, "%s %s is a MindSpeed option value that "
+                                      "megatron.c does not support yet", d->opt, out->s);
+            val_clear(out);
+            return st;
+        }
         if (out->kind == MC_V_STR)
             py_str_repr(got, sizeof(got), 0, out->s);
         else

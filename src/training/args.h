@@ -72,6 +72,7 @@ struct mc_arg_def {
 
 extern const struct mc_arg_def mc_arg_defs[MC_A_COUNT];
 extern const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED];
+extern const char *const mc_mindspeed_refused_values[MC_NUM_MINDSPEED_REFUSED_VALUES][2];
 
 /* The namespace. deleted[] marks attributes absent from the dump (validate_args deletes the
  * removed options; derived attributes are absent until validate_args sets them). */

@@ -477,10 +477,13 @@ enum mc_arg_id {
     MC_A_use_mc2,
     MC_A_use_ascend_mc2,
     MC_A_use_fused_moe_token_permute_and_unpermute,
+    MC_A_use_ascend_coc,
+    MC_A_coc_fused_kernel,
     MC_A_COUNT
 };
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */
 #define MC_A_FIRST_DERIVED MC_A_rank
 #define MC_A_FIRST_EXTENSION MC_A_dry_run
-#define MC_NUM_MINDSPEED_REFUSED 48
+#define MC_NUM_MINDSPEED_REFUSED 67
+#define MC_NUM_MINDSPEED_REFUSED_VALUES 3
 #endif
