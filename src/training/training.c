@@ -176,7 +176,7 @@ static mc_status check_parallel_support(const struct mc_args *a)
 }
 
 /* What this build cannot do yet fails loudly, before any work is done. */
-static mc_status check_single_process(const struct mc_args *a)
+static mc_status check_supported(const struct mc_args *a)
 {
     mc_status st = check_parallel_support(a);
     if (st)
@@ -1173,7 +1173,7 @@ static mc_status setup(struct trainer *t)
     const struct mc_args *a = t->a;
     mc_status st;
     setup_printing(a);
-    if ((st = check_single_process(a)))
+    if ((st = check_supported(a)))
         return st;
     if ((st = mc_microbatches_init_from_args(a, out_first, &t->mb)))
         return st;
