@@ -19,6 +19,7 @@
 #include "training/dry_run.h"
 #include "training/training.h"
 #include "training/validate.h"
+#include "training/yaml_cfg.h"
 
 /* argparse's prog is the script's basename; users' log tooling expects "pretrain_gpt.py". */
 static void prog_name(char *buf, size_t n, const char *argv0)
@@ -62,6 +63,12 @@ int main(int argc, char **argv)
     if (a->help) {
         mc_args_print_help(stdout, prog);
         rc = 0;
+        goto out;
+    }
+    if (mc_yaml_cfg_apply(&a, stdout) != MC_OK) { /* --yaml-cfg replaces the namespace */
+        fflush(stdout);
+        print_failure(a, prog);
+        rc = a->exit_code ? a->exit_code : 1;
         goto out;
     }
     bool rank0 = mc_args_int(a, MC_A_rank) == 0;

@@ -884,9 +884,6 @@ static mc_status check_values(struct mc_args *a)
     if (mc_args_int(a, MC_A_num_distributed_optimizer_instances) != 1)
         return unsupported(a, "--num-distributed-optimizer-instances is not supported by "
                            "megatron.c yet");
-    if (!mc_args_is_none(a, MC_A_yaml_cfg))
-        return unsupported(a, "--yaml-cfg is not supported by megatron.c yet (pass the options "
-                           "on the command line)");
     if (a->given[MC_A_moe_layer_freq] && !mc_args_is_none(a, MC_A_num_experts))
         return unsupported(a, "--moe-layer-freq is not supported by megatron.c yet "
                            "(mixture of experts)");
