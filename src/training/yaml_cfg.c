@@ -114,11 +114,11 @@ static const char *const false_words[] = {"false", "False", "FALSE", "no", "No",
 /* Replaces every ${VAR} from the environment; a missing variable fails as Megatron's assert. */
 static mc_status env_subst(struct mc_args *a, char **text)
 {
-    char *s = *text;
-    while (strstr(s, "${")) {
-        char *open = strstr(s, "${"), *close = strchr(open, '}');
+    size_t from = 0; /* substituted text is not scanned again */
+    for (;;) {
+        char *s = *text, *open = strstr(s + from, "${"), *close = open ? strchr(open, '}') : NULL;
         if (!close)
-            break;
+            return MC_OK;
         char name[256];
         snprintf(name, sizeof(name), "%.*s", (int)(close - open - 2), open + 2);
         const char *val = getenv(name);
@@ -132,13 +132,9 @@ static mc_status env_subst(struct mc_args *a, char **text)
         memcpy(r + pre, val, vl);
         memcpy(r + pre + vl, close + 1, post + 1);
         mc_free(s);
-        s = r;
-        *text = s;
-        /* the substituted text is not scanned again: continue after it */
-        if (!strstr(s + pre + vl, "${"))
-            break;
+        *text = r;
+        from = pre + vl;
     }
-    return MC_OK;
 }
 
 /* One scalar (plain, 'single' or "double" quoted) spanning s[0..n). *kind says how it resolved;
