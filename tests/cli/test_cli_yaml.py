@@ -120,6 +120,14 @@ load: ~
            '--vocab-size', '1000']
     rc2, out2, err2 = run([PRETRAIN, '--dry-run'] + cli)
     c.check(rc == 0 and rc2 == 0, 'lists: %s | %s' % (err[-400:], err2[-400:]))
+    # A variable whose value contains ${...} is not expanded again; quoted strings are too.
+    p2 = write(tmp, 'env.yaml', 'num_layers: 2\nhidden_size: 32\nnum_attention_heads: 4\n'
+               'seq_length: 32\nmax_position_embeddings: 32\nmicro_batch_size: 1\n'
+               'train_iters: 10\nlr: 0.001\nsave: a${MC_Y1}b${MC_Y2}c\nsave_interval: 5\nload: "${MC_Y2}/x"\n')
+    rc3, out3, err3 = run([PRETRAIN, '--yaml-cfg', p2, '--dry-run'],
+                          extra_env={'MC_Y1': '${MC_Y1}', 'MC_Y2': 'z'})
+    c.check(rc3 == 0 and '  save ' + '.' * 44 + ' a${MC_Y1}bzc' in out3.splitlines() and
+            '  load ' + '.' * 44 + ' z/x' in out3.splitlines(), 'env: %s' % err3[-300:])
     c.check(dump(out) is not None and dump(out) == dump(out2),
             'list dumps differ: %s' % sorted(set(dump(out) or []) ^ set(dump(out2) or []))[:10])
 
