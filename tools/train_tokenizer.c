@@ -24,10 +24,26 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: train_tokenizer --input FILE [FILE...] --vocab-size N --output-dir DIR "
-                    "[--min-frequency F] [--special-tokens TOK...] [--json-keys KEY]\n");
+    fprintf(f, "usage: train_tokenizer --input FILE [FILE...] --vocab-size N --output-dir DIR "
+               "[--min-frequency F] [--special-tokens TOK...] [--json-keys KEY]\n");
+}
+
+static void help(void)
+{
+    usage(stdout);
+    printf("\nTrains a byte-level BPE tokenizer (GPT-2 style) and writes vocab.json, merges.txt,\n"
+           "tokenizer.json and tokenizer_config.json, usable as --tokenizer-type GPT2BPETokenizer\n"
+           "(--vocab-file/--merge-file) or HuggingFaceTokenizer (--tokenizer-model DIR).\n\n"
+           "options:\n"
+           "  -h, --help              show this help and exit\n"
+           "  --input FILE [FILE...]  text files, or JSONL files with --json-keys\n"
+           "  --vocab-size N          size of the vocabulary, special tokens included\n"
+           "  --output-dir DIR        where the files are written (created if missing)\n"
+           "  --min-frequency F       minimum count of a pair to be merged (default 2)\n"
+           "  --special-tokens TOK... special tokens (default <|endoftext|>)\n"
+           "  --json-keys KEY         read KEY of each JSON line instead of plain text\n");
 }
 
 static int fail(mc_status st)
@@ -74,7 +90,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         char *end = NULL;
-        if (strcmp(a, "--input") == 0) {
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            help();
+            goto out;
+        } else if (strcmp(a, "--input") == 0) {
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
                 inputs[n_in++] = argv[++i];
         } else if (strcmp(a, "--special-tokens") == 0) {
@@ -101,14 +120,14 @@ int main(int argc, char **argv)
             json_key = argv[++i];
         } else {
             fprintf(stderr, "train_tokenizer: unknown or incomplete option %s\n", a);
-            usage();
+            usage(stderr);
             rc = 2;
             goto out;
         }
     }
     if (!n_in || !vocab_size || !outdir) {
         fprintf(stderr, "train_tokenizer: --input, --vocab-size and --output-dir are required\n");
-        usage();
+        usage(stderr);
         rc = 2;
         goto out;
     }
