@@ -108,14 +108,23 @@ static mc_status check_layout(struct vctx *c)
     mc_args_set_int(a, V(data_parallel_size), ws / (enc + dec));
     char hcp[256];
     mc_py_str(hcp, sizeof(hcp), &a->v[V(hierarchical_context_parallel_sizes)]);
-    /* Megatron's line lacks the ", " after the hierarchical sizes (a typo, fixed here). */
-    say(c, "using world size: %lld, data-parallel size: %lld, context-parallel size: %lld, "
-           "hierarchical context-parallel sizes: %s, tensor-model-parallel size: %lld, "
-           "encoder-tensor-model-parallel size: %lld, pipeline-model-parallel size: %lld, "
-           "encoder-pipeline-model-parallel size: %lld",
-        (long long)ws, (long long)I(data_parallel_size), (long long)cp, hcp, (long long)tp,
-        (long long)I(encoder_tensor_model_parallel_size), (long long)pp,
-        (long long)I(encoder_pipeline_model_parallel_size));
+    /* validate_yaml's own line (--yaml-cfg); Megatron's lacks the ", " before
+     * "tensor-model-parallel" (a typo, fixed here as in the line below). */
+    if (!NONE(yaml_cfg)) {
+        say(c, "using world size: %lld, data-parallel size: %lld, context-parallel size: %lld, "
+               "tensor-model-parallel size: %lld, pipeline-model-parallel size: %lld",
+            (long long)ws, (long long)I(data_parallel_size), (long long)cp, (long long)tp,
+            (long long)pp);
+    } else {
+        /* Megatron's line lacks the ", " after the hierarchical sizes (a typo, fixed here). */
+        say(c, "using world size: %lld, data-parallel size: %lld, context-parallel size: %lld, "
+               "hierarchical context-parallel sizes: %s, tensor-model-parallel size: %lld, "
+               "encoder-tensor-model-parallel size: %lld, pipeline-model-parallel size: %lld, "
+               "encoder-pipeline-model-parallel size: %lld",
+            (long long)ws, (long long)I(data_parallel_size), (long long)cp, hcp, (long long)tp,
+            (long long)I(encoder_tensor_model_parallel_size), (long long)pp,
+            (long long)I(encoder_pipeline_model_parallel_size));
+    }
     if (!NONE(pipeline_model_parallel_split_rank)) {
         mc_args_set_int(a, V(encoder_pipeline_model_parallel_size), I(pipeline_model_parallel_split_rank));
         mc_args_set_int(a, V(pipeline_model_parallel_size), pp - I(encoder_pipeline_model_parallel_size));

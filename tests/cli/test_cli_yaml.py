@@ -59,6 +59,10 @@ def test_same_dump(c, tmp):
     rc, yout, yerr = run([PRETRAIN, '--yaml-cfg', FIXTURE, '--dry-run'], extra_env=env)
     c.check(rc == 0, 'yaml dry run: %s' % yerr[-500:])
     c.check(yout.splitlines()[:1] == [WARNING], 'warning first: %r' % yout[:200])
+    # validate_yaml's world-size line (Megatron's missing ', ' restored).
+    c.check(yout.splitlines()[1:2] == ['using world size: 1, data-parallel size: 1, '
+            'context-parallel size: 1, tensor-model-parallel size: 1, pipeline-model-parallel '
+            'size: 1'], 'yaml world-size line: %r' % yout.splitlines()[1:2])
     rc, cout, cerr = run([PRETRAIN, '--dry-run'] + equivalent_cli(cache))
     c.check(rc == 0, 'cli dry run: %s' % cerr[-500:])
     yd, cd = dump(yout), dump(cout)
@@ -128,6 +132,8 @@ load: ~
                           extra_env={'MC_Y1': '${MC_Y1}', 'MC_Y2': 'z'})
     c.check(rc3 == 0 and '  save ' + '.' * 44 + ' a${MC_Y1}bzc' in out3.splitlines() and
             '  load ' + '.' * 44 + ' z/x' in out3.splitlines(), 'env: %s' % err3[-300:])
+    c.check('tensor-model-parallel size: 1, pipeline-model-parallel size: 1' in out,
+            'TP 4 and PP 2 clamped to world size 1')
     c.check(dump(out) is not None and dump(out) == dump(out2),
             'list dumps differ: %s' % sorted(set(dump(out) or []) ^ set(dump(out2) or []))[:10])
 
