@@ -11,6 +11,7 @@ STAT = re.compile(r"comm-stats rank=(\d+) group=(\S+) op=(\S+) calls=(\d+) "
                   r"payload_bytes=(\d+) wire_bytes=(\d+)")
 PARAMS = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank "
                     r"\((\d+), (\d+)\): (\d+)")
+VPAD = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 STEP = re.compile(r"elapsed time per iteration \(ms\): ([0-9.]+)")
 
 
@@ -19,8 +20,8 @@ def ring(n, s, allreduce=True):
     return (2 if allreduce else 1) * (n - 1) / n * s if n > 1 else 0.0
 
 
-def theory(a, t, p, params):
-    """Minimum wire bytes per step for the rank at tensor rank t, pipeline stage p."""
+def theory(a, t, p, params, vpad):
+    """Minimum wire bytes per step (Megatron's schedule) for tensor rank t, pipeline stage p."""
     m = a.gbs // (a.mbs * a.dp)              # micro-batches per step on this rank
     act = a.seq * a.mbs * a.hidden * 4       # one s*b*h fp32 activation
     first, last = p == 0, p == a.pp - 1
@@ -32,7 +33,6 @@ def theory(a, t, p, params):
     if a.pp > 1:  # s*b*h per micro-batch per boundary each way
         out["pp"] = m * act * ((not last) + (not first))
         if first or last:  # tied word embedding grads, V_pad*h/tp over the 2-rank group
-            vpad = -(-a.vocab // 128) * 128
             out["embedding"] = ring(2, vpad * a.hidden // a.tp * 4)
     if a.dp > 1 and params is not None:  # all grads (or RS + AG with the distributed optimizer)
         out["dp"] = ring(a.dp, params * 4)
@@ -55,6 +55,8 @@ def main():
     for t, p, n in PARAMS.findall(text):
         params[(int(t), int(p))] = int(n)
     steps = [float(x) for x in STEP.findall(text)]
+    vp = VPAD.search(text)
+    vpad = int(vp.group(1)) if vp else a.vocab
     if not stats or not steps:
         sys.exit(f"report.py: {a.log} has no comm-stats or iteration lines")
     warm = steps[1:] if len(steps) > 1 else steps
@@ -66,7 +68,7 @@ def main():
     world = a.tp * a.pp * a.dp
     for r in range(world):
         t, p = r % a.tp, r // (a.tp * a.dp)   # Megatron's tp-cp-ep-dp-pp rank order
-        th = theory(a, t, p, params.get((t, p)))
+        th = theory(a, t, p, params.get((t, p)), vpad)
         for (rr, g), (calls, pay, wire, ops) in sorted(stats.items()):
             if rr != r:
                 continue

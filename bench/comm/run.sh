@@ -12,7 +12,7 @@ build=${1:-$here/../../build}
 bin=$build/bin/pretrain_gpt
 [ -x "$bin" ] || { echo "run.sh: $bin not found (build first)" >&2; exit 1; }
 iters=${ITERS:-4}
-layouts=${LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 tp2xdp2 pp2xdp2 dp2+distopt"}
+layouts=${LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 tp2xdp2 pp2xdp2 tp2xpp2 dp2+distopt"}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # GPT-2-style model: L=4, h=256, 4 heads, s=128, b=2, global batch 16, vocab 4096 (mock data)
 model=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128
@@ -24,7 +24,7 @@ for lay in $layouts; do
     tp=1; pp=1; dp=1; extra=()
     case $lay in
         dp2) dp=2 ;; dp4) dp=4 ;; tp2) tp=2 ;; tp4) tp=4 ;; pp2) pp=2 ;; pp4) pp=4 ;;
-        tp2xdp2) tp=2; dp=2 ;; pp2xdp2) pp=2; dp=2 ;;
+        tp2xdp2) tp=2; dp=2 ;; tp2xpp2) tp=2; pp=2 ;; pp2xdp2) pp=2; dp=2 ;;
         dp2+distopt) dp=2; extra=(--use-distributed-optimizer) ;;
         *) echo "run.sh: unknown layout '$lay'" >&2; exit 1 ;;
     esac
