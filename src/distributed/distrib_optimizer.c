@@ -191,6 +191,8 @@ static mc_status reduce_scatter(mc_distopt *o)
             continue;
         }
 #if defined(MC_HAVE_MPI)
+        mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
+                          (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
         int rc = MPI_Reduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
                                           (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm);
         if (rc != MPI_SUCCESS)
@@ -210,6 +212,8 @@ static mc_status all_gather(mc_distopt *o)
     for (int64_t b = 0; b < o->map.n_buckets; b++) {
         const struct mc_pgb_bucket *bk = &o->map.bucket[b];
         int per = (int)((bk->end - bk->start) / o->dp);
+        mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
+                          (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
         int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
                                MPI_FLOAT, *(MPI_Comm *)o->dp_comm);
         if (rc != MPI_SUCCESS)

@@ -4,6 +4,58 @@
  * pretrain_gpt then prints it and brings the job down with mc_comm_abort. */
 #include "parallel_state/parallel_state.h"
 
+#include <stdlib.h>
+
+/* Communication counters (MC_COMM_STATS=1): [kind][verb] calls, payload and ring wire bytes. */
+static double g_stat[MC_COMM_KIND_NUM][MC_COMM_VERB_NUM][3];
+enum { STAT_REGISTRY = 32 };
+static struct { const void *comm; enum mc_comm_kind kind; } g_reg[STAT_REGISTRY];
+static int g_nreg;
+
+void mc_comm_stats_register(const void *comm, enum mc_comm_kind kind)
+{
+    if (!comm)
+        return;
+    for (int i = 0; i < g_nreg; i++)
+        if (g_reg[i].comm == comm) { /* a freed and reused handle: the newest group wins */
+            g_reg[i].kind = kind;
+            return;
+        }
+    if (g_nreg < STAT_REGISTRY) {
+        g_reg[g_nreg].comm = comm;
+        g_reg[g_nreg++].kind = kind;
+    }
+}
+
+enum mc_comm_kind mc_comm_stats_kind(const void *comm)
+{
+    for (int i = 0; i < g_nreg; i++)
+        if (g_reg[i].comm == comm)
+            return g_reg[i].kind;
+    return MC_COMM_KIND_OTHER;
+}
+
+void mc_comm_stats_add(enum mc_comm_kind kind, enum mc_comm_verb verb, double bytes, int n)
+{
+    /* bytes one rank sends under a ring (bandwidth-optimal) algorithm */
+    double f = n > 1 ? (double)(n - 1) / n : 0.0;
+    double wire = verb == MC_COMM_ALL_REDUCE ? 2.0 * f * bytes
+                  : verb == MC_COMM_SEND     ? bytes
+                  : verb == MC_COMM_RECV     ? 0.0
+                                             : f * bytes;
+    if (bytes <= 0)
+        return;
+    g_stat[kind][verb][0] += 1.0;
+    g_stat[kind][verb][1] += bytes;
+    g_stat[kind][verb][2] += wire;
+}
+
+static bool stats_enabled(void)
+{
+    const char *e = getenv("MC_COMM_STATS");
+    return e && *e && *e != '0';
+}
+
 #if defined(MC_HAVE_MPI)
 #include <mpi.h>
 #include <stdio.h>
@@ -43,6 +95,7 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
                         (long long)world_size, size);
     g_world = MPI_COMM_WORLD;
     *world_comm = &g_world;
+    mc_comm_stats_register(&g_world, MC_COMM_KIND_WORLD);
     return MC_OK;
 }
 
@@ -72,6 +125,10 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
     if (!comm)
         return MC_OK;
     size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    int gsize = 1;
+    MPI_Comm_size(*(MPI_Comm *)comm, &gsize);
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE, (double)n * (double)esize,
+                      gsize);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
         int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * esize, chunk,
@@ -101,10 +158,48 @@ void mc_comm_abort(int code)
         MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+
+static const char *const kind_name[MC_COMM_KIND_NUM] = {
+    "world", "tp", "dp", "pp", "embedding", "tp-pp", "other"};
+static const char *const verb_name[MC_COMM_VERB_NUM] = {
+    "all-reduce", "reduce-scatter", "all-gather", "send", "recv"};
+
+/* Rank 0 prints every rank's nonzero counters, one machine-readable line each:
+ * comm-stats rank=R group=G op=O calls=C payload_bytes=P wire_bytes=W */
+static void stats_print(void)
+{
+    int size = 1, rank = 0;
+    MPI_Comm_size(g_world, &size);
+    MPI_Comm_rank(g_world, &rank);
+    int n = (int)(sizeof(g_stat) / sizeof(double));
+    double *all = rank == 0 ? mc_alloc(sizeof(double) * (size_t)n * (size_t)size) : NULL;
+    if (rank == 0 && !all) {
+        fprintf(stderr, "MC_COMM_STATS: out of memory gathering the counters\n");
+        return; /* the other ranks' gather still needs a root buffer */
+    }
+    if (MPI_Gather(&g_stat[0][0][0], n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, g_world) ==
+            MPI_SUCCESS && rank == 0) {
+        for (int r = 0; r < size; r++)
+            for (int k = 0; k < MC_COMM_KIND_NUM; k++)
+                for (int v = 0; v < MC_COMM_VERB_NUM; v++) {
+                    const double *c =
+                        all + (size_t)r * (size_t)n + (k * MC_COMM_VERB_NUM + v) * 3;
+                    if (c[0] > 0)
+                        printf("comm-stats rank=%d group=%s op=%s calls=%.0f payload_bytes=%.0f "
+                               "wire_bytes=%.0f\n", r, kind_name[k], verb_name[v], c[0], c[1],
+                               c[2]);
+                }
+        fflush(stdout);
+    }
+    mc_free(all);
+}
+
 void mc_comm_finalize(void)
 {
     int fin = 0;
     MPI_Finalized(&fin);
+    if (!fin && g_world != MPI_COMM_NULL && stats_enabled())
+        stats_print();
     if (g_we_initialized && !fin)
         MPI_Finalize();
     g_world = MPI_COMM_NULL;
@@ -147,6 +242,6 @@ mc_status mc_comm_barrier(void *comm)
 }
 
 void mc_comm_abort(int code) { (void)code; }
-void mc_comm_finalize(void) {}
+void mc_comm_finalize(void) { (void)stats_enabled; }
 
 #endif

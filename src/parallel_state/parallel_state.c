@@ -213,6 +213,13 @@ mc_status mc_ps_init(struct mc_parallel_state *ps, void *world_comm, const struc
         st = mc_rank_gen_get_ranks(&g, group_token[k], ranks, &ng, &gs);
         if (!st)
             st = make_group(&ps->group[k], world_comm, me, ranks, ng, gs, group_token[k]);
+        if (!st) /* file each group's bytes under its kind for MC_COMM_STATS */
+            mc_comm_stats_register(ps->group[k].comm,
+                                   k == MC_PS_TP ? MC_COMM_KIND_TP
+                                   : k == MC_PS_PP ? MC_COMM_KIND_PP
+                                   : k == MC_PS_MP ? MC_COMM_KIND_MP
+                                   : k == MC_PS_DP || k == MC_PS_DP_CP ? MC_COMM_KIND_DP
+                                                                       : MC_COMM_KIND_OTHER);
     }
     mc_free(ranks);
     if (st)

@@ -122,6 +122,28 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
 mc_status mc_comm_barrier(void *comm);
 /* Brings every rank down (MPI_Abort on the world); a no-op when MPI is not running. */
 void mc_comm_abort(int code);
+/* Also prints the communication counters below when MC_COMM_STATS=1 (collective). */
 void mc_comm_finalize(void);
+
+/* ---- comm.c: per-rank communication counters (MC_COMM_STATS=1) ----------------------------
+ * Private to megatron.c: every wrapper that moves data (all-reduce, reduce-scatter,
+ * all-gather, pipeline send/recv) adds the call's payload and the bytes this rank puts on the
+ * wire under a ring algorithm (all-reduce 2(n-1)/n*S, reduce-scatter and all-gather
+ * (n-1)/n*S, send S). Counting is a few additions per call; nothing is printed unless the
+ * environment variable is set. */
+enum mc_comm_kind {
+    MC_COMM_KIND_WORLD, MC_COMM_KIND_TP, MC_COMM_KIND_DP, MC_COMM_KIND_PP,
+    MC_COMM_KIND_EMBEDDING, MC_COMM_KIND_MP, MC_COMM_KIND_OTHER, MC_COMM_KIND_NUM
+};
+enum mc_comm_verb {
+    MC_COMM_ALL_REDUCE, MC_COMM_REDUCE_SCATTER, MC_COMM_ALL_GATHER, MC_COMM_SEND,
+    MC_COMM_RECV, MC_COMM_VERB_NUM
+};
+/* Names the group a communicator belongs to, so mc_comm_all_reduce can file its bytes. */
+void mc_comm_stats_register(const void *comm, enum mc_comm_kind kind);
+/* The kind registered for comm (MC_COMM_KIND_OTHER when none). */
+enum mc_comm_kind mc_comm_stats_kind(const void *comm);
+/* Adds one call moving `bytes` of payload (the full buffer S) over a group of `n` ranks. */
+void mc_comm_stats_add(enum mc_comm_kind kind, enum mc_comm_verb verb, double bytes, int n);
 
 #endif /* MC_PARALLEL_STATE_H */

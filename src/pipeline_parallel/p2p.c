@@ -4,6 +4,7 @@
  * ([s, b, h] fp32, no shape exchange: --variable-seq-lengths is not supported). Forward
  * activations and backward grads travel with different tags so they can never be confused. */
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "parallel_state/parallel_state.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +64,9 @@ mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
         rc = MPI_Irecv(recv_next, n, MPI_FLOAT, p->rank + 1, TAG_BACKWARD, c, &req[nreq++]);
     if (rc != MPI_SUCCESS)
         return mpi_failed(rc, "isend/irecv", p);
+    double bytes = (double)n * sizeof(float);
+    mc_comm_stats_add(MC_COMM_KIND_PP, MC_COMM_SEND, bytes * (!!send_prev + !!send_next), 2);
+    mc_comm_stats_add(MC_COMM_KIND_PP, MC_COMM_RECV, bytes * (!!recv_prev + !!recv_next), 2);
     rc = MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
@@ -86,6 +90,7 @@ mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out)
         return MC_OK;
     }
     MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+    mc_comm_stats_register(c, MC_COMM_KIND_EMBEDDING);
     *out = c;
     return MC_OK;
 }

@@ -4,6 +4,7 @@
  * without MPI) they refuse with MC_ERR_UNSUPPORTED instead of silently computing a single
  * rank's partial result. */
 #include "tensor_parallel/tensor_parallel.h"
+#include "parallel_state/parallel_state.h"
 
 #if defined(MC_HAVE_MPI)
 #include <mpi.h>
@@ -22,6 +23,8 @@ static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, MP
                             const char *what)
 {
     MPI_Comm comm = *(const MPI_Comm *)g->comm;
+    mc_comm_stats_add(mc_comm_stats_kind(g->comm), MC_COMM_ALL_REDUCE,
+                      (double)n * sizeof(float), g->size);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
         int rc = MPI_Allreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm);

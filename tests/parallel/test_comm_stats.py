@@ -1,0 +1,102 @@
+"""MC_COMM_STATS=1: pretrain_gpt under mpirun prints per-rank communication counters whose
+bytes equal the volumes computed here from the layout (tp2 x pp2: TP all-reduces of s*b*h
+per layer and micro-batch plus the forward re-run on stages before the last, pipeline sends,
+the tied-embedding all-reduce; dp2 with the distributed optimizer: reduce-scatter +
+all-gather of every parameter); without the variable nothing is printed."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+BUILD = os.environ.get("MC_BUILD_DIR", "build")
+EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+STAT = re.compile(r"comm-stats rank=(\d+) group=(\S+) op=(\S+) calls=(\d+) "
+                  r"payload_bytes=(\d+) wire_bytes=(\d+)")
+L, H, S, B, GBS, V, ITERS = 2, 32, 32, 2, 8, 4096, 3
+VPAD = 4224  # NullTokenizer's V + 1 (EOD) padded to a multiple of 128
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    passed, failed = passed + bool(cond), failed + (not cond)
+    if not cond:
+        print("FAIL:", what)
+
+
+def run(tmp, np, tp, pp, extra=(), stats=True):
+    args = ["--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads", "4",
+            "--seq-length", str(S), "--max-position-embeddings", str(S), "--mock-data",
+            "--vocab-size", str(V), "--tokenizer-type", "NullTokenizer",
+            "--micro-batch-size", str(B), "--global-batch-size", str(GBS),
+            "--train-iters", str(ITERS), "--lr", "1e-3", "--eval-iters", "0",
+            "--eval-interval", "1000", "--tensor-model-parallel-size", str(tp),
+            "--pipeline-model-parallel-size", str(pp),
+            "--make-vocab-size-divisible-by", str(128 // tp),
+            "--data-cache-path", os.path.join(tmp, "cache"), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MC_COMM_STATS", None)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
+           "OMP_NUM_THREADS=1"]
+    if stats:
+        env["MC_COMM_STATS"] = "1"
+        cmd += ["-x", "MC_COMM_STATS"]
+    p = subprocess.run(cmd + [EXE, *args], capture_output=True, text=True, env=env,
+                       timeout=240)
+    check(p.returncode == 0, f"np={np} tp={tp} pp={pp} exits 0: {p.stderr[-400:]}")
+    got = {}
+    for r, g, op, calls, pay, wire in STAT.findall(p.stdout):
+        got[(int(r), g, op)] = (int(calls), int(pay), int(wire))
+    return got
+
+
+def tp2_pp2(tmp):
+    got = run(tmp, 4, 2, 2)
+    act = S * B * H * 4
+    m = GBS // B
+    for r in range(4):
+        stage = r // 2  # tp-dp-pp order with dp=1
+        first, last = stage == 0, stage == 1
+        n_act = m * (4 * (L // 2) + first + last)
+        if not last:  # megatron.c re-runs each micro-batch's forward before its backward
+            n_act += m * (2 * (L // 2) + first)
+        ce = m * 3 * S * B * 4 if last else 0
+        tp_pay = ITERS * (n_act * act + ce)
+        c = got.get((r, "tp", "all-reduce"))
+        check(c and c[1] == tp_pay and c[2] == tp_pay,  # ring wire = 2(n-1)/n = 1x for n=2
+              f"rank {r} tp all-reduce bytes {c} == {tp_pay}")
+        s = got.get((r, "pp", "send"))
+        check(s and s[1] == ITERS * m * act and s[0] == ITERS * m,
+              f"rank {r} pp sends {s} == {ITERS * m} x {act} B")
+        e = got.get((r, "embedding", "all-reduce"))
+        emb = VPAD * H // 2 * 4
+        check(e and e[1] == (ITERS + 1) * emb,  # + the one-time initial sync
+              f"rank {r} embedding all-reduce {e} == {ITERS + 1} x {emb} B")
+        check((r, "dp", "all-reduce") not in got or got[(r, "dp", "all-reduce")][2] == 0,
+              f"rank {r}: no dp wire bytes with dp=1")
+
+
+def dp2_distopt(tmp):
+    got = run(tmp, 2, 1, 1, ["--use-distributed-optimizer"])
+    for r in range(2):
+        rs, ag = got.get((r, "dp", "reduce-scatter")), got.get((r, "dp", "all-gather"))
+        check(rs and ag and rs[1] == ag[1] and rs[2] * 2 == rs[1] and ag[2] * 2 == ag[1],
+              f"rank {r}: reduce-scatter {rs} and all-gather {ag} move half of the buffer")
+        # the buffer holds every parameter; each param starts 64-aligned, buckets split evenly
+        nparam = 12 * L * H * H + 13 * L * H + VPAD * H + S * H + 2 * H
+        check(rs and nparam * 4 * ITERS <= rs[1] < (nparam + 40 * 64) * 4 * ITERS,
+              f"rank {r}: reduce-scatter payload {rs} ~ {ITERS} x {nparam} params")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        tp2_pp2(tmp)
+        dp2_distopt(tmp)
+        check(not run(tmp, 2, 2, 1, stats=False), "no comm-stats lines without MC_COMM_STATS")
+    print(f"test_comm_stats: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
