@@ -9,11 +9,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "fuzz/fuzz_walk.h"
 #include "test.h"
 
+/* Views whose extent arithmetic overflows int64 (found by reading rebuild_tensor while
+ * fuzzing): (3-1)*2^62 used to wrap negative and pass the bounds check, and a huge shape with
+ * zero strides overflowed the element count. Both must now be format errors. */
+static void check_forged_views(void)
+{
+    static float w[4] = {1, 2, 3, 4};
+    const int64_t shapes[2][2] = {{3, 1}, {1LL << 40, 1LL << 40}};
+    const int64_t strides[2][2] = {{1LL << 62, 1}, {0, 0}};
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/mc_test_fuzz_forged.%d.pt", (int)getpid());
+    for (int k = 0; k < 2; k++) {
+        mc_pk_doc *d;
+        CHECK(mc_pk_doc_init(&d) == MC_OK);
+        struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
+        struct mc_pk *s = mc_pk_storage(d, MC_PKT_FLOAT, 4, w);
+        mc_pk_set(d, root, "v", mc_pk_tensor(d, s, 0, 2, shapes[k], strides[k]));
+        CHECK(mc_torch_save(d, root, path) == MC_OK);
+        mc_pk_doc_free(d);
+        mc_clear_error();
+        CHECK(mc_fuzz_load_file(path) == MC_ERR_FORMAT);
+        CHECK(strstr(mc_last_error(), "tensor size or stride too large") != NULL);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
+    check_forged_views();
     const char *src = getenv("MC_SOURCE_DIR");
     char dir[4096], path[4400];
     snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus", src ? src : "..");
