@@ -175,7 +175,8 @@ struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, 
     for (int k = ndim - 1; k >= 0; k--) {
         v->shape[k] = shape[k];
         v->stride[k] = stride ? stride[k] : s;
-        s *= shape[k];
+        if (!stride) /* contiguous strides only when asked: a given shape may be forged */
+            s *= shape[k];
     }
     return v;
 }
