@@ -99,17 +99,29 @@ static struct mc_pk *state_dict(mc_pk_doc *d, float **bufs)
     return root;
 }
 
-static void copy_out(const struct mc_pk *v, float **dst, int *k)
+static int copy_tensor(const struct mc_pk *t, float *dst)
 {
-    if (!v)
-        return;
-    if (v->kind == MC_PK_TENSOR && mc_pk_tensor_numel(v) > 1) {
-        memcpy(dst[*k], (const float *)v->storage->data + v->offset,
-               (size_t)mc_pk_tensor_numel(v) * sizeof(float));
-        ++*k;
+    if (!t || t->kind != MC_PK_TENSOR)
+        return 0;
+    memcpy(dst, (const float *)t->storage->data + t->offset,
+           (size_t)mc_pk_tensor_numel(t) * sizeof(float));
+    return 1;
+}
+
+/* Copies the model and Adam tensors into dst (3 per parameter), as loading into params does. */
+static int copy_out(const struct mc_pk *v, float **dst)
+{
+    const struct mc_pk *model = mc_pk_get(v, "model");
+    const struct mc_pk *state = mc_pk_get(mc_pk_get(v, "optimizer"), "state");
+    int k = 0;
+    for (int i = 0; model && state && i < np_ && 2 * i + 1 < model->n && 2 * i + 1 < state->n;
+         i++) {
+        const struct mc_pk *ps = state->items[2 * i + 1];
+        k += copy_tensor(model->items[2 * i + 1], dst[3 * i]);
+        k += copy_tensor(mc_pk_get(ps, "exp_avg"), dst[3 * i + 1]);
+        k += copy_tensor(mc_pk_get(ps, "exp_avg_sq"), dst[3 * i + 2]);
     }
-    for (int64_t i = 0; i < v->n; i++)
-        copy_out(v->items[i], dst, k);
+    return k;
 }
 
 int main(int argc, char **argv)
@@ -147,9 +159,7 @@ int main(int argc, char **argv)
             return 1;
         double t2 = now();
         st = mc_torch_load(d, argv[1], &v);
-        int k = 0;
-        if (!st)
-            copy_out(v, dst, &k);
+        int k = st ? 0 : copy_out(v, dst);
         double t3 = now();
         mc_pk_doc_free(d);
         if (st || k != 3 * np_)
@@ -160,6 +170,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3 * np_; i++)
         if (memcmp(bufs[i], dst[i], (size_t)numel_of(i / 3) * sizeof(float)))
             return fprintf(stderr, "bench_ckpt: tensor %d differs after load\n", i), 1;
+    for (int i = 0; i < 3 * np_; i++) {
+        free(bufs[i]);
+        free(dst[i]);
+    }
     printf("{\"tensors\": %d, \"gb\": %.4f, \"save_s\": %.4f, \"load_s\": %.4f}\n", 3 * np_,
            bytes / 1e9, best_save, best_load);
     return 0;
