@@ -175,7 +175,8 @@ struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, 
     for (int k = ndim - 1; k >= 0; k--) {
         v->shape[k] = shape[k];
         v->stride[k] = stride ? stride[k] : s;
-        s *= shape[k];
+        if (!stride) /* contiguous strides only when asked: a given shape may be forged */
+            s *= shape[k];
     }
     return v;
 }
@@ -670,13 +671,19 @@ static mc_status rebuild_tensor(struct in *r, const struct mc_pk *args, struct m
         return corrupt(r, "tensor size and stride differ in length");
     struct mc_pk *s = args->items[0];
     int64_t last = args->items[1]->i, numel = 1;
+    if (last < 0)
+        return corrupt(r, "negative tensor storage offset");
     for (int k = 0; k < nd; k++) {
         if (shape[k] < 0 || stride[k] < 0)
             return corrupt(r, "negative tensor size or stride");
+        /* a forged size or stride must not overflow the extent arithmetic below */
+        if ((shape[k] > 1 && stride[k] > (INT64_MAX - last) / (shape[k] - 1)) ||
+            (numel && shape[k] > INT64_MAX / numel))
+            return corrupt(r, "tensor size or stride too large");
         last += shape[k] ? (shape[k] - 1) * stride[k] : 0;
         numel *= shape[k];
     }
-    if (args->items[1]->i < 0 || (numel && last >= s->numel))
+    if (numel && last >= s->numel)
         return mc_error(MC_ERR_FORMAT, "%s: a tensor view reaches element %lld of storage %s, "
                         "which holds %lld", r->what, (long long)last, s->key, (long long)s->numel);
     *out = mc_pk_tensor(r->d, s, args->items[1]->i, nd, shape, stride);

@@ -73,7 +73,7 @@ static mc_status load_storage(void *ctx, const char *key, enum mc_pk_dtype t, in
     mc_status st = mc_zip_reader_find(c->z, name, &p, &n);
     if (st)
         return st;
-    if (n != (uint64_t)numel * mc_pk_dtype_size(t))
+    if ((uint64_t)numel > n / mc_pk_dtype_size(t) || n != (uint64_t)numel * mc_pk_dtype_size(t))
         return mc_error(MC_ERR_FORMAT, "%s: storage %s holds %llu bytes, expected %lld %s elements "
                         "(%llu bytes)", c->z->path, name, (unsigned long long)n, (long long)numel,
                         mc_pk_dtype_torch(t), (unsigned long long)numel * mc_pk_dtype_size(t));

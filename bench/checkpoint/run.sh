@@ -1,0 +1,32 @@
+#!/bin/sh
+# Checkpoint save/load throughput: our torch.save/torch.load (bench_ckpt.c, built here with the
+# project's flags against build/libmegatron) beside torch 1.13's on the same GPT-2-124M-sized
+# state dict (model + Adam state, ~1.5 GB fp32), in one run, same disk; best of REPEATS.
+# Usage: bench/checkpoint/run.sh [REPEATS=3]  (env: BUILD=build, CC, PYTHON, CKPT_DIR)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${BUILD:-$root/build}
+reps=${1:-3}
+py=${PYTHON:-/usr/bin/python3}
+dir=${CKPT_DIR:-$build/bench-ckpt}
+mkdir -p "$dir"
+lib=$(ls "$build"/libmegatron.* 2>/dev/null | head -n 1)
+[ -n "$lib" ] || { echo "run.sh: no libmegatron in $build; build the project first" >&2; exit 1; }
+${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -I"$root/include" -I"$root/src" \
+    "$here/bench_ckpt.c" "$lib" -o "$dir/bench_ckpt" -lm -fopenmp
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+ours=$("$dir/bench_ckpt" "$dir/ours.pt" "$reps")
+echo "load average after ours: $(cut -d' ' -f1-3 /proc/loadavg)"
+theirs=$("$py" "$here/bench_torch.py" "$dir/torch.pt" "$reps")
+echo "load average after torch: $(cut -d' ' -f1-3 /proc/loadavg)"
+rm -f "$dir/ours.pt" "$dir/torch.pt"
+"$py" - "$ours" "$theirs" <<'PY'
+import json, sys
+o, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for k in ("save", "load"):
+    go, gt = o["gb"] / o[k + "_s"], t["gb"] / t[k + "_s"]
+    print("%s: megatron.c %.3f s = %.2f GB/s, torch 1.13 %.3f s = %.2f GB/s, ratio %.2fx"
+          % (k, o[k + "_s"], go, t[k + "_s"], gt, go / gt))
+print("state dict: %.3f GB in %d tensors (ours %d)" % (t["gb"], t["tensors"], o["tensors"]))
+PY
