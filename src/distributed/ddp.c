@@ -14,6 +14,11 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
     return 1.0f / (float)mc_ps_size(ps, MC_PS_DP_CP);
 }
 
+void mc_ddp_scale_grads(mc_gpt_model *m, float scale)
+{
+    m->be->scale(m->grad_block, scale, m->n_elements);
+}
+
 mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_state *ps,
                                   float scale)
 {
@@ -21,7 +26,7 @@ mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_stat
     if (g->size == 1)
         return MC_OK;
     if (scale != 1.0f)
-        m->be->scale(m->grad_block, scale, m->n_elements);
+        mc_ddp_scale_grads(m, scale);
     return mc_comm_all_reduce(g->comm, m->grad_block, m->n_elements, MC_COMM_FLOAT, MC_COMM_SUM,
                               "data-parallel gradient all-reduce");
 }

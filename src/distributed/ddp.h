@@ -11,6 +11,8 @@
  * with --calculate-per-token-loss (grads summed; the caller scales by 1/total_tokens). */
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss);
 
+/* Multiplies every gradient of the model by scale (one pass over the contiguous grad block). */
+void mc_ddp_scale_grads(mc_gpt_model *m, float scale);
 /* finish_grad_sync: scales the model's contiguous grad buffer by scale and all-reduces it
  * (sum) over the data-parallel-with-context group, so every DP replica holds the same
  * averaged grads before the optimizer step. A no-op for one DP rank. */

@@ -463,15 +463,6 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     return st;
 }
 
-static void scale_grads(mc_gpt_model *m, float s)
-{
-    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
-        struct mc_param_view p = mc_gpt_param(m, i);
-        for (int64_t k = 0; k < p.numel; k++)
-            p.grad[k] *= s;
-    }
-}
-
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
  * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
@@ -498,7 +489,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     }
     /* num_tokens is already the token count of the whole data-parallel step */
     if (per_token && !t->dopt)
-        scale_grads(t->model, 1.0f / num_tokens);
+        mc_ddp_scale_grads(t->model, 1.0f / num_tokens);
     return MC_OK;
 }
 
