@@ -155,6 +155,19 @@ void mc_distopt_free(mc_distopt *o)
 
 const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o) { return &o->map; }
 
+void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out)
+{
+    bool adam = o->cfg.optimizer == MC_OPT_ADAM;
+    *out = (struct mc_distopt_shard){
+        .exp_avg = adam ? o->state : NULL,
+        .exp_avg_sq = adam ? o->state + o->shard_numel : NULL,
+        .momentum = adam ? NULL : o->state,
+        .shard_numel = o->shard_numel, .shard_off = o->shard_off,
+        .dp = o->dp, .dp_rank = o->dp_rank, .dp_comm = o->dp_comm, .step = o->step};
+}
+
+void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
+
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full)
 {
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;

@@ -38,4 +38,18 @@ const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o);
  * non-distributed optimizer holds for the same model. */
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full);
 
+/* What checkpointing (distrib_optim.pt) needs: this rank's optimizer state over its shard of
+ * every bucket (Adam: exp_avg, exp_avg_sq; SGD: momentum; each [shard_numel], bucket b's shard
+ * at shard_off[b]), the data-parallel group, and the step count (settable on loading). */
+struct mc_distopt_shard {
+    float *exp_avg, *exp_avg_sq, *momentum;
+    int64_t shard_numel;
+    const int64_t *shard_off;
+    int dp, dp_rank;
+    void *dp_comm;
+    int64_t step;
+};
+void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
+void mc_distopt_set_step(mc_distopt *o, int64_t step);
+
 #endif /* MC_DISTRIB_OPTIMIZER_H */
