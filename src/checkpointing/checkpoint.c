@@ -283,15 +283,58 @@ static struct mc_pk *model_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, con
 /* Megatron's _get_param_groups: one group per (wd_mult, lr_mult, ...) key in order of first
  * appearance; torch's state_dict numbers the parameters group by group. order[] gets the
  * parameter index of each state index; *first_group_decay says which group comes first. */
-static void group_order(const mc_gpt_model *m, int64_t *order, int64_t *n_first, bool *first_decay)
+struct ranked {
+    long order;
+    int64_t i;
+};
+
+static int ranked_cmp(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    if (x->order != y->order)
+        return x->order < y->order ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* named_parameters() order of the model whose names the checkpoint uses (the legacy model
+ * registers query_key_value before dense, TE fuses the norms into the linears): optimizer state
+ * indices and the distributed optimizer's buffer follow it. */
+static mc_status param_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, int64_t *perm)
+{
+    int64_t n = mc_gpt_num_params(m);
+    struct ranked *r = mc_alloc((size_t)n * sizeof(*r));
+    if (!r)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i++) {
+        char name[512];
+        bool absent;
+        r[i].i = i;
+        r[i].order = mc_sd_name_map(MC_SD_LOCAL, scheme, mc_gpt_param(m, i).name, tied_embeddings(m),
+                                    name, sizeof(name), &absent) ? -1 : mc_sd_name_order(scheme, name);
+    }
+    qsort(r, (size_t)n, sizeof(*r), ranked_cmp);
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = r[i].i;
+    mc_free(r);
+    return MC_OK;
+}
+
+static void group_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, int64_t *order,
+                        int64_t *n_first, bool *first_decay)
 {
     int64_t n = mc_gpt_num_params(m), k = 0;
-    *first_decay = !mc_gpt_param(m, 0).no_weight_decay;
+    if (param_order(m, scheme, order)) { /* out of memory: the local order */
+        for (int64_t i = 0; i < n; i++)
+            order[i] = i;
+    }
+    int64_t *named = order + n; /* the caller's second half */
+    memcpy(named, order, (size_t)n * sizeof(int64_t));
+    *first_decay = !mc_gpt_param(m, named[0]).no_weight_decay;
     for (int pass = 0; pass < 2; pass++) {
         bool want_decay = pass == 0 ? *first_decay : !*first_decay;
-        for (int64_t i = 0; i < n; i++)
-            if (!mc_gpt_param(m, i).no_weight_decay == want_decay)
-                order[k++] = i;
+        for (int64_t j = 0; j < n; j++)
+            if (!mc_gpt_param(m, named[j]).no_weight_decay == want_decay)
+                order[k++] = named[j];
         if (pass == 0)
             *n_first = k;
     }
@@ -364,14 +407,14 @@ static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
 {
     int64_t n = mc_gpt_num_params(s->model), n_first;
     bool first_decay;
-    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *inner = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
     struct mc_distopt_shard sh;
     mc_distopt_shard(s->distopt, &sh);
     if (!order || !o || !inner || !groups)
         goto out;
-    group_order(s->model, order, &n_first, &first_decay);
+    group_order(s->model, save_scheme(s->args), order, &n_first, &first_decay);
     for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
         struct mc_pk *pg = g == 0 ? param_group(d, s, first_decay, 0, n_first)
                                   : param_group(d, s, !first_decay, n_first, n);
@@ -394,12 +437,12 @@ static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s,
         return distopt_dict(d, s);
     int64_t n = mc_gpt_num_params(s->model), n_first;
     bool first_decay;
-    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
     if (!order || !o || !state || !groups)
         goto out;
-    group_order(s->model, order, &n_first, &first_decay);
+    group_order(s->model, save_scheme(s->args), order, &n_first, &first_decay);
     *step = (float)mc_opt_step_count(s->opt);
     /* torch keeps no state for a parameter before its first step */
     for (int64_t k = 0; k < n && mc_opt_step_count(s->opt) > 0; k++)
@@ -549,7 +592,10 @@ static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, boo
     size_t len = strlen(path);
     if (!st && s->distopt && optim) {
         strcat(path, "/distrib_optim.pt");
-        st = mc_ckpt_distopt_save(s->distopt, s->model, path, writer);
+        int64_t *perm = mc_alloc((size_t)mc_gpt_num_params(s->model) * sizeof(int64_t));
+        st = perm ? param_order(s->model, save_scheme(s->args), perm) : MC_ERR_NOMEM;
+        st = st ? st : mc_ckpt_distopt_save(s->distopt, s->model, perm, path, writer);
+        mc_free(perm);
         path[len] = 0;
     }
     if (st || !writer)
@@ -607,6 +653,7 @@ struct loader {
     struct mc_ckpt_state *s;
     const char *path;
     FILE *log;
+    enum mc_sd_scheme scheme; /* the names the checkpoint's model uses */
 };
 
 static bool pk_number(const struct mc_pk *v, double *out)
@@ -800,11 +847,11 @@ static mc_status check_groups(const struct loader *l, const struct mc_pk *groups
  * the moments (and params) from distrib_optim.pt beside model_optim_rng.pt. */
 static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
 {
-    int64_t n = mc_gpt_num_params(l->s->model), n_first, *order = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t n = mc_gpt_num_params(l->s->model), n_first, *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     bool first_decay;
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s->model, order, &n_first, &first_decay);
+    group_order(l->s->model, l->scheme, order, &n_first, &first_decay);
     mc_free(order);
     const struct mc_pk *inner = mc_pk_get(o, "optimizer");
     const struct mc_pk *groups = mc_pk_is_map(inner) ? mc_pk_get(inner, "param_groups") : NULL;
@@ -829,7 +876,11 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         return mc_error(MC_ERR_IO, "%s: cannot read %s (the distributed optimizer's state that "
                         "--use-distributed-optimizer saves beside it): %s; add --no-load-optim to "
                         "start the optimizer afresh", l->path, path, strerror(errno));
-    return mc_ckpt_distopt_load(l->s->distopt, l->s->model, path);
+    int64_t *perm = mc_alloc((size_t)n * sizeof(int64_t));
+    mc_status st = perm ? param_order(l->s->model, l->scheme, perm) : MC_ERR_NOMEM;
+    st = st ? st : mc_ckpt_distopt_load(l->s->distopt, l->s->model, perm, path);
+    mc_free(perm);
+    return st;
 }
 
 static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
@@ -850,10 +901,10 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
         return mc_error(MC_ERR_UNSUPPORTED, "%s: a mixed-precision (fp16/bf16) or distributed "
                         "optimizer checkpoint; this build loads the fp32 optimizer only (use "
                         "--no-load-optim)", l->path);
-    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s->model, order, &n_first, &first_decay);
+    group_order(l->s->model, l->scheme, order, &n_first, &first_decay);
     mc_status st = check_groups(l, mc_pk_get(o, "param_groups"), n_first, n);
     double step = 0;
     if (!st && state->n && state->n != 2 * n)
@@ -1089,7 +1140,10 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     } else if (l->log) {
         fprintf(l->log, "could not find arguments in the checkpoint ...\n");
     }
-    if ((st = load_model(l, mc_pk_get(sd, "model"))))
+    const struct mc_pk *model = mc_pk_get(sd, "model");
+    if (mc_pk_is_map(model))
+        l->scheme = detect_scheme(model);
+    if ((st = load_model(l, model)))
         return st;
     if (l->log)
         fprintf(l->log, " checkpoint version 3.0\n");

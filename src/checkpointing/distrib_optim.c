@@ -41,32 +41,49 @@ static mc_status check_adam(const struct mc_distopt_shard *sh, const char *path)
     return MC_OK;
 }
 
-/* This rank's shard of the moments into the padded buffer coordinates of buf[2][numel]. */
-static void scatter_shard(const struct mc_pgb_map *mp, const struct mc_distopt_shard *sh, float *buf)
+/* This rank's shard of the moments into (or out of) the padded buffer coordinates of
+ * buf[2][numel]. */
+static void shard_copy(const struct mc_pgb_map *mp, const struct mc_distopt_shard *sh, float *buf, bool out)
 {
     for (int64_t b = 0; b < mp->n_buckets; b++) {
         int64_t per = (mp->bucket[b].end - mp->bucket[b].start) / sh->dp;
-        int64_t at = mp->bucket[b].start + sh->dp_rank * per;
-        memcpy(buf + at, sh->exp_avg + sh->shard_off[b], (size_t)per * sizeof(float));
-        memcpy(buf + mp->numel + at, sh->exp_avg_sq + sh->shard_off[b], (size_t)per * sizeof(float));
+        float *at = buf + mp->bucket[b].start + sh->dp_rank * per;
+        float *ea = sh->exp_avg + sh->shard_off[b], *es = sh->exp_avg_sq + sh->shard_off[b];
+        memcpy(out ? ea : at, out ? at : ea, (size_t)per * sizeof(float));
+        memcpy(out ? es : at + mp->numel, out ? at + mp->numel : es, (size_t)per * sizeof(float));
     }
 }
 
-/* The world tensors (param from the model, moments from the gathered buffer), unpadded. */
-static void world_tensors(const struct mc_pgb_map *mp, const int64_t *woff, const mc_gpt_model *m,
-                          const float *buf, float *world[N_KEYS])
+/* Where parameter j of the file's layout starts in the unpadded world tensors. */
+static int64_t world_at(const struct mc_pgb_map *fm, const int64_t *woff, int64_t j)
 {
-    for (int64_t b = 0; b < mp->n_buckets; b++) {
-        const struct mc_pgb_bucket *bk = &mp->bucket[b];
-        for (int k = 1; k < N_KEYS; k++)
-            memcpy(world[k] + woff[b], buf + (k - 1) * mp->numel + bk->start,
-                   (size_t)bk->numel_unpadded * sizeof(float));
+    const struct mc_pgb_range *r = &fm->param[j];
+    return woff[r->bucket] + (r->start - fm->bucket[r->bucket].start);
+}
+
+/* Between our buffer (buf[2][numel], params in the model) and the world tensors in the file's
+ * layout, parameter by parameter; gaps stay zero. */
+static void to_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm, const int64_t *woff,
+                     const int64_t *perm, const mc_gpt_model *m, const float *buf, float *world[N_KEYS])
+{
+    for (int64_t j = 0; j < fm->n_params; j++) {
+        struct mc_param_view p = mc_gpt_param(m, perm[j]);
+        int64_t w = world_at(fm, woff, j), at = mp->param[perm[j]].start;
+        memcpy(world[0] + w, p.data, (size_t)p.numel * sizeof(float));
+        memcpy(world[1] + w, buf + at, (size_t)p.numel * sizeof(float));
+        memcpy(world[2] + w, buf + mp->numel + at, (size_t)p.numel * sizeof(float));
     }
-    for (int64_t i = 0; i < mp->n_params; i++) {
-        const struct mc_pgb_range *r = &mp->param[i];
-        struct mc_param_view p = mc_gpt_param(m, i);
-        memcpy(world[0] + woff[r->bucket] + (r->start - mp->bucket[r->bucket].start), p.data,
-               (size_t)p.numel * sizeof(float));
+}
+
+static void from_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm, const int64_t *woff,
+                       const int64_t *perm, mc_gpt_model *m, float *buf, const float *world[N_KEYS])
+{
+    for (int64_t j = 0; j < fm->n_params; j++) {
+        struct mc_param_view p = mc_gpt_param(m, perm[j]);
+        int64_t w = world_at(fm, woff, j), at = mp->param[perm[j]].start;
+        memcpy(p.data, world[0] + w, (size_t)p.numel * sizeof(float));
+        memcpy(buf + at, world[1] + w, (size_t)p.numel * sizeof(float));
+        memcpy(buf + mp->numel + at, world[2] + w, (size_t)p.numel * sizeof(float));
     }
 }
 
@@ -90,23 +107,25 @@ static mc_status write_state(mc_pk_doc *d, float *world[N_KEYS], int64_t n, cons
     return st ? st : mc_torch_save(d, root, path);
 }
 
-mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const char *path, bool writer)
+mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const int64_t *perm,
+                               const char *path, bool writer)
 {
     struct mc_distopt_shard sh;
     mc_distopt_shard(o, &sh);
     const struct mc_pgb_map *mp = mc_distopt_map(o);
+    struct mc_pgb_map fm = {0};
     mc_status st = check_adam(&sh, path);
-    if (st)
+    if (st || (st = mc_distopt_map_in_order(o, perm, &fm)))
         return st;
     float *buf = mc_calloc((size_t)(2 * mp->numel), sizeof(float)), *world[N_KEYS] = {NULL};
-    int64_t *woff = world_offsets(mp), n = 0;
+    int64_t *woff = world_offsets(&fm), n = 0;
     mc_pk_doc *d = NULL;
     if (!buf || !woff) {
         st = MC_ERR_NOMEM;
         goto cleanup;
     }
-    n = woff[mp->n_buckets];
-    scatter_shard(mp, &sh, buf);
+    n = woff[fm.n_buckets];
+    shard_copy(mp, &sh, buf, false);
     if (sh.dp > 1 && (st = mc_comm_all_reduce(sh.dp_comm, buf, 2 * mp->numel, MC_COMM_FLOAT,
                                               MC_COMM_SUM, "distrib_optim.pt gather")))
         goto cleanup;
@@ -117,7 +136,7 @@ mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const char 
             st = MC_ERR_NOMEM;
             goto cleanup;
         }
-    world_tensors(mp, woff, m, buf, world);
+    to_world(mp, &fm, woff, perm, m, buf, world);
     if (!(st = mc_pk_doc_init(&d)))
         st = write_state(d, world, n, path);
 cleanup:
@@ -126,6 +145,7 @@ cleanup:
         mc_free(world[k]);
     mc_free(woff);
     mc_free(buf);
+    mc_pgb_map_free(&fm);
     return st;
 }
 
@@ -176,48 +196,33 @@ static const float *tensor_data(const struct mc_pk *t)
     return (const float *)t->storage->data + t->offset;
 }
 
-static void load_shard(const struct mc_pgb_map *mp, const int64_t *woff, const struct mc_pk *state,
-                       struct mc_distopt_shard *sh, mc_gpt_model *m)
-{
-    const float *w[N_KEYS];
-    for (int k = 0; k < N_KEYS; k++)
-        w[k] = tensor_data(mc_pk_get(state, keys[k]));
-    for (int64_t b = 0; b < mp->n_buckets; b++) {
-        const struct mc_pgb_bucket *bk = &mp->bucket[b];
-        int64_t per = (bk->end - bk->start) / sh->dp, lo = sh->dp_rank * per;
-        int64_t hi = lo + per < bk->numel_unpadded ? lo + per : bk->numel_unpadded;
-        float *ea = sh->exp_avg + sh->shard_off[b], *es = sh->exp_avg_sq + sh->shard_off[b];
-        memset(ea, 0, (size_t)per * sizeof(float));
-        memset(es, 0, (size_t)per * sizeof(float));
-        if (hi > lo) {
-            memcpy(ea, w[1] + woff[b] + lo, (size_t)(hi - lo) * sizeof(float));
-            memcpy(es, w[2] + woff[b] + lo, (size_t)(hi - lo) * sizeof(float));
-        }
-    }
-    for (int64_t i = 0; i < mp->n_params; i++) {
-        const struct mc_pgb_range *r = &mp->param[i];
-        struct mc_param_view p = mc_gpt_param(m, i);
-        memcpy(p.data, w[0] + woff[r->bucket] + (r->start - mp->bucket[r->bucket].start),
-               (size_t)p.numel * sizeof(float));
-    }
-}
-
-mc_status mc_ckpt_distopt_load(mc_distopt *o, mc_gpt_model *m, const char *path)
+mc_status mc_ckpt_distopt_load(mc_distopt *o, mc_gpt_model *m, const int64_t *perm, const char *path)
 {
     struct mc_distopt_shard sh;
     mc_distopt_shard(o, &sh);
     const struct mc_pgb_map *mp = mc_distopt_map(o);
+    struct mc_pgb_map fm = {0};
     mc_status st = check_adam(&sh, path);
-    int64_t *woff = st ? NULL : world_offsets(mp);
+    if (st || (st = mc_distopt_map_in_order(o, perm, &fm)))
+        return st;
+    int64_t *woff = world_offsets(&fm);
+    float *buf = mc_calloc((size_t)(2 * mp->numel), sizeof(float));
     mc_pk_doc *d = NULL;
     struct mc_pk *root;
     const struct mc_pk *state = NULL;
-    if (st || !woff)
-        return st ? st : MC_ERR_NOMEM;
-    if (!(st = mc_pk_doc_init(&d)) && !(st = mc_torch_load(d, path, &root)) &&
-        !(st = find_state(root, path, woff[mp->n_buckets], &state)))
-        load_shard(mp, woff, state, &sh, m);
+    if (!woff || !buf)
+        st = MC_ERR_NOMEM;
+    if (!st && !(st = mc_pk_doc_init(&d)) && !(st = mc_torch_load(d, path, &root)) &&
+        !(st = find_state(root, path, woff[fm.n_buckets], &state))) {
+        const float *w[N_KEYS];
+        for (int k = 0; k < N_KEYS; k++)
+            w[k] = tensor_data(mc_pk_get(state, keys[k]));
+        from_world(mp, &fm, woff, perm, m, buf, w);
+        shard_copy(mp, &sh, buf, true);
+    }
     mc_pk_doc_free(d);
+    mc_free(buf);
     mc_free(woff);
+    mc_pgb_map_free(&fm);
     return st;
 }

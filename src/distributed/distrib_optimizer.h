@@ -51,5 +51,9 @@ struct mc_distopt_shard {
 };
 void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
 void mc_distopt_set_step(mc_distopt *o, int64_t step);
+/* The buffer layout Megatron would build if the model registered its parameters in the order
+ * perm[0], perm[1], ... (the TE spec and the legacy model register them in another order than
+ * the local spec): out->param[j] is parameter perm[j]. Free with mc_pgb_map_free. */
+mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out);
 
 #endif /* MC_DISTRIB_OPTIMIZER_H */
