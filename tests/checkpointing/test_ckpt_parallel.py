@@ -57,6 +57,8 @@ def megatron_checkpoint(case, tmp):
         rcs, out = mcs.run_megatron(case, tmp, ("--save", save, "--save-interval", str(mcs.SAVE_AT)),
                                     port=29650 + list(mcs.CASES).index(case))
         check(not any(rcs), f"{case}: Megatron run {rcs}: {out[-500:]}")
+        with open(os.path.join(save, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(mcs.SAVE_AT))  # it saved at 3 and 6; continue from 3
         return save, mcs.train_lines(out)
     gold = os.path.join(mcs.GOLDEN, case)
     save = os.path.join(tmp, f"golden_{case}")
