@@ -35,6 +35,8 @@ CASES = {
                      ("--data-path", CORPUS_A)),
     "gpt_dp2pp2_distopt": (4, GPT2 + ("--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"),
                            ("--data-path", CORPUS_B)),
+    "gpt_tp2dp2_distopt": (4, GPT2 + ("--tensor-model-parallel-size", "2", "--use-distributed-optimizer"),
+                           ("--data-path", CORPUS_A)),
     "gpt_legacy_pp2": (2, GPT2 + ("--pipeline-model-parallel-size", "2", "--use-legacy-models"),
                        ("--data-path", CORPUS_A)),
 }

@@ -14,6 +14,7 @@
   clear error on every rank, no hang.
 - With MC_MEGATRON_ROOT: Megatron continues from our pp2, tp2 and dp2 distributed-optimizer
   checkpoints with our losses."""
+import io
 import os
 import shutil
 import subprocess
@@ -156,7 +157,7 @@ def test_resume_bit_exact(case, tmp, extra=(), tag=""):
                 for k in ("model", "optimizer", "opt_param_scheduler") if "model" in x else (0,):
                     same(y[k], x[k], f"{case}{tag} {rank} {name} {k}")
     print(f"{case}{tag}: resume bit-exact ({len(straight)} lines, {len(rank_dirs(case))} ranks)")
-    return b
+    return b, straight
 
 
 def test_distopt_round_trip(tmp, save):
@@ -174,7 +175,7 @@ def test_distopt_round_trip(tmp, save):
              "distributed optimizer param_groups round trip")
 
 
-def test_names(tmp, te_dir, legacy_dir):
+def test_names(tmp, te_dir, straight_te, legacy_dir):
     """TE-spec and legacy names in our files; each loads back."""
     m0 = load(te_dir, 3, "mp_rank_00_000")["model"]
     keys = list(m0)
@@ -190,9 +191,18 @@ def test_names(tmp, te_dir, legacy_dir):
     gold = load(os.path.join(mcs.GOLDEN, "gpt_legacy_pp2", "save"), 3, "mp_rank_00_001")
     ours = load(legacy_dir, 3, "mp_rank_00_001")
     same(ours["model"], gold["model"], "legacy model names and nesting", values=False)
-    # a TE checkpoint loads into a local-spec run and the other way round (names are mapped)
+    # a TE checkpoint loads into a local-spec run, also with TE's _extra_state as TE writes it
+    # (an io.BytesIO of its serialized fp8 metadata, or a uint8 tensor in newer TE)
+    for rank in rank_dirs("gpt_dp2pp2_distopt"):
+        p = os.path.join(te_dir, "iter_0000003", rank, "model_optim_rng.pt")
+        sd = torch.load(p)
+        for j, k in enumerate([k for k in sd["model"] if k.endswith("._extra_state")]):
+            sd["model"][k] = io.BytesIO(b"\x80\x02N.") if j % 2 else torch.zeros(0, dtype=torch.uint8)
+        torch.save(sd, p)
     r = mcs.run_ours("gpt_dp2pp2_distopt", tmp, ("--load", te_dir, "--ckpt-step", "3", "--transformer-impl", "local"))
-    check(r.returncode == 0 and sorted(mcs.train_lines(r.stdout)) == [4, 5, 6], f"TE files into a local run: {r.stderr[-300:]}")
+    ours = mcs.train_lines(r.stdout)
+    check(r.returncode == 0 and sorted(ours) == [4, 5, 6] and ours == {k: v for k, v in straight_te.items() if k > 3},
+          f"TE files (with TE _extra_state) into a local run, same lines: {r.stderr[-300:]}")
 
 
 def broken(case, tmp, extra, want, what):
@@ -254,17 +264,17 @@ def main():
         local = ("--transformer-impl", "local")
         split = {}
         for case in ("gpt_pp2", "gpt_dp2pp2_distopt", "llama_tp2pp2"):
-            split[case] = test_resume_bit_exact(case, tmp, local)
-        te = test_resume_bit_exact("gpt_dp2pp2_distopt", tmp, ("--transformer-impl", "transformer_engine"), "_te")
+            split[case] = test_resume_bit_exact(case, tmp, local)[0]
+        te, straight_te = test_resume_bit_exact("gpt_dp2pp2_distopt", tmp, ("--transformer-impl", "transformer_engine"), "_te")
         for case in ("gpt_pp2", "gpt_dp2pp2_distopt", "llama_tp2pp2"):
             compare_files(split[case], golden[case], case)
-        for case in ("gpt_dp2_distopt", "llama_tp2_blend", "gpt_legacy_pp2"):
+        for case in ("gpt_dp2_distopt", "gpt_tp2dp2_distopt", "llama_tp2_blend", "gpt_legacy_pp2"):
             out = os.path.join(tmp, f"{case}_ours")
             r = mcs.run_ours(case, tmp, local + ("--save", out, "--save-interval", "3", "--exit-interval", "3"))
             check(r.returncode == 0, f"{case}: save: {r.stderr[-300:]}")
             compare_files(out, golden[case], case)
             split[case] = out
-        test_names(tmp, te, split["gpt_legacy_pp2"])
+        test_names(tmp, te, straight_te, split["gpt_legacy_pp2"])
         test_broken(tmp, split["gpt_pp2"], split["llama_tp2pp2"])
         if mcs.megatron_root():
             for case in ("gpt_pp2", "llama_tp2_blend"):
