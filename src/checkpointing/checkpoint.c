@@ -590,13 +590,17 @@ static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, boo
     mc_status st = writer ? mkdirs(path) : MC_OK;
     bool optim = !mc_args_bool(s->args, MC_A_no_save_optim);
     size_t len = strlen(path);
-    if (!st && s->distopt && optim) {
+    if (st)
+        writer = false; /* still joins the gather below: the other ranks are waiting in it */
+    if (s->distopt && optim) {
+        mc_status mst = st;
         strcat(path, "/distrib_optim.pt");
         int64_t *perm = mc_alloc((size_t)mc_gpt_num_params(s->model) * sizeof(int64_t));
         st = perm ? param_order(s->model, save_scheme(s->args), perm) : MC_ERR_NOMEM;
         st = st ? st : mc_ckpt_distopt_save(s->distopt, s->model, perm, path, writer);
         mc_free(perm);
         path[len] = 0;
+        st = mst ? mst : st;
     }
     if (st || !writer)
         return st;

@@ -228,6 +228,11 @@ def test_broken(tmp, pp2_dir, tp2pp2_dir):
     with open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("9")
     broken("gpt_pp2", tmp, ("--load", d), "iter_0000009", "tracker naming a missing iteration")
+    # the writer cannot create its directory: every rank fails, none waits in the moments' gather
+    blocker = os.path.join(tmp, "not_a_directory")
+    open(blocker, "w").close()
+    broken("gpt_dp2_distopt", tmp, ("--save", os.path.join(blocker, "ckpt"), "--save-interval", "1",
+                                    "--exit-interval", "1"), "cannot create directory", "save into a file")
     # another layout: pp2 files into a pp1 run, tp2 x pp2 files into tp2 x pp1 and tp1 x pp2 runs
     want = "convert_checkpoint --model-type GPT --loader core --saver core"
     broken("llama_tp2_blend", tmp, ("--load", tp2pp2_dir), want, "tp2 x pp2 checkpoint into tp2 x pp1")
