@@ -5,7 +5,7 @@
   iterations 4-6, learning rate and consumed samples identical. Megatron's checkpoints are the
   goldens in tests/golden/checkpointing/<case>/, or made live with MC_MEGATRON_ROOT set.
 - Resume is bit-exact (6 straight == 3, save, load, 3: same training lines, identical final files)
-  for pp2, dp2 x pp2 with the distributed optimizer (also with TE names), tp2 x pp2.
+  for pp2, dp2 x pp2 with the distributed optimizer, tp2 x pp2, and with TE / legacy names.
 - torch.load of our files: every key, shape and dtype (and every optimizer / scheduler value) as in
   Megatron's file of the same layout, distrib_optim.pt included; a Megatron distrib_optim.pt read
   and written back is unchanged.
@@ -272,6 +272,9 @@ def main():
         for case in ("gpt_pp2", "gpt_dp2pp2_distopt", "llama_tp2pp2"):
             split[case] = test_resume_bit_exact(case, tmp, local)[0]
         te, straight_te = test_resume_bit_exact("gpt_dp2pp2_distopt", tmp, ("--transformer-impl", "transformer_engine"), "_te")
+        # optimizer state indices in the TE and legacy models' parameter order
+        test_resume_bit_exact("llama_tp2pp2", tmp, ("--transformer-impl", "transformer_engine"), "_te")
+        test_resume_bit_exact("gpt_legacy_pp2", tmp, local)
         for case in ("gpt_pp2", "gpt_dp2pp2_distopt", "llama_tp2pp2"):
             compare_files(split[case], golden[case], case)
         for case in ("gpt_dp2_distopt", "gpt_tp2dp2_distopt", "llama_tp2_blend", "gpt_legacy_pp2"):
