@@ -1145,6 +1145,10 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
         fprintf(l->log, "could not find arguments in the checkpoint ...\n");
     }
     const struct mc_pk *model = mc_pk_get(sd, "model");
+    if (!model && mc_pk_get(sd, "model0"))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: a virtual-pipeline checkpoint (model0, model1, ... "
+                        "one per chunk); interleaved pipelining is not supported by this build",
+                        l->path);
     if (mc_pk_is_map(model))
         l->scheme = detect_scheme(model);
     if ((st = load_model(l, model)))

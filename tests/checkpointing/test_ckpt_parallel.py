@@ -228,6 +228,15 @@ def test_broken(tmp, pp2_dir, tp2pp2_dir):
     with open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("9")
     broken("gpt_pp2", tmp, ("--load", d), "iter_0000009", "tracker naming a missing iteration")
+    # a virtual-pipeline checkpoint (model0, model1): refused by name
+    v = os.path.join(tmp, "vpp_like")
+    shutil.copytree(pp2_dir, v)
+    for rank in rank_dirs("gpt_pp2"):
+        p = os.path.join(v, "iter_0000006", rank, "model_optim_rng.pt")
+        sd = torch.load(p)
+        sd = {("model0" if k == "model" else k): x for k, x in sd.items()}
+        torch.save(sd, p)
+    broken("gpt_pp2", tmp, ("--load", v), "virtual-pipeline checkpoint", "model0/model1 chunks")
     # the writer cannot create its directory: every rank fails, none waits in the moments' gather
     blocker = os.path.join(tmp, "not_a_directory")
     open(blocker, "w").close()
