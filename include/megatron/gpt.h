@@ -142,7 +142,8 @@ struct mc_gpt_batch {
  * and micro-batch: the exact Philox streams are documented in src/models/gpt/gpt_model.c and
  * src/core/rng.h). Any b <= micro_batch_size and s <= seq_length. Token/label ids outside
  * [0, padded vocab) and position ids outside [0, max_position_embeddings) are MC_ERR_SHAPE.
- * Activations needed by backward are kept until the next forward. With
+ * Activations needed by backward are kept until the next forward into the same activation
+ * slot (mc_gpt_use_slot). With
  * tensor_model_parallel_size > 1 this needs the TP communicator (MC_ERR_UNSUPPORTED until
  * parallel_state provides it). */
 MC_API mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
@@ -179,6 +180,21 @@ MC_API const float *mc_gpt_stage_input_grad(const mc_gpt_model *m);
  * pipeline_model_parallel_size > 1 the optimizer's grad norm and zero count are reduced over it
  * (Megatron's model-parallel group); MC_ERR_UNSUPPORTED without it. */
 MC_API mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm);
+
+/* Activation slots: the model keeps the activations backward needs (and the micro-batch's
+ * shapes, masks, ids and dropout stream) of up to n forwards, one per slot, so a pipeline stage
+ * can run the forwards of several micro-batches before their backwards without recomputing
+ * them. mc_gpt_use_slot selects the slot the next forward writes and the next backward,
+ * mc_gpt_stage_output and mc_gpt_logits read; each slot takes one backward per forward.
+ * Default: 1 slot, slot 0 (then the attention mask pointer must stay valid until backward;
+ * with more slots the model copies the mask). Setting the count drops what the slots held
+ * (MC_ERR_NOMEM keeps the old slots). Weights, grads, scratch and the input grad are shared. */
+#define MC_GPT_MAX_SLOTS 4096
+MC_API mc_status mc_gpt_set_activation_slots(mc_gpt_model *m, int n);
+MC_API int mc_gpt_activation_slots(const mc_gpt_model *m);
+MC_API mc_status mc_gpt_use_slot(mc_gpt_model *m, int slot);
+/* Bytes of one slot (mc_gpt_activation_bytes = shared scratch + slots x this). */
+MC_API size_t mc_gpt_slot_activation_bytes(const mc_gpt_model *m);
 
 /* Dropout step counter: advance once per iteration so every step draws fresh masks; also
  * resets the micro-batch counter (training forwards within a step draw different masks). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "megatron/checkpoint.h"
 #include "megatron/gpt.h"
@@ -30,6 +31,8 @@
 #include "training/tensorboard.h"
 #include "training/timers.h"
 #include "training/train_data.h"
+
+enum { MC_PP_MAX_SLOTS = 256 }; /* activation slots per stage (in-flight micro-batches) */
 
 struct trainer {
     struct mc_args *a;
@@ -258,6 +261,51 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
                               "embedding-group word-embedding grad all-reduce");
 }
 
+/* The memory the activation slots of one rank may take: MC_ACTIVATION_MEMORY_LIMIT_MB, else
+ * half the machine's memory shared by the ranks on it (the launcher's local size, else the
+ * world size). */
+static double activation_memory_limit(const struct trainer *t)
+{
+    const char *env = getenv("MC_ACTIVATION_MEMORY_LIMIT_MB");
+    if (env && *env)
+        return strtod(env, NULL) * 1048576.0;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local || !*local)
+        local = getenv("MPI_LOCALNRANKS");
+    long ranks = local && *local ? strtol(local, NULL, 10) : t->ps.world;
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    return phys / 2.0 / (double)(ranks > 0 ? ranks : 1);
+}
+
+/* Megatron keeps the autograd graph of every in-flight micro-batch: min(pp - rank, M) on stage
+ * `rank` in 1F1B (warmup + 1). The model gets as many activation slots, so no forward runs
+ * twice; where they would pass the memory limit (or cannot be allocated) it keeps one and the
+ * schedule recomputes, said once in the log. */
+static mc_status pp_activation_slots(struct trainer *t)
+{
+    int rank = mc_ps_rank(&t->ps, MC_PS_PP);
+    int64_t in_flight = t->ps.pp - rank, max_micro = t->gbs / (t->mbs * t->dp);
+    if (in_flight > max_micro)
+        in_flight = max_micro;
+    if (in_flight > MC_PP_MAX_SLOTS)
+        in_flight = MC_PP_MAX_SLOTS;
+    if (in_flight <= 1)
+        return MC_OK;
+    size_t per = mc_gpt_slot_activation_bytes(t->model);
+    double need = (double)(mc_gpt_activation_bytes(t->model) - per) +
+                  (double)in_flight * (double)per, limit = activation_memory_limit(t);
+    mc_status st = need <= limit ? mc_gpt_set_activation_slots(t->model, (int)in_flight)
+                                 : MC_ERR_NOMEM;
+    if (st == MC_OK || st != MC_ERR_NOMEM || mc_ps_rank(&t->ps, MC_PS_TP) != 0 || t->dp_rank != 0)
+        return st == MC_ERR_NOMEM ? MC_OK : st;
+    printf(" > pipeline stage %d: the activations of %lld in-flight micro-batches need "
+           "%.1f MiB (limit %.1f MiB, MC_ACTIVATION_MEMORY_LIMIT_MB%s): keeping one and "
+           "recomputing each forward before its backward\n", rank, (long long)in_flight,
+           need / 1048576.0, limit / 1048576.0, need <= limit ? "; allocation failed" : "");
+    fflush(stdout);
+    return MC_OK;
+}
+
 /* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
  * and with tied embeddings the embedding group, over which the last stage's copy starts as
  * zeros all-reduced with the first stage's weights (so the copies are equal, as Megatron's
@@ -272,7 +320,7 @@ static mc_status pp_setup(struct trainer *t)
                               (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
                           NULL, NULL}; /* [s/tp, b, h] with --sequence-parallel */
     mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
-    if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
+    if (st || (st = mc_pp_schedule_init(&t->pipe, &p)) || (st = pp_activation_slots(t)))
         return st;
     if (c->untie_embeddings_and_output_weights)
         return MC_OK;
@@ -580,27 +628,73 @@ static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
 /* ---- pipeline parallelism (pp > 1): the step callbacks of the 1F1B schedule ---------------
  * pretrain_gpt's forward_step and loss_func on one stage: the first stage embeds the tokens,
  * the others take the previous stage's activations, the last computes the loss and reports it.
- * The engine keeps the activations of one micro-batch only, so a backward whose micro-batch is
- * no longer in the model runs its forward again first (same input, same dropout masks): the
- * order of steps and exchanges is Megatron's, the cost is full activation recomputation on the
- * stages before the last. */
+ * The engine keeps each in-flight micro-batch's activations in its own slot (pp_setup sizes
+ * them as Megatron keeps its in-flight autograd graphs: min(pp - rank, M) on stage `rank`).
+ * Where the slots were too many for the memory limit the model has one, and a backward whose
+ * micro-batch is no longer in a slot runs its forward again first (same input, same dropout
+ * masks, so the same numbers): the order of steps and exchanges is Megatron's either way. */
 struct pp_pass {
     struct trainer *t;
     int split;
     int64_t consumed, num_micro, iteration;
     bool training;
-    int64_t in_model;     /* micro-batch whose activations the model holds, -1 = none */
+    int64_t held[MC_PP_MAX_SLOTS]; /* micro-batch whose activations each slot holds, -1 = none */
+    int64_t in_batch;     /* micro-batch held in t->batch, -1 = none */
     float *numer, *denom; /* the lm loss report, summed on the last stage */
 };
+
+static void pp_pass_init(struct pp_pass *r, struct trainer *t, int split, int64_t consumed,
+                         int64_t num_micro, int64_t iteration, bool training, float *numer,
+                         float *denom)
+{
+    *r = (struct pp_pass){t, split, consumed, num_micro, iteration, training, {0}, -1, numer,
+                          denom};
+    for (int i = 0; i < MC_PP_MAX_SLOTS; i++)
+        r->held[i] = -1;
+}
+
+/* Micro-batch k in t->batch; every stage reads it: attention masks are needed by all layers. */
+static mc_status pp_get_batch(struct pp_pass *r, int64_t k)
+{
+    if (r->in_batch == k)
+        return MC_OK;
+    r->in_batch = -1;
+    mc_status st = mc_train_data_get(r->t->data, r->split, sample_index(r->t, r->consumed, k),
+                                     &r->t->batch);
+    if (!st)
+        r->in_batch = k;
+    return st;
+}
+
+/* The slot holding micro-batch k, or -1. */
+static int pp_slot_of(const struct pp_pass *r, int64_t k)
+{
+    int n = mc_gpt_activation_slots(r->t->model);
+    for (int i = 0; i < n; i++)
+        if (r->held[i] == k)
+            return i;
+    return -1;
+}
+
+/* A slot for a forward of k: a free one, else (one slot: recomputation) k's own position. */
+static int pp_slot_for(const struct pp_pass *r, int64_t k)
+{
+    int n = mc_gpt_activation_slots(r->t->model);
+    for (int i = 0; i < n; i++)
+        if (r->held[i] < 0)
+            return i;
+    return (int)(k % n);
+}
 
 static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input)
 {
     struct trainer *t = r->t;
     struct mc_micro_batch *mb = &t->batch;
     bool first = mc_ps_is_pipeline_first_stage(&t->ps), last = mc_ps_is_pipeline_last_stage(&t->ps);
-    /* every stage reads the micro-batch: attention masks are needed by all layers */
-    mc_status st = mc_train_data_get(t->data, r->split, sample_index(t, r->consumed, k), mb);
-    if (st)
+    int slot = pp_slot_for(r, k);
+    r->held[slot] = -1;
+    mc_status st = pp_get_batch(r, k);
+    if (st || (st = mc_gpt_use_slot(t->model, slot)))
         return st;
     if (r->training)
         mc_gpt_set_step(t->model, r->iteration * r->num_micro + k);
@@ -612,7 +706,8 @@ static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input
     mc_timer_start(fwd);
     st = mc_gpt_forward(t->model, &gb, r->training, last ? t->loss : NULL);
     mc_timer_stop(fwd);
-    r->in_model = st ? -1 : k;
+    /* forward-only passes (evaluation) take no backward: their slot is free again */
+    r->held[slot] = st || !r->training ? -1 : k;
     return st;
 }
 
@@ -648,10 +743,12 @@ static mc_status pp_backward(void *ctx, int64_t k, const float *input, const flo
 {
     struct pp_pass *r = ctx;
     struct trainer *t = r->t;
-    mc_status st = r->in_model == k ? MC_OK : pp_run_forward(r, k, input);
-    if (st)
+    mc_status st = pp_slot_of(r, k) >= 0 ? MC_OK : pp_run_forward(r, k, input);
+    int slot = pp_slot_of(r, k);
+    /* the last stage reads micro-batch k's loss mask */
+    if (st || (st = pp_get_batch(r, k)) || (st = mc_gpt_use_slot(t->model, slot)))
         return st;
-    r->in_model = -1; /* one backward per forward */
+    r->held[slot] = -1; /* one backward per forward */
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
     if (mc_ps_is_pipeline_last_stage(&t->ps)) {
@@ -689,8 +786,9 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
                                       struct mc_opt_step_result *res)
 {
     float numer = 0, denom = 0;
-    struct pp_pass r = {t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
-                        iteration, true, -1, &numer, &denom};
+    struct pp_pass r;
+    pp_pass_init(&r, t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
+                 iteration, true, &numer, &denom);
     struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     mc_gpt_zero_grad(t->model);
@@ -720,7 +818,8 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
 static mc_status evaluate_pipelined(struct trainer *t, int split, int64_t consumed,
                                     int64_t num_micro, float *numer, float *denom)
 {
-    struct pp_pass r = {t, split, consumed, num_micro, 0, false, -1, numer, denom};
+    struct pp_pass r;
+    pp_pass_init(&r, t, split, consumed, num_micro, 0, false, numer, denom);
     struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
     return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, num_micro, true);
 }

@@ -66,10 +66,11 @@ static void to_seq_first(int64_t *dst, const int64_t *src, int64_t b, int64_t s)
             dst[si * b + bi] = src[bi * s + si];
 }
 
-static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
+/* The call context of the forward held in slot sl (its shapes, mask and dropout stream). */
+static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_slot *sl)
 {
     const struct mc_gpt_config *c = &m->cfg;
-    int64_t b = m->fwd_b, s = m->fwd_s;
+    int64_t b = sl->b, s = sl->s;
     int64_t T_sp = c->sequence_parallel ? b * s / m->tp.size : b * s;
     return (struct mc_tfm_ctx){
         .be = m->be,
@@ -82,14 +83,14 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
         .T = b * s,
         .T_sp = T_sp,
         .sp_first = c->sequence_parallel ? m->tp.rank * T_sp : 0,
-        .attn_mask = m->fwd_mask,
+        .attn_mask = sl->mask,
         .rope_cos = m->rope_cos,
         .rope_sin = m->rope_sin,
-        .hidden_dropout = m->fwd_training && c->hidden_dropout > 0.0f,
-        .attention_dropout = m->fwd_training && c->attention_dropout > 0.0f,
+        .hidden_dropout = sl->training && c->hidden_dropout > 0.0f,
+        .attention_dropout = sl->training && c->attention_dropout > 0.0f,
         .seed = c->seed,
-        .step = (uint32_t)m->step,
-        .micro = m->fwd_micro,
+        .step = sl->step,
+        .micro = sl->micro,
     };
 }
 
@@ -97,23 +98,24 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
  * sequence parallelism the word embeddings are reduce-scattered to this rank's rows (Megatron
  * does that with RoPE; with learned positions it all-reduces and then splits: the same values,
  * as each token's row comes from exactly one rank) and the rest runs on those rows. */
-static mc_status embed(struct mc_gpt_model *m, const struct mc_tfm_ctx *c, float *x0)
+static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
+                       const struct mc_tfm_ctx *c, float *x0)
 {
     const struct mc_tfm_dims *d = &m->dims;
-    mc_status st = mc_tp_embedding_forward(m->be, &m->tp, x0, m->word_w, m->ids_sf, c->T, d->h,
+    mc_status st = mc_tp_embedding_forward(m->be, &m->tp, x0, m->word_w, sl->ids_sf, c->T, d->h,
                                            d->V_l, m->scratch.h2);
     if (st != MC_OK)
         return st;
     if (m->pos_w) {
         float *pe = m->scratch.h1;
-        m->be->embedding_fwd(pe, m->pos_w, m->pos_sf + c->sp_first, c->T_sp, d->h, 0,
+        m->be->embedding_fwd(pe, m->pos_w, sl->pos_sf + c->sp_first, c->T_sp, d->h, 0,
                              m->cfg.max_position_embeddings);
         m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T_sp, d->h);
     }
     if (c->hidden_dropout) {
-        mc_tfm_dropout_mask(c, m->emb_keep, MC_TFM_SITE_EMBEDDING, c->sp_first * d->h,
+        mc_tfm_dropout_mask(c, sl->emb_keep, MC_TFM_SITE_EMBEDDING, c->sp_first * d->h,
                             c->T_sp * d->h, m->cfg.hidden_dropout);
-        m->be->bias_dropout_add(x0, x0, NULL, NULL, m->emb_keep,
+        m->be->bias_dropout_add(x0, x0, NULL, NULL, sl->emb_keep,
                                 1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
     }
     return MC_OK;
@@ -134,23 +136,25 @@ static const float *output_weight(const struct mc_gpt_model *m)
 }
 
 /* Last stage: final norm, output layer (logits [s, b, V/tp]) and the per-token loss. */
-static mc_status head_forward(struct mc_gpt_model *m, const struct mc_tfm_ctx *c,
-                              const struct mc_gpt_batch *batch, float *loss)
+static mc_status head_forward(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
+                              const struct mc_tfm_ctx *c, const struct mc_gpt_batch *batch,
+                              float *loss)
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t b = c->b, s = c->s, T = c->T;
     mc_status st;
-    mc_tfm_norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->lnf_w, m->lnf_b);
-    hook("decoder.final_layernorm.output", m->lnf, c->T_sp / b, b, d->h);
-    if ((st = mc_tp_linear_col_forward(m->be, &m->tp, m->logits, m->lnf, output_weight(m), NULL,
+    mc_tfm_norm_forward(c, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->x_final, m->lnf_w, m->lnf_b);
+    hook("decoder.final_layernorm.output", sl->lnf, c->T_sp / b, b, d->h);
+    if ((st = mc_tp_linear_col_forward(m->be, &m->tp, sl->logits, sl->lnf, output_weight(m), NULL,
                                        T, d->h, d->V_l, m->scratch.h2)) != MC_OK)
         return st;
-    hook("output_layer.output", m->logits, s, b, d->V_l);
+    hook("output_layer.output", sl->logits, s, b, d->V_l);
     if (!batch->labels)
         return MC_OK;
-    to_seq_first(m->labels_sf, batch->labels, b, s);
-    if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, m->xent_max, m->xent_sumexp,
-                                          m->xent_target, m->logits, m->labels_sf, T,
+    to_seq_first(sl->labels_sf, batch->labels, b, s);
+    if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, sl->xent_max,
+                                          sl->xent_sumexp, m->xent_target, sl->logits,
+                                          sl->labels_sf, T,
                                           d->V_l)) != MC_OK)
         return st;
     if (loss)
@@ -163,7 +167,8 @@ static mc_status head_forward(struct mc_gpt_model *m, const struct mc_tfm_ctx *c
 mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
                          float *loss)
 {
-    m->fwd_valid = false;
+    struct mc_gpt_slot *sl = &m->slots[m->cur];
+    sl->valid = false;
     mc_status st = check_batch(m, batch);
     if (st != MC_OK)
         return st;
@@ -175,35 +180,40 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
                         m->cfg.pipeline_model_parallel_size);
     const struct mc_tfm_dims *d = &m->dims;
     int64_t b = batch->b, s = batch->s, T = b * s;
-    m->fwd_b = b;
-    m->fwd_s = s;
-    m->fwd_mask = batch->attention_mask;
-    m->fwd_training = training;
-    m->fwd_labels = batch->labels != NULL;
-    m->fwd_micro = training ? m->micro_next++ : 0;
-    struct mc_tfm_ctx c = make_ctx(m);
+    sl->b = b;
+    sl->s = s;
+    sl->mask = batch->attention_mask;
+    if (sl->mask && sl->mask_copy) { /* the caller's buffer may hold another micro-batch later */
+        memcpy(sl->mask_copy, sl->mask, (size_t)(b * s * s));
+        sl->mask = sl->mask_copy;
+    }
+    sl->training = training;
+    sl->labels = batch->labels != NULL;
+    sl->step = (uint32_t)m->step;
+    sl->micro = training ? m->micro_next++ : 0;
+    struct mc_tfm_ctx c = make_ctx(m, sl);
 
-    float *x0 = m->acts[0].x_in;
+    float *x0 = sl->acts[0].x_in;
     if (d->first_stage) {
-        to_seq_first(m->ids_sf, batch->tokens, b, s);
+        to_seq_first(sl->ids_sf, batch->tokens, b, s);
         if (m->pos_w) {
             if (batch->position_ids) {
-                to_seq_first(m->pos_sf, batch->position_ids, b, s);
+                to_seq_first(sl->pos_sf, batch->position_ids, b, s);
             } else {
                 for (int64_t t = 0; t < T; t++)
-                    m->pos_sf[t] = t / b;
+                    sl->pos_sf[t] = t / b;
             }
         }
-        if ((st = embed(m, &c, x0)) != MC_OK)
+        if ((st = embed(m, sl, &c, x0)) != MC_OK)
             return st;
         hook("embedding.output", x0, c.T_sp / b, b, d->h);
     } else {
         memcpy(x0, batch->hidden_in, sizeof(float) * (size_t)(c.T_sp * d->h));
     }
     for (int64_t l = 0; l < d->L; l++) {
-        float *out = l + 1 < d->L ? m->acts[l + 1].x_in : m->x_final;
+        float *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
         int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
-        if ((st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
+        if ((st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &sl->acts[l], out)) != MC_OK)
             return st;
         if (mc_dump_hooks_active()) {
             char name[64];
@@ -211,26 +221,27 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
             hook(name, out, c.T_sp / b, b, d->h);
         }
     }
-    if (d->last_stage && (st = head_forward(m, &c, batch, loss)) != MC_OK)
+    if (d->last_stage && (st = head_forward(m, sl, &c, batch, loss)) != MC_OK)
         return st;
-    m->fwd_valid = true;
+    sl->valid = true;
     return MC_OK;
 }
 
 /* Layers in reverse, then the embeddings on the first stage; m->dx holds the grad of the
  * last layer's output on entry and the grad of this stage's input on exit. */
-static mc_status body_backward(struct mc_gpt_model *m, const struct mc_tfm_ctx *c)
+static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot *sl,
+                               const struct mc_tfm_ctx *c)
 {
     const struct mc_tfm_dims *d = &m->dims;
     mc_status st;
     for (int64_t l = d->L - 1; l >= 0; l--)
         if ((st = mc_tfm_layer_backward(c, d->layer_offset + l, &m->layer_w[l], &m->layer_g[l],
-                                        &m->acts[l], m->dx)) != MC_OK)
+                                        &sl->acts[l], m->dx)) != MC_OK)
             return st;
     if (!d->first_stage)
         return MC_OK;
     if (c->hidden_dropout)
-        m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, m->emb_keep,
+        m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, sl->emb_keep,
                                 1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
     /* the backward of the sequence-parallel scatter: every rank needs every row's grad */
     float *dx = m->dx;
@@ -239,9 +250,9 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_tfm_ctx *
         if ((st = mc_tp_all_gather_seq(&m->tp, dx, m->dx, c->T_sp * d->h)) != MC_OK)
             return st;
     }
-    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, dx, m->ids_sf, c->T, d->h, d->V_l);
+    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, dx, sl->ids_sf, c->T, d->h, d->V_l);
     if (m->pos_g)
-        m->be->embedding_bwd(m->pos_g, dx, m->pos_sf, c->T, d->h, 0,
+        m->be->embedding_bwd(m->pos_g, dx, sl->pos_sf, c->T, d->h, 0,
                              m->cfg.max_position_embeddings);
     return MC_OK;
 }
@@ -252,30 +263,31 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
         return mc_error(MC_ERR_SHAPE, "backward from the loss runs on the last pipeline stage; "
                         "stage %d takes the grad of its output (mc_gpt_backward_stage)",
                         m->cfg.pipeline_model_parallel_rank);
-    if (!m->fwd_valid || !m->fwd_labels)
+    struct mc_gpt_slot *sl = &m->slots[m->cur];
+    if (!sl->valid || !sl->labels)
         return mc_error(MC_ERR_SHAPE, "backward needs a successful forward with labels "
                         "(and at most one backward per forward)");
     if (!dloss)
         return mc_error(MC_ERR_SHAPE, "backward: no dloss");
-    m->fwd_valid = false; /* the logits are overwritten by their grad below */
+    sl->valid = false; /* the logits are overwritten by their grad below */
     const struct mc_tfm_dims *d = &m->dims;
-    struct mc_tfm_ctx c = make_ctx(m);
+    struct mc_tfm_ctx c = make_ctx(m, sl);
     int64_t b = c.b, s = c.s, T = c.T;
     mc_status st;
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t si = 0; si < s; si++)
             m->dloss_sf[si * b + bi] = dloss[bi * s + si];
 
-    mc_tp_cross_entropy_backward(m->be, &m->tp, m->logits, m->logits, m->xent_max,
-                                 m->xent_sumexp, m->labels_sf, m->dloss_sf, T, d->V_l);
+    mc_tp_cross_entropy_backward(m->be, &m->tp, sl->logits, sl->logits, sl->xent_max,
+                                 sl->xent_sumexp, sl->labels_sf, m->dloss_sf, T, d->V_l);
     float *dlnf = m->scratch.h2;
     if ((st = mc_tp_linear_col_backward(m->be, &m->tp, dlnf, m->out_g ? m->out_g : m->word_g,
-                                        NULL, m->logits, m->lnf, output_weight(m), T, d->h,
+                                        NULL, sl->logits, sl->lnf, output_weight(m), T, d->h,
                                         d->V_l, m->scratch.h1)) != MC_OK)
         return st;
-    mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, m->x_final, m->lnf_w, m->lnf_mean,
-                         m->lnf_rstd);
-    return body_backward(m, &c);
+    mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, sl->x_final, m->lnf_w,
+                         sl->lnf_mean, sl->lnf_rstd);
+    return body_backward(m, sl, &c);
 }
 
 mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
@@ -283,13 +295,14 @@ mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
     if (m->dims.last_stage)
         return mc_error(MC_ERR_SHAPE, "mc_gpt_backward_stage is for pipeline stages before the "
                         "last; the last stage starts from the loss (mc_gpt_backward)");
-    if (!m->fwd_valid)
+    struct mc_gpt_slot *sl = &m->slots[m->cur];
+    if (!sl->valid)
         return mc_error(MC_ERR_SHAPE, "backward needs a successful forward "
                         "(and at most one backward per forward)");
     if (!dhidden_out)
         return mc_error(MC_ERR_SHAPE, "backward: no output grad");
-    m->fwd_valid = false;
-    struct mc_tfm_ctx c = make_ctx(m);
+    sl->valid = false;
+    struct mc_tfm_ctx c = make_ctx(m, sl);
     memcpy(m->dx, dhidden_out, sizeof(float) * (size_t)(c.T_sp * m->dims.h));
-    return body_backward(m, &c);
+    return body_backward(m, sl, &c);
 }

@@ -2,7 +2,10 @@
  * (gpt_layer_specs.py:get_gpt_layer_local_spec), LanguageModelEmbedding and the output layer +
  * vocab-parallel loss. Owns one parameter block and one grad block (named views in Megatron's
  * state_dict order) and every activation buffer, sized at init for (micro_batch_size,
- * seq_length) so that forward and backward never allocate.
+ * seq_length) so that forward and backward never allocate. The activations backward reads are
+ * kept per slot (mc_gpt_set_activation_slots): a pipeline stage keeps each in-flight
+ * micro-batch in its own slot, as Megatron keeps each one's autograd graph; the scratch,
+ * weights and grads are shared.
  *
  * Dropout randomness (the exact contract the PyTorch twin reproduces; rng.h defines Philox
  * and the keep rule): key = config seed; counter word c2 = the step set by mc_gpt_set_step;
@@ -278,16 +281,17 @@ static void *carve(struct carver *cv, int64_t n, size_t elem)
     return p;
 }
 
-static void carve_all(struct mc_gpt_model *m, struct carver *cv)
+/* One slot: what backward reads of its forward. */
+static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct mc_gpt_slot *sl)
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
     /* outside the tensor-parallel regions: this rank's sequence shard */
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     const size_t F = sizeof(float), B = 1;
-    bool drop_h = m->cfg.hidden_dropout > 0.0f, drop_a = m->cfg.attention_dropout > 0.0f;
+    bool drop_h = m->cfg.hidden_dropout > 0.0f;
     for (int64_t l = 0; l < d->L; l++) {
-        struct mc_tfm_layer_acts *a = &m->acts[l];
+        struct mc_tfm_layer_acts *a = &sl->acts[l];
         a->x_in = carve(cv, Ts * d->h, F);
         a->ln1_mean = carve(cv, Ts, F);
         a->ln1_rstd = carve(cv, Ts, F);
@@ -301,6 +305,29 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
         a->fc1 = carve(cv, T * d->fc1_l, F);
         a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
     }
+    sl->emb_keep = drop_h ? carve(cv, Ts * d->h, B) : NULL;
+    sl->x_final = carve(cv, Ts * d->h, F);
+    sl->lnf = carve(cv, Ts * d->h, F);
+    sl->lnf_mean = carve(cv, Ts, F);
+    sl->lnf_rstd = carve(cv, Ts, F);
+    sl->logits = d->last_stage ? carve(cv, T * d->V_l, F) : NULL; /* the largest buffer */
+    sl->xent_max = carve(cv, T, F);
+    sl->xent_sumexp = carve(cv, T, F);
+    sl->ids_sf = carve(cv, T, sizeof(int64_t));
+    sl->pos_sf = carve(cv, T, sizeof(int64_t));
+    sl->labels_sf = carve(cv, T, sizeof(int64_t));
+    /* one slot keeps the caller's mask pointer (valid until backward, as before slots) */
+    sl->mask_copy = m->n_slots > 1 ? carve(cv, d->b_max * d->s_max * d->s_max, B) : NULL;
+}
+
+/* The scratch shared by all slots, then the slots. */
+static void carve_all(struct mc_gpt_model *m, struct carver *cv)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
+    int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
+    const size_t F = sizeof(float), B = 1;
+    bool drop_a = m->cfg.attention_dropout > 0.0f;
     struct mc_tfm_scratch *s = &m->scratch;
     s->attn_a = carve(cv, P, F);
     s->attn_b = carve(cv, P, F);
@@ -315,25 +342,88 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     s->dctx = carve(cv, T * d->ctx_l, F);
     s->dfc1 = carve(cv, T * d->fc1_l, F);
     s->dact = carve(cv, T * d->ffn_l, F);
-    m->emb_keep = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-    m->x_final = carve(cv, Ts * d->h, F);
-    m->lnf = carve(cv, Ts * d->h, F);
-    m->lnf_mean = carve(cv, Ts, F);
-    m->lnf_rstd = carve(cv, Ts, F);
-    m->logits = d->last_stage ? carve(cv, T * d->V_l, F) : NULL; /* the largest buffer */
-    m->xent_max = carve(cv, T, F);
-    m->xent_sumexp = carve(cv, T, F);
     m->xent_target = carve(cv, T, F);
     m->loss_sf = carve(cv, T, F);
     m->dloss_sf = carve(cv, T, F);
     m->dx = carve(cv, Ts * d->h, F);
-    m->ids_sf = carve(cv, T, sizeof(int64_t));
-    m->pos_sf = carve(cv, T, sizeof(int64_t));
-    m->labels_sf = carve(cv, T, sizeof(int64_t));
     if (d->rot_dim > 0) {
         m->rope_cos = carve(cv, d->s_max * d->rot_dim, F);
         m->rope_sin = carve(cv, d->s_max * d->rot_dim, F);
     }
+    size_t before = cv->used;
+    for (int i = 0; i < m->n_slots; i++)
+        carve_slot(m, cv, &m->slots[i]);
+    m->slot_bytes = m->n_slots ? (cv->used - before) / (size_t)m->n_slots : 0;
+}
+
+static void free_slots(struct mc_gpt_slot *slots, int n)
+{
+    for (int i = 0; slots && i < n; i++)
+        mc_free(slots[i].acts);
+    mc_free(slots);
+}
+
+static struct mc_gpt_slot *alloc_slots(int n, int64_t L)
+{
+    struct mc_gpt_slot *slots = mc_calloc((size_t)n, sizeof(*slots));
+    for (int i = 0; slots && i < n; i++)
+        if (!(slots[i].acts = mc_calloc((size_t)(L > 0 ? L : 1), sizeof(*slots[i].acts)))) {
+            free_slots(slots, n);
+            return NULL;
+        }
+    return slots;
+}
+
+/* (Re)builds the activation block for n slots; on failure the model keeps its old block. */
+static mc_status build_act_block(struct mc_gpt_model *m, int n)
+{
+    struct mc_gpt_slot *slots = alloc_slots(n, m->dims.L), *old_slots = m->slots;
+    if (!slots)
+        return mc_error(MC_ERR_NOMEM, "activation slots: cannot allocate %d slot records", n);
+    int old_n = m->n_slots;
+    m->slots = slots;
+    m->n_slots = n;
+    struct carver cv = {NULL, 0};
+    carve_all(m, &cv);
+    void *block = mc_alloc(cv.used);
+    if (!block) {
+        m->slots = old_slots;
+        m->n_slots = old_n;
+        free_slots(slots, n);
+        return mc_error(MC_ERR_NOMEM, "activation slots: cannot allocate %d slots (%.1f MiB)", n,
+                        (double)cv.used / 1048576.0);
+    }
+    free_slots(old_slots, old_n);
+    mc_free(m->act_block);
+    m->act_block = block;
+    m->act_bytes = cv.used;
+    cv = (struct carver){block, 0};
+    carve_all(m, &cv);
+    m->cur = 0;
+    if (m->dims.rot_dim > 0)
+        mc_tfm_rope_tables(m->rope_cos, m->rope_sin, &m->cfg, m->dims.rot_dim, m->dims.s_max);
+    return MC_OK;
+}
+
+mc_status mc_gpt_set_activation_slots(mc_gpt_model *m, int n)
+{
+    if (n < 1 || n > MC_GPT_MAX_SLOTS)
+        return mc_error(MC_ERR_CONFIG, "activation slots: %d is outside [1, %d]", n,
+                        MC_GPT_MAX_SLOTS);
+    return n == m->n_slots ? MC_OK : build_act_block(m, n);
+}
+
+int mc_gpt_activation_slots(const mc_gpt_model *m) { return m->n_slots; }
+
+size_t mc_gpt_slot_activation_bytes(const mc_gpt_model *m) { return m->slot_bytes; }
+
+mc_status mc_gpt_use_slot(mc_gpt_model *m, int slot)
+{
+    if (slot < 0 || slot >= m->n_slots)
+        return mc_error(MC_ERR_CONFIG, "activation slot %d: the model has %d (slots 0..%d)", slot,
+                        m->n_slots, m->n_slots - 1);
+    m->cur = slot;
+    return MC_OK;
 }
 
 /* ---- init / free ------------------------------------------------------------------------ */
@@ -360,8 +450,7 @@ mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
                                  m->cfg.sequence_parallel};
     m->layer_w = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_w));
     m->layer_g = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_g));
-    m->acts = mc_calloc((size_t)m->dims.L, sizeof(*m->acts));
-    if (!m->layer_w || !m->layer_g || !m->acts)
+    if (!m->layer_w || !m->layer_g)
         goto out_free;
 
     walk_params(m, false);
@@ -378,16 +467,8 @@ mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
     if (m->sp_numel > 0 && !(m->sp_grads = mc_alloc((size_t)m->sp_numel * sizeof(float))))
         goto out_free;
 
-    struct carver cv = {NULL, 0};
-    carve_all(m, &cv);
-    m->act_bytes = cv.used;
-    m->act_block = mc_alloc(cv.used);
-    if (!m->act_block)
+    if ((st = build_act_block(m, 1)) != MC_OK)
         goto out_free;
-    cv = (struct carver){m->act_block, 0};
-    carve_all(m, &cv);
-    if (m->dims.rot_dim > 0)
-        mc_tfm_rope_tables(m->rope_cos, m->rope_sin, &m->cfg, m->dims.rot_dim, m->dims.s_max);
     *out = m;
     return MC_OK;
 
@@ -405,7 +486,7 @@ void mc_gpt_model_free(mc_gpt_model *m)
     mc_free(m->grad_block);
     mc_free(m->param_block);
     mc_free(m->params);
-    mc_free(m->acts);
+    free_slots(m->slots, m->n_slots);
     mc_free(m->layer_g);
     mc_free(m->layer_w);
     mc_free(m);
@@ -442,7 +523,7 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
     m->micro_next = 0;
 }
 
-const float *mc_gpt_logits(const mc_gpt_model *m) { return m->logits; }
+const float *mc_gpt_logits(const mc_gpt_model *m) { return m->slots[m->cur].logits; }
 
 mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
 {
@@ -466,7 +547,7 @@ mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
 
 const float *mc_gpt_stage_output(const mc_gpt_model *m)
 {
-    return m->dims.last_stage ? NULL : m->x_final;
+    return m->dims.last_stage ? NULL : m->slots[m->cur].x_final;
 }
 
 const float *mc_gpt_stage_input_grad(const mc_gpt_model *m)

@@ -45,27 +45,39 @@ struct mc_gpt_model {
 
     float *sp_grads;                 /* coalescing buffer of the sequence-parallel grads */
     int64_t sp_numel;
-    void *act_block;                 /* every buffer below lives in it */
-    size_t act_bytes;
-    struct mc_tfm_layer_acts *acts;  /* [L] */
+    void *act_block;                 /* every buffer below (shared and per slot) lives in it */
+    size_t act_bytes, slot_bytes;    /* the whole block; one slot's part of it */
+    int n_slots;                     /* activation slots (mc_gpt_set_activation_slots) */
+    int cur;                         /* the slot forward / backward use (mc_gpt_use_slot) */
+    struct mc_gpt_slot *slots;       /* [n_slots] */
+    /* shared by the slots (never read across calls) */
     struct mc_tfm_scratch scratch;
     /* T = micro_batch_size x seq_length tokens; Ts = T / tp with sequence parallelism, else T */
-    uint8_t *emb_keep;               /* [Ts, h] embedding dropout keep mask */
-    float *x_final;                  /* [Ts, h] last layer output */
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                   /* [T, V_l]; the grad in place after backward */
-    float *xent_max, *xent_sumexp, *xent_target, *loss_sf, *dloss_sf; /* [T] */
+    float *xent_target, *loss_sf, *dloss_sf; /* [T] */
     float *dx;                       /* [Ts, h]; after backward on a non-first stage: the input grad */
-    int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
     float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
 
     int64_t step;
     uint32_t micro_next;
-    /* the last forward, for backward */
-    bool fwd_valid, fwd_labels, fwd_training;
-    int64_t fwd_b, fwd_s;
-    uint32_t fwd_micro;
-    const uint8_t *fwd_mask;
+};
+
+/* Everything backward needs of one forward: the activations, keep masks, ids, shapes and the
+ * dropout stream (step, micro) of the micro-batch, so several micro-batches can be in flight
+ * (pipeline stages keep each one's activations until its backward). */
+struct mc_gpt_slot {
+    struct mc_tfm_layer_acts *acts;  /* [L] */
+    uint8_t *emb_keep;               /* [Ts, h] embedding dropout keep mask */
+    float *x_final;                  /* [Ts, h] last layer output (a non-last stage's output) */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;                   /* [T, V_l]; the grad in place after backward */
+    float *xent_max, *xent_sumexp;   /* [T] */
+    int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
+    uint8_t *mask_copy;              /* [b, s, s] the attention mask (with more than one slot) */
+    /* the forward held, for backward */
+    bool valid, labels, training;
+    int64_t b, s;
+    uint32_t step, micro;
+    const uint8_t *mask;
 };
 
 #endif /* MC_GPT_MODEL_H */
