@@ -1,6 +1,8 @@
 """MC_COMM_STATS=1: pretrain_gpt under mpirun prints per-rank communication counters whose
 bytes equal the volumes computed here from the layout (tp2 x pp2: TP all-reduces of s*b*h
-per layer and micro-batch plus the forward re-run on stages before the last, pipeline sends,
+per layer and micro-batch: the minimum, as every stage keeps its in-flight micro-batches'
+activations; with MC_ACTIVATION_MEMORY_LIMIT_MB=0 the stages before the last fall back to
+re-running each forward before its backward and pay for it), pipeline sends,
 the tied-embedding all-reduce; dp2 with the distributed optimizer: reduce-scatter +
 all-gather of every parameter; tp2 x pp2 and tp4 with --sequence-parallel: all-gathers and
 reduce-scatters of s*b*h along the sequence instead of the activation all-reduces, each moving
@@ -28,7 +30,7 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(tmp, np, tp, pp, extra=(), stats=True):
+def run(tmp, np, tp, pp, extra=(), stats=True, limit=None):
     args = ["--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads", "4",
             "--seq-length", str(S), "--max-position-embeddings", str(S), "--mock-data",
             "--vocab-size", str(V), "--tokenizer-type", "NullTokenizer",
@@ -40,8 +42,12 @@ def run(tmp, np, tp, pp, extra=(), stats=True):
             "--data-cache-path", os.path.join(tmp, "cache"), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("MC_COMM_STATS", None)
+    env.pop("MC_ACTIVATION_MEMORY_LIMIT_MB", None)
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
            "OMP_NUM_THREADS=1"]
+    if limit is not None:
+        env["MC_ACTIVATION_MEMORY_LIMIT_MB"] = str(limit)
+        cmd += ["-x", "MC_ACTIVATION_MEMORY_LIMIT_MB"]
     if stats:
         env["MC_COMM_STATS"] = "1"
         cmd += ["-x", "MC_COMM_STATS"]
@@ -54,21 +60,21 @@ def run(tmp, np, tp, pp, extra=(), stats=True):
     return got
 
 
-def tp2_pp2(tmp):
-    got = run(tmp, 4, 2, 2)
+def tp2_pp2(tmp, recompute=False):
+    got = run(tmp, 4, 2, 2, limit=0 if recompute else None)
     act = S * B * H * 4
     m = GBS // B
     for r in range(4):
         stage = r // 2  # tp-dp-pp order with dp=1
         first, last = stage == 0, stage == 1
         n_act = m * (4 * (L // 2) + first + last)
-        if not last:  # megatron.c re-runs each micro-batch's forward before its backward
+        if not last and recompute:  # the fallback re-runs each forward before its backward
             n_act += m * (2 * (L // 2) + first)
         ce = m * 3 * S * B * 4 if last else 0
         tp_pay = ITERS * (n_act * act + ce)
         c = got.get((r, "tp", "all-reduce"))
         check(c and c[1] == tp_pay and c[2] == tp_pay,  # ring wire = 2(n-1)/n = 1x for n=2
-              f"rank {r} tp all-reduce bytes {c} == {tp_pay}")
+              f"rank {r} tp all-reduce bytes {c} == {tp_pay} (recompute {recompute})")
         s = got.get((r, "pp", "send"))
         check(s and s[1] == ITERS * m * act and s[0] == ITERS * m,
               f"rank {r} pp sends {s} == {ITERS * m} x {act} B")
@@ -95,8 +101,8 @@ def sp_layout(tmp, np, tp, pp):
     for r in range(np):
         stage = r // tp
         first, last = stage == 0, stage == pp - 1
-        ag = 6 * lp + first + 2 * last + (0 if last else 2 * lp)  # stages before the last
-        rs = 4 * lp + first + last + (0 if last else 2 * lp + first)  # re-run the forward
+        ag = 6 * lp + first + 2 * last
+        rs = 4 * lp + first + last
         for op, n in (("all-gather", ag), ("reduce-scatter", rs)):
             c = got.get((r, "tp", op))
             want = ITERS * m * n
@@ -133,6 +139,7 @@ def dp2_distopt(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         tp2_pp2(tmp)
+        tp2_pp2(tmp, recompute=True)
         dp2_distopt(tmp)
         sp_layout(tmp, 4, 2, 2)
         sp_layout(tmp, 4, 4, 1)

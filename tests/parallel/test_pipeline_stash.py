@@ -1,0 +1,93 @@
+"""Pipeline stages keep each in-flight micro-batch's activations (min(pp - rank, M) activation
+slots on stage `rank`, as Megatron keeps its autograd graphs) instead of re-running a forward
+before its backward. Both are the same math, so pretrain_gpt under mpirun must print
+bit-identical full-precision lm loss, grad norm and params norm ([exact] lines of
+MC_TEST_LOG_EXACT=1) for 20 iterations, and identical validation losses, with the slots
+(default) and with the recompute fallback (MC_ACTIVATION_MEMORY_LIMIT_MB=0): pp2, pp4 and
+tp2 x pp2 with dropout on (each slot keeps its micro-batch's dropout stream), a Llama-style
+model on pp4, and pp4 on a real indexed dataset with reset attention masks (each slot keeps its
+micro-batch's mask). The fallback is announced once per stage that needed more than one slot,
+and only then."""
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_pipeline_training import GPT2, LLAMA, MOCK, REAL  # noqa: E402
+
+BUILD = os.environ.get("MC_BUILD_DIR", "build")
+EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+DROPOUT = ["--attention-dropout", "0.1", "--hidden-dropout", "0.1"]
+FALLBACK = "recomputing each forward before its backward"
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    passed, failed = passed + bool(cond), failed + (not cond)
+    if not cond:
+        print("FAIL:", what)
+
+
+def run(model, tmp, np, tp, pp, data, limit=None):
+    args = [*model, *data, *DROPOUT, "--micro-batch-size", "2", "--global-batch-size", "16",
+            "--train-iters", "20", "--lr", "1e-3", "--lr-decay-style", "cosine",
+            "--lr-warmup-iters", "2", "--weight-decay", "0.1", "--clip-grad", "0.5",
+            "--log-params-norm", "--log-interval", "1", "--eval-interval", "10",
+            "--eval-iters", "2", "--tokenizer-type", "NullTokenizer",
+            "--make-vocab-size-divisible-by", str(128 // tp),
+            "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
+            "--data-cache-path", os.path.join(tmp, "cache")]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
+    env.pop("MC_ACTIVATION_MEMORY_LIMIT_MB", None)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
+           "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1"]
+    if limit is not None:
+        env["MC_ACTIVATION_MEMORY_LIMIT_MB"] = str(limit)
+        cmd += ["-x", "MC_ACTIVATION_MEMORY_LIMIT_MB"]
+    p = subprocess.run(cmd + [EXE, *args], capture_output=True, text=True, env=env,
+                       timeout=240)
+    lines = p.stdout.splitlines()
+    exact = [ln for ln in lines if ln.startswith("[exact]")]
+    valid = [ln for ln in lines if "validation loss at" in ln or "lm loss value" in ln]
+    return p, exact, valid
+
+
+def pair(name, model, tmp, np, tp, pp, data=MOCK):
+    stash = run(model, tmp, np, tp, pp, data)
+    recompute = run(model, tmp, np, tp, pp, data, limit=0)
+    for label, (p, exact, _) in (("slots", stash), ("recompute", recompute)):
+        check(p.returncode == 0 and len(exact) == 20,
+              f"{name} {label}: exits 0 with 20 [exact] lines (rc {p.returncode}, "
+              f"{len(exact)} lines): {p.stderr[-600:]}")
+    check(stash[1] == recompute[1], f"{name}: slots and recompute print the same [exact] lines"
+                                    f"\n{stash[1][-1:]}\n{recompute[1][-1:]}")
+    check(stash[2] == recompute[2] and len(stash[2]) > 0,
+          f"{name}: same validation lines {stash[2][:1]} {recompute[2][:1]}")
+    check(FALLBACK not in stash[0].stdout, f"{name}: no fallback message with the slots")
+    # stages 0..pp-2 keep min(pp - rank, M = 8) > 1 micro-batches; one tp rank announces it
+    want = pp - 1
+    got = recompute[0].stdout.count(FALLBACK)
+    check(got == want, f"{name}: the fallback is announced by {want} stages (got {got})")
+    return stash[1][-1] if stash[1] else ""
+
+
+def main():
+    report = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model, np, tp, pp, data in (
+                ("gpt2 pp2", GPT2, 2, 1, 2, MOCK),
+                ("gpt2 pp4", GPT2, 4, 1, 4, MOCK),
+                ("gpt2 tp2 x pp2", GPT2, 4, 2, 2, MOCK),
+                ("llama pp4", LLAMA, 4, 1, 4, MOCK),
+                ("gpt2 pp4 indexed dataset, reset masks", GPT2, 4, 1, 4, REAL)):
+            sub = os.path.join(tmp, "real" if data is REAL else "mock")
+            report.append(f"{name}: {pair(name, model, sub, np, tp, pp, data)}")
+    print("\n".join(report))
+    print(f"test_pipeline_stash: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
