@@ -884,3 +884,7 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     }
     return MC_OK;
 }
+
+/* ---- helpers for the checkpoint converter (src/checkpointing/convert_args.c) ----------------- */
+struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration) { return rerun_dict(d, iteration); }
+struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v) { return val_to_pk(d, v); }
