@@ -247,11 +247,10 @@ static mc_status llama_layer(struct exporter *e, int64_t l)
     return st ? st : emit(e, name, L(e, l, "mlp l1 weight"), false, 0);
 }
 
-/* What HF cannot express, by name. */
-static mc_status exportable(const struct exporter *e)
+/* Why the model cannot be written as e->arch (NULL: it can). */
+static const char *why_not(const struct exporter *e)
 {
     const struct mc_cv_meta *md = &e->m->md;
-    const char *cls = e->arch == ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
     const char *why = NULL;
     const struct mc_pk *ck = md->checkpoint_args;
     const struct mc_pk *sq = mc_pk_get(ck, "squared_relu"), *p1 = mc_pk_get(ck, "apply_layernorm_1p");
@@ -288,8 +287,21 @@ static mc_status exportable(const struct exporter *e)
         else if (md->kv_channels * md->num_attention_heads != md->hidden_size)
             why = "--kv-channels other than hidden/heads";
     }
-    if (why)
-        return mc_error(MC_ERR_UNSUPPORTED, "--saver hf: cannot export %s as %s", why, cls);
+    return why;
+}
+
+/* GPT2LMHeadModel or LlamaForCausalLM, whichever can hold the model; else an error naming what
+ * each one lacks. */
+static mc_status pick_arch(struct exporter *e)
+{
+    e->arch = ARCH_GPT2;
+    const char *gpt2 = why_not(e);
+    e->arch = ARCH_LLAMA;
+    const char *llama = why_not(e);
+    if (gpt2 && llama)
+        return mc_error(MC_ERR_UNSUPPORTED, "--saver hf: the model maps to no HuggingFace class: "
+                        "not GPT2LMHeadModel (it has %s), not LlamaForCausalLM (it has %s)", gpt2, llama);
+    e->arch = gpt2 ? ARCH_LLAMA : ARCH_GPT2;
     return MC_OK;
 }
 
@@ -334,6 +346,15 @@ struct kv {
     char val[256];
 };
 
+/* repr(float), as json.dumps writes it ("1e-05", "500000.0") */
+static const char *pyfloat(char *buf, size_t n, double x)
+{
+    struct mc_json_buf b = {0};
+    snprintf(buf, n, "%s", mc_json_write_double(&b, x) ? "null" : b.data);
+    mc_free(b.data);
+    return buf;
+}
+
 static int kv_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct kv *)a)->key, ((const struct kv *)b)->key);
@@ -346,6 +367,7 @@ static mc_status write_config(const struct exporter *e, const char *dir)
     int n = 0;
 #define S(k, ...) (kv[n].key = (k), snprintf(kv[n].val, sizeof(kv[n].val), __VA_ARGS__), n++)
     struct mc_json_buf jb = {0};
+    char f1[40], f2[40];
     if (e->arch == ARCH_GPT2) {
         S("architectures", "[\n    \"GPT2LMHeadModel\"\n  ]");
         S("model_type", "\"gpt2\"");
@@ -356,7 +378,7 @@ static mc_status write_config(const struct exporter *e, const char *dir)
         S("n_positions", "%lld", (long long)md->max_position_embeddings);
         S("n_ctx", "%lld", (long long)md->max_position_embeddings);
         S("n_inner", "%lld", (long long)md->ffn_hidden_size);
-        S("layer_norm_epsilon", "%.17g", md->norm_epsilon);
+        S("layer_norm_epsilon", "%s", pyfloat(f1, sizeof(f1), md->norm_epsilon));
         S("scale_attn_weights", "true");
         S("scale_attn_by_inverse_layer_idx", "false");
         S("reorder_and_upcast_attn", "false");
@@ -374,12 +396,12 @@ static mc_status write_config(const struct exporter *e, const char *dir)
         S("num_key_value_heads", "%lld", (long long)md->num_query_groups);
         S("head_dim", "%lld", (long long)md->kv_channels);
         S("max_position_embeddings", "%lld", (long long)md->max_position_embeddings);
-        S("rms_norm_eps", "%.17g", md->norm_epsilon);
-        S("rope_theta", "%.17g", md->rotary_base);
+        S("rms_norm_eps", "%s", pyfloat(f1, sizeof(f1), md->norm_epsilon));
+        S("rope_theta", "%s", pyfloat(f2, sizeof(f2), md->rotary_base));
         if (md->use_rope_scaling)
-            S("rope_scaling", "{\n    \"factor\": %.17g,\n    \"high_freq_factor\": 4.0,\n    "
+            S("rope_scaling", "{\n    \"factor\": %s,\n    \"high_freq_factor\": 4.0,\n    "
               "\"low_freq_factor\": 1.0,\n    \"original_max_position_embeddings\": 8192,\n    "
-              "\"rope_type\": \"llama3\"\n  }", md->rope_scaling_factor);
+              "\"rope_type\": \"llama3\"\n  }", pyfloat(f1, sizeof(f1), md->rope_scaling_factor));
         else
             S("rope_scaling", "null");
         S("attention_bias", "false");
@@ -412,11 +434,10 @@ static mc_status write_config(const struct exporter *e, const char *dir)
 mc_status mc_cv_save_hf(const struct mc_cv_model *m, const struct mc_cv_options *o)
 {
     struct exporter e = {.m = m, .o = o};
-    e.arch = m->md.swiglu || !strcmp(m->md.position_embedding_type, "rope") ? ARCH_LLAMA : ARCH_GPT2;
     if (o->target_tp > 1 || o->target_pp > 1)
         return mc_error(MC_ERR_CONFIG, "--saver hf writes one unsharded model; "
                         "--target-tensor/pipeline-parallel-size must be 1 (or absent)");
-    mc_status st = exportable(&e);
+    mc_status st = pick_arch(&e);
     char tmp[4200], path[4300];
     if (st || (st = mc_cv_begin_output(o->save_dir, tmp, sizeof(tmp))))
         return st;
@@ -648,6 +669,7 @@ static mc_status gpt2_config(struct importer *im, const struct cfg *c)
     if (!cfg_bool(c, "scale_attn_weights", 1) || cfg_bool(c, "scale_attn_by_inverse_layer_idx", 0))
         return refuse(c, "scale_attn_weights false or scale_attn_by_inverse_layer_idx true");
     md->gelu_tanh = strcmp(act, "gelu") != 0;
+    md->num_query_groups = md->num_attention_heads;
     if (!md->ffn_hidden_size)
         md->ffn_hidden_size = 4 * md->hidden_size;
     md->norm_epsilon = cfg_num(c, "layer_norm_epsilon", 1e-5);
