@@ -2,8 +2,9 @@
  * every (tp, pp[, vp]) file, merge the shards into full tensors) and saver_core.py /
  * saver_legacy.py (split for the target TP/PP and write one checkpoint per rank), as
  * tools/checkpoint/{loader_base,saver_base,schema_core,utils}.py of Megatron-LM core_v0.12.1 do.
- * The parameter names of the three layouts (mcore local spec, mcore Transformer-Engine spec,
- * legacy model) are the table below (spec megatron-model-parallel-ckpt.md 3.7). */
+ * Keys of the three layouts (mcore local spec, mcore Transformer-Engine spec, legacy model) are
+ * translated to and from the local spec by the shared table of state_dict_names.h; the table
+ * below says which converter tensor each local-spec parameter is and how TP shards it. */
 #include "checkpointing/convert.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpointing/convert_args.h"
+#include "checkpointing/state_dict_names.h"
 
 /* How a tensor is sharded over tensor-parallel ranks (schema_core / utils.chunk_weight). */
 enum split {
@@ -23,74 +25,48 @@ enum split {
     SPLIT_GATED, /* SwiGLU fc1: each rank holds [gate_r; up_r] */
 };
 
-enum layout { LAYOUT_LOCAL = 0, LAYOUT_TE, LAYOUT_LEGACY, LAYOUT_LEGACY_OLD, LAYOUT_COUNT };
-
-/* A per-layer parameter: its name in each layout (relative to the layer prefix) and its
- * converter name ("layer N <what>"). */
+/* A per-layer parameter of the local spec (name relative to "decoder.layers.N."), in state_dict
+ * order with its module's _extra_state (what == NULL) after each linear layer. */
 struct layer_param {
-    const char *name[LAYOUT_COUNT];
-    const char *what;
+    const char *name;
+    const char *what; /* converter name: "layer N <what>" */
     enum split split;
 };
 
 static const struct layer_param layer_params[] = {
-    {{"input_layernorm.weight", "self_attention.linear_qkv.layer_norm_weight", "input_norm.weight",
-      "input_layernorm.weight"}, "input norm weight", SPLIT_REP},
-    {{"input_layernorm.bias", "self_attention.linear_qkv.layer_norm_bias", "input_norm.bias",
-      "input_layernorm.bias"}, "input norm bias", SPLIT_REP},
-    {{"self_attention.linear_proj.weight", "self_attention.linear_proj.weight",
-      "self_attention.dense.weight", "self_attention.dense.weight"}, "dense weight", SPLIT_ROW},
-    {{"self_attention.linear_proj.bias", "self_attention.linear_proj.bias",
-      "self_attention.dense.bias", "self_attention.dense.bias"}, "dense bias", SPLIT_REP},
-    {{"self_attention.linear_qkv.weight", "self_attention.linear_qkv.weight",
-      "self_attention.query_key_value.weight", "self_attention.query_key_value.weight"},
-     "qkv weight", SPLIT_COL},
-    {{"self_attention.linear_qkv.bias", "self_attention.linear_qkv.bias",
-      "self_attention.query_key_value.bias", "self_attention.query_key_value.bias"},
-     "qkv bias", SPLIT_COL},
-    {{"pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight", "post_attention_norm.weight",
-      "post_attention_layernorm.weight"}, "post norm weight", SPLIT_REP},
-    {{"pre_mlp_layernorm.bias", "mlp.linear_fc1.layer_norm_bias", "post_attention_norm.bias",
-      "post_attention_layernorm.bias"}, "post norm bias", SPLIT_REP},
-    {{"mlp.linear_fc1.weight", "mlp.linear_fc1.weight", "mlp.dense_h_to_4h.weight",
-      "mlp.dense_h_to_4h.weight"}, "mlp l0 weight", SPLIT_COL},
-    {{"mlp.linear_fc1.bias", "mlp.linear_fc1.bias", "mlp.dense_h_to_4h.bias",
-      "mlp.dense_h_to_4h.bias"}, "mlp l0 bias", SPLIT_COL},
-    {{"mlp.linear_fc2.weight", "mlp.linear_fc2.weight", "mlp.dense_4h_to_h.weight",
-      "mlp.dense_4h_to_h.weight"}, "mlp l1 weight", SPLIT_ROW},
-    {{"mlp.linear_fc2.bias", "mlp.linear_fc2.bias", "mlp.dense_4h_to_h.bias",
-      "mlp.dense_4h_to_h.bias"}, "mlp l1 bias", SPLIT_REP},
+    {"input_layernorm.weight", "input norm weight", SPLIT_REP},
+    {"input_layernorm.bias", "input norm bias", SPLIT_REP},
+    {"self_attention.linear_proj.weight", "dense weight", SPLIT_ROW},
+    {"self_attention.linear_proj.bias", "dense bias", SPLIT_REP},
+    {"self_attention.linear_proj._extra_state", NULL, SPLIT_REP},
+    {"self_attention.linear_qkv.weight", "qkv weight", SPLIT_COL},
+    {"self_attention.linear_qkv.bias", "qkv bias", SPLIT_COL},
+    {"self_attention.linear_qkv._extra_state", NULL, SPLIT_REP},
+    {"pre_mlp_layernorm.weight", "post norm weight", SPLIT_REP},
+    {"pre_mlp_layernorm.bias", "post norm bias", SPLIT_REP},
+    {"mlp.linear_fc1.weight", "mlp l0 weight", SPLIT_COL},
+    {"mlp.linear_fc1.bias", "mlp l0 bias", SPLIT_COL},
+    {"mlp.linear_fc1._extra_state", NULL, SPLIT_REP},
+    {"mlp.linear_fc2.weight", "mlp l1 weight", SPLIT_ROW},
+    {"mlp.linear_fc2.bias", "mlp l1 bias", SPLIT_REP},
+    {"mlp.linear_fc2._extra_state", NULL, SPLIT_REP},
 };
 #define N_LAYER_PARAMS ((int)(sizeof(layer_params) / sizeof(*layer_params)))
 
-/* Model-level parameters (full names, legacy ones flattened with dots). */
-struct model_param {
-    const char *name[LAYOUT_COUNT];
-    const char *what;
-    enum split split;
+/* Model-level parameters of the local spec. */
+enum { MP_WORD, MP_POS, MP_FINAL_W, MP_FINAL_B, MP_OUTPUT, N_MODEL_PARAMS };
+static const struct layer_param model_params[N_MODEL_PARAMS] = {
+    {"embedding.word_embeddings.weight", "word embeddings", SPLIT_COL},
+    {"embedding.position_embeddings.weight", "position embeddings", SPLIT_REP},
+    {"decoder.final_layernorm.weight", "final norm weight", SPLIT_REP},
+    {"decoder.final_layernorm.bias", "final norm bias", SPLIT_REP},
+    {"output_layer.weight", "output layer weight", SPLIT_COL},
 };
 
-static const struct model_param model_params[] = {
-    {{"embedding.word_embeddings.weight", "embedding.word_embeddings.weight",
-      "language_model.embedding.word_embeddings.weight",
-      "language_model.embedding.word_embeddings.weight"}, "word embeddings", SPLIT_COL},
-    {{"embedding.position_embeddings.weight", "embedding.position_embeddings.weight",
-      "language_model.embedding.position_embeddings.weight",
-      "language_model.embedding.position_embeddings.weight"}, "position embeddings", SPLIT_REP},
-    {{"decoder.final_layernorm.weight", "decoder.final_layernorm.weight",
-      "language_model.encoder.final_norm.weight", "language_model.transformer.final_layernorm.weight"},
-     "final norm weight", SPLIT_REP},
-    {{"decoder.final_layernorm.bias", "decoder.final_layernorm.bias",
-      "language_model.encoder.final_norm.bias", "language_model.transformer.final_layernorm.bias"},
-     "final norm bias", SPLIT_REP},
-    {{"output_layer.weight", "output_layer.weight", "language_model.output_layer.weight",
-      "language_model.output_layer.weight"}, "output layer weight", SPLIT_COL},
-};
-#define N_MODEL_PARAMS ((int)(sizeof(model_params) / sizeof(*model_params)))
-
-static const char *const layer_prefix[LAYOUT_COUNT] = {
-    "decoder.layers.", "decoder.layers.", "language_model.encoder.layers.",
-    "language_model.transformer.layers."};
+static bool is_gated(const struct mc_cv_meta *md, const char *what)
+{
+    return md->swiglu && what && !strncmp(what, "mlp l0", 6);
+}
 
 /* ================================================================================================
  * Loading
@@ -102,7 +78,7 @@ struct src {
     char iter_dir[4096];
     int tp, pp, vp;
     bool release;
-    enum layout layout;
+    enum mc_sd_scheme scheme;
 };
 
 static const char *pk_str(const struct mc_pk *v) { return v && v->kind == MC_PK_STR ? v->s : NULL; }
@@ -328,18 +304,18 @@ static mc_status flatten(mc_pk_doc *d, struct mc_pk *out, const struct mc_pk *v,
     return MC_OK;
 }
 
-static enum layout detect_layout(const struct mc_pk *model)
+/* Which naming scheme a (flattened) model dict uses. */
+static enum mc_sd_scheme detect_scheme(const struct mc_pk *model)
 {
-    bool legacy = false, te = false, old = false;
+    bool legacy = false, te = false;
     for (int64_t i = 0; i < model->n; i += 2) {
         const char *k = pk_str(model->items[i]);
         if (!k)
             continue;
-        legacy |= !strncmp(k, "language_model.", 15);
-        old |= !strncmp(k, "language_model.transformer.", 27);
-        te |= strstr(k, "layer_norm_weight") != NULL;
+        legacy |= !strncmp(k, "language_model.", 15) || !strncmp(k, "word_embeddings_for_head.", 25);
+        te |= strstr(k, ".layer_norm_weight") != NULL || strstr(k, "core_attention._extra_state") != NULL;
     }
-    return legacy ? (old ? LAYOUT_LEGACY_OLD : LAYOUT_LEGACY) : te ? LAYOUT_TE : LAYOUT_LOCAL;
+    return legacy ? MC_SD_LEGACY : te ? MC_SD_TE : MC_SD_LOCAL;
 }
 
 /* One rank's shard of a parameter, placed into the full tensor (created on first sight). */
@@ -408,27 +384,10 @@ static mc_status place(struct src *s, const struct shard *sh, const char *what, 
     return MC_OK;
 }
 
-/* A model-level key: which parameter, or "skip" (extra state, the tied copy on the last stage). */
-static int match_model(const char *key, enum layout lay, bool *skip)
+static int match(const struct layer_param *table, int n, const char *name)
 {
-    *skip = false;
-    size_t n = strlen(key), e = strlen("._extra_state");
-    if (n > e && !strcmp(key + n - e, "._extra_state")) {
-        *skip = true;
-        return -1;
-    }
-    for (int k = 0; k < N_MODEL_PARAMS; k++)
-        if (!strcmp(key, model_params[k].name[lay]))
-            return k;
-    if (!strcmp(key, "word_embeddings_for_head.weight"))
-        *skip = true;
-    return -1;
-}
-
-static int match_layer(const char *rest, enum layout lay)
-{
-    for (int k = 0; k < N_LAYER_PARAMS; k++)
-        if (!strcmp(rest, layer_params[k].name[lay]))
+    for (int k = 0; k < n; k++)
+        if (!strcmp(name, table[k].name))
             return k;
     return -1;
 }
@@ -443,37 +402,32 @@ static int64_t global_layer(const struct src *s, int64_t l, int chunk, int pp_ra
 static mc_status take_key(struct src *s, struct shard *sh, int chunk, int pp_rank)
 {
     const struct mc_cv_meta *md = &s->m->md;
-    bool skip;
-    int k = match_model(sh->key, s->layout, &skip);
-    if (skip)
+    char local[512];
+    bool absent = false;
+    mc_status st = mc_sd_name_map(s->scheme, MC_SD_LOCAL, sh->key, !md->untied, local,
+                                  sizeof(local), &absent);
+    if (st)
+        return mc_error(st, "%s: %s", sh->path, mc_last_error());
+    size_t n = strlen(local), e = strlen("._extra_state");
+    if (absent || (n > e && !strcmp(local + n - e, "._extra_state")))
         return MC_OK;
-    if (k >= 0) {
-        if (k == 4 && !md->untied) /* output_layer.weight of a tied model: the copy on the last stage */
-            return MC_OK;
+    int k = match(model_params, N_MODEL_PARAMS, local);
+    if (k == MP_OUTPUT && !md->untied) /* the tied model's copy of the embedding on the last stage */
+        return MC_OK;
+    if (k >= 0)
         return place(s, sh, model_params[k].what, model_params[k].split);
-    }
-    const char *pre = layer_prefix[s->layout];
-    size_t pn = strlen(pre);
+    static const char pre[] = "decoder.layers.";
     char *end;
-    if (strncmp(sh->key, pre, pn))
-        goto unknown;
-    int64_t l = strtoll(sh->key + pn, &end, 10);
-    if (end == sh->key + pn || *end != '.')
-        goto unknown;
-    int p = match_layer(end + 1, s->layout);
-    if (p < 0)
-        goto unknown;
+    int64_t l = strtoll(local + sizeof(pre) - 1, &end, 10);
+    int p = strncmp(local, pre, sizeof(pre) - 1) || *end != '.' ? -1
+            : match(layer_params, N_LAYER_PARAMS, end + 1);
+    if (p < 0 || !layer_params[p].what)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: '%s' is not a parameter convert_checkpoint converts "
+                        "(GPT without q/k layernorm or experts)", sh->path, sh->key);
     char what[64];
     snprintf(what, sizeof(what), "layer %lld %s", (long long)global_layer(s, l, chunk, pp_rank),
              layer_params[p].what);
-    enum split split = layer_params[p].split;
-    if (md->swiglu && (p == 8 || p == 9))
-        split = SPLIT_GATED;
-    return place(s, sh, what, split);
-unknown:
-    return mc_error(MC_ERR_FORMAT, "%s: unexpected key '%s' in the model state dict (not a GPT "
-                    "parameter of the %s layout)", sh->path, sh->key,
-                    s->layout == LAYOUT_TE ? "transformer_engine" : s->layout == LAYOUT_LOCAL ? "local" : "legacy");
+    return place(s, sh, what, is_gated(md, layer_params[p].what) ? SPLIT_GATED : layer_params[p].split);
 }
 
 static mc_status load_rank(struct src *s, int tp_rank, int pp_rank)
@@ -505,7 +459,7 @@ static mc_status load_rank(struct src *s, int tp_rank, int pp_rank)
             st = st ? st : MC_ERR_NOMEM;
             goto out;
         }
-        s->layout = detect_layout(flat);
+        s->scheme = detect_scheme(flat);
         for (int64_t i = 0; !st && i < flat->n; i += 2) {
             struct shard sh = {.t = flat->items[i + 1], .key = flat->items[i]->s, .path = path,
                                .tp_rank = tp_rank, .tp = s->tp};
@@ -520,8 +474,8 @@ out:
 static void note_impl(const struct src *s)
 {
     const char *impl = s->o->loader_impl;
-    const char *found = s->layout == LAYOUT_TE ? "transformer_engine" : "local";
-    if (s->o->log && impl && s->layout <= LAYOUT_TE && strcmp(impl, found))
+    const char *found = mc_sd_scheme_name(s->scheme);
+    if (s->o->log && impl && s->scheme != MC_SD_LEGACY && strcmp(impl, found))
         fprintf(s->o->log, "note: --loader-transformer-impl %s, but the checkpoint holds %s parameter "
                 "names; reading them as %s\n", impl, found, found);
 }
@@ -575,7 +529,7 @@ struct dst {
     const struct mc_cv_options *o;
     const struct mc_cv_model *m;
     int tp, pp;
-    enum layout layout;
+    enum mc_sd_scheme scheme;
     int64_t padded_vocab;
     struct mc_cv_tensor *word, *output; /* padded for the target */
 };
@@ -649,141 +603,145 @@ static struct mc_pk *shard_tensor(mc_pk_doc *doc, struct mc_cv_model *pool,
     return st ? mc_pk_tensor(doc, st, 0, t->ndim, shape, NULL) : NULL;
 }
 
+/* One rank's entries, collected under the target's names, then ordered as its state_dict(). */
+struct entry {
+    char key[256];
+    long order;
+    int64_t seq;
+    struct mc_pk *v;
+};
+
 struct rank_ctx {
     struct dst *d;
     mc_pk_doc *doc;
     struct mc_cv_model *pool;
     int k, p;
-    struct mc_pk *flat;    /* mcore: the model OrderedDict; legacy: the encoder OrderedDict */
-    struct mc_pk *legacy;  /* legacy: the nested model dict */
+    struct entry *e;
+    int64_t n, cap;
 };
 
-static mc_status put(struct rank_ctx *c, const char *key, const struct mc_cv_tensor *t, enum split split)
+static mc_status add_entry(struct rank_ctx *c, const char *key, struct mc_pk *v)
 {
-    struct mc_pk *v = shard_tensor(c->doc, c->pool, t, split, c->k, c->d->tp);
-    return v ? mc_pk_set(c->doc, c->flat, key, v) : MC_ERR_NOMEM;
+    if (!v)
+        return MC_ERR_NOMEM;
+    if (c->n == c->cap) {
+        int64_t cap = c->cap ? 2 * c->cap : 64;
+        struct entry *e = mc_calloc((size_t)cap, sizeof(*e));
+        if (!e)
+            return MC_ERR_NOMEM;
+        if (c->n)
+            memcpy(e, c->e, (size_t)c->n * sizeof(*e));
+        mc_free(c->e);
+        c->e = e, c->cap = cap;
+    }
+    struct entry *e = &c->e[c->n];
+    snprintf(e->key, sizeof(e->key), "%s", key);
+    e->order = mc_sd_name_order(c->d->scheme, key);
+    e->seq = c->n++;
+    e->v = v;
+    return MC_OK;
 }
 
-static mc_status put_none(struct rank_ctx *c, const char *key)
+/* A local-spec key with its shard of `t` (NULL: the None of an _extra_state), renamed for the
+ * target scheme (skipped where the scheme has no such entry). */
+static mc_status put(struct rank_ctx *c, const char *local, const struct mc_cv_tensor *t, enum split split)
 {
-    return mc_pk_set(c->doc, c->flat, key, mc_pk_none(c->doc));
+    char key[256];
+    bool absent = false;
+    mc_status st = mc_sd_name_map(MC_SD_LOCAL, c->d->scheme, local, !c->d->m->md.untied, key,
+                                  sizeof(key), &absent);
+    if (st || absent)
+        return st;
+    struct mc_pk *v = t ? shard_tensor(c->doc, c->pool, t, split, c->k, c->d->tp) : mc_pk_none(c->doc);
+    return add_entry(c, key, v);
 }
 
-/* One layer's parameters in state_dict order, with _extra_state after each linear module. */
 static mc_status put_layer(struct rank_ctx *c, int64_t local, int64_t global)
 {
     const struct mc_cv_model *m = c->d->m;
-    enum layout lay = c->d->layout;
-    const char *pre = lay == LAYOUT_LEGACY ? "layers." : layer_prefix[lay];
-    static const int order_local[] = {0, 1, 2, 3, -2, 4, 5, -4, 6, 7, 8, 9, -8, 10, 11, -10};
-    static const int order_te[] = {-100, 2, 3, -2, 0, 1, 4, 5, -4, 6, 7, 8, 9, -8, 10, 11, -10};
-    static const int order_legacy[] = {0, 1, 4, 5, -4, 2, 3, -2, 6, 7, 8, 9, -8, 10, 11, -10};
-    const int *order = lay == LAYOUT_TE ? order_te : lay == LAYOUT_LEGACY ? order_legacy : order_local;
-    int n = lay == LAYOUT_TE ? 17 : 16;
     mc_status st = MC_OK;
-    for (int i = 0; !st && i < n; i++) {
-        char key[256];
-        int p = order[i];
-        if (p <= -100) { /* TE core attention's (fp8 metadata) extra state */
-            snprintf(key, sizeof(key), "%s%lld.self_attention.core_attention._extra_state", pre,
-                     (long long)local);
-            st = put_none(c, key);
-            continue;
-        }
-        if (p < 0) {
-            const char *nm = layer_params[-p].name[lay];
-            const char *dot = strrchr(nm, '.');
-            snprintf(key, sizeof(key), "%s%lld.%.*s._extra_state", pre, (long long)local,
-                     (int)(dot - nm), nm);
-            st = put_none(c, key);
-            continue;
-        }
-        const struct mc_cv_tensor *t = mc_cv_get(m, "layer %lld %s", (long long)global, layer_params[p].what);
-        if (!t)
+    char key[256];
+    for (int p = 0; !st && p < N_LAYER_PARAMS; p++) {
+        const struct layer_param *lp = &layer_params[p];
+        const struct mc_cv_tensor *t = lp->what ? mc_cv_get(m, "layer %lld %s", (long long)global, lp->what) : NULL;
+        if (lp->what && !t)
             continue; /* absent bias / norm bias */
-        enum split split = layer_params[p].split;
-        if (m->md.swiglu && (p == 8 || p == 9))
-            split = SPLIT_GATED;
-        snprintf(key, sizeof(key), "%s%lld.%s", pre, (long long)local, layer_params[p].name[lay]);
-        st = put(c, key, t, split);
+        snprintf(key, sizeof(key), "decoder.layers.%lld.%s", (long long)local, lp->name);
+        st = put(c, key, t, is_gated(&m->md, lp->what) ? SPLIT_GATED : lp->split);
+    }
+    const char *const *extra = mc_sd_layer_extras(c->d->scheme); /* TE core attention */
+    for (int k = 0; !st && extra && extra[k]; k++) {
+        snprintf(key, sizeof(key), "decoder.layers.%lld.%s", (long long)local, extra[k]);
+        st = add_entry(c, key, mc_pk_none(c->doc));
     }
     return st;
 }
 
-static struct mc_pk *nested(mc_pk_doc *doc, struct mc_pk *parent, const char *key, enum mc_pk_kind kind)
-{
-    struct mc_pk *v = mc_pk_get(parent, key);
-    if (v)
-        return v;
-    v = mc_pk_new(doc, kind);
-    return v && !mc_pk_set(doc, parent, key, v) ? v : NULL;
-}
-
-/* legacy: {'language_model': {'embedding': {'word_embeddings': {'weight': ...}}}} */
-static mc_status put_legacy(struct rank_ctx *c, const char *path, const struct mc_cv_tensor *t,
-                            enum split split)
-{
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", path);
-    struct mc_pk *node = c->legacy;
-    char *save, *tok = strtok_r(buf, ".", &save), *next;
-    while (node && tok && (next = strtok_r(NULL, ".", &save))) {
-        node = nested(c->doc, node, tok, MC_PK_ODICT);
-        tok = next;
-    }
-    struct mc_pk *v = node ? shard_tensor(c->doc, c->pool, t, split, c->k, c->d->tp) : NULL;
-    return v ? mc_pk_set(c->doc, node, tok, v) : MC_ERR_NOMEM;
-}
-
-static mc_status put_model_param(struct rank_ctx *c, int which, const struct mc_cv_tensor *t)
-{
-    enum layout lay = c->d->layout;
-    if (lay == LAYOUT_LEGACY)
-        return put_legacy(c, model_params[which].name[lay], t, model_params[which].split);
-    return put(c, model_params[which].name[lay], t, model_params[which].split);
-}
-
-static mc_status model_dict(struct rank_ctx *c)
+static mc_status model_entries(struct rank_ctx *c)
 {
     struct dst *d = c->d;
     const struct mc_cv_model *m = d->m;
-    bool first = c->p == 0, last = c->p == d->pp - 1, legacy = d->layout == LAYOUT_LEGACY;
+    bool first = c->p == 0, last = c->p == d->pp - 1;
     int64_t per = m->md.num_layers / d->pp;
     mc_status st = MC_OK;
     if (first) {
-        st = put_model_param(c, 0, d->word);
         const struct mc_cv_tensor *pos = mc_cv_get(m, "position embeddings");
+        st = put(c, model_params[MP_WORD].name, d->word, SPLIT_COL);
         if (!st && pos)
-            st = put_model_param(c, 1, pos);
-    }
-    if (!st && legacy) { /* the encoder dict comes after the embedding dict */
-        struct mc_pk *lm = nested(c->doc, c->legacy, "language_model", MC_PK_ODICT);
-        c->flat = lm ? nested(c->doc, lm, "encoder", MC_PK_ODICT) : NULL;
-        if (!c->flat)
-            return MC_ERR_NOMEM;
+            st = put(c, model_params[MP_POS].name, pos, SPLIT_REP);
     }
     for (int64_t l = 0; !st && l < per; l++)
         st = put_layer(c, l, c->p * per + l);
     if (st || !last)
         return st;
-    for (int w = 2; !st && w < 4; w++) {
+    for (int w = MP_FINAL_W; !st && w <= MP_FINAL_B; w++) {
         const struct mc_cv_tensor *t = mc_cv_get(m, "%s", model_params[w].what);
-        if (t && legacy)
-            st = put(c, w == 2 ? "final_norm.weight" : "final_norm.bias", t, SPLIT_REP);
-        else if (t)
-            st = put_model_param(c, w, t);
+        if (t)
+            st = put(c, model_params[w].name, t, SPLIT_REP);
     }
-    if (st)
-        return st;
-    if (m->md.untied)
-        st = put_model_param(c, 4, d->output);
-    else if (d->pp > 1 && legacy) /* tied: the last stage's copy of the embedding */
-        st = put_legacy(c, "word_embeddings_for_head.weight", d->word, SPLIT_COL);
-    else if (d->pp > 1)
-        st = put(c, "output_layer.weight", d->word, SPLIT_COL);
-    if (!st && !legacy)
-        st = put_none(c, "output_layer._extra_state");
-    return st;
+    if (!st && (m->md.untied || d->pp > 1)) /* tied with pp > 1: the last stage's copy */
+        st = put(c, model_params[MP_OUTPUT].name, m->md.untied ? d->output : d->word, SPLIT_COL);
+    return st ? st : put(c, "output_layer._extra_state", NULL, SPLIT_REP);
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const struct entry *x = a, *y = b;
+    if (x->order != y->order)
+        return x->order < y->order ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static struct mc_pk *level(mc_pk_doc *doc, struct mc_pk *parent, const char *key, size_t len)
+{
+    char k[256];
+    snprintf(k, sizeof(k), "%.*s", (int)len, key);
+    struct mc_pk *v = mc_pk_get(parent, k);
+    if (v)
+        return v;
+    v = mc_pk_new(doc, MC_PK_ODICT);
+    return v && !mc_pk_set(doc, parent, k, v) ? v : NULL;
+}
+
+/* The entries as the model dict: flat (mcore), or nested dict levels (legacy). */
+static mc_status build_model(struct rank_ctx *c, struct mc_pk *model)
+{
+    qsort(c->e, (size_t)c->n, sizeof(*c->e), entry_cmp);
+    for (int64_t i = 0; i < c->n; i++) {
+        struct mc_pk *node = model;
+        const char *key = c->e[i].key;
+        int depth = c->d->scheme == MC_SD_LEGACY ? mc_sd_legacy_depth(key) : 0;
+        for (int l = 0; node && l < depth; l++) {
+            const char *dot = strchr(key, '.');
+            if (!dot)
+                break;
+            node = level(c->doc, node, key, (size_t)(dot - key));
+            key = dot + 1;
+        }
+        if (!node || mc_pk_set(c->doc, node, key, c->e[i].v))
+            return MC_ERR_NOMEM;
+    }
+    return MC_OK;
 }
 
 static mc_status write_rank(struct dst *d, const char *iter_dir, int k, int p, struct mc_pk *args)
@@ -801,9 +759,7 @@ static mc_status write_rank(struct dst *d, const char *iter_dir, int k, int p, s
         st = MC_ERR_NOMEM;
         goto out;
     }
-    c.flat = model;
-    c.legacy = model;
-    if ((st = model_dict(&c)))
+    if ((st = model_entries(&c)) || (st = build_model(&c, model)))
         goto out;
     st = mc_cv_state_dict(doc, sd, args, model, d->m->md.iteration);
     char dir[4600], path[4700];
@@ -815,6 +771,7 @@ static mc_status write_rank(struct dst *d, const char *iter_dir, int k, int p, s
     st = st ? st : mc_cv_mkdirs(dir);
     st = st ? st : mc_torch_save(doc, sd, path);
 out:
+    mc_free(c.e);
     mc_cv_model_free(&pool);
     mc_pk_doc_free(doc);
     return st;
@@ -855,8 +812,8 @@ mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_op
 {
     struct dst d = {.o = o, .m = m, .tp = o->target_tp ? o->target_tp : (int)m->md.previous_tp,
                     .pp = o->target_pp ? o->target_pp : (int)m->md.previous_pp};
-    d.layout = o->legacy_saver ? LAYOUT_LEGACY
-               : (o->saver_impl && !strcmp(o->saver_impl, "local")) ? LAYOUT_LOCAL : LAYOUT_TE;
+    d.scheme = o->legacy_saver ? MC_SD_LEGACY
+               : (o->saver_impl && !strcmp(o->saver_impl, "local")) ? MC_SD_LOCAL : MC_SD_TE;
     struct mc_cv_model padded;
     mc_cv_model_init(&padded);
     mc_pk_doc *adoc = NULL;
@@ -879,8 +836,8 @@ mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_op
         mc_cv_abort_output(tmp);
     else if (o->log)
         fprintf(o->log, "saved %s: tp %d, pp %d, %s names, padded vocab %lld, iteration %lld\n",
-                o->save_dir, d.tp, d.pp, d.layout == LAYOUT_LEGACY ? "legacy" : d.layout == LAYOUT_TE
-                ? "transformer_engine" : "local", (long long)d.padded_vocab, (long long)m->md.iteration);
+                o->save_dir, d.tp, d.pp, mc_sd_scheme_name(d.scheme), (long long)d.padded_vocab,
+                (long long)m->md.iteration);
 out:
     if (adoc)
         mc_pk_doc_free(adoc);
