@@ -58,7 +58,7 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
                                         "tokenizer_model", "recompute_granularity",
                                         "recompute_num_layers", "recompute_method", "train_iters",
                                         "lr_decay_iters", "lr_warmup_fraction", "load",
-                                        "tensorboard_dir", "blendable_index_path", NULL};
+                                        "tensorboard_dir", NULL};
     for (int k = 0; !st && nones[k]; k++)
         st = set_if_present(d, ns, nones[k], mc_pk_none(d));
     static const char *const trues[] = {"no_load_optim", "no_load_rng", "no_save_optim",
@@ -76,6 +76,10 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
     st = st ? st : set(d, ns, "save_interval", mc_pk_int(d, 1));
     st = st ? st : set(d, ns, "save", mc_pk_str(d, o->save_dir));
     st = st ? st : set(d, ns, "ckpt_format", mc_pk_str(d, "torch"));
+    /* validate_args on the copied args: --data-path without --split gets the legacy split */
+    const struct mc_pk *dp = mc_pk_get(ck, "data_path"), *split = mc_pk_get(ck, "split");
+    if (!st && dp && dp->kind != MC_PK_NONE && (!split || split->kind == MC_PK_NONE))
+        st = set(d, ns, "split", mc_pk_str(d, "969, 30, 1"));
     st = st ? st : set_if_present(d, ns, "data_path", mc_pk_new(d, MC_PK_LIST));
     return st;
 }
@@ -92,6 +96,7 @@ static mc_status saver_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_m
         !strcmp(m->md.normalization, "RMSNorm"))
         st = set(d, ns, "no_persist_layer_norm", mc_pk_bool(d, true));
     st = st ? st : set(d, ns, "inference_batch_times_seqlen_threshold", mc_pk_int(d, -1));
+    st = st ? st : set(d, ns, "blendable_index_path", mc_pk_none(d));
     st = st ? st : set(d, ns, "padded_vocab_size", mc_pk_int(d, padded_vocab));
     st = st ? st : set(d, ns, "consumed_train_samples", mc_pk_int(d, m->md.consumed_train_samples));
     st = st ? st : set(d, ns, "consumed_valid_samples", mc_pk_int(d, m->md.consumed_valid_samples));
@@ -216,11 +221,23 @@ out:
 }
 
 /* ---- both ------------------------------------------------------------------------------------- */
+/* An attribute of Megatron's parser (or one validate_args sets): _load_checkpoint_args copies only
+ * those ("Checkpoint had argument X but new arguments does not have this"), so the run-time
+ * attributes a training run adds (iteration, do_train, ...) and megatron.c's own options are
+ * dropped. */
+static bool megatron_arg(const char *dest)
+{
+    for (int i = 0; i < MC_A_COUNT; i++)
+        if (!strcmp(mc_arg_defs[i].dest, dest))
+            return mc_arg_defs[i].support != MC_ARG_EXTENSION;
+    return false;
+}
+
 static mc_status copy_namespace(mc_pk_doc *d, const struct mc_pk *src, struct mc_pk **out)
 {
     struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE);
     for (int64_t i = 0; ns && i + 1 < src->n; i += 2)
-        if (src->items[i]->kind == MC_PK_STR &&
+        if (src->items[i]->kind == MC_PK_STR && megatron_arg(src->items[i]->s) &&
             mc_pk_set(d, ns, src->items[i]->s, src->items[i + 1]))
             return MC_ERR_NOMEM;
     *out = ns;
@@ -248,7 +265,8 @@ mc_status mc_cv_state_dict(mc_pk_doc *doc, struct mc_pk *sd, struct mc_pk *args,
     st = st ? st : mc_pk_set(doc, sd, "checkpoint_version", mc_pk_float(doc, 3.0));
     st = st ? st : mc_pk_set(doc, sd, "iteration", mc_pk_int(doc, iteration));
     st = st ? st : mc_pk_set(doc, sd, "model", model);
-    struct mc_pk *rerun = st ? NULL : mc_ckpt_rerun_state(doc, iteration);
+    /* the converter's rerun state machine never ran an iteration */
+    struct mc_pk *rerun = st ? NULL : mc_ckpt_rerun_state(doc, -1);
     st = st ? st : rerun ? mc_pk_set(doc, sd, "rerun_state_machine", rerun) : MC_ERR_NOMEM;
     st = st ? st : mc_pk_set(doc, sd, "num_floating_point_operations_so_far", mc_pk_int(doc, 0));
     return st;
