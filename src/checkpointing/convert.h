@@ -39,6 +39,7 @@ struct mc_cv_meta {
     int64_t true_vocab_size;          /* -1: unknown */
     int64_t make_vocab_size_divisible_by;
     int64_t iteration;
+    bool release;                     /* the source was a release checkpoint: so is the output */
     enum mc_pk_dtype params_dtype;
     int64_t previous_tp, previous_pp;
     int64_t consumed_train_samples, consumed_valid_samples;

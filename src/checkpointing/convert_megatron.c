@@ -506,6 +506,7 @@ mc_status mc_cv_load_megatron(struct mc_cv_model *m, const struct mc_cv_options 
         return mc_error(MC_ERR_FORMAT, "%s: not a checkpoint dict", path);
     if ((st = read_meta(&s, sd)))
         return st;
+    m->md.release = s.release;
     if ((st = mc_cv_true_vocab(o, &m->md.true_vocab_size)))
         return st;
     if (o->log)
@@ -777,14 +778,17 @@ out:
     return st;
 }
 
-static mc_status write_tracker(const char *dir, int64_t iteration)
+static mc_status write_tracker(const char *dir, int64_t iteration, bool release)
 {
     char path[4300];
     snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
     FILE *f = fopen(path, "wb");
     if (!f)
         return mc_error(MC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    fprintf(f, "%lld", (long long)iteration);
+    if (release)
+        fprintf(f, "release");
+    else
+        fprintf(f, "%lld", (long long)iteration);
     if (fclose(f))
         return mc_error(MC_ERR_IO, "writing %s failed: %s", path, strerror(errno));
     return MC_OK;
@@ -826,11 +830,16 @@ mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_op
     st = st ? st : mc_cv_begin_output(o->save_dir, tmp, sizeof(tmp));
     if (st)
         goto out;
-    snprintf(iter_dir, sizeof(iter_dir), "%s/iter_%07lld", tmp, (long long)m->md.iteration);
+    /* Deliberate difference: Megatron's saver writes a release source as iter_0000000 with the
+     * tracker "0", which its own read_metadata refuses; we keep it a release checkpoint. */
+    if (m->md.release)
+        snprintf(iter_dir, sizeof(iter_dir), "%s/release", tmp);
+    else
+        snprintf(iter_dir, sizeof(iter_dir), "%s/iter_%07lld", tmp, (long long)m->md.iteration);
     for (int p = 0; !st && p < d.pp; p++)
         for (int k = 0; !st && k < d.tp; k++)
             st = write_rank(&d, iter_dir, k, p, args);
-    st = st ? st : write_tracker(tmp, m->md.iteration);
+    st = st ? st : write_tracker(tmp, m->md.iteration, m->md.release);
     st = st ? st : mc_cv_finish_output(o->save_dir, tmp);
     if (st)
         mc_cv_abort_output(tmp);

@@ -1,7 +1,8 @@
 """The transformers side of tests/convert/test_convert_hf.py; runs inside build/hf-venv (made by
 scripts/setup_hf_venv.sh), never with the system Python.
 
-  hf_side.py make gpt2|llama DIR SEED      a random tiny model, save_pretrained (safetensors)
+  hf_side.py make gpt2|llama DIR SEED      a random tiny model, save_pretrained (safetensors;
+                                           the Llama one sharded: model.safetensors.index.json)
   hf_side.py logits DIR TOKENS.pt OUT.pt   from_pretrained(DIR) logits [b, s, V] (fp32, eval)
 """
 import sys
@@ -32,7 +33,8 @@ def make(kind, out, seed):
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(out, safe_serialization=True,
+                          max_shard_size="40KB" if kind == "llama" else "5GB")
 
 
 def logits(path, tokens_path, out):

@@ -8,7 +8,7 @@ exported; GPT2LMHeadModel / LlamaForCausalLM.from_pretrained give our logits (th
 pretrain_gpt, run by tests/drivers/gpt_parity_driver on the checkpoint's weights) within 1e-5
 of max |logit|, over the true vocabulary (padding removed: NullTokenizer 4096 + EOD = 4097 rows).
 Import: random tiny transformers models (save_pretrained, safetensors) are imported at tp1 and
-tp2; our forward on the tp1 checkpoint gives transformers' logits within 1e-5; the tp2 checkpoint
+tp2 (the Llama one from a sharded save: model.safetensors.index.json); our forward on the tp1 checkpoint gives transformers' logits within 1e-5; the tp2 checkpoint
 merges back to the tp1 one bit-exactly; the vocabulary is padded to a multiple of 128 x tp.
 Export -> import -> export round trip gives the same safetensors tensors. Refusals by name:
 GPT-2 export of a RoPE model, an unknown architecture."""
@@ -163,6 +163,10 @@ def read_safetensors(path):
 def import_case(tmp, kind):
     src = os.path.join(tmp, "hf_" + kind)
     hf("make", kind, src, "3")
+    if kind == "llama":  # save_pretrained sharded it: the importer follows the index
+        shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
+        C.check(os.path.exists(os.path.join(src, "model.safetensors.index.json")) and len(shards) > 1,
+                "llama: expected a sharded save_pretrained, got %s" % os.listdir(src))
     g = torch.Generator().manual_seed(11)
     tokens = torch.randint(0, 1000, (2, 12), generator=g)
     want = hf_logits(tmp, src, tokens)["logits"]

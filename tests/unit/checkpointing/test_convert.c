@@ -3,7 +3,8 @@
  * infinity), safetensors write -> read and its refusal of broken files, and in-process round
  * trips of a hand-made Llama-like model (GQA, SwiGLU, untied) through Megatron checkpoints at
  * tp2 x pp2 (local, transformer_engine and legacy names) and through a HuggingFace directory:
- * every tensor comes back bit-exact. Runs under ASan/UBSan with the other C tests. */
+ * every tensor comes back bit-exact; a bfloat16 release checkpoint stays bfloat16 (same bits) and
+ * a release checkpoint. Runs under ASan/UBSan with the other C tests. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -146,6 +147,21 @@ static void make_model(struct mc_cv_model *m)
     }
 }
 
+/* The same model with every tensor rounded to bfloat16, loaded from a release checkpoint. */
+static void to_bf16(struct mc_cv_model *m)
+{
+    for (int64_t i = 0; i < m->n; i++) {
+        struct mc_cv_tensor *t = &m->t[i];
+        int64_t n = t->shape[0] * t->shape[1];
+        uint16_t *h = (uint16_t *)t->data; /* in place: element i is read before it is overwritten */
+        for (int64_t j = 0; j < n; j++)
+            h[j] = mc_f32_to_bf16(((const float *)t->data)[j]);
+        t->dtype = MC_PKT_BFLOAT16;
+    }
+    m->md.params_dtype = MC_PKT_BFLOAT16;
+    m->md.release = true;
+}
+
 static void same_models(const struct mc_cv_model *a, const struct mc_cv_model *b, int64_t vocab_rows)
 {
     CHECK(a->n == b->n);
@@ -157,8 +173,9 @@ static void same_models(const struct mc_cv_model *a, const struct mc_cv_model *b
         bool vocab = strstr(x->name, "embeddings") || strstr(x->name, "output layer");
         int64_t rows = vocab ? vocab_rows : x->shape[0];
         CHECK(y->shape[1] == x->shape[1] && y->shape[0] >= rows);
-        if (y->shape[1] == x->shape[1] && y->shape[0] >= rows)
-            CHECK(!memcmp(x->data, y->data, (size_t)(rows * x->shape[1]) * 4));
+        CHECK(y->dtype == x->dtype);
+        if (y->shape[1] == x->shape[1] && y->shape[0] >= rows && y->dtype == x->dtype)
+            CHECK(!memcmp(x->data, y->data, (size_t)(rows * x->shape[1]) * mc_pk_dtype_size(x->dtype)));
     }
 }
 
@@ -191,8 +208,25 @@ static void test_roundtrips(const char *dir)
         same_models(&m, &back, 384);
         mc_cv_model_free(&back);
     }
-    /* a target TP that does not divide the query groups: refused, nothing written */
+    /* bfloat16, release */
     char save[512];
+    struct mc_cv_model b16;
+    make_model(&b16);
+    to_bf16(&b16);
+    snprintf(save, sizeof(save), "%s/bf16", dir);
+    struct mc_cv_options ob = {.load_dir = save, .save_dir = save, .target_tp = 2, .target_pp = 2,
+                               .true_vocab_size = -1, .saver_impl = "local"};
+    CHECK(mc_cv_save_megatron(&b16, &ob) == MC_OK);
+    char rel[600];
+    snprintf(rel, sizeof(rel), "%s/release/mp_rank_01_001/model_optim_rng.pt", save);
+    CHECK(access(rel, R_OK) == 0);
+    mc_cv_model_init(&back);
+    CHECK(mc_cv_load_megatron(&back, &ob) == MC_OK);
+    CHECK(back.md.release && back.md.params_dtype == MC_PKT_BFLOAT16); /* --bf16 in the args */
+    same_models(&b16, &back, 384);
+    mc_cv_model_free(&back);
+    mc_cv_model_free(&b16);
+    /* a target TP that does not divide the query groups: refused, nothing written */
     snprintf(save, sizeof(save), "%s/tp4", dir);
     struct mc_cv_options o = {.load_dir = save, .save_dir = save, .target_tp = 4, .target_pp = 1,
                               .true_vocab_size = -1, .saver_impl = "local"};
