@@ -194,21 +194,31 @@ def chains(tmp, model, label):
 
 
 def next_step_loss(tmp, model, label, src):
-    """The original checkpoint continued at tp1 and its tp2 reshard continued at tp2 (mpirun -np 2):
-    the same loss at iteration 3 (no optimizer state in either: --no-load-optim)."""
-    cont = ["--load", None, "--no-load-optim", "--no-load-rng", "--exit-on-missing-checkpoint"]
-    cont[1] = src
+    """The original checkpoint continued at tp1 and its reshards continued at their layouts under
+    mpirun: the same loss at iteration 3 (no optimizer state in either: --no-load-optim)."""
+    cont = ["--load", src, "--no-load-optim", "--no-load-rng", "--exit-on-missing-checkpoint"]
     _, p1 = train(tmp, model, label + "_cont1", iters=3, extra=cont)
-    mid = os.path.join(tmp, label + "_tp2_loss")
-    p = convert(src, mid, "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
-                "--target-tensor-parallel-size", "2")
-    C.check(p.returncode == 0, "%s tp2 for the loss: %s" % (label, p.stderr))
-    cont[1] = mid
-    _, p2 = train(tmp, model, label + "_cont2", tp=2, np=2, iters=3, extra=cont, div=64)
-    a, b = loss_at(p1, 3), loss_at(p2, 3)
-    C.check(a is not None and b is not None and abs(a - b) <= 1e-5 * abs(a),
-            "%s: loss at the next step %s (tp1) vs %s (tp2 reshard)" % (label, a, b))
-    print("%s: next-step loss tp1 %.9g, tp2 reshard %.9g" % (label, a or 0, b or 0))
+    want = loss_at(p1, 3)
+    for tp, pp in ((2, 1), (1, 2), (2, 2)):
+        name = "%s_tp%dpp%d_loss" % (label, tp, pp)
+        mid = os.path.join(tmp, name)
+        p = convert(src, mid, "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
+                    "--target-tensor-parallel-size", str(tp), "--target-pipeline-parallel-size", str(pp))
+        C.check(p.returncode == 0, "%s: %s" % (name, p.stderr))
+        save = os.path.join(tmp, name + "_cont")
+        q = run([PRETRAIN, *train_args(model, tmp, 3, tp=tp, pp=pp, vocab_div=128 // tp,
+                                       extra=["--load", mid, "--no-load-optim", "--no-load-rng",
+                                              "--exit-on-missing-checkpoint", "--save", save,
+                                              "--save-interval", "3"])], np=tp * pp)
+        if pp > 1 and q.returncode and "pipeline-parallel checkpoints (mp_rank_XX_YYY) are not implemented" in q.stderr:
+            # pretrain_gpt of this build cannot load pipeline-parallel checkpoints yet
+            print("pending: %s (pretrain_gpt reads pp > 1 checkpoints after the ckptpp merge)" % name)
+            continue
+        got = loss_at(q, 3)
+        C.check(q.returncode == 0 and want is not None and got is not None and
+                abs(want - got) <= 1e-5 * abs(want),
+                "%s: loss at the next step %s (tp1) vs %s: %s" % (name, want, got, q.stderr[-1500:]))
+        print("%s: next-step loss tp1 %.9g, tp%d pp%d reshard %.9g" % (label, want or 0, tp, pp, got or 0))
 
 
 def main():
