@@ -197,6 +197,10 @@ static int check_cli(struct cli *c)
     if (strcmp(c->saver, "core") && strcmp(c->saver, "legacy") && strcmp(c->saver, "hf"))
         return die("Unable to load saver plugin %s (known: core/mcore, legacy/megatron, hf). "
                    "Exiting.%s", c->saver, "");
+    if (strcmp(c->loader, "hf") && c->o.make_vocab_size_divisible_by >= 0)
+        return die("unrecognized arguments: --make-vocab-size-divisible-by (an option of the hf / "
+                   "llama_mistral loader; the %s loader takes it from the checkpoint's args)%s",
+                   c->loader, "");
     c->o.legacy_saver = !strcmp(c->saver, "legacy");
     if (!c->o.saver_impl)
         c->o.saver_impl = "transformer_engine";

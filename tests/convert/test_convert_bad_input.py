@@ -46,6 +46,9 @@ def main():
         fails(tmp, "BERT", ["--model-type", "BERT", "--load-dir", tmp, "--save-dir", out], ["BERT"], out)
         fails(tmp, "bad int", [*base, "--load-dir", tmp, "--target-tensor-parallel-size", "two"],
               ["--target-tensor-parallel-size", "'two'"], out)
+        fails(tmp, "loader option", [*base, "--loader", "core", "--load-dir", tmp,
+                                     "--make-vocab-size-divisible-by", "64"],
+              ["--make-vocab-size-divisible-by", "hf"], out)
         fails(tmp, "bad choice", [*base, "--load-dir", tmp, "--saver-transformer-impl", "apex"],
               ["--saver-transformer-impl", "'apex'"], out)
 
