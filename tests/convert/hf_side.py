@@ -1,7 +1,7 @@
 """The transformers side of tests/convert/test_convert_hf.py; runs inside build/hf-venv (made by
 scripts/setup_hf_venv.sh), never with the system Python.
 
-  hf_side.py make gpt2|llama DIR SEED      a random tiny model, save_pretrained (safetensors;
+  hf_side.py make gpt2|llama|llama_tied DIR SEED     a random tiny model, save_pretrained (safetensors;
                                            the Llama one sharded: model.safetensors.index.json)
   hf_side.py logits DIR TOKENS.pt OUT.pt   from_pretrained(DIR) logits [b, s, V] (fp32, eval)
 """
@@ -20,6 +20,12 @@ def make(kind, out, seed):
                             activation_function="gelu_new", initializer_range=0.1,
                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         model = tf.GPT2LMHeadModel(cfg)
+    elif kind == "llama_tied":  # Llama 3.2 style: tied embeddings, no rope scaling, MHA
+        cfg = tf.LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                             rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                             initializer_range=0.1)
+        model = tf.LlamaForCausalLM(cfg)
     else:
         cfg = tf.LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,

@@ -7,7 +7,8 @@ tanh-GELU; saved at tp2 after a reshard, so the export merges shards) and of a L
 exported; GPT2LMHeadModel / LlamaForCausalLM.from_pretrained give our logits (the C GPTModel of
 pretrain_gpt, run by tests/drivers/gpt_parity_driver on the checkpoint's weights) within 1e-5
 of max |logit|, over the true vocabulary (padding removed: NullTokenizer 4096 + EOD = 4097 rows).
-Import: random tiny transformers models (save_pretrained, safetensors) are imported at tp1 and
+Import: random tiny transformers models (save_pretrained, safetensors; GPT-2, Llama with GQA and
+Llama-3 rope scaling, Llama with tied embeddings) are imported at tp1 and
 tp2 (the Llama one from a sharded save: model.safetensors.index.json); our forward on the tp1 checkpoint gives transformers' logits within 1e-5; the tp2 checkpoint
 merges back to the tp1 one bit-exactly; the vocabulary is padded to a multiple of 128 x tp.
 Export -> import -> export round trip gives the same safetensors tensors. Refusals by name:
@@ -172,7 +173,7 @@ def import_case(tmp, kind):
     want = hf_logits(tmp, src, tokens)["logits"]
     ck1, ck2 = src + "_tp1", src + "_tp2"
     p = convert(src, ck1, "--loader", "hf", "--saver", "core", "--saver-transformer-impl", "local")
-    q = convert(src, ck2, "--loader", "llama_mistral" if kind == "llama" else "hf", "--saver", "mcore",
+    q = convert(src, ck2, "--loader", "llama_mistral" if kind.startswith("llama") else "hf", "--saver", "mcore",
                 "--saver-transformer-impl", "local", "--target-tensor-parallel-size", "2")
     if not C.check(p.returncode == 0 and q.returncode == 0, "%s import: %s %s" % (kind, p.stderr, q.stderr)):
         return
@@ -221,6 +222,7 @@ def main():
         export_case(tmp, LLAMA, "llama", 1, 128)
         import_case(tmp, "gpt2")
         import_case(tmp, "llama")
+        import_case(tmp, "llama_tied")
         refusals(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
