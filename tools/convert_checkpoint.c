@@ -18,6 +18,7 @@ struct cli {
     const char *model_type, *loader, *saver;
     struct mc_cv_options o;
     bool help;
+    const char *hf_only; /* an option only the hf (llama_mistral) loader has, if given */
 };
 
 static void usage(FILE *f)
@@ -30,7 +31,8 @@ static void usage(FILE *f)
 "                          [--loader-transformer-impl {local,transformer_engine}]\n"
 "                          [--saver-transformer-impl {local,transformer_engine}]\n"
 "                          [--target-tensor-parallel-size N] [--target-pipeline-parallel-size N]\n"
-"                          [--target-expert-parallel-size 1]\n"
+"                          [--target-expert-parallel-size 1] [--tokenizer-model PATH]\n"
+"                          [--bf16 | --fp16] [--checkpoint-type {hf,meta}] [--model-size SIZE]\n"
 "\n"
 "Megatron Checkpoint Converter Arguments (Megatron-LM tools/checkpoint/convert.py)\n"
 "\n"
@@ -60,6 +62,13 @@ static void usage(FILE *f)
 "  --megatron-path PATH  Accepted and ignored (no Python Megatron is needed)\n"
 "  --loader-transformer-impl {local,transformer_engine}\n"
 "                        Accepted; the parameter names are detected from the checkpoint\n"
+"  --tokenizer-model PATH\n"
+"                        hf loader: a HuggingFace tokenizer (tokenizer.json or its directory)\n"
+"                        whose size (with added tokens) is the true vocab size\n"
+"  --bf16, --fp16        hf loader: store the Megatron weights in bfloat16 / float16\n"
+"  --checkpoint-type {hf,meta}\n"
+"                        hf loader (llama_mistral): only hf; Meta-format checkpoints are refused\n"
+"  --model-size SIZE     hf loader (llama_mistral): accepted and ignored; config.json says it\n"
 "  --position-embedding-type {learned_absolute,rope}\n"
 "                        Accepted and ignored: taken from the checkpoint's args\n"
 "\n"
@@ -114,6 +123,10 @@ static int parse(struct cli *c, int argc, char **argv)
     static const char *const impls[] = {"local", "transformer_engine", NULL};
     static const char *const posemb[] = {"learned_absolute", "rope", NULL};
     static const char *const models[] = {"GPT", "BERT", NULL};
+    static const char *const ckpt_types[] = {"meta", "hf", NULL};
+    static const char *const sizes[] = {"llama2-7B", "llama2-13B", "llama2-70B", "llama2-7Bf",
+                                        "llama2-13Bf", "llama2-70Bf", "llama3", "mistral", "yi-34B",
+                                        "qwen2.5", NULL};
     c->loader = c->saver = "megatron";
     c->o.true_vocab_size = -1;
     c->o.make_vocab_size_divisible_by = -1;
@@ -128,6 +141,11 @@ static int parse(struct cli *c, int argc, char **argv)
         }
         if (!strcmp(a, "--no-checking")) {
             c->o.checking = false;
+            continue;
+        }
+        if (!strcmp(a, "--bf16") || !strcmp(a, "--fp16")) {
+            c->o.hf_params_dtype = a[2] == 'b' ? MC_PKT_BFLOAT16 : MC_PKT_HALF;
+            c->hf_only = a;
             continue;
         }
         if (strncmp(a, "--", 2))
@@ -160,6 +178,17 @@ static int parse(struct cli *c, int argc, char **argv)
             rc = parse_int(opt, val, &c->o.make_vocab_size_divisible_by);
         else if (!strcmp(opt, "--megatron-path"))
             ; /* no Python Megatron is imported */
+        else if (!strcmp(opt, "--tokenizer-model"))
+            c->o.tokenizer_model = val, c->hf_only = "--tokenizer-model";
+        else if (!strcmp(opt, "--model-size"))
+            rc = choice(opt, val, sizes), c->hf_only = "--model-size";
+        else if (!strcmp(opt, "--checkpoint-type")) {
+            rc = choice(opt, val, ckpt_types), c->hf_only = "--checkpoint-type";
+            if (!rc && !strcmp(val, "meta"))
+                return die("--checkpoint-type meta: Meta-format Llama checkpoints are not supported; "
+                           "convert them to HuggingFace format first (transformers' "
+                           "convert_llama_weights_to_hf.py)%s%s", "", "");
+        }
         else if (!strcmp(opt, "--position-embedding-type"))
             rc = choice(opt, val, posemb);
         else if (!strcmp(opt, "--loader-transformer-impl"))
@@ -197,6 +226,9 @@ static int check_cli(struct cli *c)
     if (strcmp(c->saver, "core") && strcmp(c->saver, "legacy") && strcmp(c->saver, "hf"))
         return die("Unable to load saver plugin %s (known: core/mcore, legacy/megatron, hf). "
                    "Exiting.%s", c->saver, "");
+    if (strcmp(c->loader, "hf") && c->hf_only)
+        return die("unrecognized arguments: %s (an option of the hf / llama_mistral loader, not "
+                   "of the %s loader)", c->hf_only, c->loader);
     if (strcmp(c->loader, "hf") && c->o.make_vocab_size_divisible_by >= 0)
         return die("unrecognized arguments: --make-vocab-size-divisible-by (an option of the hf / "
                    "llama_mistral loader; the %s loader takes it from the checkpoint's args)%s",

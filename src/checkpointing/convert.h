@@ -61,6 +61,8 @@ struct mc_cv_options {
     int64_t true_vocab_size;           /* -1: none */
     const char *vocab_file;            /* vocab.json whose size is the true vocab size */
     int64_t make_vocab_size_divisible_by; /* -1: none (HF import: Megatron's default 128) */
+    const char *tokenizer_model;       /* hf loader: its vocabulary size is the true one */
+    enum mc_pk_dtype hf_params_dtype;  /* hf loader --bf16 / --fp16 (else float32) */
     const char *loader_impl, *saver_impl; /* "local" | "transformer_engine" */
     bool legacy_saver;                 /* --saver legacy: legacy-model nested state dicts */
     bool checking;                     /* convert.py's --no-checking clears it */

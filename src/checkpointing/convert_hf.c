@@ -14,6 +14,7 @@
 
 #include "checkpointing/safetensors.h"
 #include "core/json.h"
+#include "megatron/tokenizer.h"
 
 enum arch { ARCH_GPT2, ARCH_LLAMA };
 
@@ -829,6 +830,36 @@ static mc_status import_weights(struct importer *im, int64_t hf_vocab)
     return st;
 }
 
+/* loader_llama_mistral: true_vocab_size is the --tokenizer-model's size (with added tokens). */
+static mc_status tokenizer_vocab(const struct mc_cv_options *o, int64_t *out)
+{
+    struct mc_tokenizer_args ta = {.tokenizer_type = "HuggingFaceTokenizer",
+                                   .tokenizer_model = o->tokenizer_model};
+    mc_tokenizer *t;
+    mc_status st = mc_tok_init(&ta, &t);
+    if (st)
+        return mc_error(st, "--tokenizer-model %s: %s", o->tokenizer_model, mc_last_error());
+    *out = mc_tok_vocab_size(t);
+    mc_tok_free(t);
+    return MC_OK;
+}
+
+/* --bf16 / --fp16: the weights are rounded to the Megatron model's dtype (round to nearest
+ * even, as torch's .to()). */
+static void cast_model(struct mc_cv_model *m, enum mc_pk_dtype dt)
+{
+    for (int64_t i = 0; i < m->n; i++) {
+        struct mc_cv_tensor *t = &m->t[i];
+        int64_t n = t->shape[0] * t->shape[1];
+        const float *f = (const float *)t->data;
+        uint16_t *h = (uint16_t *)t->data; /* element j is read before anything overwrites it */
+        for (int64_t j = 0; j < n; j++)
+            h[j] = dt == MC_PKT_BFLOAT16 ? mc_f32_to_bf16(f[j]) : mc_f32_to_f16(f[j]);
+        t->dtype = dt;
+    }
+    m->md.params_dtype = dt;
+}
+
 mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
 {
     struct importer im = {.m = m, .o = o};
@@ -849,6 +880,8 @@ mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
         md->make_vocab_size_divisible_by =
             o->make_vocab_size_divisible_by > 0 ? o->make_vocab_size_divisible_by : 128;
         st = mc_cv_true_vocab(o, &md->true_vocab_size);
+        if (!st && md->true_vocab_size < 0 && o->tokenizer_model)
+            st = tokenizer_vocab(o, &md->true_vocab_size);
         if (!st && md->true_vocab_size < 0)
             md->true_vocab_size = hf_vocab;
     }
@@ -856,6 +889,8 @@ mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
     st = st ? st : import_weights(&im, hf_vocab);
     for (int k = 0; k < im.nfiles; k++)
         mc_st_close(&im.files[k]);
+    if (!st && (o->hf_params_dtype == MC_PKT_BFLOAT16 || o->hf_params_dtype == MC_PKT_HALF))
+        cast_model(m, o->hf_params_dtype);
     if (!st && o->log)
         fprintf(o->log, "loaded %s: %s, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld\n",
                 o->load_dir, im.arch == ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",

@@ -49,6 +49,8 @@ def main():
         fails(tmp, "loader option", [*base, "--loader", "core", "--load-dir", tmp,
                                      "--make-vocab-size-divisible-by", "64"],
               ["--make-vocab-size-divisible-by", "hf"], out)
+        fails(tmp, "hf loader option", [*base, "--loader", "core", "--load-dir", tmp, "--bf16"],
+              ["--bf16", "hf"], out)
         fails(tmp, "bad choice", [*base, "--load-dir", tmp, "--saver-transformer-impl", "apex"],
               ["--saver-transformer-impl", "'apex'"], out)
 
@@ -92,7 +94,8 @@ def main():
                 "--no-checking", "--true-vocab-size", "--vocab-file", "--make-vocab-size-divisible-by",
                 "--megatron-path", "--loader-transformer-impl", "--saver-transformer-impl",
                 "--target-tensor-parallel-size", "--target-pipeline-parallel-size",
-                "--target-expert-parallel-size", "--position-embedding-type"]
+                "--target-expert-parallel-size", "--position-embedding-type", "--tokenizer-model",
+                "--bf16", "--fp16", "--checkpoint-type", "--model-size"]
         C.check(p.returncode == 0 and all(o in p.stdout for o in opts),
                 "--help lacks %s" % [o for o in opts if o not in p.stdout])
         # accepted-and-ignored options do not change the result

@@ -10,7 +10,8 @@ of max |logit|, over the true vocabulary (padding removed: NullTokenizer 4096 + 
 Import: random tiny transformers models (save_pretrained, safetensors; GPT-2, Llama with GQA and
 Llama-3 rope scaling, Llama with tied embeddings) are imported at tp1 and
 tp2 (the Llama one from a sharded save: model.safetensors.index.json); our forward on the tp1 checkpoint gives transformers' logits within 1e-5; the tp2 checkpoint
-merges back to the tp1 one bit-exactly; the vocabulary is padded to a multiple of 128 x tp.
+merges back to the tp1 one bit-exactly; the vocabulary is padded to a multiple of 128 x tp;
+--bf16 rounds every weight as torch does and --tokenizer-model sets the true vocabulary.
 Export -> import -> export round trip gives the same safetensors tensors. Refusals by name:
 GPT-2 export of a RoPE model, an unknown architecture."""
 import json
@@ -182,6 +183,8 @@ def import_case(tmp, kind):
             "%s: padded vocab %s" % (kind, a.padded_vocab_size))
     ours = our_logits(tmp, ck1, tokens)
     close(ours[..., :1000], want, "%s import: our logits vs transformers" % kind)
+    if kind == "llama":
+        bf16_tokenizer(src, ck1)
     back = ck2 + "_tp1"
     r = convert(ck2, back, "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
                 "--target-tensor-parallel-size", "1")
@@ -189,6 +192,34 @@ def import_case(tmp, kind):
         x, y = load_rank(ck1, 0, 0, 1)["model"], load_rank(back, 0, 0, 1)["model"]
         C.check(list(x) == list(y) and all(x[k] is None or torch.equal(x[k], y[k]) for k in x),
                 "%s: tp2 import merged back differs from the tp1 import" % kind)
+
+
+def bf16_tokenizer(src, ck1):
+    """--bf16 and --tokenizer-model (loader_llama_mistral's options): weights rounded as torch
+    rounds to bfloat16; the vocabulary padded for the tokenizer's size with added tokens."""
+    tok_dir = os.path.join(SRC, "tests", "golden", "tokenizer", "hf_llama3")
+    tj = json.load(open(os.path.join(tok_dir, "tokenizer.json")))
+    vocab = tj["model"]["vocab"]
+    n = len(vocab) + len([t for t in tj.get("added_tokens", []) if t["content"] not in vocab])
+    out = ck1 + "_bf16"
+    p = convert(src, out, "--loader", "llama_mistral", "--checkpoint-type", "hf", "--model-size", "llama3",
+                "--tokenizer-model", tok_dir, "--bf16", "--saver", "core", "--saver-transformer-impl", "local")
+    if not C.check(p.returncode == 0, "--bf16 --tokenizer-model: " + p.stderr):
+        return
+    sd, ref = load_rank(out, 0, 0, 1), load_rank(ck1, 0, 0, 1)["model"]
+    padded = (n + 127) // 128 * 128
+    C.check(sd["args"].padded_vocab_size == padded and sd["args"].bf16 and
+            sd["args"].params_dtype == torch.bfloat16,
+            "--bf16 --tokenizer-model: padded vocab %s (tokenizer %d -> %d), bf16 %s" %
+            (sd["args"].padded_vocab_size, n, padded, sd["args"].bf16))
+    rows = min(n, 1000)
+    for k, v in sd["model"].items():
+        if v is None:
+            continue
+        want = ref[k].to(torch.bfloat16)
+        if "word_embeddings" in k or k == "output_layer.weight":
+            v, want = v[:rows], want[:rows]
+        C.check(v.dtype == torch.bfloat16 and torch.equal(v, want), "--bf16: %s differs from torch's rounding" % k)
 
 
 def refusals(tmp):
@@ -209,6 +240,8 @@ def refusals(tmp):
     json.dump({"model_type": "bert", "architectures": ["BertForMaskedLM"]}, open(os.path.join(bad, "config.json"), "w"))
     q = convert(bad, bad + "_out", "--loader", "hf", "--saver", "core")
     C.check(q.returncode != 0 and "BertForMaskedLM" in q.stderr, "unknown architecture: " + q.stderr)
+    q = convert(bad, bad + "_out", "--loader", "llama_mistral", "--checkpoint-type", "meta", "--saver", "core")
+    C.check(q.returncode != 0 and "Meta-format" in q.stderr, "--checkpoint-type meta: " + q.stderr)
 
 
 def main():
