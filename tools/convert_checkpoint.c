@@ -234,8 +234,8 @@ static int check_cli(struct cli *c)
                    "llama_mistral loader; the %s loader takes it from the checkpoint's args)%s",
                    c->loader, "");
     c->o.legacy_saver = !strcmp(c->saver, "legacy");
-    if (!c->o.saver_impl)
-        c->o.saver_impl = "transformer_engine";
+    if (!c->o.saver_impl) /* the defaults of saver_core.py / saver_legacy.py */
+        c->o.saver_impl = c->o.legacy_saver ? "local" : "transformer_engine";
     return 0;
 }
 

@@ -57,7 +57,7 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
                                         "virtual_pipeline_model_parallel_size", "vocab_file",
                                         "tokenizer_model", "recompute_granularity",
                                         "recompute_num_layers", "recompute_method", "train_iters",
-                                        "lr_decay_iters", "lr_warmup_fraction", "load",
+                                        "lr_decay_iters", "lr_warmup_fraction",
                                         "tensorboard_dir", NULL};
     for (int k = 0; !st && nones[k]; k++)
         st = set_if_present(d, ns, nones[k], mc_pk_none(d));
@@ -80,7 +80,6 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
     const struct mc_pk *dp = mc_pk_get(ck, "data_path"), *split = mc_pk_get(ck, "split");
     if (!st && dp && dp->kind != MC_PK_NONE && (!split || split->kind == MC_PK_NONE))
         st = set(d, ns, "split", mc_pk_str(d, "969, 30, 1"));
-    st = st ? st : set_if_present(d, ns, "data_path", mc_pk_new(d, MC_PK_LIST));
     return st;
 }
 
@@ -88,15 +87,19 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
 static mc_status saver_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_model *m,
                             const struct mc_cv_options *o, int64_t padded_vocab)
 {
+    const char *impl = o->saver_impl ? o->saver_impl : o->legacy_saver ? "local" : "transformer_engine";
     mc_status st = set(d, ns, "use_legacy_models", mc_pk_bool(d, o->legacy_saver));
-    if (!o->legacy_saver)
-        st = st ? st : set(d, ns, "transformer_impl", mc_pk_str(d, o->saver_impl ? o->saver_impl
-                                                                                  : "transformer_engine"));
-    if (!st && !o->legacy_saver && o->saver_impl && !strcmp(o->saver_impl, "local") &&
-        !strcmp(m->md.normalization, "RMSNorm"))
-        st = set(d, ns, "no_persist_layer_norm", mc_pk_bool(d, true));
+    st = st ? st : set(d, ns, "transformer_impl", mc_pk_str(d, impl));
     st = st ? st : set(d, ns, "inference_batch_times_seqlen_threshold", mc_pk_int(d, -1));
-    st = st ? st : set(d, ns, "blendable_index_path", mc_pk_none(d));
+    if (o->legacy_saver) { /* saver_legacy.py: sequence_parallel stays the fresh parse's False */
+        st = st ? st : set_if_present(d, ns, "sequence_parallel", mc_pk_bool(d, false));
+    } else { /* saver_base.parse_megatron_args (core saver) after validate_args */
+        if (!st && !strcmp(impl, "local") && !strcmp(m->md.normalization, "RMSNorm"))
+            st = set(d, ns, "no_persist_layer_norm", mc_pk_bool(d, true));
+        st = st ? st : set(d, ns, "blendable_index_path", mc_pk_none(d));
+        st = st ? st : set_if_present(d, ns, "data_path", mc_pk_new(d, MC_PK_LIST));
+        st = st ? st : set_if_present(d, ns, "load", mc_pk_none(d));
+    }
     st = st ? st : set(d, ns, "padded_vocab_size", mc_pk_int(d, padded_vocab));
     st = st ? st : set(d, ns, "consumed_train_samples", mc_pk_int(d, m->md.consumed_train_samples));
     st = st ? st : set(d, ns, "consumed_valid_samples", mc_pk_int(d, m->md.consumed_valid_samples));

@@ -1,7 +1,7 @@
 """convert_checkpoint against Megatron-LM core_v0.12.1's own tools/checkpoint/convert.py (run on a
 CPU, tests/golden/convert/README.md): converting the same Megatron-made checkpoint
 (tests/golden/checkpointing/save: tp1, 2 layers, hidden 8, tied, learned positions) to tp2, to
-pp2, and Megatron's tp2 result back to tp1 gives, rank by rank, Megatron's files: the same
+pp2, to legacy-model tp2 (nested state dicts), and Megatron's tp2 result back to tp1 gives, rank by rank, Megatron's files: the same
 top-level entries, the same model keys in the same order, bit-identical tensors, the same
 iteration / checkpoint_version / rerun_state_machine, and the same args Namespace except for the
 documented differences (save path; the fusion flags, which megatron.c carries over from the
@@ -25,6 +25,21 @@ def rank_dirs(ckpt):
     return sorted(os.listdir(d)), d
 
 
+def same_tree(x, y, where):
+    """nested dicts (legacy models) with the same keys in the same order, equal tensors, Nones"""
+    if isinstance(y, dict):
+        if not C.check(isinstance(x, dict) and list(x) == list(y),
+                       "%s: keys %s vs %s" % (where, list(x) if isinstance(x, dict) else x, list(y))):
+            return
+        for k in y:
+            same_tree(x[k], y[k], where + "." + k)
+    elif y is None:
+        C.check(x is None, "%s should be None" % where)
+    else:
+        C.check(isinstance(x, torch.Tensor) and x.dtype == y.dtype and x.shape == y.shape
+                and torch.equal(x, y), "%s differs" % where)
+
+
 def compare(ours, theirs, label):
     names, d_ours = rank_dirs(ours)
     want, d_theirs = rank_dirs(theirs)
@@ -41,15 +56,7 @@ def compare(ours, theirs, label):
         for k in ("iteration", "checkpoint_version", "num_floating_point_operations_so_far",
                   "rerun_state_machine"):
             C.check(a.get(k) == b.get(k), "%s %s: %s %r vs %r" % (label, r, k, a.get(k), b.get(k)))
-        ma, mb = a["model"], b["model"]
-        C.check(list(ma) == list(mb), "%s %s: model keys %s vs %s" % (label, r, list(ma), list(mb)))
-        for k in mb:
-            x, y = ma.get(k), mb[k]
-            if y is None:
-                C.check(k in ma and x is None, "%s %s: %s should be None" % (label, r, k))
-            else:
-                C.check(isinstance(x, torch.Tensor) and x.dtype == y.dtype and x.shape == y.shape
-                        and torch.equal(x, y), "%s %s: %s differs" % (label, r, k))
+        same_tree(a["model"], b["model"], "%s %s: model" % (label, r))
         va, vb = vars(a["args"]), vars(b["args"])
         diff = sorted(k for k in set(va) | set(vb) if k not in ALLOWED and
                       (k not in va or k not in vb or va[k] != vb[k]))
@@ -63,11 +70,13 @@ def main():
         cases = [("tp2", SOURCE, "megatron_tp2", ["--target-tensor-parallel-size", "2"]),
                  ("pp2", SOURCE, "megatron_pp2", ["--target-pipeline-parallel-size", "2"]),
                  ("tp2 -> tp1", os.path.join(GOLDEN, "megatron_tp2"), "megatron_tp2_to_tp1",
-                  ["--target-tensor-parallel-size", "1"])]
+                  ["--target-tensor-parallel-size", "1"]),
+                 ("legacy tp2", SOURCE, "megatron_legacy_tp2",
+                  ["--saver", "legacy", "--target-tensor-parallel-size", "2"])]
         for label, src, golden, opts in cases:
             out = os.path.join(tmp, golden)
-            p = convert(src, out, "--loader", "core", "--saver", "core", "--loader-transformer-impl",
-                        "local", "--saver-transformer-impl", "local", *opts)
+            saver = [] if "--saver" in opts else ["--saver", "core", "--saver-transformer-impl", "local"]
+            p = convert(src, out, "--loader", "core", "--loader-transformer-impl", "local", *saver, *opts)
             if C.check(p.returncode == 0, "%s: %s" % (label, p.stderr)):
                 compare(out, os.path.join(GOLDEN, golden), label)
     finally:

@@ -23,6 +23,7 @@ sys.path.insert(0, SHIM)
 import shim  # noqa: E402,F401  (puts MEGATRON_ROOT on sys.path)
 
 shim.emulate_cuda()
+shim.legacy_compat()  # the legacy model's apex LayerNorm -> torch's (the legacy saver builds one)
 import megatron.legacy.fused_kernels as fk  # noqa: E402
 
 fk.load = lambda args: None
