@@ -2,9 +2,9 @@
  * core_v0.12.1) parses a fresh command line (target TP/PP, --no-save-optim, --no-save-rng,
  * --use-cpu-initialization, --ckpt-format torch, ...), copies every other argument from the
  * loaded checkpoint's args (_load_checkpoint_args: all but `args_to_keep`), validates, and saves.
- * With a Megatron source we start from its Namespace and set the kept arguments to the values the
- * fresh parse gives; with a HuggingFace source there is nothing to copy and the Namespace comes
- * from our own parser (src/training/args.c) run on the saver's command line. */
+ * We start from the source's Namespace and set the kept arguments to the values the fresh parse
+ * gives; a HuggingFace source's Namespace is what Megatron's llama_mistral loader parses, made by
+ * our own parser (src/training/args.c) from the same command line. */
 #include "checkpointing/convert_args.h"
 
 #include <stdarg.h>
@@ -76,6 +76,7 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
     st = st ? st : set(d, ns, "save_interval", mc_pk_int(d, 1));
     st = st ? st : set(d, ns, "save", mc_pk_str(d, o->save_dir));
     st = st ? st : set(d, ns, "ckpt_format", mc_pk_str(d, "torch"));
+    st = st ? st : set_if_present(d, ns, "use_dist_ckpt", mc_pk_bool(d, false)); /* validate_args */
     /* validate_args on the copied args: --data-path without --split gets the legacy split */
     const struct mc_pk *dp = mc_pk_get(ck, "data_path"), *split = mc_pk_get(ck, "split");
     if (!st && dp && dp->kind != MC_PK_NONE && (!split || split->kind == MC_PK_NONE))
@@ -176,23 +177,27 @@ static void model_argv(struct argv *a, const struct mc_cv_meta *md, int tp, int 
         add(a, "--fp16", NULL);
 }
 
-static mc_status fresh_args(mc_pk_doc *d, const struct mc_cv_model *m, const struct mc_cv_options *o,
-                            int tp, int pp, struct mc_pk **out)
+/* The args Megatron's llama_mistral loader builds (its command line, load_args_from_checkpoint's
+ * values, validate_args at tp 1, pp 1); they play the source checkpoint's args for the saver. */
+mc_status mc_cv_hf_source_args(mc_pk_doc *d, const struct mc_cv_meta *md, const char *load_dir,
+                               int64_t hf_vocab, struct mc_pk **out)
 {
     struct argv a = {.n = 0};
     a.v[a.n++] = (char *)"convert_checkpoint";
-    model_argv(&a, &m->md, tp, pp);
+    model_argv(&a, md, 1, 1);
     static const char *const flags[] = {"--no-masked-softmax-fusion", "--no-bias-dropout-fusion",
+                                        "--no-async-tensor-model-parallel-allreduce",
                                         "--use-cpu-initialization", "--no-load-optim",
                                         "--no-load-rng", "--no-save-optim", "--no-save-rng",
-                                        "--no-initialization", NULL};
+                                        "--mock-data", "--no-initialization", "--no-one-logger", NULL};
     for (int k = 0; flags[k]; k++)
         add(&a, flags[k], NULL);
+    if (md->swiglu) /* the llama_mistral loader's command line (GPT-2: only for erf-GELU) */
+        add(&a, "--no-bias-gelu-fusion", NULL);
     add(&a, "--micro-batch-size", "1");
-    add(&a, "--save-interval", "1");
-    add(&a, "--ckpt-format", "torch");
-    a.v[a.n++] = (char *)"--save";
-    a.v[a.n++] = (char *)o->save_dir;
+    add(&a, "--global-batch-size", "1024");
+    a.v[a.n++] = (char *)"--load";
+    a.v[a.n++] = (char *)load_dir;
     struct mc_args *args;
     mc_status st = mc_args_init(&args);
     if (st)
@@ -200,12 +205,14 @@ static mc_status fresh_args(mc_pk_doc *d, const struct mc_cv_model *m, const str
     static const char *const defaults[] = {"tokenizer_type", "GPT2BPETokenizer", NULL};
     st = mc_args_parse(args, a.n, a.v);
     if (!st) {
-        mc_args_set_int(args, MC_A_world_size, (int64_t)tp * pp);
+        mc_args_set_int(args, MC_A_world_size, 1);
+        mc_args_set_int(args, MC_A_vocab_size, hf_vocab);
         st = mc_args_validate(args, defaults, NULL, NULL);
     }
     if (st) {
-        st = mc_error(MC_ERR_CONFIG, "the target arguments do not validate: %s%s%s",
-                      args->err_kind ? args->err_kind : "", args->err_kind ? ": " : "", args->err);
+        st = mc_error(MC_ERR_CONFIG, "--load-dir %s: the model's Megatron arguments do not validate: "
+                      "%s%s%s", load_dir, args->err_kind ? args->err_kind : "",
+                      args->err_kind ? ": " : "", args->err);
         goto out;
     }
     struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE);
@@ -251,13 +258,10 @@ mc_status mc_cv_target_args(mc_pk_doc *doc, const struct mc_cv_model *m,
                             const struct mc_cv_options *o, int tp, int pp, int64_t padded_vocab,
                             struct mc_pk **out)
 {
-    mc_status st;
-    if (m->md.checkpoint_args) {
-        st = copy_namespace(doc, m->md.checkpoint_args, out);
-        st = st ? st : kept_args(doc, *out, m, o, tp, pp);
-    } else {
-        st = fresh_args(doc, m, o, tp, pp, out);
-    }
+    if (!m->md.checkpoint_args)
+        return mc_error(MC_ERR_INTERNAL, "mc_cv_target_args: the loader left no source args");
+    mc_status st = copy_namespace(doc, m->md.checkpoint_args, out);
+    st = st ? st : kept_args(doc, *out, m, o, tp, pp);
     return st ? st : saver_args(doc, *out, m, o, padded_vocab);
 }
 

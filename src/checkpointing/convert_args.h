@@ -6,10 +6,13 @@
 
 #include "checkpointing/convert.h"
 
-/* The target's args: the loaded checkpoint's Namespace with the arguments the saver sets anew
- * (target TP/PP, world size, --no-save-optim ..., padded_vocab_size), or, for a HuggingFace
- * import, the Namespace of Megatron's parser for the saver's command line built from the
- * metadata (validated as pretrain_gpt validates). */
+/* The args of a HuggingFace import, as Megatron's llama_mistral loader builds them (its command
+ * line, the config's values, validate_args at tp 1, pp 1): the source args for the saver. */
+mc_status mc_cv_hf_source_args(mc_pk_doc *doc, const struct mc_cv_meta *md, const char *load_dir,
+                               int64_t hf_vocab, struct mc_pk **out);
+/* The target's args: the source's Namespace (restricted to Megatron's parser attributes) with
+ * the arguments the saver sets anew (target TP/PP, world size, --no-save-optim ...,
+ * padded_vocab_size). */
 mc_status mc_cv_target_args(mc_pk_doc *doc, const struct mc_cv_model *m,
                             const struct mc_cv_options *o, int tp, int pp, int64_t padded_vocab,
                             struct mc_pk **out);

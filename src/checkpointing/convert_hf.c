@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpointing/convert_args.h"
 #include "checkpointing/safetensors.h"
 #include "core/json.h"
 #include "megatron/tokenizer.h"
@@ -875,7 +876,9 @@ mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
             return mc_error(MC_ERR_FORMAT, "--load-dir %s: bad head counts in config.json", o->load_dir);
         if (!md->kv_channels)
             md->kv_channels = md->hidden_size / md->num_attention_heads;
-        md->seq_length = md->max_position_embeddings;
+        /* llama_mistral fixes seq_length 4096 (validate_args then needs max positions >= it) */
+        md->seq_length = im.arch == ARCH_LLAMA && md->max_position_embeddings > 4096
+                             ? 4096 : md->max_position_embeddings;
         md->iteration = 1; /* as loader_llama_mistral: '0' and 'release' do not load */
         md->make_vocab_size_divisible_by =
             o->make_vocab_size_divisible_by > 0 ? o->make_vocab_size_divisible_by : 128;
@@ -891,6 +894,8 @@ mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
         mc_st_close(&im.files[k]);
     if (!st && (o->hf_params_dtype == MC_PKT_BFLOAT16 || o->hf_params_dtype == MC_PKT_HALF))
         cast_model(m, o->hf_params_dtype);
+    st = st ? st : mc_pk_doc_init(&md->doc);
+    st = st ? st : mc_cv_hf_source_args(md->doc, md, o->load_dir, hf_vocab, &md->checkpoint_args);
     if (!st && o->log)
         fprintf(o->log, "loaded %s: %s, %lld layers, hidden %lld, heads %lld/%lld, vocab %lld\n",
                 o->load_dir, im.arch == ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM",

@@ -1,11 +1,13 @@
 """convert_checkpoint against Megatron-LM core_v0.12.1's own tools/checkpoint/convert.py (run on a
 CPU, tests/golden/convert/README.md): converting the same Megatron-made checkpoint
 (tests/golden/checkpointing/save: tp1, 2 layers, hidden 8, tied, learned positions) to tp2, to
-pp2, to legacy-model tp2 (nested state dicts), and Megatron's tp2 result back to tp1 gives, rank by rank, Megatron's files: the same
+pp2, to legacy-model tp2 (nested state dicts), Megatron's tp2 result back to tp1, and a tiny
+HuggingFace Llama (GQA, tests/golden/convert/hf_llama) through the llama_mistral loader to tp2 give, rank by rank, Megatron's files: the same
 top-level entries, the same model keys in the same order, bit-identical tensors, the same
 iteration / checkpoint_version / rerun_state_machine, and the same args Namespace except for the
 documented differences (save path; the fusion flags, which megatron.c carries over from the
-source checkpoint instead of writing False)."""
+source checkpoint instead of writing False; rotary_base / use_rope_scaling of an HF Llama, which
+megatron.c takes from config.json)."""
 import os
 import shutil
 import tempfile
@@ -40,7 +42,7 @@ def same_tree(x, y, where):
                 and torch.equal(x, y), "%s differs" % where)
 
 
-def compare(ours, theirs, label):
+def compare(ours, theirs, label, allowed=ALLOWED):
     names, d_ours = rank_dirs(ours)
     want, d_theirs = rank_dirs(theirs)
     C.check(names == want, "%s: rank directories %s, Megatron %s" % (label, names, want))
@@ -58,7 +60,7 @@ def compare(ours, theirs, label):
             C.check(a.get(k) == b.get(k), "%s %s: %s %r vs %r" % (label, r, k, a.get(k), b.get(k)))
         same_tree(a["model"], b["model"], "%s %s: model" % (label, r))
         va, vb = vars(a["args"]), vars(b["args"])
-        diff = sorted(k for k in set(va) | set(vb) if k not in ALLOWED and
+        diff = sorted(k for k in set(va) | set(vb) if k not in allowed and
                       (k not in va or k not in vb or va[k] != vb[k]))
         C.check(not diff, "%s %s: args differ: %s" % (
             label, r, [(k, va.get(k, "<absent>"), vb.get(k, "<absent>")) for k in diff]))
@@ -73,12 +75,20 @@ def main():
                   ["--target-tensor-parallel-size", "1"]),
                  ("legacy tp2", SOURCE, "megatron_legacy_tp2",
                   ["--saver", "legacy", "--target-tensor-parallel-size", "2"])]
+        hf = os.path.join(GOLDEN, "hf_llama")
+        cases.append(("llama_mistral tp2", hf, "megatron_from_hf_tp2",
+                      ["--loader", "llama_mistral", "--checkpoint-type", "hf", "--model-size", "llama3",
+                       "--tokenizer-model", os.path.join(hf, "tokenizer"), "--target-tensor-parallel-size", "2"]))
         for label, src, golden, opts in cases:
             out = os.path.join(tmp, golden)
             saver = [] if "--saver" in opts else ["--saver", "core", "--saver-transformer-impl", "local"]
-            p = convert(src, out, "--loader", "core", "--loader-transformer-impl", "local", *saver, *opts)
+            loader = [] if "--loader" in opts else ["--loader", "core", "--loader-transformer-impl", "local"]
+            p = convert(src, out, *loader, *saver, *opts)
+            # Megatron's llama_mistral loader leaves rope_theta and the Llama-3 rope scaling out of the
+            # args (rotary_base 10000, use_rope_scaling False); megatron.c records the config's
+            allowed = ALLOWED | ({"rotary_base", "use_rope_scaling"} if "llama" in label else set())
             if C.check(p.returncode == 0, "%s: %s" % (label, p.stderr)):
-                compare(out, os.path.join(GOLDEN, golden), label)
+                compare(out, os.path.join(GOLDEN, golden), label, allowed)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     C.finish()
