@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "checkpointing/convert.h"
+#include "checkpointing/convert_args.h"
 #include "checkpointing/safetensors.h"
 #include "test.h"
 
@@ -138,6 +139,9 @@ static void make_model(struct mc_cv_model *m)
                                  "layer %lld %s", (long long)l, shapes[k].name));
     MC_ASSERT(!mc_cv_add(m, &t, MC_PKT_FLOAT, 1, h, 1, "final norm weight"));
     MC_ASSERT(!mc_cv_add(m, &t, MC_PKT_FLOAT, 2, 384, h, "output layer weight"));
+    /* source args as the llama_mistral loader would make them */
+    MC_ASSERT(!mc_pk_doc_init(&md->doc));
+    MC_ASSERT(!mc_cv_hf_source_args(md->doc, md, "hand-made", 384, &md->checkpoint_args));
     for (int64_t i = 0; i < m->n; i++) {
         float *f = (float *)m->t[i].data;
         for (int64_t j = 0; j < m->t[i].shape[0] * m->t[i].shape[1]; j++) {
@@ -160,6 +164,7 @@ static void to_bf16(struct mc_cv_model *m)
     }
     m->md.params_dtype = MC_PKT_BFLOAT16;
     m->md.release = true;
+    MC_ASSERT(!mc_cv_hf_source_args(m->md.doc, &m->md, "hand-made", 384, &m->md.checkpoint_args));
 }
 
 static void same_models(const struct mc_cv_model *a, const struct mc_cv_model *b, int64_t vocab_rows)
