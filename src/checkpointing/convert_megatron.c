@@ -194,7 +194,7 @@ static mc_status check_supported(const struct src *s, const struct mc_pk *ck)
         {"account_for_loss_in_pipeline_split", "an uneven pipeline split"},
         {"multi_latent_attention", "multi-latent attention"},
         {"mtp_num_layers", "multi-token prediction"},
-        {"expert_model_parallel_size_gt1", NULL},
+        {NULL, NULL},
     };
     for (size_t k = 0; refused[k][1]; k++) {
         mc_status st = refuse_arg(s, ck, refused[k][0], refused[k][1]);
@@ -325,7 +325,7 @@ struct shard {
     int tp_rank, tp;
 };
 
-static mc_status shard_ok(const struct src *s, const struct shard *sh)
+static mc_status shard_ok(const struct shard *sh)
 {
     const struct mc_pk *t = sh->t;
     if (!t || t->kind != MC_PK_TENSOR || t->ndim < 1 || t->ndim > 2)
@@ -335,7 +335,6 @@ static mc_status shard_ok(const struct src *s, const struct shard *sh)
                         sh->path, sh->key, mc_pk_dtype_torch(t->dtype));
     if (!mc_pk_tensor_contiguous(t))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: '%s' is a non-contiguous view", sh->path, sh->key);
-    (void)s;
     return MC_OK;
 }
 
@@ -350,7 +349,7 @@ static void copy_block(uint8_t *dst, int64_t dst_cols, int64_t dr, int64_t dc, c
 
 static mc_status place(struct src *s, const struct shard *sh, const char *what, enum split split)
 {
-    mc_status st = shard_ok(s, sh);
+    mc_status st = shard_ok(sh);
     if (st)
         return st;
     const struct mc_pk *t = sh->t;
@@ -555,7 +554,6 @@ static mc_status pad_vocab(struct dst *d, struct mc_cv_model *tmp, const struct 
 static mc_status check_target(const struct dst *d)
 {
     const struct mc_cv_meta *md = &d->m->md;
-    const char *save = d->o->save_dir;
     if (md->num_attention_heads % d->tp)
         return mc_error(MC_ERR_CONFIG, "--target-tensor-parallel-size %d does not divide "
                         "num_attention_heads %lld", d->tp, (long long)md->num_attention_heads);
@@ -573,7 +571,6 @@ static mc_status check_target(const struct dst *d)
         return mc_error(MC_ERR_CONFIG, "--target-tensor-parallel-size %d does not divide the vocabulary "
                         "table's %lld rows; give --true-vocab-size or --vocab-file so that it can "
                         "be re-padded for the target", d->tp, (long long)d->padded_vocab);
-    (void)save;
     return MC_OK;
 }
 
