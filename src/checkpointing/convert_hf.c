@@ -468,6 +468,8 @@ struct importer {
     enum arch arch;
     struct mc_st_file files[64];
     int nfiles;
+    mc_pk_doc *bin_docs[64]; /* the torch.load trees of pytorch_model*.bin files */
+    int nbin_docs;
     const char *prefix; /* GPT-2: "transformer." or "" (the original hub checkpoint) */
 };
 
@@ -763,20 +765,64 @@ static mc_status read_config(struct importer *im, int64_t *hf_vocab)
     return st;
 }
 
-/* model.safetensors, or the files a model.safetensors.index.json names. */
-static mc_status open_weights(struct importer *im)
+/* A pytorch_model.bin (torch.save of the state dict) read with our torch.load, presented as a
+ * safetensors file: its float tensors, pointing into the mapping `doc` keeps. */
+static mc_status open_bin(struct importer *im, struct mc_st_file *f, const char *path)
 {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/model.safetensors", im->o->load_dir);
-    if (!access(path, R_OK)) {
-        im->nfiles = 1;
-        return mc_st_open(&im->files[0], path);
+    memset(f, 0, sizeof(*f));
+    mc_pk_doc **doc = &im->bin_docs[im->nbin_docs];
+    struct mc_pk *root;
+    mc_status st = mc_pk_doc_init(doc);
+    if (st)
+        return st;
+    im->nbin_docs++;
+    if ((st = mc_torch_load(*doc, path, &root)))
+        return st;
+    if (!mc_pk_is_map(root))
+        return mc_error(MC_ERR_FORMAT, "%s: not a state dict", path);
+    f->path = mc_alloc(strlen(path) + 1);
+    f->t = mc_calloc((size_t)(root->n / 2 + 1), sizeof(*f->t));
+    if (!f->path || !f->t)
+        return MC_ERR_NOMEM;
+    strcpy(f->path, path);
+    for (int64_t i = 0; i + 1 < root->n; i += 2) {
+        const struct mc_pk *k = root->items[i], *v = root->items[i + 1];
+        int dt = v->kind != MC_PK_TENSOR ? -1 : v->dtype == MC_PKT_FLOAT ? MC_ST_F32
+                 : v->dtype == MC_PKT_HALF ? MC_ST_F16 : v->dtype == MC_PKT_BFLOAT16 ? MC_ST_BF16
+                 : v->dtype == MC_PKT_DOUBLE ? MC_ST_F64 : -1;
+        if (k->kind != MC_PK_STR || dt < 0 || v->ndim > MC_ST_MAX_DIM)
+            continue; /* buffers such as GPT-2's attn.bias masks are not weights */
+        if (!mc_pk_tensor_contiguous(v))
+            return mc_error(MC_ERR_UNSUPPORTED, "%s: '%s' is a non-contiguous view", path, k->s);
+        struct mc_st_tensor *t = &f->t[f->n];
+        t->name = mc_alloc(strlen(k->s) + 1);
+        if (!t->name)
+            return MC_ERR_NOMEM;
+        strcpy(t->name, k->s);
+        t->dtype = (enum mc_st_dtype)dt;
+        t->ndim = v->ndim;
+        memcpy(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
+        t->numel = mc_pk_tensor_numel(v);
+        t->data = (const uint8_t *)v->storage->data + (size_t)v->offset * mc_st_dtype_size(t->dtype);
+        f->n++;
     }
-    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", im->o->load_dir);
-    if (access(path, R_OK))
-        return mc_error(MC_ERR_IO, "--load-dir %s: neither model.safetensors nor "
-                        "model.safetensors.index.json (pytorch_model.bin checkpoints: re-save with "
-                        "safe_serialization=True)", im->o->load_dir);
+    return MC_OK;
+}
+
+static mc_status open_file(struct importer *im, const char *path)
+{
+    if (im->nfiles == 64)
+        return mc_error(MC_ERR_UNSUPPORTED, "--load-dir %s: more than 64 shard files", im->o->load_dir);
+    struct mc_st_file *f = &im->files[im->nfiles++];
+    size_t n = strlen(path);
+    if (n > 4 && !strcmp(path + n - 4, ".bin"))
+        return open_bin(im, f, path);
+    return mc_st_open(f, path);
+}
+
+/* The shard files an index's weight_map names, each opened once. */
+static mc_status open_index(struct importer *im, const char *path)
+{
     mc_json_doc *doc;
     mc_status st = mc_json_parse_file(path, &doc);
     if (st)
@@ -793,18 +839,29 @@ static mc_status open_weights(struct importer *im)
         }
         for (int k = 0; k < im->nfiles && !seen; k++)
             seen = !strcmp(strrchr(im->files[k].path, '/') + 1, file);
-        if (seen)
-            continue;
-        if (im->nfiles == 64) {
-            st = mc_error(MC_ERR_UNSUPPORTED, "%s: more than 64 shard files", path);
-            break;
-        }
         char fp[4400];
         snprintf(fp, sizeof(fp), "%s/%s", im->o->load_dir, file);
-        st = mc_st_open(&im->files[im->nfiles++], fp);
+        if (!seen)
+            st = open_file(im, fp);
     }
     mc_json_doc_free(doc);
     return st;
+}
+
+/* model.safetensors, model.safetensors.index.json, pytorch_model.bin or
+ * pytorch_model.bin.index.json, the first present (transformers' order of preference). */
+static mc_status open_weights(struct importer *im)
+{
+    static const char *const names[] = {"model.safetensors", "model.safetensors.index.json",
+                                        "pytorch_model.bin", "pytorch_model.bin.index.json"};
+    char path[4200];
+    for (int k = 0; k < 4; k++) {
+        snprintf(path, sizeof(path), "%s/%s", im->o->load_dir, names[k]);
+        if (!access(path, R_OK))
+            return k % 2 ? open_index(im, path) : open_file(im, path);
+    }
+    return mc_error(MC_ERR_IO, "--load-dir %s: no model.safetensors, model.safetensors.index.json, "
+                    "pytorch_model.bin or pytorch_model.bin.index.json", im->o->load_dir);
 }
 
 static mc_status import_weights(struct importer *im, int64_t hf_vocab)
@@ -892,6 +949,8 @@ mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
     st = st ? st : import_weights(&im, hf_vocab);
     for (int k = 0; k < im.nfiles; k++)
         mc_st_close(&im.files[k]);
+    for (int k = 0; k < im.nbin_docs; k++)
+        mc_pk_doc_free(im.bin_docs[k]);
     if (!st && (o->hf_params_dtype == MC_PKT_BFLOAT16 || o->hf_params_dtype == MC_PKT_HALF))
         cast_model(m, o->hf_params_dtype);
     st = st ? st : mc_pk_doc_init(&md->doc);

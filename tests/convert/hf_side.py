@@ -1,8 +1,9 @@
 """The transformers side of tests/convert/test_convert_hf.py; runs inside build/hf-venv (made by
 scripts/setup_hf_venv.sh), never with the system Python.
 
-  hf_side.py make gpt2|llama|llama_tied|llama_golden DIR SEED     a random tiny model, save_pretrained (safetensors;
-                                           the Llama one sharded: model.safetensors.index.json)
+  hf_side.py make gpt2|gpt2_bin|llama|llama_tied|llama_golden DIR SEED     a random tiny model, save_pretrained (safetensors;
+                                           the Llama one sharded: model.safetensors.index.json;
+                                           gpt2_bin: pytorch_model.bin)
   hf_side.py logits DIR TOKENS.pt OUT.pt   from_pretrained(DIR) logits [b, s, V] (fp32, eval)
 """
 import os
@@ -16,7 +17,7 @@ torch.set_num_threads(1)
 def make(kind, out, seed):
     import transformers as tf
     torch.manual_seed(seed)
-    if kind == "gpt2":
+    if kind in ("gpt2", "gpt2_bin"):
         cfg = tf.GPT2Config(vocab_size=1000, n_positions=32, n_embd=32, n_layer=2, n_head=4,
                             activation_function="gelu_new", initializer_range=0.1,
                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -50,7 +51,7 @@ def make(kind, out, seed):
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
-    model.save_pretrained(out, safe_serialization=True,
+    model.save_pretrained(out, safe_serialization=kind != "gpt2_bin",
                           max_shard_size="40KB" if kind == "llama" else "5GB")
     if kind == "llama_golden":  # a small byte-level BPE tokenizer: its size is the true vocabulary
         import tokenizers as tk

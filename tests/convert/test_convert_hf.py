@@ -7,8 +7,8 @@ tanh-GELU; saved at tp2 after a reshard, so the export merges shards) and of a L
 exported; GPT2LMHeadModel / LlamaForCausalLM.from_pretrained give our logits (the C GPTModel of
 pretrain_gpt, run by tests/drivers/gpt_parity_driver on the checkpoint's weights) within 1e-5
 of max |logit|, over the true vocabulary (padding removed: NullTokenizer 4096 + EOD = 4097 rows).
-Import: random tiny transformers models (save_pretrained, safetensors; GPT-2, Llama with GQA and
-Llama-3 rope scaling, Llama with tied embeddings) are imported at tp1 and
+Import: random tiny transformers models (save_pretrained, safetensors; GPT-2 (also as a
+pytorch_model.bin), Llama with GQA and Llama-3 rope scaling, Llama with tied embeddings) are imported at tp1 and
 tp2 (the Llama one from a sharded save: model.safetensors.index.json); our forward on the tp1 checkpoint gives transformers' logits within 1e-5; the tp2 checkpoint
 merges back to the tp1 one bit-exactly; the vocabulary is padded to a multiple of 128 x tp;
 --bf16 rounds every weight as torch does and --tokenizer-model sets the true vocabulary.
@@ -165,6 +165,8 @@ def read_safetensors(path):
 def import_case(tmp, kind):
     src = os.path.join(tmp, "hf_" + kind)
     hf("make", kind, src, "3")
+    if kind == "gpt2_bin":
+        C.check(os.path.exists(os.path.join(src, "pytorch_model.bin")), "gpt2_bin: %s" % os.listdir(src))
     if kind == "llama":  # save_pretrained sharded it: the importer follows the index
         shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
         C.check(os.path.exists(os.path.join(src, "model.safetensors.index.json")) and len(shards) > 1,
@@ -256,6 +258,7 @@ def main():
         import_case(tmp, "gpt2")
         import_case(tmp, "llama")
         import_case(tmp, "llama_tied")
+        import_case(tmp, "gpt2_bin")
         refusals(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
