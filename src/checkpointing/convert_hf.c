@@ -1,7 +1,8 @@
 /* HuggingFace checkpoints in the converter: import (as Megatron's loader_llama_mistral.py with
  * --checkpoint-type hf does for Llama, and the GPT-2 mapping Megatron lacks) and export of
  * GPT2LMHeadModel and LlamaForCausalLM directories: config.json as transformers writes it plus
- * model.safetensors (or a sharded model.safetensors.index.json on import). Parameter mappings:
+ * model.safetensors (on import also a sharded model.safetensors.index.json, or pytorch_model.bin
+ * files read with our torch.load). Parameter mappings:
  * spec megatron-model-parallel-ckpt.md 3.8 (verified there numerically against Megatron). */
 #include "checkpointing/convert.h"
 
