@@ -7,9 +7,9 @@ tp1pp1 -> tp2pp2 -> tp1pp1, -> tp4 -> tp1, -> pp4 -> pp1, -> tp2 (legacy names) 
 independent Python implementation of Megatron's merge rules (column-parallel: dim 0, row-parallel:
 dim 1, SwiGLU fc1 gate/up halves per rank, replicated tensors from rank 0, pipeline stages'
 layers renumbered) and must equal the original full model. Vocabulary re-padding with
---true-vocab-size repeats the last row, as Megatron's saver does. The resharded checkpoint,
-loaded by pretrain_gpt at the target TP (mpirun), gives the original layout's loss at the next
-step within 1e-5. A pipeline x virtual-pipeline checkpoint (model0/model1) converts back too."""
+--true-vocab-size repeats the last row, as Megatron's saver does. The resharded checkpoints
+(tp2, pp2, and tp2 x pp2 with transformer_engine names), loaded by pretrain_gpt at the target
+layout (mpirun), give the original layout's loss at the next step within 1e-5. A pipeline x virtual-pipeline checkpoint (model0/model1) converts back too."""
 import os
 import re
 import shutil
@@ -232,7 +232,9 @@ def next_step_loss(tmp, model, label, src):
     for tp, pp in ((2, 1), (1, 2), (2, 2)):
         name = "%s_tp%dpp%d_loss" % (label, tp, pp)
         mid = os.path.join(tmp, name)
-        p = convert(src, mid, "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
+        # tp2 x pp2 with the saver's default transformer_engine names (pretrain_gpt reads both)
+        impl = [] if (tp, pp) == (2, 2) else ["--saver-transformer-impl", "local"]
+        p = convert(src, mid, "--loader", "core", "--saver", "core", *impl,
                     "--target-tensor-parallel-size", str(tp), "--target-pipeline-parallel-size", str(pp))
         C.check(p.returncode == 0, "%s: %s" % (name, p.stderr))
         save = os.path.join(tmp, name + "_cont")
