@@ -250,7 +250,9 @@ static mc_status legacy_insert(mc_pk_doc *d, struct mc_pk *root, const char *key
     for (int k = 0; k < depth; k++) {
         const char *dot = strchr(p, '.');
         char part[128];
-        snprintf(part, sizeof(part), "%.*s", dot ? (int)(dot - p) : 0, p);
+        if (!dot)
+            return mc_error(MC_ERR_INTERNAL, "legacy state dict key '%s' has fewer than %d levels", key, depth);
+        snprintf(part, sizeof(part), "%.*s", (int)(dot - p), p);
         struct mc_pk *next = (struct mc_pk *)mc_pk_get(at, part);
         if (!next) {
             next = mc_pk_new(d, k + 1 == depth ? MC_PK_ODICT : MC_PK_DICT);
