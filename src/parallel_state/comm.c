@@ -131,9 +131,11 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
                       gsize);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
+        mc_comm_wait_begin(what);
         int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * esize, chunk,
                                mpi_type(type), op == MC_COMM_SUM ? MPI_SUM : MPI_MAX,
                                *(MPI_Comm *)comm);
+        mc_comm_wait_end();
         if (rc != MPI_SUCCESS)
             return comm_error(rc, what);
         done += chunk;
@@ -145,7 +147,9 @@ mc_status mc_comm_barrier(void *comm)
 {
     if (!comm)
         return MC_OK;
+    mc_comm_wait_begin("barrier");
     int rc = MPI_Barrier(*(MPI_Comm *)comm);
+    mc_comm_wait_end();
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "barrier");
 }
 
@@ -197,6 +201,7 @@ static void stats_print(void)
 void mc_comm_finalize(void)
 {
     int fin = 0;
+    mc_comm_watchdog_stop();
     MPI_Finalized(&fin);
     if (!fin && g_world != MPI_COMM_NULL && stats_enabled())
         stats_print();
@@ -242,6 +247,10 @@ mc_status mc_comm_barrier(void *comm)
 }
 
 void mc_comm_abort(int code) { (void)code; }
-void mc_comm_finalize(void) { (void)stats_enabled; }
+void mc_comm_finalize(void)
+{
+    (void)stats_enabled;
+    mc_comm_watchdog_stop();
+}
 
 #endif

@@ -125,6 +125,18 @@ void mc_comm_abort(int code);
 /* Also prints the communication counters below when MC_COMM_STATS=1 (collective). */
 void mc_comm_finalize(void);
 
+/* ---- watchdog.c: --distributed-timeout-minutes ------------------------------------------
+ * MPI has no timeout on a blocking call. Every wrapper that blocks in MPI brackets the call
+ * with mc_comm_wait_begin(what) / mc_comm_wait_end() (two atomic increments; what is a static
+ * string naming the call). Once mc_comm_watchdog_start has run, a thread aborts the whole job
+ * (message naming this rank, the call and source, then MPI_Abort) when one wait lasts longer
+ * than timeout_s. source says where the limit came from ("--distributed-timeout-minutes 10").
+ * mc_comm_finalize stops the thread. */
+mc_status mc_comm_watchdog_start(int rank, double timeout_s, const char *source);
+void mc_comm_watchdog_stop(void);
+void mc_comm_wait_begin(const char *what);
+void mc_comm_wait_end(void);
+
 /* ---- comm.c: per-rank communication counters (MC_COMM_STATS=1) ----------------------------
  * Private to megatron.c: every wrapper that moves data (all-reduce, reduce-scatter,
  * all-gather, pipeline send/recv) adds the call's payload and the bytes this rank puts on the
