@@ -87,12 +87,14 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
         g_we_initialized = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != world_size)
-        return mc_error(MC_ERR_COMM, "the launcher's world size (%lld, from WORLD_SIZE or "
-                        "OMPI_COMM_WORLD_SIZE) differs from MPI's (%d)",
-                        (long long)world_size, size);
+    MPI_Comm w = MPI_COMM_WORLD;
+    int mpi[MC_LAUNCH_NUM_VARS];
+    mc_status st = mc_comm_launch_info(&w, mpi);
+    if (st || (st = mc_launch_check(mpi)))
+        return st;
+    if (mpi[MC_LAUNCH_WORLD_SIZE] != world_size) /* not from a variable mc_launch_check saw */
+        return mc_error(MC_ERR_COMM, "the launcher's world size (%lld) differs from MPI's (%d)",
+                        (long long)world_size, mpi[MC_LAUNCH_WORLD_SIZE]);
     g_world = MPI_COMM_WORLD;
     *world_comm = &g_world;
     mc_comm_stats_register(&g_world, MC_COMM_KIND_WORLD);

@@ -8,9 +8,10 @@ iteration, and the same validation and test losses, as ONE single-process run pe
 (run first, shared by all rows), within 1e-5 relative, read from the full-precision [exact]
 lines of MC_TEST_LOG_EXACT=1. Some 8-rank rows are run twice and must be bit-identical.
 
-Coverage: all 17 tp x pp x dp products (16 parallel layouts), both model styles on every row,
-and every layout with dp > 1 both with and without --use-distributed-optimizer: 25 rows, 50
-runs. Virtual pipeline and
+Coverage: all 17 tp x pp x dp products (16 parallel layouts), every layout with dp > 1 both
+with and without --use-distributed-optimizer: 25 rows, each run with one model style; the
+styles alternate so that each meets tp, pp and dp of 1, 2 and 4 and both optimizers
+(MC_TEST_MATRIX_FULL=1 runs every row with both styles). Virtual pipeline and
 sequence parallel rows are in VPP_SP_ROWS, disabled until those features land.
 
 The model is tiny (4 layers, hidden 32, seq 32, vocab 4096 mock data, micro-batch 1, global
@@ -35,57 +36,58 @@ STYLES = {
               "--disable-bias-linear", "--untie-embeddings-and-output-weights"],
 }
 
-# One row per layout: (tp, pp, dp, vpp, sp, distopt, styles). vpp = virtual stages per
-# pipeline rank (1 = no interleaving), sp = --sequence-parallel, distopt =
-# --use-distributed-optimizer; each row runs once per model style in styles.
-BOTH = ("gpt2", "llama")
+# One row per run: (tp, pp, dp, vpp, sp, distopt, style). vpp = virtual stages per pipeline
+# rank (1 = no interleaving), sp = --sequence-parallel, distopt = --use-distributed-optimizer.
+# Each layout runs once with one model style; the styles alternate so that each meets every
+# pipeline, tensor and data-parallel degree and both optimizers. MC_TEST_MATRIX_FULL=1 runs
+# every row with both styles (twice the time).
 ROWS = [
-    # tp pp dp vpp sp  distopt  styles
-    (1, 1, 2, 1, False, True, BOTH),
-    (1, 1, 2, 1, False, False, BOTH),
-    (1, 1, 4, 1, False, True, BOTH),
-    (1, 1, 4, 1, False, False, BOTH),
-    (1, 2, 1, 1, False, False, BOTH),
-    (1, 2, 2, 1, False, True, BOTH),
-    (1, 2, 2, 1, False, False, BOTH),
-    (1, 2, 4, 1, False, True, BOTH),
-    (1, 2, 4, 1, False, False, BOTH),
-    (1, 4, 1, 1, False, False, BOTH),
-    (1, 4, 2, 1, False, True, BOTH),
-    (1, 4, 2, 1, False, False, BOTH),
-    (2, 1, 1, 1, False, False, BOTH),
-    (2, 1, 2, 1, False, True, BOTH),
-    (2, 1, 2, 1, False, False, BOTH),
-    (2, 1, 4, 1, False, True, BOTH),
-    (2, 1, 4, 1, False, False, BOTH),
-    (2, 2, 1, 1, False, False, BOTH),
-    (2, 2, 2, 1, False, True, BOTH),
-    (2, 2, 2, 1, False, False, BOTH),
-    (2, 4, 1, 1, False, False, BOTH),
-    (4, 1, 1, 1, False, False, BOTH),
-    (4, 1, 2, 1, False, True, BOTH),
-    (4, 1, 2, 1, False, False, BOTH),
-    (4, 2, 1, 1, False, False, BOTH),
+    # tp pp dp vpp sp     distopt style
+    (1, 1, 2, 1, False, False, "gpt2"),
+    (1, 1, 2, 1, False, True, "llama"),
+    (1, 1, 4, 1, False, False, "llama"),
+    (1, 1, 4, 1, False, True, "gpt2"),
+    (1, 2, 1, 1, False, False, "gpt2"),
+    (1, 2, 2, 1, False, False, "llama"),
+    (1, 2, 2, 1, False, True, "gpt2"),
+    (1, 2, 4, 1, False, False, "gpt2"),
+    (1, 2, 4, 1, False, True, "llama"),
+    (1, 4, 1, 1, False, False, "llama"),
+    (1, 4, 2, 1, False, False, "gpt2"),
+    (1, 4, 2, 1, False, True, "llama"),
+    (2, 1, 1, 1, False, False, "llama"),
+    (2, 1, 2, 1, False, False, "llama"),
+    (2, 1, 2, 1, False, True, "gpt2"),
+    (2, 1, 4, 1, False, False, "gpt2"),
+    (2, 1, 4, 1, False, True, "llama"),
+    (2, 2, 1, 1, False, False, "gpt2"),
+    (2, 2, 2, 1, False, False, "llama"),
+    (2, 2, 2, 1, False, True, "gpt2"),
+    (2, 4, 1, 1, False, False, "llama"),
+    (4, 1, 1, 1, False, False, "gpt2"),
+    (4, 1, 2, 1, False, False, "llama"),
+    (4, 1, 2, 1, False, True, "gpt2"),
+    (4, 2, 1, 1, False, False, "llama"),
 ]
 
 # enabled when vpp/sp land: interleaved 1F1B (4 layers = 2 stages x 2 virtual chunks of one
 # layer) and sequence parallelism, alone and with the other dimensions.
 VPP_SP_ROWS = [
-    (1, 2, 1, 2, False, False, BOTH),
-    (1, 2, 2, 2, False, True, BOTH),
-    (2, 2, 2, 2, False, False, BOTH),
-    (1, 2, 4, 2, False, True, ("llama",)),
-    (2, 1, 1, 1, True, False, BOTH),
-    (4, 1, 2, 1, True, True, BOTH),
-    (2, 2, 2, 1, True, False, BOTH),
-    (2, 4, 1, 1, True, False, ("gpt2",)),
-    (2, 2, 2, 2, True, True, BOTH),
+    (1, 2, 1, 2, False, False, "gpt2"),
+    (1, 2, 2, 2, False, True, "llama"),
+    (2, 2, 2, 2, False, False, "gpt2"),
+    (1, 2, 4, 2, False, True, "llama"),
+    (2, 1, 1, 1, True, False, "llama"),
+    (4, 1, 2, 1, True, True, "gpt2"),
+    (2, 2, 2, 1, True, False, "llama"),
+    (2, 4, 1, 1, True, False, "gpt2"),
+    (2, 2, 2, 2, True, True, "llama"),
 ]
 ENABLED_ROWS = ROWS  # + VPP_SP_ROWS once both features are merged
 
-# 8-rank layouts run a second time: the curves must be bit-identical
-RERUN = {(1, 2, 4, "gpt2", True), (2, 2, 2, "llama", False), (4, 2, 1, "gpt2", False),
-         (2, 1, 4, "llama", True)}
+# 8-rank rows run a second time: the curves must be bit-identical (tp, pp, dp, distopt, style)
+RERUN = {(1, 2, 4, True, "llama"), (2, 2, 2, True, "gpt2"), (4, 2, 1, False, "llama"),
+         (2, 1, 4, False, "gpt2")}
 
 EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
                    r"params norm: (\S+)$")
@@ -174,10 +176,11 @@ def compare(name, ref, got):
 
 def expand(rows):
     """(tp, pp, dp, vpp, sp, distopt, style) runs of the table."""
-    for tp, pp, dp, vpp, sp, distopt, styles in rows:
+    full = os.environ.get("MC_TEST_MATRIX_FULL", "") not in ("", "0")
+    for tp, pp, dp, vpp, sp, distopt, style in rows:
         assert tp * pp * dp <= 8 and {tp, pp, dp} <= {1, 2, 4}
-        for style in styles:
-            yield tp, pp, dp, vpp, sp, distopt, style
+        for st in (STYLES if full else (style,)):
+            yield tp, pp, dp, vpp, sp, distopt, st
 
 
 def main():
@@ -206,7 +209,7 @@ def main():
             if got[0] is not None:
                 check_layout(name, got[0].stdout, tp, pp, dp, d)
             line = f"{name}: max rel diff {worst:.1e}, {got[3]:.1f} s"
-            if (tp, pp, dp, style, d) in RERUN:
+            if (tp, pp, dp, d, style) in RERUN:
                 again = run(args, tp * pp * dp)
                 check(again[1] == got[1] and again[2] == got[2] and len(got[1]) == ITERS,
                       f"{name}: rerun bit-identical")
@@ -216,8 +219,16 @@ def main():
         want = {(t, p, d) for t in (1, 2, 4) for p in (1, 2, 4) for d in (1, 2, 4)
                 if t * p * d <= 8 and t * p * d > 1}
         check(layouts >= want, f"every tp x pp x dp <= 8 covered (missing {want - layouts})")
-        check(len(RERUN & {(t, p, d, s, o) for t, p, d, _, _, o, s in seen}) == len(RERUN),
+        check(RERUN <= {(t, p, d, o, s) for t, p, d, _, _, o, s in seen},
               "every rerun row is in the table")
+        for style in STYLES:  # each style meets every degree and both optimizers
+            mine = [r for r in seen if r[6] == style]
+            check({r[0] for r in mine} >= {1, 2, 4} and {r[1] for r in mine} >= {1, 2, 4} and
+                  {r[2] for r in mine} >= {1, 2, 4} and {r[5] for r in mine} == {False, True},
+                  f"{style}: rows with tp, pp, dp of 1, 2 and 4 and both optimizers")
+        check(all((t, p, d, o) in {(r[0], r[1], r[2], r[5]) for r in seen}
+                  for t, p, d in want for o in ((False, True) if d > 1 else (False,))),
+              "every layout with dp > 1 runs with and without the distributed optimizer")
     print("\n".join(report))
     print(f"test_layout_matrix: {passed} passed, {failed} failed ({len(report)} runs, "
           f"{time.time() - t_start:.0f} s)")
