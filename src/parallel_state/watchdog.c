@@ -57,7 +57,7 @@ static double now_s(void)
 static void fire(double waited)
 {
     const char *what = atomic_load_explicit(&g_what, memory_order_relaxed);
-    fprintf(stderr, "megatron.c: rank %d: %s has waited %.0f s, longer than the distributed "
+    fprintf(stderr, "megatron.c: rank %d: %s has waited %.1f s, longer than the distributed "
             "timeout (%s): another rank has stopped (hung, crashed or killed); aborting every "
             "rank\n", g_dog.rank, what ? what : "an MPI call", waited, g_dog.source);
     fflush(stderr);
