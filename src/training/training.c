@@ -274,7 +274,9 @@ static mc_status pp_setup(struct trainer *t)
         return MC_OK;
     const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
     struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
-                          t->seq * t->mbs * c->hidden_size, NULL, NULL};
+                          t->seq * t->mbs * c->hidden_size /
+                              (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
+                          NULL, NULL}; /* [s/tp, b, h] with --sequence-parallel */
     mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
     if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
         return st;
@@ -465,7 +467,7 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
 }
 
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
- * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
+ * all-reduce over the tensor-parallel group (--sequence-parallel) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
  * per-token loss normalisation. */
 static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tokens)
@@ -483,7 +485,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
-        st = k == 1 ? pp_embedding_grad_sync(t) : MC_OK;
+        st = k == 1 ? pp_embedding_grad_sync(t) : mc_gpt_sequence_parallel_grad_sync(t->model);
         mc_timer_stop(tm);
         if (st)
             return st;
