@@ -67,7 +67,9 @@ mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
     double bytes = (double)n * sizeof(float);
     mc_comm_stats_add(MC_COMM_KIND_PP, MC_COMM_SEND, bytes * (!!send_prev + !!send_next), 2);
     mc_comm_stats_add(MC_COMM_KIND_PP, MC_COMM_RECV, bytes * (!!recv_prev + !!recv_next), 2);
+    mc_comm_wait_begin("pipeline send/recv");
     rc = MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    mc_comm_wait_end();
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
 
