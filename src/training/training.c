@@ -21,6 +21,7 @@
 #include "models/gpt/gpt_model.h"
 #include "optimizer/lr_scheduler.h"
 #include "parallel_state/parallel_state.h"
+#include "pipeline_parallel/in_flight.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "training/dry_run.h"
 #include "training/flops.h"
@@ -284,9 +285,11 @@ static double activation_memory_limit(const struct trainer *t)
 static mc_status pp_activation_slots(struct trainer *t)
 {
     int rank = mc_ps_rank(&t->ps, MC_PS_PP);
-    int64_t in_flight = t->ps.pp - rank, max_micro = t->gbs / (t->mbs * t->dp);
-    if (in_flight > max_micro)
-        in_flight = max_micro;
+    int64_t in_flight, max_micro = t->gbs / (t->mbs * t->dp);
+    mc_status st = mc_pp_in_flight(t->ps.pp, rank, 1, max_micro > 0 ? max_micro : 1, 0,
+                                   &in_flight);
+    if (st)
+        return st;
     if (in_flight > MC_PP_MAX_SLOTS)
         in_flight = MC_PP_MAX_SLOTS;
     if (in_flight <= 1)
@@ -294,8 +297,7 @@ static mc_status pp_activation_slots(struct trainer *t)
     size_t per = mc_gpt_slot_activation_bytes(t->model);
     double need = (double)(mc_gpt_activation_bytes(t->model) - per) +
                   (double)in_flight * (double)per, limit = activation_memory_limit(t);
-    mc_status st = need <= limit ? mc_gpt_set_activation_slots(t->model, (int)in_flight)
-                                 : MC_ERR_NOMEM;
+    st = need <= limit ? mc_gpt_set_activation_slots(t->model, (int)in_flight) : MC_ERR_NOMEM;
     if (st == MC_OK || st != MC_ERR_NOMEM || mc_ps_rank(&t->ps, MC_PS_TP) != 0 || t->dp_rank != 0)
         return st == MC_ERR_NOMEM ? MC_OK : st;
     printf(" > pipeline stage %d: the activations of %lld in-flight micro-batches need "
