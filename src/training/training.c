@@ -295,8 +295,9 @@ static mc_status pp_activation_slots(struct trainer *t)
     if (in_flight <= 1)
         return MC_OK;
     size_t per = mc_gpt_slot_activation_bytes(t->model);
+    double mask = (double)(t->mbs * t->seq * t->seq); /* each slot's attention-mask copy */
     double need = (double)(mc_gpt_activation_bytes(t->model) - per) +
-                  (double)in_flight * (double)per, limit = activation_memory_limit(t);
+                  (double)in_flight * ((double)per + mask), limit = activation_memory_limit(t);
     st = need <= limit ? mc_gpt_set_activation_slots(t->model, (int)in_flight) : MC_ERR_NOMEM;
     if (st == MC_OK || st != MC_ERR_NOMEM || mc_ps_rank(&t->ps, MC_PS_TP) != 0 || t->dp_rank != 0)
         return st == MC_ERR_NOMEM ? MC_OK : st;
