@@ -3,7 +3,8 @@
 # micro-batches' activations, the default) against the recompute fallback
 # (MC_ACTIVATION_MEMORY_LIMIT_MB=0: a stage keeps one micro-batch and re-runs a forward before
 # its backward), and the activation bytes per slot of GPT-2 124M.
-# usage: bench/pipeline_stash/run.sh [build-dir]   (env: ITERS, LAYOUTS="pp2 pp4 tp2xpp2")
+# usage: bench/pipeline_stash/run.sh [build-dir]   (env: ITERS, LAYOUTS="pp2 pp4 tp2xpp2";
+#        pp2xvpp2 = pp2 with --num-virtual-stages-per-pipeline-rank 2, where interleaving exists)
 # On the 2-core dev machine the layouts are oversubscribed (2-4 single-threaded ranks on 2
 # shared cores): the compute saved shows, the times are not a scaling result.
 set -euo pipefail
@@ -25,9 +26,10 @@ median_ms() { # median "elapsed time per iteration (ms)" over iterations 2..ITER
 }
 printf '%-10s %5s %14s %14s %8s\n' layout ranks "slots ms" "recompute ms" speedup
 for lay in $layouts; do
-    tp=1; pp=1
+    tp=1; pp=1; extra=()
     case $lay in
         pp2) pp=2 ;; pp4) pp=4 ;; tp2xpp2) tp=2; pp=2 ;;
+        pp2xvpp2) pp=2; extra=(--num-virtual-stages-per-pipeline-rank 2) ;;
         *) echo "run.sh: unknown layout '$lay'" >&2; exit 1 ;;
     esac
     np=$((tp * pp))
@@ -38,7 +40,7 @@ for lay in $layouts; do
         mpirun --allow-run-as-root --oversubscribe -np $np -x OMP_NUM_THREADS=1 "${limit[@]}" \
             "$bin" "${model[@]}" --tensor-model-parallel-size $tp \
             --pipeline-model-parallel-size $pp --make-vocab-size-divisible-by $((128 / tp)) \
-            --data-cache-path "$tmp/cache" >"$log" 2>&1 \
+            --data-cache-path "$tmp/cache" ${extra[@]+"${extra[@]}"} >"$log" 2>&1 \
             || { echo "run.sh: $lay $mode failed:" >&2; tail -20 "$log" >&2; exit 1; }
         ms[$mode]=$(median_ms "$log")
     done
