@@ -142,19 +142,24 @@ static mc_status start_bucket(mc_ddp *d, int64_t b, bool async)
     float *g = d->m->grad_block + off;
     if (d->cfg.grad_scale != 1.0f)
         d->m->be->scale(g, d->cfg.grad_scale, n);
-    void *comm = d->ps->group[MC_PS_DP_CP].comm;
-    if (!async)
-        return mc_comm_all_reduce(comm, g, n, MC_COMM_FLOAT, MC_COMM_SUM,
-                                  "data-parallel gradient all-reduce");
 #if defined(MC_HAVE_MPI)
+    /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
+     * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
+     * ranks may associate differently; one algorithm keeps overlap bit-identical to the
+     * blocking path */
+    void *comm = d->ps->group[MC_PS_DP_CP].comm;
     mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE, (double)n * sizeof(float),
                       d->dp);
     int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)comm,
                             req(d, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = MPI_Wait(req(d, b), MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld failed "
                         "(MPI error %d)", (long long)b, rc);
-    d->pending[b] = true;
+    d->pending[b] = async;
+#else
+    (void)async;
 #endif
     return MC_OK;
 }

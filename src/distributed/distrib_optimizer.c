@@ -266,13 +266,15 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
 #if defined(MC_HAVE_MPI)
     mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
                       (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-    MPI_Comm comm = *(MPI_Comm *)o->dp_comm;
-    int rc = async ? MPI_Ireduce_scatter_block(o->buffer + bk->start,
-                                               o->main_grad + o->shard_off[b], (int)per,
-                                               MPI_FLOAT, MPI_SUM, comm, grad_req(o, b))
-                   : MPI_Reduce_scatter_block(o->buffer + bk->start,
-                                              o->main_grad + o->shard_off[b], (int)per,
-                                              MPI_FLOAT, MPI_SUM, comm);
+    /* blocking = non-blocking + wait: MPI implements the two with different algorithms
+     * (OpenMPI: coll/libnbc vs coll/tuned), whose sums of more than two ranks associate
+     * differently; one algorithm keeps --overlap-grad-reduce bit-identical to the
+     * blocking path */
+    int rc = MPI_Ireduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
+                                       (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm,
+                                       grad_req(o, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = MPI_Wait(grad_req(o, b), MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
                         "%lld failed (MPI error %d)", (long long)b, rc);
@@ -329,11 +331,10 @@ static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
     int per = (int)((bk->end - bk->start) / o->dp);
     mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
                       (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-    MPI_Comm comm = *(MPI_Comm *)o->dp_comm;
-    int rc = async ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start,
-                                    per, MPI_FLOAT, comm, param_req(o, b))
-                   : MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start,
-                                   per, MPI_FLOAT, comm);
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
+                            MPI_FLOAT, *(MPI_Comm *)o->dp_comm, param_req(o, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = MPI_Wait(param_req(o, b), MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
                         "%lld failed (MPI error %d)", (long long)b, rc);
