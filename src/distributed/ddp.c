@@ -13,8 +13,10 @@
 #include "distributed/ddp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "models/gpt/gpt_model.h"
 
@@ -58,7 +60,22 @@ struct mc_ddp {
     int64_t next;        /* next bucket to start (they become ready in order 0, 1, ...) */
     void *req;           /* MPI_Request [n_buckets] (without dopt) */
     bool *pending;
+    /* MC_DDP_TRACE=1: seconds summed over steps, printed by mc_ddp_free */
+    bool trace;
+    bool no_progress;    /* MC_DDP_PROGRESS=0: no MPI_Test between layers (to measure it) */
+    double *t_call;      /* [n_buckets] in the call that starts a bucket (all of it if blocking) */
+    double *t_start;     /* [n_buckets] when the bucket started in the current step */
+    double *t_ready_lag; /* [n_buckets] bucket start -> the last bucket's start, summed */
+    double t_wait;       /* in finish_grad_sync */
+    int64_t steps;
 };
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int64_t bucket_end_param(const mc_ddp *d, int64_t b)
 {
@@ -128,7 +145,7 @@ static MPI_Request *req(mc_ddp *d, int64_t b) { return (MPI_Request *)d->req + b
 #endif
 
 /* start_grad_sync of bucket b: scaled, then summed over the DP group. */
-static mc_status start_bucket(mc_ddp *d, int64_t b, bool async)
+static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
 {
     mc_status st = d->cfg.check_for_nan_in_grad ? check_bucket(d, b) : MC_OK;
     if (st)
@@ -164,6 +181,17 @@ static mc_status start_bucket(mc_ddp *d, int64_t b, bool async)
     return MC_OK;
 }
 
+static mc_status start_bucket(mc_ddp *d, int64_t b, bool async)
+{
+    if (!d->trace)
+        return start_bucket_raw(d, b, async);
+    double t0 = now();
+    mc_status st = start_bucket_raw(d, b, async);
+    d->t_start[b] = t0;
+    d->t_call[b] += now() - t0;
+    return st;
+}
+
 static void progress(mc_ddp *d)
 {
     if (d->dopt) {
@@ -191,7 +219,8 @@ static mc_status on_grad_ready(void *ctx, int64_t first_ready)
             return st;
         d->next++;
     }
-    progress(d);
+    if (!d->no_progress)
+        progress(d);
     return MC_OK;
 }
 
@@ -215,6 +244,17 @@ static mc_status ddp_alloc(mc_ddp *d)
 #endif
     if (!d->pending || !d->req)
         return MC_ERR_NOMEM;
+    const char *tr = getenv("MC_DDP_TRACE");
+    d->trace = tr && *tr && strcmp(tr, "0");
+    const char *pg = getenv("MC_DDP_PROGRESS");
+    d->no_progress = pg && !strcmp(pg, "0");
+    if (d->trace) {
+        d->t_call = mc_calloc((size_t)d->n_buckets, sizeof(double));
+        d->t_start = mc_calloc((size_t)d->n_buckets, sizeof(double));
+        d->t_ready_lag = mc_calloc((size_t)d->n_buckets, sizeof(double));
+        if (!d->t_call || !d->t_start || !d->t_ready_lag)
+            return MC_ERR_NOMEM;
+    }
     for (int64_t b = 0; b < d->n_buckets; b++) {
         int64_t off, n;
         bucket_range(d, b, &off, &n);
@@ -248,10 +288,31 @@ mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
     return MC_OK;
 }
 
+/* One line per bucket and one per rank: what overlap hides (docs/scaling.md). */
+static void print_trace(const mc_ddp *d)
+{
+    double n = d->steps > 0 ? (double)d->steps : 1.0;
+    for (int64_t b = 0; b < d->n_buckets; b++) {
+        int64_t off, cnt;
+        bucket_range(d, b, &off, &cnt);
+        printf("ddp-trace rank=%d bucket=%lld elements=%lld call_ms=%.3f "
+               "start_before_last_ms=%.3f\n", d->ps->rank, (long long)b, (long long)cnt,
+               1e3 * d->t_call[b] / n, 1e3 * d->t_ready_lag[b] / n);
+    }
+    printf("ddp-trace rank=%d steps=%lld buckets=%lld wait_ms=%.3f progress=%d mode=%s\n",
+           d->ps->rank, (long long)d->steps, (long long)d->n_buckets, 1e3 * d->t_wait / n,
+           !d->no_progress,
+           !d->cfg.overlap_grad_reduce ? "no-overlap"
+                                       : d->cfg.blocking ? "overlap-blocking" : "overlap");
+    fflush(stdout);
+}
+
 void mc_ddp_free(mc_ddp *d)
 {
     if (!d)
         return;
+    if (d->trace && d->t_call)
+        print_trace(d);
 #if defined(MC_HAVE_MPI)
     for (int64_t b = 0; d->pending && b < d->n_buckets; b++)
         if (d->pending[b])
@@ -259,6 +320,9 @@ void mc_ddp_free(mc_ddp *d)
 #endif
     if (d->first) /* the hooks were installed */
         mc_gpt_set_hooks(d->m, NULL);
+    mc_free(d->t_call);
+    mc_free(d->t_start);
+    mc_free(d->t_ready_lag);
     mc_free(d->first);
     mc_free(d->pending);
     mc_free(d->req);
@@ -304,7 +368,15 @@ mc_status mc_ddp_grad_sync(mc_ddp *d)
         if (st)
             return st;
     }
-    return wait_all(d);
+    if (!d->trace)
+        return wait_all(d);
+    double t0 = now();
+    mc_status st = wait_all(d);
+    d->t_wait += now() - t0;
+    for (int64_t b = 0; b < d->n_buckets; b++)
+        d->t_ready_lag[b] += d->t_start[d->n_buckets - 1] - d->t_start[b];
+    d->steps++;
+    return st;
 }
 
 mc_status mc_ddp_finish_param_sync(mc_ddp *d)
