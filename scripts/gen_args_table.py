@@ -54,7 +54,7 @@ moe_layer_freq moe_ffn_hidden_size lazy_mpu_init yaml_cfg
 tensorboard_dir tensorboard_log_interval tensorboard_queue_size log_timers_to_tensorboard
 log_loss_scale_to_tensorboard log_validation_ppl_to_tensorboard log_world_size_to_tensorboard
 overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_high_nccl_busbw
-ddp_average_in_collective
+ddp_average_in_collective ddp_num_buckets
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.

@@ -220,13 +220,27 @@ static mc_status build_tokenizer(struct trainer *t)
 
 /* The distributed optimizer over Megatron's grad-buffer layout; prints the per-rank optimizer
  * state against the non-distributed optimizer's (megatron.c's line, not Megatron's). */
-/* DistributedDataParallel's bucket_size on this rank (mc_pgb_bucket_size). */
-static int64_t ddp_bucket_size(const struct trainer *t)
+/* DistributedDataParallel's bucket_size on this rank (mc_pgb_bucket_size); get_model's
+ * --ddp-num-buckets turns into this rank's parameter count / buckets (at least 1, since
+ * Megatron's 0 also makes one bucket per parameter). */
+static mc_status ddp_bucket_size(const struct trainer *t, int64_t *out)
 {
     const struct mc_args *a = t->a;
     int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
-    return mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
+    if (!mc_args_is_none(a, MC_A_ddp_num_buckets)) {
+        int64_t n = mc_args_int(a, MC_A_ddp_num_buckets);
+        if (!mc_args_is_none(a, MC_A_ddp_bucket_size))
+            return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld with --ddp-bucket-size: "
+                            "cannot specify both", (long long)n);
+        if (n <= 0)
+            return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld: must be greater than 0",
+                            (long long)n);
+        bucket = mc_gpt_num_elements(t->model) / n;
+        bucket = bucket > 0 ? bucket : 1;
+    }
+    *out = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
                               mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
+    return MC_OK;
 }
 
 /* DistributedDataParallel: the grad buckets and the hooks that overlap their collectives
@@ -246,11 +260,10 @@ static mc_status build_ddp(struct trainer *t)
         .overlap_param_gather = mc_args_bool(a, MC_A_overlap_param_gather),
         .check_for_nan_in_grad = mc_args_bool(a, MC_A_check_for_nan_in_loss_and_grad),
         .blocking = blocking && strcmp(blocking, "0") && *blocking,
-        .bucket_size = ddp_bucket_size(t),
         .grad_scale = mc_ddp_grad_scale(&t->ps, per_token),
     };
-    mc_status st = mc_ddp_init(&dc, t->model, &t->ps, t->dopt, &t->ddp);
-    if (st)
+    mc_status st = ddp_bucket_size(t, &dc.bucket_size);
+    if (st || (st = mc_ddp_init(&dc, t->model, &t->ps, t->dopt, &t->ddp)))
         return st;
     if (dc.overlap_grad_reduce)
         print_rank_0(" > data-parallel grad sync: %lld bucket(s) on this rank, collectives "
@@ -262,10 +275,12 @@ static mc_status build_ddp(struct trainer *t)
 static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_config *oc)
 {
     const struct mc_args *a = t->a;
-    int64_t bucket = ddp_bucket_size(t);
-    mc_status st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
-                                   mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
-                                   &t->dopt);
+    int64_t bucket;
+    mc_status st = ddp_bucket_size(t, &bucket);
+    if (st)
+        return st;
+    st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
+                         mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw), &t->dopt);
     if (st)
         return st;
     int64_t sharded, full;

@@ -113,17 +113,18 @@ def stage_numels(tp, stage, pp):
     return numel, shared
 
 
-def megatron_buckets(layout, tp, stage, pp, dp, distopt):
+def megatron_buckets(layout, tp, stage, pp, dp, distopt, num_buckets=None):
     numel, shared = stage_numels(tp, stage, pp)
-    bucket = BUCKET if stage == 0 else None  # DDP: no bucketing on stages after the first
+    bucket = BUCKET if num_buckets is None else sum(numel) // num_buckets  # get_model
+    bucket = bucket if stage == 0 else None  # DDP: no bucketing on stages after the first
     return len(tdb.megatron_map(layout, numel, shared, dp, distopt, bucket)["buckets"]), numel
 
 
-def count_check(name, layout, r, np, tp, pp, distopt, report):
+def count_check(name, layout, r, np, tp, pp, distopt, report, num_buckets=None):
     dp = np // (tp * pp)
     for rank in range(np):
         t, stage = rank % tp, rank // (tp * dp)
-        nb, numel = megatron_buckets(layout, tp, stage, pp, dp, distopt)
+        nb, numel = megatron_buckets(layout, tp, stage, pp, dp, distopt, num_buckets)
         check(r["nparam"].get((t, stage)) == sum(numel),
               f"{name}: parameter sizes of rank ({t}, {stage}) {sum(numel)} match "
               f"pretrain_gpt's {r['nparam'].get((t, stage))}")
@@ -178,6 +179,14 @@ def main():
                               f"{worst:.1e}")
                 if layout:
                     count_check(name, layout, ov, np, tp, pp, distopt, report)
+        # --ddp-num-buckets: bucket size = this rank's parameters // n, as get_model sets it
+        nbk = run(tmp, 2, extra=["--overlap-grad-reduce", "--ddp-num-buckets", "3"])
+        ok("--ddp-num-buckets 3", nbk)
+        if layout:
+            count_check("dp2 --ddp-num-buckets 3", layout, nbk, 2, 1, 1, False, report, 3)
+        both = run(tmp, 2, extra=OVERLAP + ["--ddp-num-buckets", "3"])
+        check(both["p"].returncode != 0 and "cannot specify both" in both["p"].stderr,
+              f"--ddp-num-buckets with --ddp-bucket-size refused ({both['p'].stderr[-300:]})")
         # --ddp-average-in-collective: the same numbers; refused with per-token loss
         avg = run(tmp, 2, extra=OVERLAP + ["--ddp-average-in-collective"])
         base = run(tmp, 2)
