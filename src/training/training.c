@@ -332,7 +332,9 @@ static mc_status pp_setup(struct trainer *t)
         return MC_OK;
     const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
     struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
-                          t->seq * t->mbs * c->hidden_size, NULL, NULL};
+                          t->seq * t->mbs * c->hidden_size /
+                              (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
+                          NULL, NULL}; /* [s/tp, b, h] with --sequence-parallel */
     mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
     if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
         return st;
@@ -534,8 +536,48 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     return st;
 }
 
+/* finalize_model_grads' _allreduce_layernorm_grads (--sequence-parallel): after the
+ * data-parallel reduction. With the distributed optimizer the reduced grads are this rank's
+ * main_grad shards, so those are summed over the tensor-parallel group (every tp rank of a
+ * data-parallel rank has the same buffer layout, hence the same shard ranges); Megatron
+ * all-reduces the whole main_grad of these params. */
+static mc_status sp_grad_sync(struct trainer *t)
+{
+    mc_gpt_model *m = t->model;
+    if (!t->dopt || !mc_gpt_model_config(m)->sequence_parallel)
+        return mc_gpt_sequence_parallel_grad_sync(m);
+    int64_t total = 0, n;
+    float *g;
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++)
+        if (mc_gpt_param(m, i).sequence_parallel) {
+            mc_distopt_param_main_grad(t->dopt, i, &g, &n);
+            total += n;
+        }
+    float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    if (!tmp)
+        return MC_ERR_NOMEM;
+    for (int pass = 0, off = 0; pass < 2; pass++, off = 0) {
+        for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+            if (!mc_gpt_param(m, i).sequence_parallel)
+                continue;
+            mc_distopt_param_main_grad(t->dopt, i, &g, &n);
+            memcpy(pass ? g : tmp + off, pass ? tmp + off : g, (size_t)n * sizeof(float));
+            off += (int)n;
+        }
+        mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->ps.group[MC_PS_TP].comm, tmp, total,
+                                                         MC_COMM_FLOAT, MC_COMM_SUM,
+                                                         "sequence-parallel grad all-reduce");
+        if (st) {
+            mc_free(tmp);
+            return st;
+        }
+    }
+    mc_free(tmp);
+    return MC_OK;
+}
+
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
- * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
+ * all-reduce over the tensor-parallel group (--sequence-parallel) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
  * per-token loss normalisation. */
 static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tokens)
@@ -552,7 +594,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
-        st = k == 1 ? pp_embedding_grad_sync(t) : MC_OK;
+        st = k == 1 ? pp_embedding_grad_sync(t) : sp_grad_sync(t);
         mc_timer_stop(tm);
         if (st)
             return st;
