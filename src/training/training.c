@@ -556,13 +556,14 @@ static mc_status sp_grad_sync(struct trainer *t)
     float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
     if (!tmp)
         return MC_ERR_NOMEM;
-    for (int pass = 0, off = 0; pass < 2; pass++, off = 0) {
+    for (int pass = 0; pass < 2; pass++) { /* gather, all-reduce, scatter back */
+        int64_t off = 0;
         for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
             if (!mc_gpt_param(m, i).sequence_parallel)
                 continue;
             mc_distopt_param_main_grad(t->dopt, i, &g, &n);
             memcpy(pass ? g : tmp + off, pass ? tmp + off : g, (size_t)n * sizeof(float));
-            off += (int)n;
+            off += n;
         }
         mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->ps.group[MC_PS_TP].comm, tmp, total,
                                                          MC_COMM_FLOAT, MC_COMM_SUM,

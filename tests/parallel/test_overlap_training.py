@@ -1,5 +1,6 @@
 """--overlap-grad-reduce and --overlap-param-gather (pretrain_gpt under mpirun, oversubscribed,
-OMP_NUM_THREADS=1): at dp2, dp4, tp2 x dp2 and pp2 x dp2, with and without
+OMP_NUM_THREADS=1): at dp2, dp4, tp2 x dp2, pp2 x dp2 and tp2 x dp2 --sequence-parallel, with
+and without
 --use-distributed-optimizer, the overlapped run (non-blocking per-bucket collectives started by
 backward, --ddp-bucket-size 5000) prints 'lm loss' / 'grad norm' / 'params norm' of every
 iteration and the validation losses bit-identical ([exact] lines of MC_TEST_LOG_EXACT=1) to
@@ -151,10 +152,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         ref = run(tmp)
         ok("single process", ref)
-        for np, tp, pp in ((2, 1, 1), (4, 1, 1), (4, 2, 1), (4, 1, 2)):
+        for np, tp, pp, sp in ((2, 1, 1, False), (4, 1, 1, False), (4, 2, 1, False),
+                               (4, 1, 2, False), (4, 2, 1, True)):
             for distopt in (False, True):
-                name = f"tp{tp} pp{pp} dp{np // tp // pp}" + (" distopt" if distopt else "")
-                base_args = DISTOPT if distopt else []
+                name = f"tp{tp} pp{pp} dp{np // tp // pp}" + (" sp" if sp else "") + \
+                       (" distopt" if distopt else "")
+                base_args = (DISTOPT if distopt else []) + (["--sequence-parallel"] if sp else [])
                 ov_args = base_args + OVERLAP + (["--overlap-param-gather"] if distopt else [])
                 base = run(tmp, np, tp, pp, base_args)
                 ov = run(tmp, np, tp, pp, ov_args)
