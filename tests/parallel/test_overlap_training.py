@@ -9,9 +9,9 @@ the non-overlapped run (one bucket) and to the same buckets with blocking collec
 by MC_COMM_STATS=1 (all-reduce, or reduce-scatter + all-gather with the distributed optimizer)
 equal iterations x Megatron's bucket count for each rank's parameters, which this test gets by
 running the bucketing statements of _ParamAndGradBuffer.__init__ (Megatron-LM core_v0.12.1,
-via test_distopt_buffer.py; its committed golden when the checkout is absent is not enough
-here, so the count check is skipped then) on the parameter sizes of that rank (checked against
-the count pretrain_gpt prints). Also: --check-for-nan-in-loss-and-grad (default on) stops a
+via test_distopt_buffer.py) on the parameter sizes of that rank (checked against the count
+pretrain_gpt prints); tests/golden/overlap/bucket_counts.json holds those counts (written by
+this script with --write-golden) for when the checkout is absent, and must agree with it. Also: --check-for-nan-in-loss-and-grad (default on) stops a
 diverging run with Megatron's messages, and --no-check-for-nan-in-loss-and-grad lets it go
 on; --ddp-average-in-collective equals the default (NCCL's float AVG is a pre-multiplied sum)
 and is refused with --calculate-per-token-loss."""
@@ -114,11 +114,25 @@ def stage_numels(tp, stage, pp):
     return numel, shared
 
 
+GOLDEN = os.path.join(tdb.SRC, "tests", "golden", "overlap", "bucket_counts.json")
+golden = {}      # key -> Megatron's bucket count (committed; written with --write-golden)
+live_counts = {}
+
+
 def megatron_buckets(layout, tp, stage, pp, dp, distopt, num_buckets=None):
+    """Megatron's bucket count for this rank's parameters: its code run live when the checkout
+    is there (and compared with the golden), else the golden."""
     numel, shared = stage_numels(tp, stage, pp)
     bucket = BUCKET if num_buckets is None else sum(numel) // num_buckets  # get_model
     bucket = bucket if stage == 0 else None  # DDP: no bucketing on stages after the first
-    return len(tdb.megatron_map(layout, numel, shared, dp, distopt, bucket)["buckets"]), numel
+    key = f"tp{tp}/stage{stage}of{pp}/dp{dp}/{'distopt' if distopt else 'ddp'}/bucket{bucket}"
+    if layout is None:
+        return golden.get(key, -1), numel
+    n = len(tdb.megatron_map(layout, numel, shared, dp, distopt, bucket)["buckets"])
+    live_counts[key] = n
+    if key in golden:
+        check(golden[key] == n, f"{key}: golden bucket count {golden[key]} == live {n}")
+    return n, numel
 
 
 def count_check(name, layout, r, np, tp, pp, distopt, report, num_buckets=None):
@@ -147,7 +161,12 @@ def count_check(name, layout, r, np, tp, pp, distopt, report, num_buckets=None):
 
 
 def main():
+    import json
+    write = "--write-golden" in sys.argv
     layout = tdb.megatron_layout_fn() if os.path.exists(tdb.REF) else None
+    if os.path.exists(GOLDEN) and not write:
+        golden.update(json.load(open(GOLDEN)))
+    check(layout is not None or golden, "Megatron checkout or golden bucket counts present")
     report = []
     with tempfile.TemporaryDirectory() as tmp:
         ref = run(tmp)
@@ -180,13 +199,11 @@ def main():
                 report.append(f"{name} overlap: bit-identical to non-overlapped {same[0]}, "
                               f"to blocking {same[1]}; max rel diff vs single process "
                               f"{worst:.1e}")
-                if layout:
-                    count_check(name, layout, ov, np, tp, pp, distopt, report)
+                count_check(name, layout, ov, np, tp, pp, distopt, report)
         # --ddp-num-buckets: bucket size = this rank's parameters // n, as get_model sets it
         nbk = run(tmp, 2, extra=["--overlap-grad-reduce", "--ddp-num-buckets", "3"])
         ok("--ddp-num-buckets 3", nbk)
-        if layout:
-            count_check("dp2 --ddp-num-buckets 3", layout, nbk, 2, 1, 1, False, report, 3)
+        count_check("dp2 --ddp-num-buckets 3", layout, nbk, 2, 1, 1, False, report, 3)
         both = run(tmp, 2, extra=OVERLAP + ["--ddp-num-buckets", "3"])
         check(both["p"].returncode != 0 and "cannot specify both" in both["p"].stderr,
               f"--ddp-num-buckets with --ddp-bucket-size refused ({both['p'].stderr[-300:]})")
@@ -211,6 +228,11 @@ def main():
             check(r["p"].returncode == 0 and len(r["exact"]) == 8,
                   f"lr {lr} with --no-check-for-nan-in-loss-and-grad runs on "
                   f"({r['p'].stderr[-300:]})")
+    if write and layout:
+        os.makedirs(os.path.dirname(GOLDEN), exist_ok=True)
+        with open(GOLDEN + ".tmp", "w") as f:
+            json.dump(dict(sorted(live_counts.items())), f, indent=1)
+        os.replace(GOLDEN + ".tmp", GOLDEN)
     print("\n".join(report))
     print(f"test_overlap_training: {passed} passed, {failed} failed")
     return 1 if failed else 0
