@@ -25,6 +25,7 @@ struct mc_distopt {
     struct mc_optimizer_config cfg;
     struct mc_gpt_model *model;
     struct mc_pgb_map map;
+    struct mc_pgb_config pgb; /* how map was laid out */
     int dp, dp_rank;
     void *dp_comm;      /* MPI_Comm * of the data-parallel(-context) group */
     void *world_comm;   /* every rank: grad norm and zero count */
@@ -172,6 +173,7 @@ mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m
     }
 #endif
     struct mc_pgb_config pc = {o->dp, true, bucket_size, pad_buckets_for_high_nccl_busbw};
+    o->pgb = pc;
     if ((st = mc_distopt_map_init(m, &pc, &o->map)) ||
         (st = alloc_shards(o))) {
         mc_distopt_free(o);
@@ -207,6 +209,37 @@ void mc_distopt_free(mc_distopt *o)
 }
 
 const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o) { return &o->map; }
+
+void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out)
+{
+    bool adam = o->cfg.optimizer == MC_OPT_ADAM;
+    *out = (struct mc_distopt_shard){
+        .exp_avg = adam ? o->state : NULL,
+        .exp_avg_sq = adam ? o->state + o->shard_numel : NULL,
+        .momentum = adam ? NULL : o->state,
+        .shard_numel = o->shard_numel, .shard_off = o->shard_off,
+        .dp = o->dp, .dp_rank = o->dp_rank, .dp_comm = o->dp_comm, .step = o->step};
+}
+
+void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
+
+mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out)
+{
+    const struct mc_gpt_model *m = o->model;
+    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
+    bool *shared = mc_alloc((size_t)m->n_params * sizeof(bool));
+    mc_status st = MC_ERR_NOMEM;
+    if (numel && shared) {
+        for (int64_t j = 0; j < m->n_params; j++) {
+            numel[j] = m->params[perm[j]].view.numel;
+            shared[j] = is_shared_embedding(m, perm[j]);
+        }
+        st = mc_pgb_map_init(&o->pgb, m->n_params, numel, shared, out);
+    }
+    mc_free(numel);
+    mc_free(shared);
+    return st;
+}
 
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full)
 {
