@@ -434,6 +434,10 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
     if (timing)
         mc_timer_stop(interval);
     mc_timer_start(tm);
+    /* Megatron disables the forward pre-hook (forcing the param all-gather) before saving */
+    mc_status st = mc_ddp_finish_param_sync(t->ddp);
+    if (st)
+        return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
     struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
@@ -447,7 +451,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
                               .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
     ckpt_layout(t, &s);
-    mc_status st = mc_ckpt_save(&s, out_first);
+    st = mc_ckpt_save(&s, out_first);
     if (st)
         return st;
     mc_timer_stop(tm);

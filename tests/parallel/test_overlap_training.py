@@ -13,7 +13,8 @@ via test_distopt_buffer.py) on the parameter sizes of that rank (checked against
 pretrain_gpt prints); tests/golden/overlap/bucket_counts.json holds those counts (written by
 this script with --write-golden) for when the checkout is absent, and must agree with it. Also: --check-for-nan-in-loss-and-grad (default on) stops a
 diverging run with Megatron's messages, and --no-check-for-nan-in-loss-and-grad lets it go
-on; --ddp-average-in-collective equals the default (NCCL's float AVG is a pre-multiplied sum)
+on; a checkpoint saved while the param all-gathers are in flight resumes bit-exactly;
+--ddp-average-in-collective equals the default (NCCL's float AVG is a pre-multiplied sum)
 and is refused with --calculate-per-token-loss."""
 import os
 import re
@@ -47,7 +48,8 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(tmp, np=1, tp=1, pp=1, extra=(), env_extra=None, iters=ITERS, model=GPT2):
+def run(tmp, np=1, tp=1, pp=1, extra=(), env_extra=None, iters=ITERS, model=GPT2,
+        pnorm=True):
     args = [*model, "--mock-data", "--vocab-size", str(V), "--seq-length", str(S),
             "--max-position-embeddings", str(S), "--micro-batch-size", "2",
             "--global-batch-size", "8", "--train-iters", str(iters), "--lr", "1e-3",
@@ -58,6 +60,8 @@ def run(tmp, np=1, tp=1, pp=1, extra=(), env_extra=None, iters=ITERS, model=GPT2
             "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
             "--data-cache-path", os.path.join(tmp, "cache"), "--attention-dropout", "0",
             "--hidden-dropout", "0", *extra]
+    if not pnorm:
+        args.remove("--log-params-norm")
     env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1", MC_COMM_STATS="1")
     env.pop("MC_DDP_BLOCKING", None)
     env.update(env_extra or {})
@@ -207,6 +211,20 @@ def main():
         both = run(tmp, 2, extra=OVERLAP + ["--ddp-num-buckets", "3"])
         check(both["p"].returncode != 0 and "cannot specify both" in both["p"].stderr,
               f"--ddp-num-buckets with --ddp-bucket-size refused ({both['p'].stderr[-300:]})")
+        # a checkpoint saved right after a step whose all-gathers are still in flight
+        # (--exit-interval) resumes bit-exactly: the save waits for them, as Megatron's
+        # disable_forward_pre_hook does
+        # (no evaluation and no --log-params-norm, which would wait for them first)
+        ck = DISTOPT + OVERLAP + ["--overlap-param-gather", "--ckpt-format", "torch",
+                                  "--eval-interval", "100"]
+        whole = run(tmp, 2, extra=ck, pnorm=False)
+        first = run(tmp, 2, extra=ck + ["--save", os.path.join(tmp, "ck"), "--save-interval",
+                                        "100", "--exit-interval", "3"], pnorm=False)
+        resumed = run(tmp, 2, extra=ck + ["--load", os.path.join(tmp, "ck")], pnorm=False)
+        check(first["p"].returncode == 0 and resumed["p"].returncode == 0 and
+              len(resumed["exact"]) == ITERS - 3 and resumed["exact"] == whole["exact"][3:],
+              f"distopt --overlap-param-gather save at 3 / resume: {resumed['exact']} vs "
+              f"{whole['exact'][3:]} ({resumed['p'].stderr[-300:]})")
         # --ddp-average-in-collective: the same numbers; refused with per-token loss
         avg = run(tmp, 2, extra=OVERLAP + ["--ddp-average-in-collective"])
         base = run(tmp, 2)
