@@ -35,7 +35,22 @@ struct mc_distopt {
     int64_t shard_numel;
     int64_t *shard_off; /* [n_buckets] where bucket b's shard starts in the shard arrays */
     int64_t step;
+    /* overlap (ddp.c): grads reduce-scattered bucket by bucket during backward, params
+     * all-gathered bucket by bucket before their first use in the next forward */
+    bool grads_reduced;      /* finish_grad_sync ran: the step skips its own reduce-scatter */
+    bool overlap_param_gather;
+    void *grad_req, *param_req; /* MPI_Request [n_buckets] each */
+    bool *grad_pending, *param_pending;
+    int64_t *bucket_first;   /* [n_buckets] lowest param index of each bucket */
 };
+
+#if defined(MC_HAVE_MPI)
+static MPI_Request *grad_req(mc_distopt *o, int64_t b) { return (MPI_Request *)o->grad_req + b; }
+static MPI_Request *param_req(mc_distopt *o, int64_t b)
+{
+    return (MPI_Request *)o->param_req + b;
+}
+#endif
 
 /* This rank's part of parameter i: n elements at model offset *at_model, shard offset
  * *at_shard (n = 0 when it owns none). */
@@ -85,6 +100,29 @@ out:
     return st;
 }
 
+/* Per-bucket request slots and each bucket's lowest param index (params of bucket b are the
+ * indices bucket_first[b] .. bucket_first[b - 1] - 1: buckets run in reverse param order). */
+static mc_status alloc_requests(mc_distopt *o)
+{
+    size_t n = (size_t)o->map.n_buckets;
+#if defined(MC_HAVE_MPI)
+    o->grad_req = mc_alloc(n * sizeof(MPI_Request));
+    o->param_req = mc_alloc(n * sizeof(MPI_Request));
+#else
+    o->grad_req = mc_alloc(n);
+    o->param_req = mc_alloc(n);
+#endif
+    o->grad_pending = mc_calloc(n, sizeof(bool));
+    o->param_pending = mc_calloc(n, sizeof(bool));
+    o->bucket_first = mc_alloc(n * sizeof(int64_t));
+    if (!o->grad_req || !o->param_req || !o->grad_pending || !o->param_pending ||
+        !o->bucket_first)
+        return MC_ERR_NOMEM;
+    for (int64_t i = o->map.n_params - 1; i >= 0; i--)
+        o->bucket_first[o->map.param[i].bucket] = i;
+    return MC_OK;
+}
+
 static mc_status alloc_shards(mc_distopt *o)
 {
     const struct mc_pgb_map *mp = &o->map;
@@ -101,6 +139,8 @@ static mc_status alloc_shards(mc_distopt *o)
         o->shard_off[b] = o->shard_numel;
         o->shard_numel += per;
     }
+    if (alloc_requests(o))
+        return MC_ERR_NOMEM;
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;
     o->buffer = mc_calloc((size_t)mp->numel, sizeof(float));
     o->main_grad = mc_calloc((size_t)o->shard_numel, sizeof(float));
@@ -147,11 +187,24 @@ void mc_distopt_free(mc_distopt *o)
 {
     if (!o)
         return;
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; o->grad_pending && o->param_pending && b < o->map.n_buckets; b++) {
+        if (o->grad_pending[b])
+            MPI_Wait(grad_req(o, b), MPI_STATUS_IGNORE); /* MPI still writes into the buffer */
+        if (o->param_pending[b])
+            MPI_Wait(param_req(o, b), MPI_STATUS_IGNORE);
+    }
+#endif
     mc_pgb_map_free(&o->map);
     mc_free(o->buffer);
     mc_free(o->main_grad);
     mc_free(o->state);
     mc_free(o->shard_off);
+    mc_free(o->grad_req);
+    mc_free(o->param_req);
+    mc_free(o->grad_pending);
+    mc_free(o->param_pending);
+    mc_free(o->bucket_first);
     mc_free(o);
 }
 
@@ -195,69 +248,186 @@ void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full
     *full = blocks * o->model->n_elements;
 }
 
-/* Model block <-> buffer, every param at its Megatron range (padding stays zero). */
-static void to_buffer(mc_distopt *o, const float *block)
+/* Bucket b's params between the model block and the buffer (padding stays zero). */
+static void bucket_to_buffer(mc_distopt *o, int64_t b, const float *block)
 {
     const struct mc_gpt_model *m = o->model;
-    for (int64_t i = 0; i < m->n_params; i++)
+    int64_t end = b > 0 ? o->bucket_first[b - 1] : m->n_params;
+    for (int64_t i = o->bucket_first[b]; i < end; i++)
         memcpy(o->buffer + o->map.param[i].start, block + m->params[i].offset,
                (size_t)m->params[i].view.numel * sizeof(float));
 }
 
-static void from_buffer(mc_distopt *o, float *block)
+static void bucket_from_buffer(mc_distopt *o, int64_t b, float *block)
 {
     const struct mc_gpt_model *m = o->model;
-    for (int64_t i = 0; i < m->n_params; i++)
+    int64_t end = b > 0 ? o->bucket_first[b - 1] : m->n_params;
+    for (int64_t i = o->bucket_first[b]; i < end; i++)
         memcpy(block + m->params[i].offset, o->buffer + o->map.param[i].start,
                (size_t)m->params[i].view.numel * sizeof(float));
 }
 
-/* Reduce-scatter (sum) of each bucket over the DP group into main_grad. */
-static mc_status reduce_scatter(mc_distopt *o)
+void mc_distopt_param_main_grad(mc_distopt *o, int64_t i, float **grad, int64_t *n)
 {
-    for (int64_t b = 0; b < o->map.n_buckets; b++) {
-        const struct mc_pgb_bucket *bk = &o->map.bucket[b];
-        int64_t per = (bk->end - bk->start) / o->dp;
-        if (o->dp == 1) {
-            memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start,
-                   (size_t)per * sizeof(float));
-            continue;
-        }
-#if defined(MC_HAVE_MPI)
-        mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
-                          (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-        mc_comm_wait_begin("distributed-optimizer grad reduce-scatter");
-        int rc = MPI_Reduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
-                                          (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm);
-        mc_comm_wait_end();
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
-                            "%lld failed (MPI error %d)", (long long)b, rc);
-#endif
+    int64_t at_m, at_s;
+    *n = owned(o, i, &at_m, &at_s);
+    *grad = *n > 0 ? o->main_grad + at_s : o->main_grad;
+}
+
+int64_t mc_distopt_bucket_first_param(const mc_distopt *o, int64_t b)
+{
+    return o->bucket_first[b];
+}
+
+/* start_grad_sync of one bucket: its grads into the buffer, times scale, then the
+ * reduce-scatter (sum) over the DP group into this rank's shard of main_grad -- blocking, or
+ * non-blocking (finished by mc_distopt_finish_grad_sync) when async. */
+mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bool async)
+{
+    mc_status st = mc_distopt_finish_param_sync(o); /* the buffer is about to be reused */
+    if (st)
+        return st;
+    const struct mc_pgb_bucket *bk = &o->map.bucket[b];
+    int64_t per = (bk->end - bk->start) / o->dp;
+    bucket_to_buffer(o, b, o->model->grad_block);
+    if (scale != 1.0f)
+        o->model->be->scale(o->buffer + bk->start, scale, bk->end - bk->start);
+    if (o->dp == 1) {
+        memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
+        return MC_OK;
     }
+#if defined(MC_HAVE_MPI)
+    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
+                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
+    /* blocking = non-blocking + wait: MPI implements the two with different algorithms
+     * (OpenMPI: coll/libnbc vs coll/tuned), whose sums of more than two ranks associate
+     * differently; one algorithm keeps --overlap-grad-reduce bit-identical to the
+     * blocking path */
+    int rc = MPI_Ireduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
+                                       (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm,
+                                       grad_req(o, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = mc_comm_wait_request(grad_req(o, b), "distributed-optimizer grad reduce-scatter");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
+                        "%lld failed (MPI error %d)", (long long)b, rc);
+    o->grad_pending[b] = async;
+#else
+    (void)async;
+#endif
     return MC_OK;
 }
 
-/* All-gather of each bucket's param shards over the DP group, in place in the buffer. */
+/* finish_grad_sync: waits for every outstanding bucket reduce-scatter; the next step then
+ * uses main_grad as it is. */
+mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
+{
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; b < o->map.n_buckets; b++) {
+        if (!o->grad_pending[b])
+            continue;
+        o->grad_pending[b] = false;
+        int rc = mc_comm_wait_request(grad_req(o, b), "distributed-optimizer grad reduce-scatter");
+        if (rc != MPI_SUCCESS)
+            return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
+                            "%lld failed (MPI error %d)", (long long)b, rc);
+    }
+#endif
+    o->grads_reduced = true;
+    return MC_OK;
+}
+
+/* MPI progresses non-blocking collectives only inside MPI calls: a test between layers. */
+void mc_distopt_progress(mc_distopt *o)
+{
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; b < o->map.n_buckets; b++) {
+        int done = 0;
+        if (o->grad_pending[b])
+            MPI_Test(grad_req(o, b), &done, MPI_STATUS_IGNORE);
+        if (o->param_pending[b])
+            MPI_Test(param_req(o, b), &done, MPI_STATUS_IGNORE);
+    }
+#else
+    (void)o;
+#endif
+}
+
+void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on) { o->overlap_param_gather = on; }
+
+/* The all-gather of bucket b's updated param shards over the DP group, in place in the
+ * buffer; blocking (then copied into the model) or non-blocking (copied when waited for). */
+static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
+{
+#if defined(MC_HAVE_MPI)
+    const struct mc_pgb_bucket *bk = &o->map.bucket[b];
+    int per = (int)((bk->end - bk->start) / o->dp);
+    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
+                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
+                            MPI_FLOAT, *(MPI_Comm *)o->dp_comm, param_req(o, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = mc_comm_wait_request(param_req(o, b), "distributed-optimizer param all-gather");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
+                        "%lld failed (MPI error %d)", (long long)b, rc);
+    o->param_pending[b] = async;
+#else
+    (void)async;
+#endif
+    if (!async)
+        bucket_from_buffer(o, b, o->model->param_block);
+    return MC_OK;
+}
+
+static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
+{
+    if (!o->param_pending[b])
+        return MC_OK;
+    o->param_pending[b] = false;
+#if defined(MC_HAVE_MPI)
+    int rc = mc_comm_wait_request(param_req(o, b), "distributed-optimizer param all-gather");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
+                        "%lld failed (MPI error %d)", (long long)b, rc);
+#endif
+    bucket_from_buffer(o, b, o->model->param_block);
+    return MC_OK;
+}
+
+/* The forward pre-hook: params [0, end) are about to be read, so every bucket holding one of
+ * them must have its all-gather finished. */
+mc_status mc_distopt_param_use(mc_distopt *o, int64_t end)
+{
+    for (int64_t b = o->map.n_buckets - 1; b >= 0 && o->bucket_first[b] < end; b--) {
+        mc_status st = finish_param_bucket(o, b);
+        if (st)
+            return st;
+    }
+    mc_distopt_progress(o);
+    return MC_OK;
+}
+
+mc_status mc_distopt_finish_param_sync(mc_distopt *o)
+{
+    return mc_distopt_param_use(o, o->model->n_params);
+}
+
+/* After the update: every bucket's params all-gathered, in the order the next forward needs
+ * them (the last bucket holds the first layers), so with overlap the first wait is the
+ * earliest started. */
 static mc_status all_gather(mc_distopt *o)
 {
     if (o->dp == 1)
         return MC_OK;
-#if defined(MC_HAVE_MPI)
-    for (int64_t b = 0; b < o->map.n_buckets; b++) {
-        const struct mc_pgb_bucket *bk = &o->map.bucket[b];
-        int per = (int)((bk->end - bk->start) / o->dp);
-        mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
-                          (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-        mc_comm_wait_begin("distributed-optimizer param all-gather");
-        int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
-                               MPI_FLOAT, *(MPI_Comm *)o->dp_comm);
-        mc_comm_wait_end();
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
-                            "%lld failed (MPI error %d)", (long long)b, rc);
+    bool async = o->overlap_param_gather;
+    for (int64_t b = o->map.n_buckets - 1; b >= 0; b--) {
+        if (!async)
+            bucket_to_buffer(o, b, o->model->param_block);
+        mc_status st = start_param_bucket(o, b, async);
+        if (st)
+            return st;
     }
-#endif
     return MC_OK;
 }
 
@@ -311,10 +481,10 @@ mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, flo
                           float weight_decay, struct mc_opt_step_result *res)
 {
     struct mc_gpt_model *m = o->model;
-    to_buffer(o, m->grad_block);
-    if (grad_scale != 1.0f)
-        m->be->scale(o->buffer, grad_scale, o->map.numel);
-    mc_status st = reduce_scatter(o);
+    mc_status st = MC_OK;
+    for (int64_t b = 0; !o->grads_reduced && b < o->map.n_buckets && !st; b++)
+        st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
+    o->grads_reduced = false;
     if (st)
         return st;
     if (post_scale != 1.0f)
@@ -329,10 +499,12 @@ mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, flo
             m->be->scale(o->main_grad, coeff, o->shard_numel);
     }
     update(o, lr, weight_decay);
-    to_buffer(o, m->param_block);
+    /* with overlap the whole buffer gets the params before the first all-gather starts */
+    if (o->overlap_param_gather && o->dp > 1)
+        for (int64_t b = 0; b < o->map.n_buckets; b++)
+            bucket_to_buffer(o, b, m->param_block);
     if ((st = all_gather(o)))
         return st;
-    from_buffer(o, m->param_block);
     if (res) {
         res->grad_norm = norm;
         res->num_zeros = zeros;

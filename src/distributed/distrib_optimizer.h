@@ -28,6 +28,28 @@ void mc_distopt_free(mc_distopt *o);
 mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
                           float weight_decay, struct mc_opt_step_result *res);
 
+/* --overlap-grad-reduce (driven by ddp.c): bucket b's grads copied into the buffer, scaled
+ * and reduce-scattered, non-blocking when async; finish_grad_sync waits for all of them and
+ * makes the next mc_distopt_step skip its own reduce-scatter (its grad_scale is then unused).
+ * Also the blocking path (async false) for every bucket in order. */
+mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bool async);
+mc_status mc_distopt_finish_grad_sync(mc_distopt *o);
+/* This rank's reduce-scattered grad of param i (after finish_grad_sync): *n elements at
+ * *grad (*n = 0 when it owns none of it). finalize_model_grads' later reductions (the tied
+ * embedding over the embedding group) work on these. */
+void mc_distopt_param_main_grad(mc_distopt *o, int64_t i, float **grad, int64_t *n);
+/* Lowest param index (forward order) in bucket b; bucket b holds the params from there up to
+ * bucket_first_param(b - 1) - 1 (buckets run in reverse param order). */
+int64_t mc_distopt_bucket_first_param(const mc_distopt *o, int64_t b);
+/* --overlap-param-gather: mc_distopt_step starts the all-gathers without waiting;
+ * mc_distopt_param_use(o, end) waits for those holding params [0, end) (the forward
+ * pre-hook) and finish_param_sync for all. */
+void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on);
+mc_status mc_distopt_param_use(mc_distopt *o, int64_t end);
+mc_status mc_distopt_finish_param_sync(mc_distopt *o);
+/* MPI_Test on every outstanding request (MPI progresses them only inside calls). */
+void mc_distopt_progress(mc_distopt *o);
+
 /* Megatron's grad-buffer index map for m's parameters (what mc_distopt_init uses when
  * c->use_distributed_optimizer is set; c->dp is the data-parallel size). */
 mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,

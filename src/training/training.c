@@ -43,6 +43,7 @@ struct trainer {
     mc_gpt_model *model;
     mc_optimizer *opt;
     mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer */
+    mc_ddp *ddp;                  /* data-parallel grad sync: buckets, overlap */
     struct mc_microbatches mb;
     struct mc_opt_sched sched;
     mc_train_data *data;
@@ -218,15 +219,67 @@ static mc_status build_tokenizer(struct trainer *t)
 
 /* The distributed optimizer over Megatron's grad-buffer layout; prints the per-rank optimizer
  * state against the non-distributed optimizer's (megatron.c's line, not Megatron's). */
-static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_config *oc)
+/* DistributedDataParallel's bucket_size on this rank (mc_pgb_bucket_size); get_model's
+ * --ddp-num-buckets turns into this rank's parameter count / buckets (at least 1, since
+ * Megatron's 0 also makes one bucket per parameter). */
+static mc_status ddp_bucket_size(const struct trainer *t, int64_t *out)
 {
     const struct mc_args *a = t->a;
     int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
-    bucket = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
-                                mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
-    mc_status st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
-                                   mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
-                                   &t->dopt);
+    if (!mc_args_is_none(a, MC_A_ddp_num_buckets)) {
+        int64_t n = mc_args_int(a, MC_A_ddp_num_buckets);
+        if (!mc_args_is_none(a, MC_A_ddp_bucket_size))
+            return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld with --ddp-bucket-size: "
+                            "cannot specify both", (long long)n);
+        if (n <= 0)
+            return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld: must be greater than 0",
+                            (long long)n);
+        bucket = mc_gpt_num_elements(t->model) / n;
+        bucket = bucket > 0 ? bucket : 1;
+    }
+    *out = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
+                              mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
+    return MC_OK;
+}
+
+/* DistributedDataParallel: the grad buckets and the hooks that overlap their collectives
+ * with backward (and the param all-gathers with forward). MC_DDP_BLOCKING=1 keeps the
+ * overlap's buckets and call points but makes every collective blocking (for comparisons). */
+static mc_status build_ddp(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    bool per_token = mc_args_bool(a, MC_A_calculate_per_token_loss);
+    if (per_token && mc_args_bool(a, MC_A_ddp_average_in_collective))
+        return mc_error(MC_ERR_CONFIG, "--ddp-average-in-collective with "
+                        "--calculate-per-token-loss: cannot average in collective when "
+                        "calculating per-token loss");
+    const char *blocking = getenv("MC_DDP_BLOCKING");
+    struct mc_ddp_config dc = {
+        .overlap_grad_reduce = mc_args_bool(a, MC_A_overlap_grad_reduce),
+        .overlap_param_gather = mc_args_bool(a, MC_A_overlap_param_gather),
+        .check_for_nan_in_grad = mc_args_bool(a, MC_A_check_for_nan_in_loss_and_grad),
+        .blocking = blocking && strcmp(blocking, "0") && *blocking,
+        .grad_scale = mc_ddp_grad_scale(&t->ps, per_token),
+    };
+    mc_status st = ddp_bucket_size(t, &dc.bucket_size);
+    if (st || (st = mc_ddp_init(&dc, t->model, &t->ps, t->dopt, &t->ddp)))
+        return st;
+    if (dc.overlap_grad_reduce)
+        print_rank_0(" > data-parallel grad sync: %lld bucket(s) on this rank, collectives "
+                     "%s\n", (long long)mc_ddp_num_buckets(t->ddp),
+                     dc.blocking ? "blocking (MC_DDP_BLOCKING)" : "overlapped with backward");
+    return MC_OK;
+}
+
+static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_config *oc)
+{
+    const struct mc_args *a = t->a;
+    int64_t bucket;
+    mc_status st = ddp_bucket_size(t, &bucket);
+    if (st)
+        return st;
+    st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
+                         mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw), &t->dopt);
     if (st)
         return st;
     int64_t sharded, full;
@@ -252,13 +305,19 @@ static struct mc_param_view tied_embedding(const struct trainer *t)
 }
 
 /* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
- * over the embedding group (first and last stage), after the data-parallel reduction. */
+ * over the embedding group (first and last stage), after the data-parallel reduction (with
+ * the distributed optimizer only the shard this rank owns, the part its step reads; Megatron
+ * all-reduces the whole main_grad of the embedding). */
 static mc_status pp_embedding_grad_sync(struct trainer *t)
 {
     if (!t->embedding_group)
         return MC_OK;
     struct mc_param_view v = tied_embedding(t);
-    return mc_comm_all_reduce(t->embedding_group, v.grad, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+    float *g = v.grad;
+    int64_t n = v.numel;
+    if (t->dopt) /* after the reduce-scatter: this rank's shard (same range on both stages) */
+        mc_distopt_param_main_grad(t->dopt, mc_gpt_param_index(t->model, v.name), &g, &n);
+    return mc_comm_all_reduce(t->embedding_group, g, n, MC_COMM_FLOAT, MC_COMM_SUM,
                               "embedding-group word-embedding grad all-reduce");
 }
 
@@ -426,6 +485,10 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
     if (timing)
         mc_timer_stop(interval);
     mc_timer_start(tm);
+    /* Megatron disables the forward pre-hook (forcing the param all-gather) before saving */
+    mc_status st = mc_ddp_finish_param_sync(t->ddp);
+    if (st)
+        return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
     struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
@@ -439,7 +502,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
                               .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
     ckpt_layout(t, &s);
-    mc_status st = mc_ckpt_save(&s, out_first);
+    st = mc_ckpt_save(&s, out_first);
     if (st)
         return st;
     mc_timer_stop(tm);
@@ -474,7 +537,7 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     mc_opt_config_from_args(a, &oc);
     st = mc_args_bool(a, MC_A_use_distributed_optimizer) ? build_distopt(t, &oc)
                                                          : mc_opt_init(&oc, t->model, &t->opt);
-    if (st)
+    if (st || (st = build_ddp(t)))
         return st;
     struct mc_opt_sched_config sc;
     if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, out_first, &sc)))
@@ -482,6 +545,16 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     if ((st = mc_opt_sched_init(&t->sched, &sc, out_first)))
         return st;
     return load_checkpoint(t);
+}
+
+/* loss_func's --check-for-nan-in-loss-and-grad: the local sum of masked losses is finite. */
+static mc_status check_loss(const struct trainer *t, double sum)
+{
+    if (isfinite(sum) || !mc_args_bool(t->a, MC_A_check_for_nan_in_loss_and_grad))
+        return MC_OK;
+    return mc_error(MC_ERR_INTERNAL, "found %s in local forward loss calculation (rank %d; "
+                    "--no-check-for-nan-in-loss-and-grad skips this check)",
+                    isnan(sum) ? "NaN" : "Inf", t->ps.rank);
 }
 
 /* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
@@ -511,6 +584,8 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     }
     *num = s;
     *den = d;
+    if ((st = check_loss(t, s)))
+        return st;
     if (!backward) {
         mc_timer_stop(fwd);
         return MC_OK;
@@ -527,6 +602,47 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     return st;
 }
 
+/* finalize_model_grads' _allreduce_layernorm_grads (--sequence-parallel): after the
+ * data-parallel reduction. With the distributed optimizer the reduced grads are this rank's
+ * main_grad shards, so those are summed over the tensor-parallel group (every tp rank of a
+ * data-parallel rank has the same buffer layout, hence the same shard ranges); Megatron
+ * all-reduces the whole main_grad of these params. */
+static mc_status sp_grad_sync(struct trainer *t)
+{
+    mc_gpt_model *m = t->model;
+    if (!t->dopt || !mc_gpt_model_config(m)->sequence_parallel)
+        return mc_gpt_sequence_parallel_grad_sync(m);
+    int64_t total = 0, n;
+    float *g;
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++)
+        if (mc_gpt_param(m, i).sequence_parallel) {
+            mc_distopt_param_main_grad(t->dopt, i, &g, &n);
+            total += n;
+        }
+    float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    if (!tmp)
+        return MC_ERR_NOMEM;
+    for (int pass = 0; pass < 2; pass++) { /* gather, all-reduce, scatter back */
+        int64_t off = 0;
+        for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+            if (!mc_gpt_param(m, i).sequence_parallel)
+                continue;
+            mc_distopt_param_main_grad(t->dopt, i, &g, &n);
+            memcpy(pass ? g : tmp + off, pass ? tmp + off : g, (size_t)n * sizeof(float));
+            off += n;
+        }
+        mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->ps.group[MC_PS_TP].comm, tmp, total,
+                                                         MC_COMM_FLOAT, MC_COMM_SUM,
+                                                         "sequence-parallel grad all-reduce");
+        if (st) {
+            mc_free(tmp);
+            return st;
+        }
+    }
+    mc_free(tmp);
+    return MC_OK;
+}
+
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
  * all-reduce over the tensor-parallel group (--sequence-parallel) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
@@ -536,8 +652,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     struct mc_timer *sync = timer(t, "all-grads-sync", 1);
     mc_timer_start(sync);
     /* the distributed optimizer reduce-scatters (and scales) the grads in its own step */
-    mc_status st = t->dopt ? MC_OK : mc_ddp_finish_grad_sync(t->model, &t->ps,
-                                                             mc_ddp_grad_scale(&t->ps, per_token));
+    mc_status st = mc_ddp_grad_sync(t->ddp);
     mc_timer_stop(sync);
     if (st)
         return st;
@@ -546,7 +661,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
-        st = k == 1 ? pp_embedding_grad_sync(t) : mc_gpt_sequence_parallel_grad_sync(t->model);
+        st = k == 1 ? pp_embedding_grad_sync(t) : sp_grad_sync(t);
         mc_timer_stop(tm);
         if (st)
             return st;
@@ -574,6 +689,9 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
 static mc_status params_norm(const struct trainer *t, double *norm)
 {
     const mc_gpt_model *m = t->model;
+    mc_status st = mc_ddp_finish_param_sync(t->ddp); /* --overlap-param-gather */
+    if (st)
+        return st;
     int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     double ss = 0;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
@@ -583,8 +701,8 @@ static mc_status params_norm(const struct trainer *t, double *norm)
         for (int64_t k = 0; k < p.numel; k++)
             ss += (double)p.data[k] * p.data[k];
     }
-    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE,
-                                      MC_COMM_SUM, "params-norm all-reduce");
+    st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE, MC_COMM_SUM,
+                            "params-norm all-reduce");
     *norm = sqrt(ss);
     return st;
 }
@@ -747,6 +865,8 @@ static mc_status pp_forward(void *ctx, int64_t k, const float *input, const floa
         return MC_OK;
     double num, den;
     pp_masked_loss(r->t, &num, &den);
+    if ((st = check_loss(r->t, num)))
+        return st;
     return add_loss_report(r->t, num, den, r->numer, r->denom);
 }
 
@@ -761,6 +881,7 @@ static mc_status pp_backward(void *ctx, int64_t k, const float *input, const flo
     if (st || (st = pp_get_batch(r, k)) || (st = mc_gpt_use_slot(t->model, slot)))
         return st;
     r->held[slot] = -1; /* one backward per forward */
+    mc_ddp_set_last_microbatch(t->ddp, k == r->num_micro - 1); /* Megatron's no_sync */
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
     if (mc_ps_is_pipeline_last_stage(&t->ps)) {
@@ -850,6 +971,7 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     for (int64_t k = 0; k < num_micro; k++) {
         double num, den;
         mc_gpt_set_step(t->model, iteration * num_micro + k);
+        mc_ddp_set_last_microbatch(t->ddp, k == num_micro - 1); /* Megatron's no_sync */
         mc_status st = micro_step(t, MC_TRAIN_SPLIT_TRAIN, sample_index(t, t->consumed_train, k),
                                   num_micro, true, &num, &den);
         if (st || (st = add_loss_report(t, num, den, &numer, &denom)))
@@ -1363,6 +1485,7 @@ static void teardown(struct trainer *t)
     mc_free(t->loss);
     mc_micro_batch_free(&t->batch);
     mc_train_data_free(t->data);
+    mc_ddp_free(t->ddp);
     mc_opt_free(t->opt);
     mc_distopt_free(t->dopt);
     mc_gpt_model_free(t->model);
