@@ -6,7 +6,8 @@ MC_TEST_LOG_EXACT=1) for 20 iterations, and identical validation losses, with th
 (default) and with the recompute fallback (MC_ACTIVATION_MEMORY_LIMIT_MB=0): pp2, pp4 and
 tp2 x pp2 with dropout on (each slot keeps its micro-batch's dropout stream), a Llama-style
 model on pp4, and pp4 on a real indexed dataset with reset attention masks (each slot keeps its
-micro-batch's mask). The fallback is announced once per stage that needed more than one slot,
+micro-batch's mask), and pp2 x dp2 with --overlap-grad-reduce (the grad hooks run in the
+backward of each slot). The fallback is announced once per stage that needed more than one slot,
 and only then."""
 import os
 import subprocess
@@ -30,8 +31,8 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(model, tmp, np, tp, pp, data, limit=None):
-    args = [*model, *data, *DROPOUT, "--micro-batch-size", "2", "--global-batch-size", "16",
+def run(model, tmp, np, tp, pp, data, limit=None, extra=()):
+    args = [*model, *data, *DROPOUT, *extra, "--micro-batch-size", "2", "--global-batch-size", "16",
             "--train-iters", "20", "--lr", "1e-3", "--lr-decay-style", "cosine",
             "--lr-warmup-iters", "2", "--weight-decay", "0.1", "--clip-grad", "0.5",
             "--log-params-norm", "--log-interval", "1", "--eval-interval", "10",
@@ -54,9 +55,9 @@ def run(model, tmp, np, tp, pp, data, limit=None):
     return p, exact, valid
 
 
-def pair(name, model, tmp, np, tp, pp, data=MOCK):
-    stash = run(model, tmp, np, tp, pp, data)
-    recompute = run(model, tmp, np, tp, pp, data, limit=0)
+def pair(name, model, tmp, np, tp, pp, data=MOCK, extra=()):
+    stash = run(model, tmp, np, tp, pp, data, extra=extra)
+    recompute = run(model, tmp, np, tp, pp, data, limit=0, extra=extra)
     for label, (p, exact, _) in (("slots", stash), ("recompute", recompute)):
         check(p.returncode == 0 and len(exact) == 20,
               f"{name} {label}: exits 0 with 20 [exact] lines (rc {p.returncode}, "
@@ -76,14 +77,16 @@ def pair(name, model, tmp, np, tp, pp, data=MOCK):
 def main():
     report = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, model, np, tp, pp, data in (
-                ("gpt2 pp2", GPT2, 2, 1, 2, MOCK),
-                ("gpt2 pp4", GPT2, 4, 1, 4, MOCK),
-                ("gpt2 tp2 x pp2", GPT2, 4, 2, 2, MOCK),
-                ("llama pp4", LLAMA, 4, 1, 4, MOCK),
-                ("gpt2 pp4 indexed dataset, reset masks", GPT2, 4, 1, 4, REAL)):
+        overlap = ["--overlap-grad-reduce"]
+        for name, model, np, tp, pp, data, extra in (
+                ("gpt2 pp2", GPT2, 2, 1, 2, MOCK, ()),
+                ("gpt2 pp4", GPT2, 4, 1, 4, MOCK, ()),
+                ("gpt2 tp2 x pp2", GPT2, 4, 2, 2, MOCK, ()),
+                ("llama pp4", LLAMA, 4, 1, 4, MOCK, ()),
+                ("gpt2 pp4 indexed dataset, reset masks", GPT2, 4, 1, 4, REAL, ()),
+                ("gpt2 pp2 x dp2 --overlap-grad-reduce", GPT2, 4, 1, 2, MOCK, overlap)):
             sub = os.path.join(tmp, "real" if data is REAL else "mock")
-            report.append(f"{name}: {pair(name, model, sub, np, tp, pp, data)}")
+            report.append(f"{name}: {pair(name, model, sub, np, tp, pp, data, extra)}")
     print("\n".join(report))
     print(f"test_pipeline_stash: {passed} passed, {failed} failed")
     return 1 if failed else 0
