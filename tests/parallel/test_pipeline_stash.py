@@ -4,7 +4,8 @@ before its backward. Both are the same math, so pretrain_gpt under mpirun must p
 bit-identical full-precision lm loss, grad norm and params norm ([exact] lines of
 MC_TEST_LOG_EXACT=1) for 20 iterations, and identical validation losses, with the slots
 (default) and with the recompute fallback (MC_ACTIVATION_MEMORY_LIMIT_MB=0): pp2, pp4 and
-tp2 x pp2 with dropout on (each slot keeps its micro-batch's dropout stream), a Llama-style
+tp2 x pp2 (also with --sequence-parallel: each slot keeps its [s/tp, b, h] shards) with
+dropout on (each slot keeps its micro-batch's dropout stream), a Llama-style
 model on pp4, and pp4 on a real indexed dataset with reset attention masks (each slot keeps its
 micro-batch's mask), and pp2 x dp2 with --overlap-grad-reduce (the grad hooks run in the
 backward of each slot). The fallback is announced once per stage that needed more than one slot,
@@ -82,6 +83,8 @@ def main():
                 ("gpt2 pp2", GPT2, 2, 1, 2, MOCK, ()),
                 ("gpt2 pp4", GPT2, 4, 1, 4, MOCK, ()),
                 ("gpt2 tp2 x pp2", GPT2, 4, 2, 2, MOCK, ()),
+                ("gpt2 tp2 x pp2 --sequence-parallel", GPT2, 4, 2, 2, MOCK,
+                 ["--sequence-parallel"]),
                 ("llama pp4", LLAMA, 4, 1, 4, MOCK, ()),
                 ("gpt2 pp4 indexed dataset, reset masks", GPT2, 4, 1, 4, REAL, ()),
                 ("gpt2 pp2 x dp2 --overlap-grad-reduce", GPT2, 4, 1, 2, MOCK, overlap)):
