@@ -273,7 +273,7 @@ static mc_status pp_setup(struct trainer *t)
         return MC_OK;
     const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
     struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
-                          t->seq * t->mbs * c->hidden_size, NULL, NULL};
+                          t->seq * t->mbs * c->hidden_size, NULL, NULL, false};
     mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
     if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
         return st;
