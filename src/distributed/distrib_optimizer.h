@@ -17,6 +17,13 @@ typedef struct mc_distopt mc_distopt;
 mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
                           const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
                           bool pad_buckets_for_high_nccl_busbw, mc_distopt **out);
+/* Interleaved pipelining: one distributed optimizer over this rank's model chunks, a grad
+ * buffer each (bucket_size applies to chunk 0; later chunks have one bucket, as Megatron's
+ * get_model disables their bucketing). mc_distopt_init is this with n = 1. */
+mc_status mc_distopt_init_chunks(const struct mc_optimizer_config *cfg, mc_gpt_model *const *models,
+                                 int n, const struct mc_parallel_state *ps, void *world_comm,
+                                 int64_t bucket_size, bool pad_buckets_for_high_nccl_busbw,
+                                 mc_distopt **out);
 void mc_distopt_free(mc_distopt *o);
 
 /* One step after the backward passes: copies the model's grads into the buffer, scales them by
@@ -32,10 +39,11 @@ mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, flo
  * c->use_distributed_optimizer is set; c->dp is the data-parallel size). */
 mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,
                               struct mc_pgb_map *out);
-/* The index map in use (forward-order params, buckets). */
+/* The index map in use (forward-order params, buckets): chunk 0's, or the given chunk's. */
 const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o);
-/* Elements of optimizer state held by this rank (all state tensors together), and what the
- * non-distributed optimizer holds for the same model. */
+const struct mc_pgb_map *mc_distopt_chunk_map(const mc_distopt *o, int chunk);
+/* Elements of optimizer state held by this rank (all state tensors and chunks together), and
+ * what the non-distributed optimizer holds for the same model chunks. */
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full);
 
 #endif /* MC_DISTRIB_OPTIMIZER_H */
