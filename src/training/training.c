@@ -31,12 +31,16 @@
 #include "training/timers.h"
 #include "training/train_data.h"
 
+enum { MC_MAX_VP = 64 }; /* model chunks per pipeline rank */
+
 struct trainer {
     struct mc_args *a;
     double t0;
     mc_tokenizer *tok;
     int64_t padded_vocab;
-    mc_gpt_model *model;
+    mc_gpt_model *model;          /* chunks[0] */
+    mc_gpt_model *chunks[MC_MAX_VP]; /* interleaved pipelining: vp model chunks, else model */
+    int vp;                       /* model chunks on this rank (1 without interleaving) */
     mc_optimizer *opt;
     mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer */
     struct mc_microbatches mb;
@@ -57,6 +61,7 @@ struct trainer {
     mc_tb_writer *tb;             /* --tensorboard-dir, on the last rank; NULL elsewhere */
     int64_t iteration;            /* args.iteration: iterations completed */
     struct mc_pp_schedule pipe;   /* pp > 1: the 1F1B schedule's buffers */
+    struct mc_pp_interleaved vpipe; /* vp > 1: the interleaved schedule's */
     void *embedding_group;        /* pp > 1, tied embeddings, first/last stage: MPI_Comm * */
 };
 
@@ -150,15 +155,22 @@ static mc_status log_timers(struct trainer *t, const char *const *names, int n, 
     return st;
 }
 
-/* The parallelism this build trains with: tensor, data and (non-interleaved) pipeline
- * parallelism. The others are refused
+/* The parallelism this build trains with: tensor, data and pipeline parallelism (interleaved
+ * too). The others are refused
  * by name before any work is done. */
 static mc_status check_parallel_support(const struct mc_args *a)
 {
-    if (!mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size))
+    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
+    if (vpp && mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) > MC_MAX_VP)
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-virtual-stages-per-pipeline-rank %lld: at most "
+                        "%d model chunks per pipeline rank",
+                        (long long)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size),
+                        MC_MAX_VP);
+    if (vpp && (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load)))
         return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
-                        "--num-virtual-stages-per-pipeline-rank: interleaved pipelining is not "
-                        "implemented by megatron.c");
+                        "--num-virtual-stages-per-pipeline-rank with --save/--load: checkpoints "
+                        "of interleaved (model0, model1, ...) models are not implemented by "
+                        "megatron.c yet");
     if (mc_args_int(a, MC_A_context_parallel_size) != 1)
         return mc_error(MC_ERR_UNSUPPORTED, "--context-parallel-size %lld: context parallelism "
                         "is not implemented by megatron.c",
@@ -225,31 +237,38 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
     int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
     bucket = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
                                 mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
-    mc_status st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
-                                   mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
-                                   &t->dopt);
+    mc_status st = mc_distopt_init_chunks(oc, t->chunks, t->vp, &t->ps, world_comm, bucket,
+                                          mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
+                                          &t->dopt);
     if (st)
         return st;
     int64_t sharded, full;
     mc_distopt_state_numel(t->dopt, &sharded, &full);
-    const struct mc_pgb_map *map = mc_distopt_map(t->dopt);
+    int64_t buckets = 0, numel = 0, unpadded = 0;
+    for (int c = 0; c < t->vp; c++) {
+        const struct mc_pgb_map *map = mc_distopt_chunk_map(t->dopt, c);
+        buckets += map->n_buckets;
+        numel += map->numel;
+        unpadded += map->numel_unpadded;
+    }
     print_rank_0(" > distributed optimizer: %lld buckets, buffer %lld elements (%lld unpadded); "
                  "optimizer state on this rank: %lld elements (%.3f MB) of %lld (%.3f MB) "
-                 "without it\n", (long long)map->n_buckets, (long long)map->numel,
-                 (long long)map->numel_unpadded, (long long)sharded,
+                 "without it\n", (long long)buckets, (long long)numel,
+                 (long long)unpadded, (long long)sharded,
                  (double)sharded * 4 / 1048576.0, (long long)full, (double)full * 4 / 1048576.0);
     return MC_OK;
 }
 
 /* The tied word embeddings with pp > 1: the first stage's embedding.word_embeddings.weight
- * and the last stage's output_layer.weight copy (NULL grad/data view elsewhere). */
+ * (in chunk 0) and the last stage's output_layer.weight copy (in chunk vp - 1). */
 static struct mc_param_view tied_embedding(const struct trainer *t)
 {
-    const char *name = mc_ps_is_pipeline_first_stage(&t->ps) ? "embedding.word_embeddings.weight"
-                                                              : "output_layer.weight";
-    int64_t i = mc_gpt_param_index(t->model, name);
+    bool first = mc_ps_is_pipeline_first_stage(&t->ps);
+    const mc_gpt_model *m = t->chunks[first ? 0 : t->vp - 1];
+    int64_t i = mc_gpt_param_index(m, first ? "embedding.word_embeddings.weight"
+                                            : "output_layer.weight");
     MC_ASSERT(i >= 0);
-    return mc_gpt_param(t->model, i);
+    return mc_gpt_param(m, i);
 }
 
 /* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
@@ -263,6 +282,17 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
                               "embedding-group word-embedding grad all-reduce");
 }
 
+/* --num-virtual-stages-per-pipeline-rank: the interleaved schedule with
+ * --microbatch-group-size-per-virtual-pipeline-stage (default pp) and overlap_p2p_comm. */
+static mc_status interleaved_init(struct trainer *t, const struct mc_pp_p2p *p)
+{
+    const struct mc_args *a = t->a;
+    int64_t group = mc_args_is_none(a, MC_A_microbatch_group_size_per_vp_stage)
+                        ? 0 : mc_args_int(a, MC_A_microbatch_group_size_per_vp_stage);
+    return mc_pp_interleaved_init(&t->vpipe, p, t->vp, group,
+                                  mc_args_bool(a, MC_A_overlap_p2p_comm));
+}
+
 /* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
  * and with tied embeddings the embedding group, over which the last stage's copy starts as
  * zeros all-reduced with the first stage's weights (so the copies are equal, as Megatron's
@@ -274,8 +304,10 @@ static mc_status pp_setup(struct trainer *t)
     const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
     struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
                           t->seq * t->mbs * c->hidden_size, NULL, NULL, false};
-    mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
-    if (st || (st = mc_pp_schedule_init(&t->pipe, &p)))
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++)
+        st = mc_gpt_set_mp_comm(t->chunks[v], t->ps.group[MC_PS_MP].comm);
+    if (st || (st = t->vp > 1 ? interleaved_init(t, &p) : mc_pp_schedule_init(&t->pipe, &p)))
         return st;
     if (c->untie_embeddings_and_output_weights)
         return MC_OK;
@@ -396,20 +428,31 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, tp_rank, &c);
     c.pipeline_model_parallel_size = t->ps.pp;
     c.pipeline_model_parallel_rank = mc_ps_rank(&t->ps, MC_PS_PP);
-    if (st || (st = mc_gpt_model_init(&c, &t->model)) || (st = pp_setup(t)))
-        return st;
-    if (mc_ps_size(&t->ps, MC_PS_TP) > 1 &&
-        (st = mc_gpt_set_tp_comm(t->model, t->ps.group[MC_PS_TP].comm)))
+    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
+    t->vp = vpp ? (int)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) : 1;
+    c.virtual_pipeline_model_parallel_size = vpp ? t->vp : 0;
+    int64_t n_params = 0;
+    /* get_model: one model per chunk, built with the virtual rank set to the chunk */
+    for (int v = 0; v < t->vp && !st; v++) {
+        c.virtual_pipeline_model_parallel_rank = v;
+        if ((st = mc_gpt_model_init(&c, &t->chunks[v])))
+            break;
+        if (mc_ps_size(&t->ps, MC_PS_TP) > 1)
+            st = mc_gpt_set_tp_comm(t->chunks[v], t->ps.group[MC_PS_TP].comm);
+        n_params += mc_gpt_num_elements(t->chunks[v]);
+    }
+    t->model = t->chunks[0];
+    if (st || (st = pp_setup(t)))
         return st;
     if (t->dp_rank == 0) { /* Megatron prints this on every data-parallel rank 0 */
         printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
-               tp_rank, mc_ps_rank(&t->ps, MC_PS_PP), (long long)mc_gpt_num_elements(t->model));
+               tp_rank, mc_ps_rank(&t->ps, MC_PS_PP), (long long)n_params);
         fflush(stdout);
     }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
-    st = mc_args_bool(a, MC_A_use_distributed_optimizer) ? build_distopt(t, &oc)
-                                                         : mc_opt_init(&oc, t->model, &t->opt);
+    st = mc_args_bool(a, MC_A_use_distributed_optimizer)
+             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, t->chunks, t->vp, &t->opt);
     if (st)
         return st;
     struct mc_opt_sched_config sc;
@@ -472,8 +515,9 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     struct mc_timer *sync = timer(t, "all-grads-sync", 1);
     mc_timer_start(sync);
     /* the distributed optimizer reduce-scatters (and scales) the grads in its own step */
-    mc_status st = t->dopt ? MC_OK : mc_ddp_finish_grad_sync(t->model, &t->ps,
-                                                             mc_ddp_grad_scale(&t->ps, per_token));
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st && !t->dopt; v++) /* each chunk's DDP, in chunk order */
+        st = mc_ddp_finish_grad_sync(t->chunks[v], &t->ps, mc_ddp_grad_scale(&t->ps, per_token));
     mc_timer_stop(sync);
     if (st)
         return st;
@@ -488,8 +532,8 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
             return st;
     }
     /* num_tokens is already the token count of the whole data-parallel step */
-    if (per_token && !t->dopt)
-        mc_ddp_scale_grads(t->model, 1.0f / num_tokens);
+    for (int v = 0; v < t->vp && per_token && !t->dopt; v++)
+        mc_ddp_scale_grads(t->chunks[v], 1.0f / num_tokens);
     return MC_OK;
 }
 
@@ -509,15 +553,17 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
  * model-parallel group. */
 static mc_status params_norm(const struct trainer *t, double *norm)
 {
-    const mc_gpt_model *m = t->model;
     int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     double ss = 0;
-    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
-        struct mc_param_view p = mc_gpt_param(m, i);
-        if ((!p.tensor_parallel && tp_rank != 0) || p.shared)
-            continue;
-        for (int64_t k = 0; k < p.numel; k++)
-            ss += (double)p.data[k] * p.data[k];
+    for (int v = 0; v < t->vp; v++) {
+        const mc_gpt_model *m = t->chunks[v];
+        for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+            struct mc_param_view p = mc_gpt_param(m, i);
+            if ((!p.tensor_parallel && tp_rank != 0) || p.shared)
+                continue;
+            for (int64_t k = 0; k < p.numel; k++)
+                ss += (double)p.data[k] * p.data[k];
+        }
     }
     mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE,
                                       MC_COMM_SUM, "params-norm all-reduce");
@@ -564,42 +610,79 @@ static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
                     "(MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER are set)", r, it);
 }
 
-/* ---- pipeline parallelism (pp > 1): the step callbacks of the 1F1B schedule ---------------
- * pretrain_gpt's forward_step and loss_func on one stage: the first stage embeds the tokens,
- * the others take the previous stage's activations, the last computes the loss and reports it.
- * The engine keeps the activations of one micro-batch only, so a backward whose micro-batch is
- * no longer in the model runs its forward again first (same input, same dropout masks): the
- * order of steps and exchanges is Megatron's, the cost is full activation recomputation on the
- * stages before the last. */
+/* ---- pipeline parallelism (pp > 1): the step callbacks of the schedules -------------------
+ * pretrain_gpt's forward_step and loss_func on one model chunk: the first (virtual) stage embeds
+ * the tokens, the others take the previous stage's activations, the last computes the loss and
+ * reports it. The engine keeps the activations of one micro-batch per chunk only, so a backward
+ * whose micro-batch is no longer in its chunk runs that chunk's forward again first (same
+ * input, same dropout masks): the order of steps and exchanges is Megatron's, the cost is
+ * activation recomputation (one extra forward of the chunk per such backward). */
 struct pp_pass {
     struct trainer *t;
     int split;
     int64_t consumed, num_micro, iteration;
     bool training;
-    int64_t in_model;     /* micro-batch whose activations the model holds, -1 = none */
+    int64_t in_model[MC_MAX_VP]; /* micro-batch whose activations each chunk holds, -1 = none */
+    int64_t in_batch;     /* micro-batch held in t->batch, -1 = none */
     float *numer, *denom; /* the lm loss report, summed on the last stage */
 };
 
-static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input)
+static void pp_pass_init(struct pp_pass *r, struct trainer *t, int split, int64_t consumed,
+                         int64_t num_micro, int64_t iteration, bool training, float *numer,
+                         float *denom)
+{
+    *r = (struct pp_pass){t, split, consumed, num_micro, iteration, training, {0}, -1, numer,
+                          denom};
+    for (int v = 0; v < MC_MAX_VP; v++)
+        r->in_model[v] = -1;
+}
+
+/* Virtual stages: chunk 0 of the first pipeline stage embeds, chunk vp - 1 of the last has the
+ * loss (Megatron's is_pipeline_first/last_stage with the virtual rank set). */
+static bool pp_first(const struct trainer *t, int chunk)
+{
+    return chunk == 0 && mc_ps_is_pipeline_first_stage(&t->ps);
+}
+
+static bool pp_last(const struct trainer *t, int chunk)
+{
+    return chunk == t->vp - 1 && mc_ps_is_pipeline_last_stage(&t->ps);
+}
+
+/* Micro-batch k in t->batch (chunks of one rank share it; every stage reads it: attention
+ * masks are needed by all layers). */
+static mc_status pp_get_batch(struct pp_pass *r, int64_t k)
+{
+    if (r->in_batch == k)
+        return MC_OK;
+    r->in_batch = -1;
+    mc_status st = mc_train_data_get(r->t->data, r->split, sample_index(r->t, r->consumed, k),
+                                     &r->t->batch);
+    if (!st)
+        r->in_batch = k;
+    return st;
+}
+
+static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const float *input)
 {
     struct trainer *t = r->t;
     struct mc_micro_batch *mb = &t->batch;
-    bool first = mc_ps_is_pipeline_first_stage(&t->ps), last = mc_ps_is_pipeline_last_stage(&t->ps);
-    /* every stage reads the micro-batch: attention masks are needed by all layers */
-    mc_status st = mc_train_data_get(t->data, r->split, sample_index(t, r->consumed, k), mb);
+    mc_gpt_model *m = t->chunks[chunk];
+    bool first = pp_first(t, chunk), last = pp_last(t, chunk);
+    mc_status st = pp_get_batch(r, k);
     if (st)
         return st;
     if (r->training)
-        mc_gpt_set_step(t->model, r->iteration * r->num_micro + k);
+        mc_gpt_set_step(m, r->iteration * r->num_micro + k);
     struct mc_timer *fwd = timer(t, "forward-compute", 2);
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
                               .position_ids = mb->position_ids,
                               .attention_mask = mb->attention_mask, .hidden_in = input};
     mc_timer_start(fwd);
-    st = mc_gpt_forward(t->model, &gb, r->training, last ? t->loss : NULL);
+    st = mc_gpt_forward(m, &gb, r->training, last ? t->loss : NULL);
     mc_timer_stop(fwd);
-    r->in_model = st ? -1 : k;
+    r->in_model[chunk] = st ? -1 : k;
     return st;
 }
 
@@ -616,45 +699,75 @@ static void pp_masked_loss(const struct trainer *t, double *num, double *den)
     *den = d;
 }
 
-static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *input,
+                                  const float **output)
 {
     struct pp_pass *r = ctx;
-    mc_status st = pp_run_forward(r, k, input);
+    mc_status st = pp_run_forward(r, chunk, k, input);
     if (st)
         return st;
-    *output = mc_gpt_stage_output(r->t->model);
-    if (!mc_ps_is_pipeline_last_stage(&r->t->ps))
+    *output = mc_gpt_stage_output(r->t->chunks[chunk]);
+    if (!pp_last(r->t, chunk))
         return MC_OK;
     double num, den;
     pp_masked_loss(r->t, &num, &den);
     return add_loss_report(r->t, num, den, r->numer, r->denom);
 }
 
-static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
-                             const float **input_grad)
+static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float *input,
+                                   const float *output_grad, const float **input_grad)
 {
     struct pp_pass *r = ctx;
     struct trainer *t = r->t;
-    mc_status st = r->in_model == k ? MC_OK : pp_run_forward(r, k, input);
+    mc_gpt_model *m = t->chunks[chunk];
+    mc_status st = r->in_model[chunk] == k ? MC_OK : pp_run_forward(r, chunk, k, input);
     if (st)
         return st;
-    r->in_model = -1; /* one backward per forward */
+    r->in_model[chunk] = -1; /* one backward per forward */
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
-    if (mc_ps_is_pipeline_last_stage(&t->ps)) {
+    if (pp_last(t, chunk)) {
+        /* the loss mask of micro-batch k (another chunk may have read a later one since) */
+        if ((st = pp_get_batch(r, k)))
+            return st;
         double num, den;
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
         float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
         for (int64_t i = 0; i < t->batch.b * t->batch.s; i++)
             t->dloss[i] = t->batch.loss_mask[i] * scale;
-        st = mc_gpt_backward(t->model, t->dloss);
+        st = mc_gpt_backward(m, t->dloss);
     } else {
-        st = mc_gpt_backward_stage(t->model, output_grad);
+        st = mc_gpt_backward_stage(m, output_grad);
     }
     mc_timer_stop(bwd);
-    *input_grad = mc_gpt_stage_input_grad(t->model);
+    *input_grad = mc_gpt_stage_input_grad(m);
     return st;
+}
+
+/* The 1F1B schedule's callbacks: the one model chunk. */
+static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+{
+    return pp_chunk_forward(ctx, 0, k, input, output);
+}
+
+static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
+                             const float **input_grad)
+{
+    return pp_chunk_backward(ctx, 0, k, input, output_grad, input_grad);
+}
+
+/* forward_backward_func: the interleaved schedule with vp chunks, else 1F1B. */
+static mc_status pp_run_schedule(struct trainer *t, struct pp_pass *r, bool forward_only)
+{
+    if (t->vp > 1) {
+        struct mc_pp_chunk_ops ops = {r, pp_chunk_forward, pp_chunk_backward};
+        return mc_pp_forward_backward_pipelining_with_interleaving(&t->vpipe, &ops, r->num_micro,
+                                                                   forward_only);
+    }
+    struct mc_pp_step_ops ops = {r, pp_forward, pp_backward};
+    return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, r->num_micro,
+                                                                  forward_only);
 }
 
 /* The lm loss report and token count live on the last stage; Megatron broadcasts the token
@@ -676,15 +789,15 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
                                       struct mc_opt_step_result *res)
 {
     float numer = 0, denom = 0;
-    struct pp_pass r = {t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
-                        iteration, true, -1, &numer, &denom};
-    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
+    struct pp_pass r;
+    pp_pass_init(&r, t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
+                 iteration, true, &numer, &denom);
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
-    mc_gpt_zero_grad(t->model);
+    for (int v = 0; v < t->vp; v++)
+        mc_gpt_zero_grad(t->chunks[v]);
     struct mc_timer *fb = timer(t, "forward-backward", 1);
     mc_timer_start(fb);
-    mc_status st = mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops,
-                                                                          r.num_micro, false);
+    mc_status st = pp_run_schedule(t, &r, false);
     if (!st && !(st = inject_test_failure(t, iteration)) &&
         !(st = pp_share_loss(t, &numer, &denom)))
         st = finalize_grads(t, per_token, denom);
@@ -707,9 +820,9 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
 static mc_status evaluate_pipelined(struct trainer *t, int split, int64_t consumed,
                                     int64_t num_micro, float *numer, float *denom)
 {
-    struct pp_pass r = {t, split, consumed, num_micro, 0, false, -1, numer, denom};
-    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
-    return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, num_micro, true);
+    struct pp_pass r;
+    pp_pass_init(&r, t, split, consumed, num_micro, 0, false, numer, denom);
+    return pp_run_schedule(t, &r, true);
 }
 
 /* train_step: forward/backward over the micro-batches, optimizer, scheduler. */
@@ -1208,13 +1321,15 @@ static void teardown(struct trainer *t)
 {
     mc_pp_group_free(t->embedding_group);
     mc_pp_schedule_free(&t->pipe);
+    mc_pp_interleaved_free(&t->vpipe);
     mc_free(t->dloss);
     mc_free(t->loss);
     mc_micro_batch_free(&t->batch);
     mc_train_data_free(t->data);
     mc_opt_free(t->opt);
     mc_distopt_free(t->dopt);
-    mc_gpt_model_free(t->model);
+    for (int v = 0; v < t->vp; v++)
+        mc_gpt_model_free(t->chunks[v]);
     mc_tok_free(t->tok);
 }
 
