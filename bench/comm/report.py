@@ -26,12 +26,21 @@ def theory(a, t, p, params, vpad):
     act = a.seq * a.mbs * a.hidden * 4       # one s*b*h fp32 activation
     first, last = p == 0, p == a.pp - 1
     out = {}
-    if a.tp > 1:  # per layer 2 all-reduces forward + 2 backward; embedding fwd, output bwd,
-        n_ar = 4 * (a.layers // a.pp) + first + last  # and 3 s*b vocab-parallel CE ones
-        per_mb = n_ar * ring(a.tp, act) + (3 * ring(a.tp, a.seq * a.mbs * 4) if last else 0)
-        out["tp"] = m * per_mb
-    if a.pp > 1:  # s*b*h per micro-batch per boundary each way
-        out["pp"] = m * act * ((not last) + (not first))
+    lp = a.layers // a.pp
+    ce = 3 * ring(a.tp, a.seq * a.mbs * 4) if last else 0
+    if a.tp > 1 and not a.sp:  # per layer 2 all-reduces forward + 2 backward; embedding fwd,
+        n_ar = 4 * lp + first + last  # output bwd, and 3 s*b vocab-parallel CE ones
+        out["tp"] = m * (n_ar * ring(a.tp, act) + ce)
+    if a.tp > 1 and a.sp:  # sequence parallel: per layer forward 2 all-gathers + 2
+        # reduce-scatters, backward 2 all-gathers of the row-parallel output grads, 2 re-gathers
+        # of the column-parallel inputs, 2 reduce-scatters; embedding reduce-scatter + grad
+        # all-gather; output layer all-gather (twice) + reduce-scatter; the loss's all-reduces;
+        # once per step the norm / row-bias grads (6h per layer, 2h final norm) all-reduced
+        n_agrs = 10 * lp + 2 * first + 3 * last
+        sp_grads = (6 * a.hidden * lp + 2 * a.hidden * last) * 4
+        out["tp"] = m * (n_agrs * ring(a.tp, act, False) + ce) + ring(a.tp, sp_grads)
+    if a.pp > 1:  # s*b*h (s/tp*b*h with SP) per micro-batch per boundary each way
+        out["pp"] = m * act // (a.tp if a.sp else 1) * ((not last) + (not first))
         if first or last:  # tied word embedding grads, V_pad*h/tp over the 2-rank group
             out["embedding"] = ring(2, vpad * a.hidden // a.tp * 4)
     if a.dp > 1 and params is not None:  # all grads (or RS + AG with the distributed optimizer)
@@ -46,6 +55,7 @@ def main():
         ap.add_argument("--" + k, type=int, required=True)
     ap.add_argument("--layout", required=True)
     ap.add_argument("--distopt", action="store_true")
+    ap.add_argument("--sp", action="store_true", help="--sequence-parallel")
     a = ap.parse_args()
     text = open(a.log).read()
     stats, params = {}, {}
@@ -60,7 +70,7 @@ def main():
     if not stats or not steps:
         sys.exit(f"report.py: {a.log} has no comm-stats or iteration lines")
     warm = steps[1:] if len(steps) > 1 else steps
-    print(f"== {a.layout} (tp={a.tp} pp={a.pp} dp={a.dp}{' distopt' if a.distopt else ''}, "
+    print(f"== {a.layout} (tp={a.tp} pp={a.pp} dp={a.dp}{' distopt' if a.distopt else ''}{' sp' if a.sp else ''}, "
           f"{a.tp * a.pp * a.dp} ranks on 2 cores): step time median {statistics.median(warm):.0f}"
           f" ms over iterations 2..{len(steps)}")
     print(f"   {'rank':>4} {'group':<10} {'ops':<34} {'calls/step':>10} {'payload MB/step':>15} "

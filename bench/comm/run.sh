@@ -12,7 +12,7 @@ build=${1:-$here/../../build}
 bin=$build/bin/pretrain_gpt
 [ -x "$bin" ] || { echo "run.sh: $bin not found (build first)" >&2; exit 1; }
 iters=${ITERS:-4}
-layouts=${LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 tp2xdp2 pp2xdp2 tp2xpp2 dp2+distopt"}
+layouts=${LAYOUTS:-"dp2 dp4 tp2 tp4 pp2 pp4 tp2xdp2 pp2xdp2 tp2xpp2 dp2+distopt tp2+sp tp4+sp tp2xpp2+sp"}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # GPT-2-style model: L=4, h=256, 4 heads, s=128, b=2, global batch 16, vocab 4096 (mock data)
 model=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128
@@ -21,8 +21,11 @@ model=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128
        --lr 1e-4 --train-iters "$iters" --log-interval 1 --eval-iters 0 --eval-interval 100000
        --attention-dropout 0 --hidden-dropout 0)
 for lay in $layouts; do
-    tp=1; pp=1; dp=1; extra=()
+    tp=1; pp=1; dp=1; extra=(); sp=()
     case $lay in
+        *+sp) sp=(--sequence-parallel) ;;
+    esac
+    case ${lay%+sp} in
         dp2) dp=2 ;; dp4) dp=4 ;; tp2) tp=2 ;; tp4) tp=4 ;; pp2) pp=2 ;; pp4) pp=4 ;;
         tp2xdp2) tp=2; dp=2 ;; tp2xpp2) tp=2; pp=2 ;; pp2xdp2) pp=2; dp=2 ;;
         dp2+distopt) dp=2; extra=(--use-distributed-optimizer) ;;
@@ -33,9 +36,9 @@ for lay in $layouts; do
     MC_COMM_STATS=1 mpirun --allow-run-as-root --oversubscribe -np $np -x OMP_NUM_THREADS=1 \
         -x MC_COMM_STATS "$bin" "${model[@]}" --tensor-model-parallel-size $tp \
         --pipeline-model-parallel-size $pp --make-vocab-size-divisible-by $((128 / tp)) \
-        --data-cache-path "$tmp/cache" "${extra[@]}" >"$log" 2>&1 \
+        --data-cache-path "$tmp/cache" "${extra[@]}" ${sp[@]+"${sp[@]}"} >"$log" 2>&1 \
         || { echo "run.sh: layout $lay failed:" >&2; tail -20 "$log" >&2; exit 1; }
     /usr/bin/python3 "$here/report.py" "$log" --layout "$lay" --tp $tp --pp $pp --dp $dp \
         --iters "$iters" --layers 4 --hidden 256 --seq 128 --mbs 2 --gbs 16 --vocab 4096 \
-        ${extra[@]+--distopt}
+        ${extra[@]+--distopt} ${sp[@]+--sp}
 done

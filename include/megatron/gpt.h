@@ -63,6 +63,13 @@ struct mc_gpt_config {
 
     int tensor_model_parallel_size;  /* 1 */
     int tensor_model_parallel_rank;  /* 0 */
+    /* --sequence-parallel (needs tensor_model_parallel_size > 1 and seq_length divisible by
+     * it): activations outside the tensor-parallel regions (norms, dropout, residuals, pipeline
+     * messages) are this rank's [s/tp, b, h] shard of the sequence; the column-parallel linears
+     * all-gather it, the row-parallel linears reduce-scatter back. The norm weights and the
+     * row-parallel biases (mc_param_view.sequence_parallel) then need their grads summed over
+     * the tensor-parallel group: mc_gpt_sequence_parallel_grad_sync. */
+    bool sequence_parallel;
     /* Pipeline stage of this model: stage r holds layers [r L/pp, (r+1) L/pp) (named from 0 as
      * in Megatron's per-stage state dicts), the first stage the embeddings, the last the final
      * norm, output layer and loss. 0 = 1 (no pipeline). */
@@ -113,6 +120,9 @@ struct mc_param_view {
     bool shared;          /* the last stage's copy of tied word embeddings (pp > 1): initialized
                              equal to the first stage's, its grad must be all-reduced with the
                              embedding grad (Megatron's embedding group); not in the grad norm */
+    bool sequence_parallel; /* replicated across tp but its grad comes from this rank's
+                               sequence shard only (norm weights/biases, row-parallel biases
+                               under --sequence-parallel): summed over tp before the grad norm */
 };
 MC_API int64_t mc_gpt_num_params(const mc_gpt_model *m);
 MC_API struct mc_param_view mc_gpt_param(const mc_gpt_model *m, int64_t i);
@@ -157,8 +167,15 @@ MC_API void mc_gpt_zero_grad(mc_gpt_model *m);
  * all-reduce over it (Megatron's tensor_parallel/mappings.py regions). Its size and this
  * process's rank in it must equal the config's; MC_ERR_UNSUPPORTED in a build without MPI. */
 MC_API mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm);
+/* finalize_model_grads' _allreduce_layernorm_grads: with sequence_parallel, sums the grads of
+ * the parameters flagged sequence_parallel over the tensor-parallel group in one coalesced
+ * all-reduce (no-op otherwise). Call after backward, before the grad norm. */
+MC_API mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m);
+/* Bytes of the activation block (every saved activation and scratch buffer of this rank). */
+MC_API size_t mc_gpt_activation_bytes(const mc_gpt_model *m);
 
 /* Pipeline stages. A stage that is not the last produces its output hidden states [s, b, h]
+ * ([s/tp, b, h], this rank's sequence shard, with sequence_parallel)
  * (valid until the next forward) instead of logits and loss; it takes the grad of that output
  * in mc_gpt_backward_stage instead of mc_gpt_backward. A stage that is not the first reads
  * batch->hidden_in and, after backward, offers the grad of it (valid until the next forward). */

@@ -25,7 +25,8 @@ mc_status mc_opt_mp_sum(const struct mc_gpt_model *m, float *x)
         return mc_error(MC_ERR_UNSUPPORTED, "grad norm across --pipeline-model-parallel-size %d "
                         "needs the model-parallel communicator (mc_gpt_set_mp_comm)",
                         m->cfg.pipeline_model_parallel_size);
-    struct mc_tp_group mp = {m->tp.size * m->cfg.pipeline_model_parallel_size, 0, m->mp_comm};
+    struct mc_tp_group mp = {m->tp.size * m->cfg.pipeline_model_parallel_size, 0, m->mp_comm,
+                              false};
     return mc_tp_all_reduce_sum(&mp, x, 1);
 }
 

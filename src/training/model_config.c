@@ -86,6 +86,7 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                         : !strcmp(dt, "torch.float16") ? MC_DTYPE_F16 : MC_DTYPE_F32;
     cfg->tensor_model_parallel_size = (int)mc_args_int(a, A(tensor_model_parallel_size));
     cfg->tensor_model_parallel_rank = tp_rank;
+    cfg->sequence_parallel = mc_args_bool(a, A(sequence_parallel)); /* off with tp 1 (validate) */
     return MC_OK;
 }
 

@@ -303,7 +303,9 @@ static mc_status pp_setup(struct trainer *t)
         return MC_OK;
     const struct mc_gpt_config *c = mc_gpt_model_config(t->model);
     struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
-                          t->seq * t->mbs * c->hidden_size, NULL, NULL, false};
+                          t->seq * t->mbs * c->hidden_size /
+                              (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
+                          NULL, NULL, false}; /* [s/tp, b, h] with --sequence-parallel */
     mc_status st = MC_OK;
     for (int v = 0; v < t->vp && !st; v++)
         st = mc_gpt_set_mp_comm(t->chunks[v], t->ps.group[MC_PS_MP].comm);
@@ -507,7 +509,7 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
 }
 
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
- * all-reduce (nothing to exchange in this build: no sequence parallelism) and the pipeline
+ * all-reduce over the tensor-parallel group (--sequence-parallel) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
  * per-token loss normalisation. */
 static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tokens)
@@ -526,7 +528,10 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
-        st = k == 1 ? pp_embedding_grad_sync(t) : MC_OK;
+        if (k == 1)
+            st = pp_embedding_grad_sync(t);
+        for (int v = 0; v < t->vp && k == 0 && !st; v++) /* Megatron: all chunks, coalesced */
+            st = mc_gpt_sequence_parallel_grad_sync(t->chunks[v]);
         mc_timer_stop(tm);
         if (st)
             return st;

@@ -43,6 +43,7 @@ void mc_gpt_config_default(struct mc_gpt_config *cfg)
         .params_dtype = MC_DTYPE_F32,
         .tensor_model_parallel_size = 1,
         .tensor_model_parallel_rank = 0,
+        .sequence_parallel = false,
         .pipeline_model_parallel_size = 1,
         .pipeline_model_parallel_rank = 0,
     };
@@ -113,6 +114,15 @@ static mc_status check_sizes(const struct mc_gpt_config *c)
                         "pipeline-model-parallel rank %d is outside [0, %d) "
                         "(--pipeline-model-parallel-size %d)",
                         c->pipeline_model_parallel_rank, pp, pp);
+    if (c->sequence_parallel && c->tensor_model_parallel_size <= 1)
+        return mc_error(MC_ERR_CONFIG, "--sequence-parallel needs --tensor-model-parallel-size > 1 "
+                        "(got %d): can not use sequence parallelism without tensor parallelism",
+                        c->tensor_model_parallel_size);
+    if (c->sequence_parallel && c->seq_length % c->tensor_model_parallel_size != 0)
+        return mc_error(MC_ERR_CONFIG, "--sequence-parallel: --seq-length %lld is not divisible "
+                        "by --tensor-model-parallel-size %d (the first dimension of the tensor "
+                        "should be divisible by tensor parallel size)",
+                        (long long)c->seq_length, c->tensor_model_parallel_size);
     if (c->num_layers % pp != 0)
         return mc_error(MC_ERR_CONFIG, "Number of layers should be divisible by the "
                         "pipeline-model-parallel size: --num-layers %lld, "

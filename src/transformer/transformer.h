@@ -37,7 +37,8 @@ struct mc_tfm_layer_weights {
     float *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
 };
 
-/* What one layer's forward keeps for its backward (sized for b_max x s_max). The norm outputs
+/* What one layer's forward keeps for its backward (sized for b_max x s_max; the [T, h]
+ * tensors and the norm statistics for b_max x s_max / tp with sequence parallelism). The norm outputs
  * and the MLP activation are not kept: backward recomputes them (elementwise, cheap) into
  * scratch, which saves 2 h + ffn floats per token and layer. */
 struct mc_tfm_layer_acts {
@@ -55,6 +56,8 @@ struct mc_tfm_layer_acts {
 
 /* Buffers reused by every layer (never read across layers). */
 struct mc_tfm_scratch {
+    /* h1, h2 are always [T, h] (the sequence-parallel all-gather / reduce-scatter work
+     * buffers); norm_out and the norm statistics hold T_sp rows. */
     float *attn_a;       /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd) */
     float *attn_b;       /* [b, np_l, s, s] grad of probs (bwd) */
     uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
@@ -76,6 +79,10 @@ struct mc_tfm_ctx {
     const struct mc_tfm_dims *d;
     struct mc_tfm_scratch *scr;
     int64_t b, s, T;
+    /* The activations outside the tensor-parallel regions (norms, residuals, hidden dropout):
+     * T_sp rows starting at global token sp_first; with sequence parallelism this rank's
+     * [s/tp, b] shard (T_sp = T / tp, sp_first = tp_rank * T_sp), else all T rows from 0. */
+    int64_t T_sp, sp_first;
     const uint8_t *attn_mask; /* [b, 1, s, s], 1 = masked; NULL = causal */
     const float *rope_cos, *rope_sin; /* [s_max, rot_dim] */
     bool hidden_dropout, attention_dropout; /* active this call */

@@ -2,14 +2,18 @@
  * with attention.py (SelfAttention) and mlp.py:
  *   x_mid = x + dropout(linear_proj(attn(linear_qkv(norm1(x)))) + proj_bias)
  *   x_out = x_mid + dropout(linear_fc2(act(linear_fc1(norm2(x_mid)) + fc1_bias)) + fc2_bias)
- * Hidden-dropout keep masks are drawn from the Philox streams of rng.h and kept for backward. */
+ * Hidden-dropout keep masks are drawn from the Philox streams of rng.h and kept for backward.
+ * With sequence parallelism (Megatron's placement) everything outside the linears' TP regions
+ * runs on this rank's sequence shard; the linears gather / reduce-scatter (layers.c). */
 #include "transformer/transformer.h"
 
 static const uint8_t *hidden_keep(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site)
 {
     if (!c->hidden_dropout)
         return NULL;
-    mc_tfm_dropout_mask(c, keep, site, 0, c->T * c->d->h, c->cfg->hidden_dropout);
+    /* element indices of the global [s, b, h] tensor: the same mask for any sequence shard */
+    mc_tfm_dropout_mask(c, keep, site, c->sp_first * c->d->h, c->T_sp * c->d->h,
+                        c->cfg->hidden_dropout);
     return keep;
 }
 
@@ -18,39 +22,41 @@ static float hidden_scale(const struct mc_tfm_ctx *c)
     return 1.0f / (1.0f - c->cfg->hidden_dropout);
 }
 
+/* Norms, bias-dropout-adds and residuals run on the T_sp rows of this rank; h2 is the work
+ * buffer of the sequence-parallel gathers and reduce-scatters, h1 the row-parallel output. */
 mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                const struct mc_tfm_layer_weights *w,
                                struct mc_tfm_layer_acts *a, float *x_out)
 {
     const struct mc_tfm_dims *d = c->d;
     const struct mc_backend_ops *be = c->be;
-    float *tmp = c->scr->h1, *ln = c->scr->norm_out, *act = c->scr->act;
-    int64_t T = c->T;
+    float *tmp = c->scr->h1, *work = c->scr->h2, *ln = c->scr->norm_out, *act = c->scr->act;
+    int64_t T = c->T, Ts = c->T_sp;
     mc_status st;
 
     mc_tfm_norm_forward(c, ln, a->ln1_mean, a->ln1_rstd, a->x_in, w->ln1_w, w->ln1_b);
     if ((st = mc_tp_linear_col_forward(be, c->tp, a->qkv, ln, w->qkv_w, w->qkv_b, T, d->h,
-                                       d->qkv_l)) != MC_OK)
+                                       d->qkv_l, work)) != MC_OK)
         return st;
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, a->qkv, false);
     mc_tfm_core_attention_forward(c, layer, a);
-    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, a->ctx, w->proj_w, T, d->ctx_l, d->h)) !=
-        MC_OK)
+    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, a->ctx, w->proj_w, T, d->ctx_l, d->h,
+                                       work)) != MC_OK)
         return st;
     const uint8_t *k1 = hidden_keep(c, a->keep_attn_out, MC_TFM_SITE_ATTN_OUT(layer));
-    be->bias_dropout_add(a->x_mid, tmp, w->proj_b, a->x_in, k1, hidden_scale(c), T, d->h);
+    be->bias_dropout_add(a->x_mid, tmp, w->proj_b, a->x_in, k1, hidden_scale(c), Ts, d->h);
 
     mc_tfm_norm_forward(c, ln, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
     if ((st = mc_tp_linear_col_forward(be, c->tp, a->fc1, ln, w->fc1_w, NULL, T, d->h,
-                                       d->fc1_l)) != MC_OK)
+                                       d->fc1_l, work)) != MC_OK)
         return st;
     mc_tfm_mlp_act_forward(c, act, a->fc1, w->fc1_b);
-    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, act, w->fc2_w, T, d->ffn_l, d->h)) !=
-        MC_OK)
+    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, act, w->fc2_w, T, d->ffn_l, d->h,
+                                       work)) != MC_OK)
         return st;
     const uint8_t *k2 = hidden_keep(c, a->keep_mlp_out, MC_TFM_SITE_MLP_OUT(layer));
-    be->bias_dropout_add(x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c), T, d->h);
+    be->bias_dropout_add(x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c), Ts, d->h);
     return MC_OK;
 }
 
@@ -61,7 +67,7 @@ static const float *dropout_grad(const struct mc_tfm_ctx *c, float *buf, const f
 {
     if (!c->hidden_dropout)
         return dx;
-    c->be->bias_dropout_add(buf, dx, NULL, NULL, keep, hidden_scale(c), c->T, c->d->h);
+    c->be->bias_dropout_add(buf, dx, NULL, NULL, keep, hidden_scale(c), c->T_sp, c->d->h);
     return buf;
 }
 
@@ -81,38 +87,44 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     const struct mc_tfm_dims *d = c->d;
     const struct mc_backend_ops *be = c->be;
     struct mc_tfm_scratch *scr = c->scr;
-    int64_t T = c->T;
+    int64_t T = c->T, Ts = c->T_sp;
     mc_status st;
 
-    /* MLP block */
+    /* MLP block (dy lives in h1 or dx; h2 gathers it; then h1 is the column work buffer) */
     const float *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
     if (g->fc2_b)
-        be->bias_grad(g->fc2_b, dy, T, d->h);
+        be->bias_grad(g->fc2_b, dy, Ts, d->h);
     mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
-    mc_tp_linear_row_backward(be, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w, T, d->ffn_l, d->h);
+    if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w,
+                                        T, d->ffn_l, d->h, scr->h2)) != MC_OK)
+        return st;
     mc_tfm_mlp_act_backward(c, scr->dfc1, scr->dact, a->fc1, w->fc1_b);
     recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
     if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->fc1_w, g->fc1_b, scr->dfc1,
-                                        scr->norm_out, w->fc1_w, T, d->h, d->fc1_l)) != MC_OK)
+                                        scr->norm_out, w->fc1_w, T, d->h, d->fc1_l,
+                                        scr->h1)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln2_w, g->ln2_b, scr->h2, a->x_mid, w->ln2_w, a->ln2_mean,
                          a->ln2_rstd);
-    be->bias_dropout_add(dx, scr->h1, NULL, dx, NULL, 1.0f, T, d->h);
+    be->bias_dropout_add(dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
 
     /* attention block */
     dy = dropout_grad(c, scr->h1, dx, a->keep_attn_out);
     if (g->proj_b)
-        be->bias_grad(g->proj_b, dy, T, d->h);
-    mc_tp_linear_row_backward(be, scr->dctx, g->proj_w, dy, a->ctx, w->proj_w, T, d->ctx_l, d->h);
+        be->bias_grad(g->proj_b, dy, Ts, d->h);
+    if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dctx, g->proj_w, dy, a->ctx, w->proj_w,
+                                        T, d->ctx_l, d->h, scr->h2)) != MC_OK)
+        return st;
     mc_tfm_core_attention_backward(c, layer, a, scr->dctx, scr->dqkv);
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, scr->dqkv, true);
     recompute_norm(c, a->x_in, w->ln1_w, w->ln1_b);
     if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->qkv_w, g->qkv_b, scr->dqkv,
-                                        scr->norm_out, w->qkv_w, T, d->h, d->qkv_l)) != MC_OK)
+                                        scr->norm_out, w->qkv_w, T, d->h, d->qkv_l,
+                                        scr->h1)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln1_w, g->ln1_b, scr->h2, a->x_in, w->ln1_w, a->ln1_mean,
                          a->ln1_rstd);
-    be->bias_dropout_add(dx, scr->h1, NULL, dx, NULL, 1.0f, T, d->h);
+    be->bias_dropout_add(dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
     return MC_OK;
 }

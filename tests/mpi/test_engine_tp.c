@@ -2,8 +2,12 @@
  * tp shard of the model, attaches the world communicator as the TP group, and runs forward,
  * backward and one optimizer step with dropout on; each rank also builds the tp=1 model in the same
  * process and checks the per-token losses, the grads of its shard (against the matching slice
- * of the tp=1 grads), the grad norm, the zero count and the weights after an SGD step. Ranks agree on pass/fail through
- * MPI_Allreduce. */
+ * of the tp=1 grads), the grad norm, the zero count and the weights after an SGD step. The
+ * same again with sequence parallelism, over the world (tp = world size) and over halves of it
+ * (tp = world size / 2): the sequence-parallel grads summed over the group first
+ * (mc_gpt_sequence_parallel_grad_sync), dropout masks equal to tp=1's, a smaller activation
+ * block, the stage output being this rank's rows of the tp=1 one, and the sequence-length
+ * errors. Ranks agree on pass/fail through MPI_Allreduce. */
 #include "megatron/optimizer.h"
 #include "models/gpt/gpt_model.h"
 #include "test.h"
@@ -75,11 +79,13 @@ static void compare_params(const char *what, mc_gpt_model *m, mc_gpt_model *ref,
     }
 }
 
-static void run(int activation, enum mc_optimizer_type opt, int rank, int tp, MPI_Comm *world)
+static void run(int activation, enum mc_optimizer_type opt, int rank, int tp, MPI_Comm *world,
+                bool sp)
 {
     struct mc_gpt_config c1 = config(activation), cn = c1;
     cn.tensor_model_parallel_size = tp;
     cn.tensor_model_parallel_rank = rank;
+    cn.sequence_parallel = sp;
     mc_gpt_model *ref = NULL, *m = NULL;
     CHECK(mc_gpt_model_init(&c1, &ref) == MC_OK);
     CHECK(mc_gpt_model_init(&cn, &m) == MC_OK);
@@ -107,6 +113,8 @@ static void run(int activation, enum mc_optimizer_type opt, int rank, int tp, MP
     mc_gpt_zero_grad(m);
     CHECK(mc_gpt_backward(ref, dl) == MC_OK);
     CHECK(mc_gpt_backward(m, dl) == MC_OK);
+    CHECK(mc_gpt_sequence_parallel_grad_sync(ref) == MC_OK); /* no-op without SP */
+    CHECK(mc_gpt_sequence_parallel_grad_sync(m) == MC_OK);
     compare_params("grad", m, ref, rank, tp, activation == MC_ACT_SWIGLU, true, 1e-4);
 
     /* grad norm and zero count through Adam's step; the updated weights through SGD (Adam
@@ -134,6 +142,60 @@ static void run(int activation, enum mc_optimizer_type opt, int rank, int tp, MP
     mc_gpt_model_free(ref);
 }
 
+/* Sequence parallelism specifics: activation memory, the stage output (one pipeline stage of
+ * two), the flagged parameters and the sequence-length errors. */
+static void sp_extras(int rank, int tp, MPI_Comm *comm)
+{
+    struct mc_gpt_config c1 = config(MC_ACT_GELU_TANH), ct = c1;
+    c1.pipeline_model_parallel_size = 2; /* stage 0: its output is the hidden state */
+    ct = c1;
+    ct.tensor_model_parallel_size = tp;
+    ct.tensor_model_parallel_rank = rank;
+    struct mc_gpt_config cs = ct;
+    cs.sequence_parallel = true;
+    mc_gpt_model *ref = NULL, *mt = NULL, *ms = NULL;
+    CHECK(mc_gpt_model_init(&c1, &ref) == MC_OK && mc_gpt_model_init(&ct, &mt) == MC_OK &&
+          mc_gpt_model_init(&cs, &ms) == MC_OK);
+    if (!ref || !mt || !ms)
+        goto cleanup;
+    CHECK(mc_gpt_set_tp_comm(ms, comm) == MC_OK);
+    CHECK(mc_gpt_activation_bytes(ms) < mc_gpt_activation_bytes(mt));
+    int64_t flagged = 0;
+    for (int64_t i = 0; i < mc_gpt_num_params(ms); i++) {
+        struct mc_param_view v = mc_gpt_param(ms, i);
+        bool want = strstr(v.name, "layernorm") || strstr(v.name, "linear_proj.bias") ||
+                    strstr(v.name, "linear_fc2.bias");
+        CHECK(v.sequence_parallel == want && !mc_gpt_param(mt, i).sequence_parallel);
+        flagged += v.sequence_parallel;
+    }
+    CHECK(flagged == 6); /* stage 0 has 1 layer: 2 norms x (weight, bias) + 2 row-parallel biases */
+    int64_t B = 2, S = 16, n = B * S, tok[32];
+    for (int64_t i = 0; i < n; i++)
+        tok[i] = (i * 29 + 3) % 100;
+    struct mc_gpt_batch bt = {B, S, tok, NULL, NULL, NULL, NULL};
+    mc_gpt_set_step(ref, 3);
+    mc_gpt_set_step(ms, 3);
+    CHECK(mc_gpt_forward(ref, &bt, true, NULL) == MC_OK);
+    CHECK(mc_gpt_forward(ms, &bt, true, NULL) == MC_OK);
+    int64_t rows = n / tp * c1.hidden_size; /* [s/tp, b, h]: rows rank*n/tp .. of [s, b, h] */
+    check_tensor_close("sp stage output = this rank's rows of the tp=1 output",
+                       mc_gpt_stage_output(ms), mc_gpt_stage_output(ref) + rank * rows, rows,
+                       2e-5, 1e-6);
+    struct mc_gpt_batch odd = {B, S - 1, tok, NULL, NULL, NULL, NULL};
+    CHECK(mc_gpt_forward(ms, &odd, false, NULL) == MC_ERR_SHAPE); /* s % tp != 0 */
+    struct mc_gpt_config bad = cs;
+    bad.seq_length = S + 1;
+    bad.max_position_embeddings = S + 1;
+    CHECK(mc_gpt_config_validate(&bad) == MC_ERR_CONFIG);
+    bad = c1;
+    bad.sequence_parallel = true; /* tp = 1 */
+    CHECK(mc_gpt_config_validate(&bad) == MC_ERR_CONFIG);
+cleanup:
+    mc_gpt_model_free(ms);
+    mc_gpt_model_free(mt);
+    mc_gpt_model_free(ref);
+}
+
 /* Read by LeakSanitizer in sanitizer builds: OpenMPI leaks small objects of its own (in its
  * event thread and plugins, not attributable to a module), so the exit-time leak check is off
  * for this MPI test; our memory is checked with mc_alloc_live_bytes instead. */
@@ -148,9 +210,25 @@ int main(int argc, char **argv)
     MPI_Comm_rank(world, &rank);
     MPI_Comm_size(world, &size);
     MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
-    run(MC_ACT_GELU_TANH, MC_OPT_ADAM, rank, size, &world);
-    run(MC_ACT_GELU_TANH, MC_OPT_SGD, rank, size, &world);
-    run(MC_ACT_SWIGLU, MC_OPT_SGD, rank, size, &world);
+    run(MC_ACT_GELU_TANH, MC_OPT_ADAM, rank, size, &world, false);
+    run(MC_ACT_GELU_TANH, MC_OPT_SGD, rank, size, &world, false);
+    run(MC_ACT_SWIGLU, MC_OPT_SGD, rank, size, &world, false);
+    /* sequence parallelism over the world and over halves of it */
+    MPI_Comm half = MPI_COMM_NULL;
+    int hsize = size / 2 > 1 ? size / 2 : size;
+    MPI_Comm_split(world, rank / hsize, rank, &half);
+    MPI_Comm_set_errhandler(half, MPI_ERRORS_RETURN);
+    int sizes[2] = {size, hsize};
+    MPI_Comm *comms[2] = {&world, &half};
+    for (int k = 0; k < (hsize == size ? 1 : 2); k++) {
+        int r = 0;
+        MPI_Comm_rank(*comms[k], &r);
+        run(MC_ACT_GELU_TANH, MC_OPT_ADAM, r, sizes[k], comms[k], true);
+        run(MC_ACT_GELU_TANH, MC_OPT_SGD, r, sizes[k], comms[k], true);
+        run(MC_ACT_SWIGLU, MC_OPT_SGD, r, sizes[k], comms[k], true);
+        sp_extras(r, sizes[k], comms[k]);
+    }
+    MPI_Comm_free(&half);
     CHECK(mc_alloc_live_bytes() == 0);
     int local = test_failures, total = 0;
     MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, world);

@@ -2,7 +2,10 @@
 bytes equal the volumes computed here from the layout (tp2 x pp2: TP all-reduces of s*b*h
 per layer and micro-batch plus the forward re-run on stages before the last, pipeline sends,
 the tied-embedding all-reduce; dp2 with the distributed optimizer: reduce-scatter +
-all-gather of every parameter); without the variable nothing is printed."""
+all-gather of every parameter; tp2 x pp2 and tp4 with --sequence-parallel: all-gathers and
+reduce-scatters of s*b*h along the sequence instead of the activation all-reduces, each moving
+the ring minimum (tp-1)/tp of its payload, the norm/row-bias grads all-reduced over tp once per
+step, pipeline messages of s/tp*b*h); without the variable nothing is printed."""
 import os
 import re
 import subprocess
@@ -77,6 +80,44 @@ def tp2_pp2(tmp):
               f"rank {r}: no dp wire bytes with dp=1")
 
 
+def sp_layout(tmp, np, tp, pp):
+    """Per micro-batch and layer: forward all-gathers before linear_qkv and linear_fc1 and
+    reduce-scatters after linear_proj and linear_fc2; backward all-gathers the grads of the two
+    row-parallel outputs, re-gathers the two column-parallel inputs for the weight grads (as
+    Megatron does, instead of keeping them) and reduce-scatters their input grads. The first
+    stage reduce-scatters the embedding and all-gathers its grad; the last all-gathers the final
+    norm output for the output layer (again in backward) and reduce-scatters its grad."""
+    got = run(tmp, np, tp, pp, ["--sequence-parallel"])
+    act = S * B * H * 4
+    m = GBS // B
+    lp = L // pp
+    f = (tp - 1) / tp
+    for r in range(np):
+        stage = r // tp
+        first, last = stage == 0, stage == pp - 1
+        ag = 6 * lp + first + 2 * last + (0 if last else 2 * lp)  # stages before the last
+        rs = 4 * lp + first + last + (0 if last else 2 * lp + first)  # re-run the forward
+        for op, n in (("all-gather", ag), ("reduce-scatter", rs)):
+            c = got.get((r, "tp", op))
+            want = ITERS * m * n
+            check(c and c[0] == want and c[1] == want * act and c[2] == want * act * f,
+                  f"sp tp{tp} pp{pp} rank {r} {op} {c} == {want} x {act} B, wire x {f}")
+        # all-reduces left on tp: the loss's three per micro-batch, the sequence-parallel grads
+        # (per layer 2 norms x (w, b) + 2 row biases, + the final norm) once per step
+        ce = m * 3 * S * B * 4 if last else 0
+        sp = (6 * H * lp + 2 * H * last) * 4
+        c = got.get((r, "tp", "all-reduce"))
+        if pp > 1:  # with pp 1 the grad norm's reductions also run over tp
+            check(c and c[1] == ITERS * (ce + sp) and c[0] == ITERS * (3 * m * last + 1),
+                  f"sp tp{tp} pp{pp} rank {r} tp all-reduce {c} == {ITERS} x {ce + sp} B")
+            s = got.get((r, "pp", "send"))
+            check(s and s[1] == ITERS * m * act // tp,
+                  f"sp rank {r} pp sends {s} == {ITERS * m} x {act // tp} B ([s/tp, b, h])")
+        else:
+            check(c and c[1] >= ITERS * (ce + sp) and c[1] < ITERS * (ce + sp + 64),
+                  f"sp tp{tp} rank {r} tp all-reduce {c}: loss, SP grads and the grad norm")
+
+
 def dp2_distopt(tmp):
     got = run(tmp, 2, 1, 1, ["--use-distributed-optimizer"])
     for r in range(2):
@@ -93,6 +134,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tp2_pp2(tmp)
         dp2_distopt(tmp)
+        sp_layout(tmp, 4, 2, 2)
+        sp_layout(tmp, 4, 4, 1)
         check(not run(tmp, 2, 2, 1, stats=False), "no comm-stats lines without MC_COMM_STATS")
     print(f"test_comm_stats: {passed} passed, {failed} failed")
     return 1 if failed else 0

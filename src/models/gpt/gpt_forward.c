@@ -38,6 +38,11 @@ static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_b
     if (bt->s < 1 || bt->s > c->seq_length)
         return mc_error(MC_ERR_SHAPE, "forward: sequence length %lld is outside [1, %lld] "
                         "(--seq-length)", (long long)bt->s, (long long)c->seq_length);
+    if (c->sequence_parallel && bt->s % c->tensor_model_parallel_size != 0)
+        return mc_error(MC_ERR_SHAPE, "forward: sequence length %lld is not divisible by "
+                        "--tensor-model-parallel-size %d (--sequence-parallel: the first "
+                        "dimension of the tensor should be divisible by tensor parallel size)",
+                        (long long)bt->s, c->tensor_model_parallel_size);
     int64_t n = bt->b * bt->s;
     mc_status st;
     if (d->first_stage &&
@@ -65,6 +70,7 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
 {
     const struct mc_gpt_config *c = &m->cfg;
     int64_t b = m->fwd_b, s = m->fwd_s;
+    int64_t T_sp = c->sequence_parallel ? b * s / m->tp.size : b * s;
     return (struct mc_tfm_ctx){
         .be = m->be,
         .tp = &m->tp,
@@ -74,6 +80,8 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
         .b = b,
         .s = s,
         .T = b * s,
+        .T_sp = T_sp,
+        .sp_first = c->sequence_parallel ? m->tp.rank * T_sp : 0,
         .attn_mask = m->fwd_mask,
         .rope_cos = m->rope_cos,
         .rope_sin = m->rope_sin,
@@ -85,25 +93,28 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m)
     };
 }
 
-/* LanguageModelEmbedding: word (+ learned position) embeddings, then embedding dropout. */
+/* LanguageModelEmbedding: word (+ learned position) embeddings, then embedding dropout. With
+ * sequence parallelism the word embeddings are reduce-scattered to this rank's rows (Megatron
+ * does that with RoPE; with learned positions it all-reduces and then splits: the same values,
+ * as each token's row comes from exactly one rank) and the rest runs on those rows. */
 static mc_status embed(struct mc_gpt_model *m, const struct mc_tfm_ctx *c, float *x0)
 {
     const struct mc_tfm_dims *d = &m->dims;
     mc_status st = mc_tp_embedding_forward(m->be, &m->tp, x0, m->word_w, m->ids_sf, c->T, d->h,
-                                           d->V_l);
+                                           d->V_l, m->scratch.h2);
     if (st != MC_OK)
         return st;
     if (m->pos_w) {
         float *pe = m->scratch.h1;
-        m->be->embedding_fwd(pe, m->pos_w, m->pos_sf, c->T, d->h, 0,
+        m->be->embedding_fwd(pe, m->pos_w, m->pos_sf + c->sp_first, c->T_sp, d->h, 0,
                              m->cfg.max_position_embeddings);
-        m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T, d->h);
+        m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T_sp, d->h);
     }
     if (c->hidden_dropout) {
-        mc_tfm_dropout_mask(c, m->emb_keep, MC_TFM_SITE_EMBEDDING, 0, c->T * d->h,
-                            m->cfg.hidden_dropout);
+        mc_tfm_dropout_mask(c, m->emb_keep, MC_TFM_SITE_EMBEDDING, c->sp_first * d->h,
+                            c->T_sp * d->h, m->cfg.hidden_dropout);
         m->be->bias_dropout_add(x0, x0, NULL, NULL, m->emb_keep,
-                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T, d->h);
+                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
     }
     return MC_OK;
 }
@@ -130,9 +141,9 @@ static mc_status head_forward(struct mc_gpt_model *m, const struct mc_tfm_ctx *c
     int64_t b = c->b, s = c->s, T = c->T;
     mc_status st;
     mc_tfm_norm_forward(c, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->lnf_w, m->lnf_b);
-    hook("decoder.final_layernorm.output", m->lnf, s, b, d->h);
+    hook("decoder.final_layernorm.output", m->lnf, c->T_sp / b, b, d->h);
     if ((st = mc_tp_linear_col_forward(m->be, &m->tp, m->logits, m->lnf, output_weight(m), NULL,
-                                       T, d->h, d->V_l)) != MC_OK)
+                                       T, d->h, d->V_l, m->scratch.h2)) != MC_OK)
         return st;
     hook("output_layer.output", m->logits, s, b, d->V_l);
     if (!batch->labels)
@@ -185,9 +196,9 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
         }
         if ((st = embed(m, &c, x0)) != MC_OK)
             return st;
-        hook("embedding.output", x0, s, b, d->h);
+        hook("embedding.output", x0, c.T_sp / b, b, d->h);
     } else {
-        memcpy(x0, batch->hidden_in, sizeof(float) * (size_t)(T * d->h));
+        memcpy(x0, batch->hidden_in, sizeof(float) * (size_t)(c.T_sp * d->h));
     }
     for (int64_t l = 0; l < d->L; l++) {
         float *out = l + 1 < d->L ? m->acts[l + 1].x_in : m->x_final;
@@ -197,7 +208,7 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
         if (mc_dump_hooks_active()) {
             char name[64];
             snprintf(name, sizeof name, "decoder.layers.%lld.output", (long long)gl);
-            hook(name, out, s, b, d->h);
+            hook(name, out, c.T_sp / b, b, d->h);
         }
     }
     if (d->last_stage && (st = head_forward(m, &c, batch, loss)) != MC_OK)
@@ -220,10 +231,17 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_tfm_ctx *
         return MC_OK;
     if (c->hidden_dropout)
         m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, m->emb_keep,
-                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T, d->h);
-    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, m->dx, m->ids_sf, c->T, d->h, d->V_l);
+                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
+    /* the backward of the sequence-parallel scatter: every rank needs every row's grad */
+    float *dx = m->dx;
+    if (m->cfg.sequence_parallel) {
+        dx = m->scratch.h1;
+        if ((st = mc_tp_all_gather_seq(&m->tp, dx, m->dx, c->T_sp * d->h)) != MC_OK)
+            return st;
+    }
+    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, dx, m->ids_sf, c->T, d->h, d->V_l);
     if (m->pos_g)
-        m->be->embedding_bwd(m->pos_g, m->dx, m->pos_sf, c->T, d->h, 0,
+        m->be->embedding_bwd(m->pos_g, dx, m->pos_sf, c->T, d->h, 0,
                              m->cfg.max_position_embeddings);
     return MC_OK;
 }
@@ -253,7 +271,7 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
     float *dlnf = m->scratch.h2;
     if ((st = mc_tp_linear_col_backward(m->be, &m->tp, dlnf, m->out_g ? m->out_g : m->word_g,
                                         NULL, m->logits, m->lnf, output_weight(m), T, d->h,
-                                        d->V_l)) != MC_OK)
+                                        d->V_l, m->scratch.h1)) != MC_OK)
         return st;
     mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, m->x_final, m->lnf_w, m->lnf_mean,
                          m->lnf_rstd);
@@ -272,6 +290,6 @@ mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
         return mc_error(MC_ERR_SHAPE, "backward: no output grad");
     m->fwd_valid = false;
     struct mc_tfm_ctx c = make_ctx(m);
-    memcpy(m->dx, dhidden_out, sizeof(float) * (size_t)(c.T * m->dims.h));
+    memcpy(m->dx, dhidden_out, sizeof(float) * (size_t)(c.T_sp * m->dims.h));
     return body_backward(m, &c);
 }

@@ -12,7 +12,8 @@
  * global across pipeline stages), 2 + 3l after linear_proj and 3 + 3l after linear_fc2.
  * Element indices: hidden sites index the sequence-first [s, b, h] tensor; attention sites
  * index the GLOBAL [b, num_attention_heads, s, s] probabilities (so masks do not depend on the
- * tensor-parallel size).
+ * tensor-parallel size); with sequence parallelism a rank draws the elements of its own rows
+ * of the global [s, b, h] tensor (so masks do not depend on it either).
  *
  * Initialization (spec §4): every weight is a slice of a full master matrix whose element k is
  * normal sample k of Philox stream (c2 = 0xffffffff, c3 = ordinal) with ordinals in Megatron's
@@ -206,6 +207,29 @@ static void walk_params(struct mc_gpt_model *m, bool assign)
 #undef ROW
 #undef BIAS
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The parameters Megatron flags `sequence_parallel` (the norms' weight and bias, the
+ * row-parallel biases: replicated, but each rank's grad covers only its sequence shard), and
+ * the size of the buffer that coalesces their grads. */
+static void mark_sequence_parallel(struct mc_gpt_model *m)
+{
+    static const char *const suffix[] = {"layernorm.weight", "layernorm.bias",
+                                         "linear_proj.bias", "linear_fc2.bias"};
+    m->sp_numel = 0;
+    for (int64_t i = 0; m->cfg.sequence_parallel && i < m->n_params; i++) {
+        struct mc_param_view *v = &m->params[i].view;
+        for (size_t k = 0; k < sizeof(suffix) / sizeof(suffix[0]); k++)
+            v->sequence_parallel = v->sequence_parallel || ends_with(v->name, suffix[k]);
+        if (v->sequence_parallel)
+            m->sp_numel += v->numel;
+    }
+}
+
 /* Master row of local row r of a dim-0 sharded weight (SwiGLU fc1: [gate_r; up_r] of the
  * logical [gate; up]). */
 static int64_t master_row(const struct mc_gpt_model *m, const struct mc_gpt_param *p, int64_t r)
@@ -262,22 +286,24 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
+    /* outside the tensor-parallel regions: this rank's sequence shard */
+    int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     const size_t F = sizeof(float), B = 1;
     bool drop_h = m->cfg.hidden_dropout > 0.0f, drop_a = m->cfg.attention_dropout > 0.0f;
     for (int64_t l = 0; l < d->L; l++) {
         struct mc_tfm_layer_acts *a = &m->acts[l];
-        a->x_in = carve(cv, T * d->h, F);
-        a->ln1_mean = carve(cv, T, F);
-        a->ln1_rstd = carve(cv, T, F);
+        a->x_in = carve(cv, Ts * d->h, F);
+        a->ln1_mean = carve(cv, Ts, F);
+        a->ln1_rstd = carve(cv, Ts, F);
         a->qkv = carve(cv, T * d->qkv_l, F);
         a->probs = carve(cv, P, F);
         a->ctx = carve(cv, T * d->ctx_l, F);
-        a->keep_attn_out = drop_h ? carve(cv, T * d->h, B) : NULL;
-        a->x_mid = carve(cv, T * d->h, F);
-        a->ln2_mean = carve(cv, T, F);
-        a->ln2_rstd = carve(cv, T, F);
+        a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
+        a->x_mid = carve(cv, Ts * d->h, F);
+        a->ln2_mean = carve(cv, Ts, F);
+        a->ln2_rstd = carve(cv, Ts, F);
         a->fc1 = carve(cv, T * d->fc1_l, F);
-        a->keep_mlp_out = drop_h ? carve(cv, T * d->h, B) : NULL;
+        a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
     }
     struct mc_tfm_scratch *s = &m->scratch;
     s->attn_a = carve(cv, P, F);
@@ -285,26 +311,26 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
     s->h1 = carve(cv, T * d->h, F);
     s->h2 = carve(cv, T * d->h, F);
-    s->norm_out = carve(cv, T * d->h, F);
-    s->norm_mean = carve(cv, T, F);
-    s->norm_rstd = carve(cv, T, F);
+    s->norm_out = carve(cv, Ts * d->h, F);
+    s->norm_mean = carve(cv, Ts, F);
+    s->norm_rstd = carve(cv, Ts, F);
     s->act = carve(cv, T * d->ffn_l, F);
     s->dqkv = carve(cv, T * d->qkv_l, F);
     s->dctx = carve(cv, T * d->ctx_l, F);
     s->dfc1 = carve(cv, T * d->fc1_l, F);
     s->dact = carve(cv, T * d->ffn_l, F);
-    m->emb_keep = drop_h ? carve(cv, T * d->h, B) : NULL;
-    m->x_final = carve(cv, T * d->h, F);
-    m->lnf = carve(cv, T * d->h, F);
-    m->lnf_mean = carve(cv, T, F);
-    m->lnf_rstd = carve(cv, T, F);
+    m->emb_keep = drop_h ? carve(cv, Ts * d->h, B) : NULL;
+    m->x_final = carve(cv, Ts * d->h, F);
+    m->lnf = carve(cv, Ts * d->h, F);
+    m->lnf_mean = carve(cv, Ts, F);
+    m->lnf_rstd = carve(cv, Ts, F);
     m->logits = d->last_stage ? carve(cv, T * d->V_l, F) : NULL; /* the largest buffer */
     m->xent_max = carve(cv, T, F);
     m->xent_sumexp = carve(cv, T, F);
     m->xent_target = carve(cv, T, F);
     m->loss_sf = carve(cv, T, F);
     m->dloss_sf = carve(cv, T, F);
-    m->dx = carve(cv, T * d->h, F);
+    m->dx = carve(cv, Ts * d->h, F);
     m->ids_sf = carve(cv, T, sizeof(int64_t));
     m->pos_sf = carve(cv, T, sizeof(int64_t));
     m->labels_sf = carve(cv, T, sizeof(int64_t));
@@ -334,7 +360,8 @@ mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
     derive_dims(&m->dims, &m->cfg);
     m->be = mc_backend();
     m->tp = (struct mc_tp_group){m->cfg.tensor_model_parallel_size,
-                                 m->cfg.tensor_model_parallel_rank, NULL};
+                                 m->cfg.tensor_model_parallel_rank, NULL,
+                                 m->cfg.sequence_parallel};
     m->layer_w = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_w));
     m->layer_g = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_g));
     m->acts = mc_calloc((size_t)m->dims.L, sizeof(*m->acts));
@@ -351,9 +378,13 @@ mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
     walk_params(m, true);
     for (int64_t i = 0; i < m->n_params; i++)
         init_param(m, &m->params[i]);
+    mark_sequence_parallel(m);
+    if (m->sp_numel > 0 && !(m->sp_grads = mc_alloc((size_t)m->sp_numel * sizeof(float))))
+        goto out_free;
 
     struct carver cv = {NULL, 0};
     carve_all(m, &cv);
+    m->act_bytes = cv.used;
     m->act_block = mc_alloc(cv.used);
     if (!m->act_block)
         goto out_free;
@@ -374,6 +405,7 @@ void mc_gpt_model_free(mc_gpt_model *m)
     if (!m)
         return;
     mc_free(m->act_block);
+    mc_free(m->sp_grads);
     mc_free(m->grad_block);
     mc_free(m->param_block);
     mc_free(m->params);
@@ -464,4 +496,32 @@ mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
     (void)mpi_comm;
     return mc_error(MC_ERR_UNSUPPORTED, "tensor parallelism needs an MPI build of megatron.c");
 #endif
+}
+
+size_t mc_gpt_activation_bytes(const mc_gpt_model *m) { return m->act_bytes; }
+
+mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m)
+{
+    if (m->sp_numel == 0)
+        return MC_OK;
+    int64_t off = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const struct mc_param_view *v = &m->params[i].view;
+        if (v->sequence_parallel) {
+            memcpy(m->sp_grads + off, v->grad, sizeof(float) * (size_t)v->numel);
+            off += v->numel;
+        }
+    }
+    mc_status st = mc_tp_all_reduce_sum(&m->tp, m->sp_grads, m->sp_numel);
+    if (st != MC_OK)
+        return st;
+    off = 0;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        const struct mc_param_view *v = &m->params[i].view;
+        if (v->sequence_parallel) {
+            memcpy(v->grad, m->sp_grads + off, sizeof(float) * (size_t)v->numel);
+            off += v->numel;
+        }
+    }
+    return MC_OK;
 }

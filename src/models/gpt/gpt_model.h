@@ -43,15 +43,19 @@ struct mc_gpt_model {
     float *word_w, *word_g, *pos_w, *pos_g, *lnf_w, *lnf_g, *lnf_b, *lnf_bg, *out_w, *out_g;
     struct mc_tfm_layer_weights *layer_w, *layer_g; /* [L] */
 
+    float *sp_grads;                 /* coalescing buffer of the sequence-parallel grads */
+    int64_t sp_numel;
     void *act_block;                 /* every buffer below lives in it */
+    size_t act_bytes;
     struct mc_tfm_layer_acts *acts;  /* [L] */
     struct mc_tfm_scratch scratch;
-    uint8_t *emb_keep;               /* [T, h] embedding dropout keep mask */
-    float *x_final;                  /* [T, h] last layer output */
+    /* T = micro_batch_size x seq_length tokens; Ts = T / tp with sequence parallelism, else T */
+    uint8_t *emb_keep;               /* [Ts, h] embedding dropout keep mask */
+    float *x_final;                  /* [Ts, h] last layer output */
     float *lnf, *lnf_mean, *lnf_rstd;
     float *logits;                   /* [T, V_l]; the grad in place after backward */
     float *xent_max, *xent_sumexp, *xent_target, *loss_sf, *dloss_sf; /* [T] */
-    float *dx;                       /* [T, h]; after backward on a non-first stage: the input grad */
+    float *dx;                       /* [Ts, h]; after backward on a non-first stage: the input grad */
     int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
     float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
 
