@@ -726,15 +726,14 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float 
     struct trainer *t = r->t;
     mc_gpt_model *m = t->chunks[chunk];
     mc_status st = r->in_model[chunk] == k ? MC_OK : pp_run_forward(r, chunk, k, input);
-    if (st)
+    /* backward reads micro-batch k's attention mask (and loss mask on the last stage), and
+     * another chunk may have read a later micro-batch since this chunk's forward */
+    if (st || (st = pp_get_batch(r, k)))
         return st;
     r->in_model[chunk] = -1; /* one backward per forward */
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
     if (pp_last(t, chunk)) {
-        /* the loss mask of micro-batch k (another chunk may have read a later one since) */
-        if ((st = pp_get_batch(r, k)))
-            return st;
         double num, den;
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);

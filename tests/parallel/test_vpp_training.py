@@ -10,7 +10,8 @@ bit-identical. Also matched: --num-layers-per-virtual-pipeline-stage, --sequence
 (tp2 x pp2 x vpp2: [s/tp, b, h] messages, layernorm grads summed per chunk), an 8-layer pp4 x vpp2 run
 with --no-overlap-p2p-communication (batched exchanges), a micro-batch group of 4, dropout
 (chunks recompute a micro-batch's forward before its backward, so the masks must repeat) and
---calculate-per-token-loss. Configurations Megatron refuses are refused with its message."""
+--calculate-per-token-loss, and a pp2 x vpp2 x dp2 run on a real indexed dataset with
+--eod-mask-loss, --reset-attention-mask and --reset-position-ids. Configurations Megatron refuses are refused with its message."""
 import os
 import subprocess
 import sys
@@ -33,6 +34,13 @@ NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
 VPP2 = ["--num-virtual-stages-per-pipeline-rank", "2"]
 MOCK = ["--mock-data", "--vocab-size", "4096", "--seq-length", "32",
         "--max-position-embeddings", "32"]
+SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+# a real indexed dataset with EOD-reset attention masks and position ids: each chunk's
+# backward needs its own micro-batch's mask while the chunks of a rank share one batch buffer
+REAL = ["--data-path", os.path.join(SRC, "tests", "golden", "data", "null_eod_uint16",
+                                    "text_document"),
+        "--split", "80,10,10", "--vocab-size", "500", "--eod-mask-loss", "--reset-attention-mask",
+        "--reset-position-ids", "--seq-length", "16", "--max-position-embeddings", "16"]
 
 
 def check(cond, what):
@@ -44,8 +52,8 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(model, tmp, np=1, tp=1, pp=1, extra=(), gbs=8):
-    args = [*model, *MOCK, "--micro-batch-size", "2",
+def run(model, tmp, np=1, tp=1, pp=1, extra=(), gbs=8, data=MOCK):
+    args = [*model, *data, "--micro-batch-size", "2",
             "--global-batch-size", str(gbs), "--train-iters", str(ITERS), "--lr", "1e-3",
             "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--weight-decay", "0.1",
             "--clip-grad", "0.5", "--log-params-norm", "--log-interval", "1",
@@ -125,6 +133,10 @@ def main():
         got = run(GPT2, tmp, 4, 2, 2, [*VPP2, "--sequence-parallel"])
         report.append("gpt2 tp2 sp pp2 vpp2: max rel diff "
                       f"{compare('gpt2 tp2 sp pp2 vpp2', ref, got):.1e}")
+        ref = run(GPT2, os.path.join(tmp, "real-ref"), data=REAL)
+        got = run(GPT2, os.path.join(tmp, "real"), 4, 1, 2, VPP2, data=REAL)
+        report.append("gpt2 pp2 vpp2 dp2 indexed dataset, reset masks: max rel diff "
+                      f"{compare('gpt2 pp2 vpp2 dp2 indexed dataset', ref, got):.1e}")
         deep = ["--num-layers", "8", *GPT2[2:]]
         ref = run(deep, tmp)
         got = run(deep, tmp, 4, 1, 4, [*VPP2, "--no-overlap-p2p-communication"])
