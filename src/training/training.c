@@ -166,6 +166,12 @@ static mc_status check_parallel_support(const struct mc_args *a)
                         "%d model chunks per pipeline rank",
                         (long long)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size),
                         MC_MAX_VP);
+    if (vpp && mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) == 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-virtual-stages-per-pipeline-rank / "
+                        "--num-layers-per-virtual-pipeline-stage giving 1 model chunk per "
+                        "pipeline rank: Megatron's interleaved schedule fails on it "
+                        "(UnboundLocalError in forward_backward_pipelining_with_interleaving); "
+                        "drop the option to train with the 1F1B schedule");
     if (vpp && (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load)))
         return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
                         "--num-virtual-stages-per-pipeline-rank with --save/--load: checkpoints "
