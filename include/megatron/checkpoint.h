@@ -1,10 +1,16 @@
 /* Checkpoints in Megatron's `--ckpt-format torch` (megatron/training/checkpointing.py,
- * save_checkpoint / load_checkpoint, Megatron-LM core_v0.12.1), for a single process:
+ * save_checkpoint / load_checkpoint, Megatron-LM core_v0.12.1), for any tensor x pipeline x data
+ * parallel layout:
  *   <dir>/latest_checkpointed_iteration.txt   the iteration, no newline (or "release")
- *   <dir>/iter_%07d/mp_rank_00/model_optim_rng.pt
+ *   <dir>/iter_%07d/mp_rank_TT/model_optim_rng.pt          pipeline parallel size 1
+ *   <dir>/iter_%07d/mp_rank_TT_PPP/model_optim_rng.pt      pipeline parallel size > 1
+ *   .../distrib_optim.pt                                   --use-distributed-optimizer
  * model_optim_rng.pt is a torch.save (torch 1.13 layout) of the dict Megatron writes: args
- * (argparse.Namespace), checkpoint_version 3.0, iteration, model (mcore names with
- * `_extra_state: None`), optimizer (the fp32 torch Adam/SGD state_dict), opt_param_scheduler,
+ * (argparse.Namespace), checkpoint_version 3.0, iteration, model (this stage's state dict with
+ * stage-local layer numbers, in the names of the run's model: mcore local or TE spec, or the
+ * legacy model's nested dicts; `_extra_state: None`), optimizer (the fp32 torch Adam/SGD
+ * state_dict; with the distributed optimizer only its param_groups, the moments going to
+ * distrib_optim.pt), opt_param_scheduler,
  * rerun_state_machine, num_floating_point_operations_so_far. No rng_state is written: our
  * dropout streams are a function of the seed and the iteration (Megatron loads ours with
  * --no-load-rng). Layout byte by byte: docs/formats/checkpoint.md. */
@@ -38,14 +44,21 @@ struct mc_ckpt_state {
     int64_t args_iteration;
     double args_flops;
     int do_train, do_valid, do_test;
-    /* Parallel layout (all zero = one process): this rank's tensor-parallel rank and size pick
-     * mp_rank_%02d; only `writer` ranks (data-parallel rank 0) write their file; `barrier` (if
-     * set) is called after the files are written, then the rank with `write_tracker` (global
-     * rank 0) writes the tracker file. */
-    int tp_rank, tp_size;
+    /* Parallel layout (all zero = one process): this rank's tensor- and pipeline-parallel rank
+     * and size pick mp_rank_%02d[_%03d]; only `writer` ranks (data-parallel rank 0) write their
+     * files; `barrier` (if set) is called after the files are written, then the rank with
+     * `write_tracker` (global rank 0) writes the tracker file. */
+    int tp_rank, tp_size, pp_rank, pp_size;
     bool writer, write_tracker;
     mc_status (*barrier)(void *ctx);
     void *barrier_ctx;
+    /* Loading: every rank's outcome is combined (*ok becomes false on every rank if any rank
+     * failed), so that a rank whose file is missing cannot leave the others waiting in training
+     * collectives. NULL for one process. Uses barrier_ctx. */
+    mc_status (*all_ok)(void *ctx, bool *ok);
+    /* --use-distributed-optimizer: the optimizer (then `opt` is NULL); its data-parallel group
+     * gathers the moments onto data-parallel rank 0 for distrib_optim.pt. */
+    struct mc_distopt *distopt;
 };
 
 /* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under args.save through a
@@ -62,9 +75,10 @@ MC_API mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log);
  * there is no tracker file (Megatron's warning is printed and training starts from scratch). */
 MC_API mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded);
 
-/* iter_%07d/mp_rank_%02d/model_optim_rng.pt under dir (or release/...); returns snprintf's count. */
+/* iter_%07d/mp_rank_%02d/model_optim_rng.pt under dir (mp_rank_%02d_%03d with pp_size > 1; or
+ * release/...); returns snprintf's count. */
 MC_API int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release,
-                        int tp_rank);
+                        int tp_rank, int pp_rank, int pp_size);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpointing/distrib_optim.h"
+#include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
 #include "core/pyformat.h"
 #include "optimizer/lr_scheduler.h"
@@ -23,17 +25,31 @@
 #define CKPT_VERSION 3.0
 #define TRACKER "latest_checkpointed_iteration.txt"
 
+/* get_checkpoint_name: mp_rank_TT, or mp_rank_TT_PPP with pipeline parallelism. */
 int mc_ckpt_name(char *buf, size_t n, const char *dir, int64_t iteration, bool release,
-                 int tp_rank)
+                 int tp_rank, int pp_rank, int pp_size)
 {
+    char it[32], rank[32];
     if (release)
-        return snprintf(buf, n, "%s/release/mp_rank_%02d/model_optim_rng.pt", dir, tp_rank);
-    return snprintf(buf, n, "%s/iter_%07lld/mp_rank_%02d/model_optim_rng.pt", dir,
-                    (long long)iteration, tp_rank);
+        snprintf(it, sizeof(it), "release");
+    else
+        snprintf(it, sizeof(it), "iter_%07lld", (long long)iteration);
+    if (pp_size > 1)
+        snprintf(rank, sizeof(rank), "mp_rank_%02d_%03d", tp_rank, pp_rank);
+    else
+        snprintf(rank, sizeof(rank), "mp_rank_%02d", tp_rank);
+    return snprintf(buf, n, "%s/%s/%s/model_optim_rng.pt", dir, it, rank);
 }
 
-static bool single(const struct mc_ckpt_state *s) { return s->tp_size <= 1 && !s->barrier; }
+static bool single(const struct mc_ckpt_state *s) { return !s->barrier; }
 static int tp_size(const struct mc_ckpt_state *s) { return s->tp_size > 1 ? s->tp_size : 1; }
+static int pp_size(const struct mc_ckpt_state *s) { return s->pp_size > 1 ? s->pp_size : 1; }
+
+static int ckpt_name(const struct mc_ckpt_state *s, char *buf, size_t n, const char *dir,
+                     int64_t iteration, bool release)
+{
+    return mc_ckpt_name(buf, n, dir, iteration, release, s->tp_rank, s->pp_rank, pp_size(s));
+}
 
 /* ---- the args Namespace ---------------------------------------------------------------------- */
 static struct mc_pk *val_to_pk(mc_pk_doc *d, const struct mc_val *v)
@@ -95,6 +111,19 @@ static struct mc_pk *args_namespace(mc_pk_doc *d, const struct mc_ckpt_state *s)
 }
 
 /* ---- model ----------------------------------------------------------------------------------- */
+/* The names this run's model has in Megatron: --use-legacy-models, else --transformer-impl. */
+static enum mc_sd_scheme save_scheme(const struct mc_args *a)
+{
+    if (mc_args_bool(a, MC_A_use_legacy_models))
+        return MC_SD_LEGACY;
+    return strcmp(mc_args_str(a, MC_A_transformer_impl), "local") ? MC_SD_TE : MC_SD_LOCAL;
+}
+
+static bool tied_embeddings(const mc_gpt_model *m)
+{
+    return !mc_gpt_model_config(m)->untie_embeddings_and_output_weights;
+}
+
 /* mcore linear layers (Megatron's TE-compatible modules) carry `_extra_state` (None here). */
 static bool has_extra_state(const char *module)
 {
@@ -114,55 +143,198 @@ static size_t module_len(const char *name)
     return dot ? (size_t)(dot - name) : 0;
 }
 
-static mc_status add_extra_state(mc_pk_doc *d, struct mc_pk *od, const char *name, size_t mlen)
-{
-    char key[512];
-    snprintf(key, sizeof(key), "%.*s._extra_state", (int)mlen, name);
-    return mc_pk_set(d, od, key, mc_pk_none(d));
-}
-
 static struct mc_pk *param_tensor(mc_pk_doc *d, const float *data, int ndim, const int64_t *shape,
                                   int64_t numel)
 {
     return mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, numel, data), 0, ndim, shape, NULL);
 }
 
-static struct mc_pk *model_dict(mc_pk_doc *d, const mc_gpt_model *m)
+/* One model state-dict entry, named in the target scheme; sorted into its state_dict order. */
+struct sd_entry {
+    char name[256];
+    struct mc_pk *val;
+    long order;
+    int64_t seq;
+};
+
+struct sd_list {
+    struct sd_entry *e;
+    int64_t n, cap;
+    enum mc_sd_scheme scheme;
+    bool tied;
+};
+
+/* Appends the local-spec entry `local` under its name in l->scheme (if that model has it). */
+static mc_status sd_add(struct sd_list *l, const char *local, struct mc_pk *val, bool mapped)
 {
-    struct mc_pk *od = mc_pk_new(d, MC_PK_ODICT);
+    if (!val)
+        return MC_ERR_NOMEM;
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 64;
+        struct sd_entry *e = mc_alloc((size_t)cap * sizeof(*e));
+        if (!e)
+            return MC_ERR_NOMEM;
+        if (l->n)
+            memcpy(e, l->e, (size_t)l->n * sizeof(*e));
+        mc_free(l->e);
+        l->e = e;
+        l->cap = cap;
+    }
+    struct sd_entry *x = &l->e[l->n];
+    bool absent = false;
+    mc_status st = mapped ? (snprintf(x->name, sizeof(x->name), "%s", local), MC_OK)
+                          : mc_sd_name_map(MC_SD_LOCAL, l->scheme, local, l->tied, x->name,
+                                           sizeof(x->name), &absent);
+    if (st || absent)
+        return st;
+    x->val = val;
+    x->order = mc_sd_name_order(l->scheme, x->name);
+    x->seq = l->n++;
+    return MC_OK;
+}
+
+static int sd_cmp(const void *a, const void *b)
+{
+    const struct sd_entry *x = a, *y = b;
+    if (x->order != y->order)
+        return x->order < y->order ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The model's entries in local order: parameters, `_extra_state` after each linear module, the
+ * output layer's state on the last stage even when tied (no weight there with pp == 1), and the
+ * scheme's own per-layer extras (TE core_attention). */
+static mc_status collect_model(mc_pk_doc *d, const mc_gpt_model *m, bool last_stage, struct sd_list *l)
+{
     int64_t n = mc_gpt_num_params(m);
+    long last_layer = -1;
     bool output_layer = false;
-    for (int64_t i = 0; od && i < n; i++) {
+    mc_status st = MC_OK;
+    for (int64_t i = 0; !st && i < n; i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
-        if (mc_pk_set(d, od, p.name, param_tensor(d, p.data, p.ndim, p.shape, p.numel)))
-            return NULL;
+        long layer;
+        if (sscanf(p.name, "decoder.layers.%ld.", &layer) == 1 && layer != last_layer) {
+            for (const char *const *x = mc_sd_layer_extras(l->scheme); !st && *x; x++) {
+                char key[256];
+                snprintf(key, sizeof(key), "decoder.layers.%ld.%s", layer, *x);
+                st = sd_add(l, key, mc_pk_none(d), true);
+            }
+            last_layer = layer;
+        }
+        st = st ? st : sd_add(l, p.name, param_tensor(d, p.data, p.ndim, p.shape, p.numel), false);
         size_t ml = module_len(p.name);
         output_layer |= !strncmp(p.name, "output_layer.", 13);
         const char *next = i + 1 < n ? mc_gpt_param(m, i + 1).name : "";
-        bool last_of_module = module_len(next) != ml || strncmp(next, p.name, ml);
-        char mod[512];
+        char mod[256];
         snprintf(mod, sizeof(mod), "%.*s", (int)ml, p.name);
-        if (last_of_module && has_extra_state(mod) && add_extra_state(d, od, p.name, ml))
-            return NULL;
+        if (!st && (module_len(next) != ml || strncmp(next, p.name, ml)) && has_extra_state(mod)) {
+            char key[300];
+            snprintf(key, sizeof(key), "%s._extra_state", mod);
+            st = sd_add(l, key, mc_pk_none(d), false);
+        }
     }
-    if (od && !output_layer && add_extra_state(d, od, "output_layer.weight", 12))
-        return NULL; /* tied embeddings: the output layer has no weight but keeps its state */
-    return od;
+    if (!st && !output_layer && last_stage) /* tied, pp == 1: the state without a weight */
+        st = sd_add(l, "output_layer._extra_state", mc_pk_none(d), false);
+    if (!st)
+        qsort(l->e, (size_t)l->n, sizeof(*l->e), sd_cmp);
+    return st;
+}
+
+/* The legacy model's nested dicts: leading components of a key are plain dicts except the
+ * innermost (a module's state_dict(), an OrderedDict); the rest of the key is flat. */
+static mc_status legacy_insert(mc_pk_doc *d, struct mc_pk *root, const char *key, struct mc_pk *val)
+{
+    int depth = mc_sd_legacy_depth(key);
+    struct mc_pk *at = root;
+    const char *p = key;
+    for (int k = 0; k < depth; k++) {
+        const char *dot = strchr(p, '.');
+        char part[128];
+        snprintf(part, sizeof(part), "%.*s", dot ? (int)(dot - p) : 0, p);
+        struct mc_pk *next = (struct mc_pk *)mc_pk_get(at, part);
+        if (!next) {
+            next = mc_pk_new(d, k + 1 == depth ? MC_PK_ODICT : MC_PK_DICT);
+            mc_status st = mc_pk_set(d, at, part, next);
+            if (st)
+                return st;
+        }
+        at = next;
+        p = dot + 1;
+    }
+    return mc_pk_set(d, at, p, val);
+}
+
+static struct mc_pk *model_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, const mc_gpt_model *m)
+{
+    struct sd_list l = {.scheme = save_scheme(s->args), .tied = tied_embeddings(m)};
+    const struct mc_gpt_config *c = mc_gpt_model_config(m);
+    bool last = c->pipeline_model_parallel_size <= 1 ||
+                c->pipeline_model_parallel_rank == c->pipeline_model_parallel_size - 1;
+    struct mc_pk *od = mc_pk_new(d, l.scheme == MC_SD_LEGACY ? MC_PK_DICT : MC_PK_ODICT);
+    mc_status st = od ? collect_model(d, m, last, &l) : MC_ERR_NOMEM;
+    for (int64_t i = 0; !st && i < l.n; i++)
+        st = l.scheme == MC_SD_LEGACY ? legacy_insert(d, od, l.e[i].name, l.e[i].val)
+                                      : mc_pk_set(d, od, l.e[i].name, l.e[i].val);
+    mc_free(l.e);
+    return st ? NULL : od;
 }
 
 /* ---- optimizer ------------------------------------------------------------------------------- */
 /* Megatron's _get_param_groups: one group per (wd_mult, lr_mult, ...) key in order of first
  * appearance; torch's state_dict numbers the parameters group by group. order[] gets the
  * parameter index of each state index; *first_group_decay says which group comes first. */
-static void group_order(const mc_gpt_model *m, int64_t *order, int64_t *n_first, bool *first_decay)
+struct ranked {
+    long order;
+    int64_t i;
+};
+
+static int ranked_cmp(const void *a, const void *b)
+{
+    const struct ranked *x = a, *y = b;
+    if (x->order != y->order)
+        return x->order < y->order ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* named_parameters() order of the model whose names the checkpoint uses (the legacy model
+ * registers query_key_value before dense, TE fuses the norms into the linears): optimizer state
+ * indices and the distributed optimizer's buffer follow it. */
+static mc_status param_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, int64_t *perm)
+{
+    int64_t n = mc_gpt_num_params(m);
+    struct ranked *r = mc_alloc((size_t)n * sizeof(*r));
+    if (!r)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i++) {
+        char name[512];
+        bool absent;
+        r[i].i = i;
+        r[i].order = mc_sd_name_map(MC_SD_LOCAL, scheme, mc_gpt_param(m, i).name, tied_embeddings(m),
+                                    name, sizeof(name), &absent) ? -1 : mc_sd_name_order(scheme, name);
+    }
+    qsort(r, (size_t)n, sizeof(*r), ranked_cmp);
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = r[i].i;
+    mc_free(r);
+    return MC_OK;
+}
+
+static void group_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, int64_t *order,
+                        int64_t *n_first, bool *first_decay)
 {
     int64_t n = mc_gpt_num_params(m), k = 0;
-    *first_decay = !mc_gpt_param(m, 0).no_weight_decay;
+    if (param_order(m, scheme, order)) { /* out of memory: the local order */
+        for (int64_t i = 0; i < n; i++)
+            order[i] = i;
+    }
+    int64_t *named = order + n; /* the caller's second half */
+    memcpy(named, order, (size_t)n * sizeof(int64_t));
+    *first_decay = !mc_gpt_param(m, named[0]).no_weight_decay;
     for (int pass = 0; pass < 2; pass++) {
         bool want_decay = pass == 0 ? *first_decay : !*first_decay;
-        for (int64_t i = 0; i < n; i++)
-            if (!mc_gpt_param(m, i).no_weight_decay == want_decay)
-                order[k++] = i;
+        for (int64_t j = 0; j < n; j++)
+            if (!mc_gpt_param(m, named[j]).no_weight_decay == want_decay)
+                order[k++] = named[j];
         if (pass == 0)
             *n_first = k;
     }
@@ -229,16 +401,48 @@ static struct mc_pk *param_state(mc_pk_doc *d, const struct mc_ckpt_state *s, in
     return st;
 }
 
-static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, float *step)
+/* DistributedOptimizer.state_dict() without Apex/TE: the inner torch optimizer's param_groups
+ * without 'params', each with the step count (a float); the moments go to distrib_optim.pt. */
+static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
 {
     int64_t n = mc_gpt_num_params(s->model), n_first;
     bool first_decay;
-    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *inner = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
+    struct mc_distopt_shard sh;
+    mc_distopt_shard(s->distopt, &sh);
+    if (!order || !o || !inner || !groups)
+        goto out;
+    group_order(s->model, save_scheme(s->args), order, &n_first, &first_decay);
+    for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
+        struct mc_pk *pg = g == 0 ? param_group(d, s, first_decay, 0, n_first)
+                                  : param_group(d, s, !first_decay, n_first, n);
+        if (!pg || mc_pk_append(d, groups, pg))
+            goto out;
+        pg->n -= 2; /* drops 'params' (the last pair) */
+        if (mc_pk_set(d, pg, "step", mc_pk_float(d, (double)sh.step)))
+            goto out;
+    }
+    if (!mc_pk_set(d, inner, "param_groups", groups) && !mc_pk_set(d, o, "optimizer", inner))
+        res = o;
+out:
+    mc_free(order);
+    return res;
+}
+
+static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, float *step)
+{
+    if (s->distopt)
+        return distopt_dict(d, s);
+    int64_t n = mc_gpt_num_params(s->model), n_first;
+    bool first_decay;
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
     if (!order || !o || !state || !groups)
         goto out;
-    group_order(s->model, order, &n_first, &first_decay);
+    group_order(s->model, save_scheme(s->args), order, &n_first, &first_decay);
     *step = (float)mc_opt_step_count(s->opt);
     /* torch keeps no state for a parameter before its first step */
     for (int64_t k = 0; k < n && mc_opt_step_count(s->opt) > 0; k++)
@@ -317,7 +521,7 @@ static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, flo
     if (!root || mc_pk_set(d, root, "args", args_namespace(d, s)) ||
         mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
         mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)) ||
-        mc_pk_set(d, root, "model", model_dict(d, s->model)))
+        mc_pk_set(d, root, "model", model_dict(d, s, s->model)))
         return NULL;
     if (!mc_args_bool(a, MC_A_no_save_optim) &&
         (mc_pk_set(d, root, "optimizer", optimizer_dict(d, s, step)) ||
@@ -375,14 +579,30 @@ static mc_status write_tracker(const char *dir, int64_t iteration)
     return MC_OK;
 }
 
-static mc_status write_file(const struct mc_ckpt_state *s, const char *dir)
+/* This rank's files: model_optim_rng.pt (writer only) and distrib_optim.pt (gathered over the
+ * data-parallel group by every rank, written by the writer). */
+static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, bool writer)
 {
     char path[4096];
-    if (mc_ckpt_name(path, sizeof(path), dir, s->iteration, false, s->tp_rank) >= (int)sizeof(path))
+    if (ckpt_name(s, path, sizeof(path), dir, s->iteration, false) >= (int)sizeof(path) - 32)
         return mc_error(MC_ERR_CONFIG, "--save: directory name too long: %s", dir);
     *strrchr(path, '/') = 0;
-    mc_status st = mkdirs(path);
+    mc_status st = writer ? mkdirs(path) : MC_OK;
+    bool optim = !mc_args_bool(s->args, MC_A_no_save_optim);
+    size_t len = strlen(path);
     if (st)
+        writer = false; /* still joins the gather below: the other ranks are waiting in it */
+    if (s->distopt && optim) {
+        mc_status mst = st;
+        strcat(path, "/distrib_optim.pt");
+        int64_t *perm = mc_alloc((size_t)mc_gpt_num_params(s->model) * sizeof(int64_t));
+        st = perm ? param_order(s->model, save_scheme(s->args), perm) : MC_ERR_NOMEM;
+        st = st ? st : mc_ckpt_distopt_save(s->distopt, s->model, perm, path, writer);
+        mc_free(perm);
+        path[len] = 0;
+        st = mst ? mst : st;
+    }
+    if (st || !writer)
         return st;
     strcat(path, "/model_optim_rng.pt");
     mc_pk_doc *d;
@@ -392,45 +612,41 @@ static mc_status write_file(const struct mc_ckpt_state *s, const char *dir)
     struct mc_pk *root = state_dict(d, s, &step);
     st = root ? mc_torch_save(d, root, path) : MC_ERR_NOMEM;
     mc_pk_doc_free(d);
-    if (st)
-        return st;
-    *strrchr(path, '/') = 0;
-    fsync_dir(path);
-    return MC_OK;
+    path[len] = 0;
+    if (!st)
+        fsync_dir(path);
+    return st;
 }
 
-/* Pipeline stages need mp_rank_%02d_%03d files with stage-local layer numbers: not yet. */
-static mc_status check_no_pipeline(const mc_gpt_model *m)
+/* Combines every rank's outcome; also the barrier before the tracker is written. */
+static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *what)
 {
-    if (mc_gpt_model_config(m)->pipeline_model_parallel_size > 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--save/--load with --pipeline-model-parallel-size %d: "
-                        "pipeline-parallel checkpoints (mp_rank_XX_YYY) are not implemented yet",
-                        mc_gpt_model_config(m)->pipeline_model_parallel_size);
+    bool ok = !st;
+    mc_status cst = s->all_ok ? s->all_ok(s->barrier_ctx, &ok)
+                              : s->barrier ? s->barrier(s->barrier_ctx) : MC_OK;
+    if (st || cst)
+        return st ? st : cst;
+    if (!ok)
+        return mc_error(MC_ERR_IO, "%s failed on another rank (its error message says why)", what);
     return MC_OK;
 }
 
 mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
 {
     const char *dir = mc_args_str(s->args, MC_A_save);
-    mc_status pst = check_no_pipeline(s->model);
-    if (pst)
-        return pst;
     bool one = single(s);
     if (log)
         fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
                 (long long)s->iteration, dir);
-    mc_status st = MC_OK;
-    if (one || s->writer)
-        st = write_file(s, dir);
-    /* every rank reaches the barrier, so a failed write cannot leave the others waiting */
-    mc_status bst = s->barrier ? s->barrier(s->barrier_ctx) : MC_OK;
-    if (st || (st = bst))
+    mc_status st = write_files(s, dir, one || s->writer);
+    /* every rank gets here, so a failed write cannot leave the others waiting */
+    if ((st = agree(s, st, "saving the checkpoint")))
         return st;
     if ((one || s->write_tracker) && (st = write_tracker(dir, s->iteration)))
         return st;
     if (log) {
-        fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p 1/1 ]\n",
-                (long long)s->iteration, dir, s->tp_rank + 1, tp_size(s));
+        fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p %d/%d ]\n",
+                (long long)s->iteration, dir, s->tp_rank + 1, tp_size(s), s->pp_rank + 1, pp_size(s));
         fflush(log);
     }
     return MC_OK;
@@ -441,6 +657,7 @@ struct loader {
     struct mc_ckpt_state *s;
     const char *path;
     FILE *log;
+    enum mc_sd_scheme scheme; /* the names the checkpoint's model uses */
 };
 
 static bool pk_number(const struct mc_pk *v, double *out)
@@ -491,29 +708,96 @@ static bool is_extra_state(const char *key)
     return n > e && !strcmp(key + n - e, "._extra_state");
 }
 
+/* The names a checkpoint's model uses: nested dicts under language_model are the legacy model's;
+ * norms fused into linear_qkv / linear_fc1 (or core_attention state) the TE spec's. */
+static enum mc_sd_scheme detect_scheme(const struct mc_pk *model)
+{
+    if (mc_pk_get(model, "language_model") || mc_pk_get(model, "word_embeddings_for_head"))
+        return MC_SD_LEGACY;
+    for (int64_t i = 0; i < model->n; i += 2) {
+        const char *k = model->items[i]->kind == MC_PK_STR ? model->items[i]->s : "";
+        if (strstr(k, ".layer_norm_weight") || strstr(k, ".layer_norm_bias") ||
+            strstr(k, ".core_attention._extra_state"))
+            return MC_SD_TE;
+    }
+    return MC_SD_LOCAL;
+}
+
+/* Flattens the (legacy: nested) model dict into dotted keys, each mapped to its local name;
+ * every parameter is copied in, and strictness is kept: an unknown key or a missing parameter
+ * is an error, as load_state_dict(strict=True) makes it. */
+struct flat_ctx {
+    const struct loader *l;
+    enum mc_sd_scheme scheme;
+    bool tied;
+    char *seen; /* [n_params] */
+};
+
+static mc_status load_entry(struct flat_ctx *c, const char *key, const struct mc_pk *v)
+{
+    char local[512];
+    bool absent;
+    mc_gpt_model *m = c->l->s->model;
+    mc_status st = mc_sd_name_map(c->scheme, MC_SD_LOCAL, key, c->tied, local, sizeof(local), &absent);
+    if (st)
+        return mc_error(st, "%s: unexpected key '%s' in the model state dict (%s names; strict "
+                        "loading: is it the same model?)", c->l->path, key, mc_sd_scheme_name(c->scheme));
+    if (absent || is_extra_state(local))
+        return MC_OK; /* TE fp8 metadata, _extra_state: nothing to restore */
+    int64_t i = mc_gpt_param_index(m, local);
+    if (i < 0)
+        return mc_error(MC_ERR_FORMAT, "%s: unexpected key '%s' in the model state dict (this "
+                        "model has no %s: another --num-layers, pipeline stage or "
+                        "--untie-embeddings-and-output-weights?)", c->l->path, key, local);
+    struct mc_param_view p = mc_gpt_param(m, i);
+    c->seen[i] = 1;
+    return copy_tensor(c->l, key, v, p.ndim, p.shape, p.data);
+}
+
+static mc_status walk_model(struct flat_ctx *c, const struct mc_pk *dict, const char *prefix, int depth)
+{
+    for (int64_t i = 0; i < dict->n; i += 2) {
+        const struct mc_pk *k = dict->items[i], *v = dict->items[i + 1];
+        if (k->kind != MC_PK_STR)
+            return mc_error(MC_ERR_FORMAT, "%s: a model state dict key is not a string", c->l->path);
+        char key[512];
+        snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", k->s);
+        mc_status st;
+        /* legacy nesting: descend while the dotted key is still a dict level */
+        if (c->scheme == MC_SD_LEGACY && mc_pk_is_map(v) && depth < 4)
+            st = walk_model(c, v, key, depth + 1);
+        else
+            st = load_entry(c, key, v);
+        if (st)
+            return st;
+    }
+    return MC_OK;
+}
+
 /* load_state_dict(strict=True): every parameter present, nothing unexpected. */
 static mc_status load_model(const struct loader *l, const struct mc_pk *model)
 {
     mc_gpt_model *m = l->s->model;
     if (!model || !mc_pk_is_map(model))
         return missing(l, "model", " (or it is not a dict)");
-    for (int64_t i = 0; i < model->n; i += 2) {
-        const char *key = model->items[i]->kind == MC_PK_STR ? model->items[i]->s : "?";
-        if (!is_extra_state(key) && mc_gpt_param_index(m, key) < 0)
-            return mc_error(MC_ERR_FORMAT, "%s: unexpected key '%s' in the model state dict "
-                            "(strict loading; is it the same model?)", l->path, key);
-    }
-    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
-        struct mc_param_view p = mc_gpt_param(m, i);
-        const struct mc_pk *t = mc_pk_get(model, p.name);
-        if (!t)
-            return mc_error(MC_ERR_FORMAT, "%s: missing key '%s' in the model state dict",
-                            l->path, p.name);
-        mc_status st = copy_tensor(l, p.name, t, p.ndim, p.shape, p.data);
-        if (st)
-            return st;
-    }
-    return MC_OK;
+    int64_t n = mc_gpt_num_params(m);
+    struct flat_ctx c = {.l = l, .scheme = detect_scheme(model), .tied = tied_embeddings(m),
+                         .seen = mc_calloc((size_t)n, 1)};
+    if (!c.seen)
+        return MC_ERR_NOMEM;
+    mc_status st = walk_model(&c, model, "", 0);
+    for (int64_t i = 0; !st && i < n; i++)
+        if (!c.seen[i]) {
+            char name[512];
+            bool absent;
+            const char *local = mc_gpt_param(m, i).name;
+            if (mc_sd_name_map(MC_SD_LOCAL, c.scheme, local, c.tied, name, sizeof(name), &absent))
+                snprintf(name, sizeof(name), "%s", local);
+            st = mc_error(MC_ERR_FORMAT, "%s: missing key '%s' in the model state dict (%s names)",
+                          l->path, name, mc_sd_scheme_name(c.scheme));
+        }
+    mc_free(c.seen);
+    return st;
 }
 
 static mc_status load_param_state(const struct loader *l, int64_t pi, const struct mc_pk *ps,
@@ -563,11 +847,57 @@ static mc_status check_groups(const struct loader *l, const struct mc_pk *groups
     return MC_OK;
 }
 
+/* DistributedOptimizer.load_state_dict + load_parameter_state: the step from param_groups,
+ * the moments (and params) from distrib_optim.pt beside model_optim_rng.pt. */
+static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
+{
+    int64_t n = mc_gpt_num_params(l->s->model), n_first, *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    bool first_decay;
+    if (!order)
+        return MC_ERR_NOMEM;
+    group_order(l->s->model, l->scheme, order, &n_first, &first_decay);
+    mc_free(order);
+    const struct mc_pk *inner = mc_pk_get(o, "optimizer");
+    const struct mc_pk *groups = mc_pk_is_map(inner) ? mc_pk_get(inner, "param_groups") : NULL;
+    if (mc_pk_get(o, "state"))
+        return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved without "
+                        "--use-distributed-optimizer; load it without that option, or add "
+                        "--no-load-optim", l->path);
+    if (!groups || groups->kind != MC_PK_LIST || groups->n != (n_first < n ? 2 : 1))
+        return mc_error(MC_ERR_FORMAT, "%s: optimizer.optimizer.param_groups: expected %d groups "
+                        "(weight decay on / off) as Megatron's distributed optimizer saves them",
+                        l->path, n_first < n ? 2 : 1);
+    double step;
+    if (!pk_number(mc_pk_get(groups->items[0], "step"), &step))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: the optimizer param_groups have no 'step' (a "
+                        "checkpoint of Apex/TE FusedAdam, which keeps it elsewhere)", l->path);
+    mc_distopt_set_step(l->s->distopt, (int64_t)step);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s", l->path);
+    *strrchr(path, '/') = 0;
+    strcat(path, "/distrib_optim.pt");
+    if (access(path, R_OK))
+        return mc_error(MC_ERR_IO, "%s: cannot read %s (the distributed optimizer's state that "
+                        "--use-distributed-optimizer saves beside it): %s; add --no-load-optim to "
+                        "start the optimizer afresh", l->path, path, strerror(errno));
+    int64_t *perm = mc_alloc((size_t)n * sizeof(int64_t));
+    mc_status st = perm ? param_order(l->s->model, l->scheme, perm) : MC_ERR_NOMEM;
+    st = st ? st : mc_ckpt_distopt_load(l->s->distopt, l->s->model, perm, path);
+    mc_free(perm);
+    return st;
+}
+
 static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
 {
     int64_t n = mc_gpt_num_params(l->s->model), n_first;
     bool first_decay;
+    if (l->s->distopt && mc_pk_is_map(o))
+        return load_distopt(l, o);
     const struct mc_pk *state = mc_pk_get(o, "state");
+    if (mc_pk_is_map(o) && !state && mc_pk_get(o, "optimizer") && !mc_pk_get(o, "fp32_from_fp16_params"))
+        return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with "
+                        "--use-distributed-optimizer (distrib_optim.pt); add that option to load "
+                        "it, or --no-load-optim", l->path);
     if (!mc_pk_is_map(o) || !mc_pk_is_map(state))
         return missing(l, "optimizer.state", "; specify --no-load-optim or --finetune to skip the "
                                              "optimizer");
@@ -575,10 +905,10 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
         return mc_error(MC_ERR_UNSUPPORTED, "%s: a mixed-precision (fp16/bf16) or distributed "
                         "optimizer checkpoint; this build loads the fp32 optimizer only (use "
                         "--no-load-optim)", l->path);
-    int64_t *order = mc_alloc((size_t)n * sizeof(int64_t));
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s->model, order, &n_first, &first_decay);
+    group_order(l->s->model, l->scheme, order, &n_first, &first_decay);
     mc_status st = check_groups(l, mc_pk_get(o, "param_groups"), n_first, n);
     double step = 0;
     if (!st && state->n && state->n != 2 * n)
@@ -701,6 +1031,31 @@ static mc_status load_sched(const struct loader *l, const struct mc_pk *sd)
     return st;
 }
 
+/* The saved args' tensor / pipeline parallel sizes (1 when absent). */
+static void saved_layout(const struct mc_pk *ck, int *tp, int *pp)
+{
+    double v;
+    *tp = pk_number(mc_pk_get(ck, "tensor_model_parallel_size"), &v) ? (int)v : 1;
+    *pp = pk_number(mc_pk_get(ck, "pipeline_model_parallel_size"), &v) ? (int)v : 1;
+}
+
+/* A checkpoint of another tensor / pipeline layout: Megatron's torch format cannot be loaded
+ * across layouts; the converter reshards it. */
+static mc_status layout_error(const struct mc_ckpt_state *s, const char *dir, const char *what,
+                              const struct mc_pk *ck)
+{
+    int tp, pp;
+    saved_layout(ck, &tp, &pp);
+    return mc_error(MC_ERR_CONFIG, "--load %s: %s was saved with --tensor-model-parallel-size %d "
+                    "--pipeline-model-parallel-size %d, this run uses --tensor-model-parallel-size %d "
+                    "--pipeline-model-parallel-size %d; a torch-format checkpoint loads only into "
+                    "its own layout. Reshard it first: convert_checkpoint --model-type GPT --loader "
+                    "core --saver core --load-dir %s --save-dir %s_tp%d_pp%d "
+                    "--target-tensor-parallel-size %d --target-pipeline-parallel-size %d",
+                    dir, what, tp, pp, tp_size(s), pp_size(s), dir, dir, tp_size(s), pp_size(s),
+                    tp_size(s), pp_size(s));
+}
+
 /* check_checkpoint_args: the model-shape arguments must agree. */
 static mc_status check_args(const struct loader *l, const struct mc_pk *ck)
 {
@@ -717,6 +1072,9 @@ static mc_status check_args(const struct loader *l, const struct mc_pk *ck)
             cv = 1; /* _compare's default=True */
         else if (!pk_number(v, &cv))
             return missing(l, name, " in the saved args");
+        if (cv != av && (ids[k] == MC_A_tensor_model_parallel_size ||
+                         ids[k] == MC_A_pipeline_model_parallel_size))
+            return layout_error(l->s, mc_args_str(a, MC_A_load), l->path, ck);
         if (cv != av)
             return mc_error(MC_ERR_CONFIG, "%s: %s value from checkpoint (%.17g) is not equal to the "
                             "input argument value (%.17g).", l->path, name, cv, av);
@@ -786,7 +1144,14 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     } else if (l->log) {
         fprintf(l->log, "could not find arguments in the checkpoint ...\n");
     }
-    if ((st = load_model(l, mc_pk_get(sd, "model"))))
+    const struct mc_pk *model = mc_pk_get(sd, "model");
+    if (!model && mc_pk_get(sd, "model0"))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: a virtual-pipeline checkpoint (model0, model1, ... "
+                        "one per chunk); interleaved pipelining is not supported by this build",
+                        l->path);
+    if (mc_pk_is_map(model))
+        l->scheme = detect_scheme(model);
+    if ((st = load_model(l, model)))
         return st;
     if (l->log)
         fprintf(l->log, " checkpoint version 3.0\n");
@@ -805,10 +1170,11 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     return MC_OK;
 }
 
-/* A checkpoint directory of another layout than one process in torch format: say which. */
-static mc_status explain_missing(const char *dir, const char *path)
+/* This rank's file is missing: a torch_dist checkpoint, another parallel layout (named from the
+ * args of a file that is there), or a missing shard of this layout. */
+static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir, const char *path)
 {
-    char iter_dir[4096], probe[4200];
+    char iter_dir[4096], probe[4400];
     snprintf(iter_dir, sizeof(iter_dir), "%s", path);
     *strrchr(iter_dir, '/') = 0;
     *strrchr(iter_dir, '/') = 0;
@@ -817,43 +1183,44 @@ static mc_status explain_missing(const char *dir, const char *path)
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist (distributed) checkpoint; "
                         "only --ckpt-format torch is supported (Megatron converts with "
                         "--ckpt-convert-format torch --ckpt-convert-save DIR)", dir, iter_dir);
-    snprintf(probe, sizeof(probe), "%s/mp_rank_00_000", iter_dir);
-    if (!access(probe, F_OK))
-        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s holds a pipeline- or expert-parallel "
-                        "checkpoint (mp_rank_00_000); this build reads checkpoints of pipeline "
-                        "parallel size 1 without expert parallelism", dir, iter_dir);
+    /* find_checkpoint_rank_0's probes: the first shard of either naming */
+    static const char *const first[] = {"mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(probe, sizeof(probe), "%s/%s/model_optim_rng.pt", iter_dir, first[k]);
+        if (access(probe, R_OK) || !strcmp(probe, path))
+            continue;
+        if (k == 2)
+            return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s holds an expert-parallel checkpoint "
+                            "(mp_rank_00_000_000); expert parallelism is not supported", dir, iter_dir);
+        mc_pk_doc *d;
+        struct mc_pk *sd;
+        mc_status st = mc_pk_doc_init(&d);
+        if (!st && !(st = mc_torch_load(d, probe, &sd))) {
+            int tp, pp;
+            const struct mc_pk *ck = mc_pk_is_map(sd) ? mc_pk_get(sd, "args") : NULL;
+            saved_layout(ck, &tp, &pp);
+            if (ck && (tp != tp_size(s) || pp != pp_size(s)))
+                st = layout_error(s, dir, iter_dir, ck);
+            else
+                st = mc_error(MC_ERR_IO, "--load %s: missing shard: %s does not exist; the checkpoint "
+                              "(--tensor-model-parallel-size %d --pipeline-model-parallel-size %d, "
+                              "as this run) has no file for tensor-parallel rank %d, pipeline rank %d",
+                              dir, path, tp, pp, s->tp_rank, s->pp_rank);
+        }
+        mc_pk_doc_free(d);
+        return st;
+    }
     return MC_OK;
 }
 
-mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
+/* This rank's part of load_checkpoint once the iteration is known. */
+static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *tracker,
+                           int64_t iteration, bool release)
 {
-    const char *dir = mc_args_str(s->args, MC_A_load);
-    char tracker[4096], path[4096];
-    *loaded = false;
-    mc_status pst = check_no_pipeline(s->model);
-    if (pst)
-        return pst;
-    s->iteration = 0;
-    snprintf(tracker, sizeof(tracker), "%s/%s", dir, TRACKER);
-    bool step_given = !mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step);
-    if (access(tracker, F_OK) && !step_given) {
-        if (mc_args_bool(s->args, MC_A_exit_on_missing_checkpoint))
-            return mc_error(MC_ERR_IO, "--exit-on-missing-checkpoint: no checkpoint to load: %s "
-                            "does not exist", tracker);
-        if (log)
-            fprintf(log, "WARNING: could not find the metadata file %s\n    will not load any "
-                    "checkpoints and will start from random\n", tracker);
-        return MC_OK;
-    }
-    int64_t iteration = 0;
-    bool release = false;
-    mc_status st = step_given ? MC_OK : read_tracker(tracker, &iteration, &release);
-    if (st)
-        return st;
-    if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
-        iteration = mc_args_int(s->args, MC_A_ckpt_step);
-    mc_ckpt_name(path, sizeof(path), dir, iteration, release, s->tp_rank);
-    if (access(path, R_OK) && (st = explain_missing(dir, path)))
+    char path[4096];
+    ckpt_name(s, path, sizeof(path), dir, iteration, release);
+    mc_status st;
+    if (access(path, R_OK) && (st = explain_missing(s, dir, path)))
         return st;
     if (access(path, R_OK))
         return mc_error(MC_ERR_IO, "--load %s: the checkpoint %s of iteration %lld (from %s%s) "
@@ -874,12 +1241,40 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     if (!(st = mc_torch_load(d, path, &sd)))
         st = load_state(&l, sd, release);
     mc_pk_doc_free(d);
-    if (st)
+    return st;
+}
+
+mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
+{
+    const char *dir = mc_args_str(s->args, MC_A_load);
+    char tracker[4096];
+    *loaded = false;
+    s->iteration = 0;
+    snprintf(tracker, sizeof(tracker), "%s/%s", dir, TRACKER);
+    bool step_given = !mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step);
+    if (access(tracker, F_OK) && !step_given) {
+        if (mc_args_bool(s->args, MC_A_exit_on_missing_checkpoint))
+            return mc_error(MC_ERR_IO, "--exit-on-missing-checkpoint: no checkpoint to load: %s "
+                            "does not exist", tracker);
+        if (log)
+            fprintf(log, "WARNING: could not find the metadata file %s\n    will not load any "
+                    "checkpoints and will start from random\n", tracker);
+        return MC_OK;
+    }
+    int64_t iteration = 0;
+    bool release = false;
+    mc_status st = step_given ? MC_OK : read_tracker(tracker, &iteration, &release);
+    if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
+        iteration = mc_args_int(s->args, MC_A_ckpt_step);
+    if (!st)
+        st = load_rank(s, log, dir, tracker, iteration, release);
+    /* every rank learns whether all loaded: none goes on to train while another has failed */
+    if ((st = agree(s, st, "loading the checkpoint")))
         return st;
     *loaded = true;
     if (log) {
-        fprintf(log, "  successfully loaded checkpoint from %s [ t %d/%d, p 1/1 ] at iteration %lld\n",
-                dir, s->tp_rank + 1, tp_size(s), (long long)s->iteration);
+        fprintf(log, "  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %lld\n",
+                dir, s->tp_rank + 1, tp_size(s), s->pp_rank + 1, pp_size(s), (long long)s->iteration);
         fflush(log);
     }
     return MC_OK;

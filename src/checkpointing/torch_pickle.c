@@ -620,6 +620,7 @@ static const char *const known_globals[] = {
     "megatron.core.rerun_state_machine RerunMode", "megatron.core.rerun_state_machine RerunState",
     "megatron.core.rerun_state_machine RerunDiagnostic",
     "__builtin__ getattr", "builtins getattr", /* Enum members by name (Python >= 3.11) */
+    "_io BytesIO", /* Transformer Engine's serialized _extra_state (fp8 metadata) */
     NULL};
 
 static mc_status global(struct in *r, const char *mod, const char *name)
@@ -770,6 +771,12 @@ static mc_status build(struct in *r)
         obj->items = state->items;
         obj->n = state->n;
         obj->cap = state->cap;
+    } else if (obj->kind == MC_PK_BYTES) {
+        /* io.BytesIO.__setstate__((value, position, __dict__)): the value is what is kept */
+        if (state->kind != MC_PK_TUPLE || state->n < 1 || state->items[0]->kind != MC_PK_BYTES)
+            return corrupt(r, "io.BytesIO state is not (bytes, position, dict)");
+        obj->s = state->items[0]->s;
+        obj->len = state->items[0]->len;
     } else if (obj->kind == MC_PK_ODICT) {
         /* state_dict()'s `_metadata` attribute (module versions): not needed, dropped */
     } else if (obj->kind == MC_PK_NPDTYPE) {
@@ -1002,8 +1009,10 @@ static mc_status step(struct in *r, uint8_t c, bool *stop)
     case 0x81: /* NEWOBJ */
         if ((st = pop(r, &v)) || (st = pop(r, &w)))
             return st;
+        if (is_global(w, "_io BytesIO")) /* its bytes arrive with BUILD */
+            return push(r, mc_pk_new(r->d, MC_PK_BYTES));
         if (!is_global(w, "argparse Namespace"))
-            return corrupt(r, "NEWOBJ of a class other than argparse.Namespace");
+            return corrupt(r, "NEWOBJ of a class other than argparse.Namespace or io.BytesIO");
         return push(r, mc_pk_new(r->d, MC_PK_NAMESPACE));
     case 'b': return build(r);
     case 'Q': return persistent(r);

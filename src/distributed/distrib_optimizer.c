@@ -29,6 +29,7 @@
 struct dchunk {
     struct mc_gpt_model *model;
     struct mc_pgb_map map;
+    struct mc_pgb_config pgb; /* how map was laid out */
     float *buffer;      /* [map.numel] Megatron-layout grads, then params */
     float *main_grad;   /* [shard_numel] this rank's reduce-scattered grads */
     float *state;       /* Adam: [exp_avg | exp_avg_sq], SGD: [momentum], each [shard_numel] */
@@ -150,6 +151,7 @@ mc_status mc_distopt_init_chunks(const struct mc_optimizer_config *cfg, mc_gpt_m
         struct mc_pgb_config pc = {o->dp, true, c == 0 ? bucket_size : 0,
                                    pad_buckets_for_high_nccl_busbw};
         o->ch[c].model = models[c];
+        o->ch[c].pgb = pc;
         if (!(st = mc_distopt_map_init(models[c], &pc, &o->ch[c].map)))
             st = alloc_shards(o, &o->ch[c]);
     }
@@ -190,6 +192,43 @@ const struct mc_pgb_map *mc_distopt_chunk_map(const mc_distopt *o, int chunk)
 {
     MC_ASSERT(chunk >= 0 && chunk < o->n_chunks);
     return &o->ch[chunk].map;
+}
+
+/* Checkpoints of interleaved models are refused (training.c), so these serve chunk 0, the
+ * only chunk of a checkpointed run. */
+void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out)
+{
+    const struct dchunk *c = &o->ch[0];
+    bool adam = o->cfg.optimizer == MC_OPT_ADAM;
+    MC_ASSERT(o->n_chunks == 1);
+    *out = (struct mc_distopt_shard){
+        .exp_avg = adam ? c->state : NULL,
+        .exp_avg_sq = adam ? c->state + c->shard_numel : NULL,
+        .momentum = adam ? NULL : c->state,
+        .shard_numel = c->shard_numel, .shard_off = c->shard_off,
+        .dp = o->dp, .dp_rank = o->dp_rank, .dp_comm = o->dp_comm, .step = o->step};
+}
+
+void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
+
+mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out)
+{
+    const struct dchunk *c = &o->ch[0];
+    const struct mc_gpt_model *m = c->model;
+    MC_ASSERT(o->n_chunks == 1);
+    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
+    bool *shared = mc_alloc((size_t)m->n_params * sizeof(bool));
+    mc_status st = MC_ERR_NOMEM;
+    if (numel && shared) {
+        for (int64_t j = 0; j < m->n_params; j++) {
+            numel[j] = m->params[perm[j]].view.numel;
+            shared[j] = is_shared_embedding(m, perm[j]);
+        }
+        st = mc_pgb_map_init(&c->pgb, m->n_params, numel, shared, out);
+    }
+    mc_free(numel);
+    mc_free(shared);
+    return st;
 }
 
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full)

@@ -46,4 +46,22 @@ const struct mc_pgb_map *mc_distopt_chunk_map(const mc_distopt *o, int chunk);
  * what the non-distributed optimizer holds for the same model chunks. */
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full);
 
+/* What checkpointing (distrib_optim.pt) needs: this rank's optimizer state over its shard of
+ * every bucket (Adam: exp_avg, exp_avg_sq; SGD: momentum; each [shard_numel], bucket b's shard
+ * at shard_off[b]), the data-parallel group, and the step count (settable on loading). */
+struct mc_distopt_shard {
+    float *exp_avg, *exp_avg_sq, *momentum;
+    int64_t shard_numel;
+    const int64_t *shard_off;
+    int dp, dp_rank;
+    void *dp_comm;
+    int64_t step;
+};
+void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
+void mc_distopt_set_step(mc_distopt *o, int64_t step);
+/* The buffer layout Megatron would build if the model registered its parameters in the order
+ * perm[0], perm[1], ... (the TE spec and the legacy model register them in another order than
+ * the local spec): out->param[j] is parameter perm[j]. Free with mc_pgb_map_free. */
+mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out);
+
 #endif /* MC_DISTRIB_OPTIMIZER_H */

@@ -185,11 +185,6 @@ static mc_status check_parallel_support(const struct mc_args *a)
         return mc_error(MC_ERR_UNSUPPORTED, "--expert-model-parallel-size %lld: expert "
                         "parallelism is not implemented by megatron.c",
                         (long long)mc_args_int(a, MC_A_expert_model_parallel_size));
-    if (mc_args_bool(a, MC_A_use_distributed_optimizer) &&
-        (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--use-distributed-optimizer with --save/--load: "
-                        "checkpoints of the sharded optimizer state are not implemented by "
-                        "megatron.c (drop --use-distributed-optimizer to checkpoint)");
     return MC_OK;
 }
 
@@ -355,15 +350,31 @@ static mc_status ckpt_barrier(void *ctx)
     return mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "checkpoint barrier");
 }
 
-/* One file per tensor-parallel rank, written by data-parallel rank 0; global rank 0 writes the
- * tracker after every file is on disk. */
+/* Every rank's outcome of a checkpoint step: ok on all ranks or on none. */
+static mc_status ckpt_all_ok(void *ctx, bool *ok)
+{
+    (void)ctx;
+    int64_t failed = !*ok;
+    mc_status st = mc_comm_all_reduce(world_comm, &failed, 1, MC_COMM_INT64, MC_COMM_MAX,
+                                      "checkpoint outcome");
+    *ok = !failed;
+    return st;
+}
+
+/* One file per (tensor, pipeline) rank, written by data-parallel rank 0 (distrib_optim.pt
+ * gathered over the data-parallel group first); global rank 0 writes the tracker after every
+ * file is on disk. */
 static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
 {
     s->tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     s->tp_size = mc_ps_size(&t->ps, MC_PS_TP);
+    s->pp_rank = mc_ps_rank(&t->ps, MC_PS_PP);
+    s->pp_size = mc_ps_size(&t->ps, MC_PS_PP);
     s->writer = t->dp_rank == 0;
     s->write_tracker = t->ps.rank == 0;
     s->barrier = t->ps.world > 1 ? ckpt_barrier : NULL;
+    s->all_ok = t->ps.world > 1 ? ckpt_all_ok : NULL;
+    s->distopt = t->dopt;
 }
 
 /* setup_model_and_optimizer's load_checkpoint: resumes the iteration, the consumed samples,

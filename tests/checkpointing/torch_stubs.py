@@ -49,6 +49,12 @@ def install():
         TRANSIENT_ERROR = 'transient_error'
         PERSISTENT_ERROR = 'persistent_error'
 
+    # named as Megatron's own classes, so that torch.save can write them back
+    for cls, where in ((ModelType, 'megatron.core.enums'), (AttnBackend, 'megatron.core.transformer.enums'),
+                       (RerunMode, 'megatron.core.rerun_state_machine'),
+                       (RerunState, 'megatron.core.rerun_state_machine'),
+                       (RerunDiagnostic, 'megatron.core.rerun_state_machine')):
+        cls.__module__, cls.__qualname__ = where, cls.__name__
     mod('megatron.core.enums').ModelType = ModelType
     mod('megatron.core.transformer.enums').AttnBackend = AttnBackend
     r = mod('megatron.core.rerun_state_machine')

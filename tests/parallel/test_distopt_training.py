@@ -5,8 +5,8 @@ single-process run's (within 1e-5 relative, from the [exact] lines of MC_TEST_LO
 the non-distributed optimizer's at the same dp; reruns are bit-identical; several
 --overlap-grad-reduce buckets (params cut across shard edges), --calculate-per-token-loss, SGD
 and the zero count (--log-num-zeros-in-grad) match too; the optimizer state each rank holds
-(printed at start-up) is about 1/dp of the non-distributed optimizer's; distopt with --save is
-refused by name."""
+(printed at start-up) is about 1/dp of the non-distributed optimizer's; distopt with --save
+writes distrib_optim.pt (tests/checkpointing/test_ckpt_parallel.py checks it against Megatron)."""
 import os
 import re
 import subprocess
@@ -150,10 +150,15 @@ def main():
               f"num zeros equal and non-zero: {zeros[1]} vs single process {zeros[0]}")
         report.append(f"gpt2 tp2 dp2 distopt sgd: max rel diff {worst:.1e}, num zeros "
                       f"{zeros[1][:1]} as single process")
-        p = run(GPT2, tmp, extra=DISTOPT + ["--save", os.path.join(tmp, "ckpt"),
+        p = run(GPT2, tmp, extra=DISTOPT + ["--save", os.path.join(tmp, "ckpt"), "--ckpt-format", "torch",
                                           "--save-interval", "5"])[0]
-        check(p.returncode != 0 and "--use-distributed-optimizer with --save/--load" in
-              p.stdout + p.stderr, f"distopt --save refused by name ({p.stderr[-400:]})")
+        check(p.returncode == 0 and os.path.exists(os.path.join(tmp, "ckpt", "iter_0000005", "mp_rank_00",
+                                                                "distrib_optim.pt")),
+              f"distopt --save writes distrib_optim.pt ({p.stderr[-400:]})")
+        p = run(GPT2, tmp, extra=DISTOPT + ["--optimizer", "sgd", "--save", os.path.join(tmp, "ckpt_sgd"),
+                                                       "--ckpt-format", "torch", "--save-interval", "5"])[0]
+        check(p.returncode != 0 and "--optimizer sgd with --use-distributed-optimizer" in p.stderr,
+              f"distopt SGD --save refused by name ({p.stderr[-400:]})")
     print("\n".join(report))
     print(f"test_distopt_training: {passed} passed, {failed} failed")
     return 1 if failed else 0

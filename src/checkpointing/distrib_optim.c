@@ -1,0 +1,228 @@
+/* distrib_optim.pt, mirrors DistributedOptimizer.get_parameter_state_dp_zero /
+ * save_parameter_state and load_parameter_state_from_dp_zero of
+ * megatron/core/optimizer/distrib_optimizer.py (core_v0.12.1), for fp32 training:
+ *   {'buckets_coalesced': True,
+ *    0: {(torch.float32, torch.float32): {'param': fp32[N], 'exp_avg': fp32[N], 'exp_avg_sq': fp32[N],
+ *                                          'numel_unpadded': N}}}
+ * one entry per grad buffer (one: fp32 params and grads), each tensor the concatenation over
+ * buckets of bucket[0:numel_unpadded] in grad-buffer coordinates (reverse parameter order,
+ * 64-element aligned starts with the gaps kept as zeros, the end-of-bucket padding dropped).
+ * Megatron gathers the shards on data-parallel rank 0 over gloo; here each rank contributes its
+ * shard to an all-reduce (sum over disjoint parts: exact) and rank 0 writes. */
+#include "checkpointing/distrib_optim.h"
+
+#include <string.h>
+
+#include "checkpointing/torch_pickle.h"
+#include "parallel_state/parallel_state.h"
+
+#define N_KEYS 3
+static const char *const keys[N_KEYS] = {"param", "exp_avg", "exp_avg_sq"};
+
+/* Where buffer element x of bucket b sits in the unpadded world tensors. */
+static int64_t *world_offsets(const struct mc_pgb_map *mp)
+{
+    int64_t *off = mc_alloc((size_t)(mp->n_buckets + 1) * sizeof(int64_t));
+    if (!off)
+        return NULL;
+    off[0] = 0;
+    for (int64_t b = 0; b < mp->n_buckets; b++)
+        off[b + 1] = off[b] + mp->bucket[b].numel_unpadded;
+    return off;
+}
+
+static mc_status check_adam(const struct mc_distopt_shard *sh, const char *path)
+{
+    if (!sh->exp_avg)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: --optimizer sgd with --use-distributed-optimizer: "
+                        "Megatron core_v0.12.1's distrib_optim.pt holds Adam moments only "
+                        "(param, exp_avg, exp_avg_sq); checkpoint SGD without the distributed "
+                        "optimizer", path);
+    return MC_OK;
+}
+
+/* This rank's shard of the moments into (or out of) the padded buffer coordinates of
+ * buf[2][numel]. */
+static void shard_copy(const struct mc_pgb_map *mp, const struct mc_distopt_shard *sh, float *buf, bool out)
+{
+    for (int64_t b = 0; b < mp->n_buckets; b++) {
+        int64_t per = (mp->bucket[b].end - mp->bucket[b].start) / sh->dp;
+        float *at = buf + mp->bucket[b].start + sh->dp_rank * per;
+        float *ea = sh->exp_avg + sh->shard_off[b], *es = sh->exp_avg_sq + sh->shard_off[b];
+        memcpy(out ? ea : at, out ? at : ea, (size_t)per * sizeof(float));
+        memcpy(out ? es : at + mp->numel, out ? at + mp->numel : es, (size_t)per * sizeof(float));
+    }
+}
+
+/* Where parameter j of the file's layout starts in the unpadded world tensors. */
+static int64_t world_at(const struct mc_pgb_map *fm, const int64_t *woff, int64_t j)
+{
+    const struct mc_pgb_range *r = &fm->param[j];
+    return woff[r->bucket] + (r->start - fm->bucket[r->bucket].start);
+}
+
+/* Between our buffer (buf[2][numel], params in the model) and the world tensors in the file's
+ * layout, parameter by parameter; gaps stay zero. */
+static void to_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm, const int64_t *woff,
+                     const int64_t *perm, const mc_gpt_model *m, const float *buf, float *world[N_KEYS])
+{
+    for (int64_t j = 0; j < fm->n_params; j++) {
+        struct mc_param_view p = mc_gpt_param(m, perm[j]);
+        int64_t w = world_at(fm, woff, j), at = mp->param[perm[j]].start;
+        memcpy(world[0] + w, p.data, (size_t)p.numel * sizeof(float));
+        memcpy(world[1] + w, buf + at, (size_t)p.numel * sizeof(float));
+        memcpy(world[2] + w, buf + mp->numel + at, (size_t)p.numel * sizeof(float));
+    }
+}
+
+static void from_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm, const int64_t *woff,
+                       const int64_t *perm, mc_gpt_model *m, float *buf, const float *world[N_KEYS])
+{
+    for (int64_t j = 0; j < fm->n_params; j++) {
+        struct mc_param_view p = mc_gpt_param(m, perm[j]);
+        int64_t w = world_at(fm, woff, j), at = mp->param[perm[j]].start;
+        memcpy(p.data, world[0] + w, (size_t)p.numel * sizeof(float));
+        memcpy(buf + at, world[1] + w, (size_t)p.numel * sizeof(float));
+        memcpy(buf + mp->numel + at, world[2] + w, (size_t)p.numel * sizeof(float));
+    }
+}
+
+static mc_status write_state(mc_pk_doc *d, float *world[N_KEYS], int64_t n, const char *path)
+{
+    struct mc_pk *root = mc_pk_new(d, MC_PK_DICT), *buf = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *dtypes = mc_pk_new(d, MC_PK_TUPLE), *state = mc_pk_new(d, MC_PK_DICT);
+    if (!root || !buf || !dtypes || !state)
+        return MC_ERR_NOMEM;
+    mc_status st = mc_pk_set(d, root, "buckets_coalesced", mc_pk_bool(d, true));
+    st = st ? st : mc_pk_append(d, root, mc_pk_int(d, 0));
+    st = st ? st : mc_pk_append(d, root, buf);
+    st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", "float32"));
+    st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", "float32"));
+    st = st ? st : mc_pk_append(d, buf, dtypes);
+    st = st ? st : mc_pk_append(d, buf, state);
+    for (int k = 0; !st && k < N_KEYS; k++)
+        st = mc_pk_set(d, state, keys[k], mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, n, world[k]),
+                                                       0, 1, &n, NULL));
+    st = st ? st : mc_pk_set(d, state, "numel_unpadded", mc_pk_int(d, n));
+    return st ? st : mc_torch_save(d, root, path);
+}
+
+mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const int64_t *perm,
+                               const char *path, bool writer)
+{
+    struct mc_distopt_shard sh;
+    mc_distopt_shard(o, &sh);
+    const struct mc_pgb_map *mp = mc_distopt_map(o);
+    struct mc_pgb_map fm = {0};
+    mc_status st = check_adam(&sh, path);
+    if (st || (st = mc_distopt_map_in_order(o, perm, &fm)))
+        return st;
+    float *buf = mc_calloc((size_t)(2 * mp->numel), sizeof(float)), *world[N_KEYS] = {NULL};
+    int64_t *woff = world_offsets(&fm), n = 0;
+    mc_pk_doc *d = NULL;
+    if (!buf || !woff) {
+        st = MC_ERR_NOMEM;
+        goto cleanup;
+    }
+    n = woff[fm.n_buckets];
+    shard_copy(mp, &sh, buf, false);
+    if (sh.dp > 1 && (st = mc_comm_all_reduce(sh.dp_comm, buf, 2 * mp->numel, MC_COMM_FLOAT,
+                                              MC_COMM_SUM, "distrib_optim.pt gather")))
+        goto cleanup;
+    if (!writer)
+        goto cleanup;
+    for (int k = 0; k < N_KEYS; k++)
+        if (!(world[k] = mc_calloc((size_t)(n ? n : 1), sizeof(float)))) {
+            st = MC_ERR_NOMEM;
+            goto cleanup;
+        }
+    to_world(mp, &fm, woff, perm, m, buf, world);
+    if (!(st = mc_pk_doc_init(&d)))
+        st = write_state(d, world, n, path);
+cleanup:
+    mc_pk_doc_free(d);
+    for (int k = 0; k < N_KEYS; k++)
+        mc_free(world[k]);
+    mc_free(woff);
+    mc_free(buf);
+    mc_pgb_map_free(&fm);
+    return st;
+}
+
+/* ---- loading ------------------------------------------------------------------------------- */
+/* The buffer's state dict {param, exp_avg, exp_avg_sq, numel_unpadded}, checked against ours. */
+static mc_status find_state(const struct mc_pk *root, const char *path, int64_t n, const struct mc_pk **out)
+{
+    const struct mc_pk *buf = NULL;
+    for (int64_t i = 0; mc_pk_is_map(root) && i + 1 < root->n; i += 2) {
+        const struct mc_pk *k = root->items[i];
+        if (k->kind == MC_PK_INT && k->i != 0)
+            return mc_error(MC_ERR_UNSUPPORTED, "%s: grad buffer %lld: more than one buffer "
+                            "(mixed dtypes or virtual pipeline chunks) is not supported", path, (long long)k->i);
+        if (k->kind == MC_PK_INT)
+            buf = root->items[i + 1];
+    }
+    if (!buf || !mc_pk_is_map(buf) || buf->n != 2 || !mc_pk_is_map(buf->items[1]))
+        return mc_error(MC_ERR_FORMAT, "%s: expected {'buckets_coalesced': True, 0: {(dtype, "
+                        "dtype): {...}}} as Megatron's save_parameter_state writes it", path);
+    const struct mc_pk *dt = buf->items[0];
+    if (dt->kind != MC_PK_TUPLE || dt->n != 2 || dt->items[0]->kind != MC_PK_GLOBAL ||
+        strcmp(dt->items[0]->s, "torch float32") || dt->items[1]->kind != MC_PK_GLOBAL ||
+        strcmp(dt->items[1]->s, "torch float32"))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: the grad buffer is not (torch.float32, "
+                        "torch.float32); this build trains and loads fp32 only", path);
+    const struct mc_pk *state = buf->items[1], *nu = mc_pk_get(state, "numel_unpadded");
+    const struct mc_pk *bc = mc_pk_get(root, "buckets_coalesced");
+    if (!bc || bc->kind != MC_PK_BOOL || !bc->b)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: per-bucket (not coalesced) distrib_optim.pt of "
+                        "Megatron before core 0.7 is not supported", path);
+    if (!nu || nu->kind != MC_PK_INT || nu->i != n)
+        return mc_error(MC_ERR_SHAPE, "%s: numel_unpadded %lld, this model's grad buffer holds "
+                        "%lld (another model, layout or --ddp-bucket-size?)", path,
+                        (long long)(nu && nu->kind == MC_PK_INT ? nu->i : -1), (long long)n);
+    for (int k = 0; k < N_KEYS; k++) {
+        const struct mc_pk *t = mc_pk_get(state, keys[k]);
+        if (!t || t->kind != MC_PK_TENSOR || t->dtype != MC_PKT_FLOAT || t->ndim != 1 ||
+            t->shape[0] != n || !mc_pk_tensor_contiguous(t))
+            return mc_error(MC_ERR_FORMAT, "%s: '%s' is not a contiguous float32 tensor of %lld "
+                            "elements", path, keys[k], (long long)n);
+    }
+    *out = state;
+    return MC_OK;
+}
+
+static const float *tensor_data(const struct mc_pk *t)
+{
+    return (const float *)t->storage->data + t->offset;
+}
+
+mc_status mc_ckpt_distopt_load(mc_distopt *o, mc_gpt_model *m, const int64_t *perm, const char *path)
+{
+    struct mc_distopt_shard sh;
+    mc_distopt_shard(o, &sh);
+    const struct mc_pgb_map *mp = mc_distopt_map(o);
+    struct mc_pgb_map fm = {0};
+    mc_status st = check_adam(&sh, path);
+    if (st || (st = mc_distopt_map_in_order(o, perm, &fm)))
+        return st;
+    int64_t *woff = world_offsets(&fm);
+    float *buf = mc_calloc((size_t)(2 * mp->numel), sizeof(float));
+    mc_pk_doc *d = NULL;
+    struct mc_pk *root;
+    const struct mc_pk *state = NULL;
+    if (!woff || !buf)
+        st = MC_ERR_NOMEM;
+    if (!st && !(st = mc_pk_doc_init(&d)) && !(st = mc_torch_load(d, path, &root)) &&
+        !(st = find_state(root, path, woff[fm.n_buckets], &state))) {
+        const float *w[N_KEYS];
+        for (int k = 0; k < N_KEYS; k++)
+            w[k] = tensor_data(mc_pk_get(state, keys[k]));
+        from_world(mp, &fm, woff, perm, m, buf, w);
+        shard_copy(mp, &sh, buf, true);
+    }
+    mc_pk_doc_free(d);
+    mc_free(buf);
+    mc_free(woff);
+    mc_pgb_map_free(&fm);
+    return st;
+}

@@ -1,0 +1,124 @@
+"""The Megatron-LM core_v0.12.1 runs behind tests/golden/checkpointing/<case>/ and the live
+end-to-end checks of test_ckpt_parallel.py: each case is a tiny GPT trained by Megatron itself
+(/work/shared/megatron-cpu/run_pretrain.py: real pretrain_gpt.py, real GPTDataset on a small
+preprocessed corpus, CPU + gloo, one process per rank) with the same arguments megatron.c takes.
+
+run_megatron(case, ...) launches the ranks; ours(case, ...) is megatron.c's command line for the
+same run. Used by make_megatron_goldens.py (writes the goldens) and the tests."""
+import os
+import re
+import shutil
+import subprocess
+
+SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("MC_BUILD_DIR", os.path.join(SRC, "build"))
+EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+RUN_PRETRAIN = "/work/shared/megatron-cpu/run_pretrain.py"
+GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing")
+DATA = os.path.join(SRC, "tests", "golden", "data")
+CORPUS_A = os.path.join(DATA, "null_eod_uint16", "text_document")
+CORPUS_B = os.path.join(GOLDEN, "corpus_b", "text_document")  # null_int32 tokens mod 509, uint16
+
+GPT2 = ("--num-layers", "4", "--hidden-size", "16", "--num-attention-heads", "4")
+LLAMA = ("--num-layers", "4", "--hidden-size", "16", "--num-attention-heads", "4",
+         "--group-query-attention", "--num-query-groups", "2", "--ffn-hidden-size", "40",
+         "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+         "--disable-bias-linear", "--untie-embeddings-and-output-weights")
+
+# case -> (world size, model/parallel arguments, data arguments)
+CASES = {
+    "gpt_pp2": (2, GPT2 + ("--pipeline-model-parallel-size", "2"), ("--data-path", CORPUS_A)),
+    "llama_tp2_blend": (2, LLAMA + ("--tensor-model-parallel-size", "2"),
+                        ("--data-path", "0.3", CORPUS_A, "0.7", CORPUS_B)),
+    "gpt_dp2_distopt": (2, GPT2 + ("--use-distributed-optimizer",), ("--data-path", CORPUS_A)),
+    "llama_tp2pp2": (4, LLAMA + ("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"),
+                     ("--data-path", CORPUS_A)),
+    "gpt_dp2pp2_distopt": (4, GPT2 + ("--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"),
+                           ("--data-path", CORPUS_B)),
+    "gpt_tp2dp2_distopt": (4, GPT2 + ("--tensor-model-parallel-size", "2", "--use-distributed-optimizer"),
+                           ("--data-path", CORPUS_A)),
+    "gpt_legacy_pp2": (2, GPT2 + ("--pipeline-model-parallel-size", "2", "--use-legacy-models"),
+                       ("--data-path", CORPUS_A)),
+}
+
+ITERS, SAVE_AT = 6, 3
+
+
+def common(tmp, iters=ITERS):
+    return ("--seq-length", "16", "--max-position-embeddings", "16", "--micro-batch-size", "2",
+            "--global-batch-size", "8", "--train-iters", str(iters), "--lr", "1e-2",
+            "--lr-decay-style", "cosine", "--lr-warmup-iters", "1", "--lr-decay-iters", "8", "--log-interval", "1",
+            "--eval-interval", "100", "--eval-iters", "0", "--split", "100,0,0",
+            "--tokenizer-type", "NullTokenizer", "--vocab-size", "512",
+            "--make-vocab-size-divisible-by", "64", "--data-cache-path", os.path.join(tmp, "cache"),
+            "--attention-dropout", "0", "--hidden-dropout", "0", "--use-cpu-initialization",
+            "--ckpt-format", "torch", "--seed", "1234")
+
+
+MEGATRON_ONLY = ("--distributed-backend", "gloo", "--transformer-impl", "local",
+                 "--no-gradient-accumulation-fusion", "--no-persist-layer-norm", "--no-rope-fusion")
+
+
+def case_args(case, tmp, extra=(), iters=ITERS):
+    world, model, data = CASES[case]
+    return list(model + data + common(tmp, iters) + tuple(extra))
+
+
+def megatron_root():
+    root = os.environ.get("MC_MEGATRON_ROOT")
+    return root if root and os.path.exists(RUN_PRETRAIN) else None
+
+
+def run_megatron(case, tmp, extra=(), port=29600, iters=ITERS, variant=None, timeout=900):
+    """All ranks of Megatron for `case`; returns (return codes, stdout of all ranks joined)."""
+    world = CASES[case][0]
+    argv = case_args(case, tmp, tuple(extra) + MEGATRON_ONLY, iters)
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MEGATRON_ROOT=megatron_root(),
+                   OMP_NUM_THREADS="1", CUDA_DEVICE_MAX_CONNECTIONS="1")
+        if variant:
+            env["E2E_VARIANT"] = variant
+        procs.append(subprocess.Popen(["/usr/bin/python3", RUN_PRETRAIN, os.path.join(tmp, f"rec{r}.json"),
+                                       *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env=env))
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    return [p.returncode for p in procs], "\n".join(outs)
+
+
+def mpirun(n):
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "OMP_NUM_THREADS=1"]
+
+
+def run_ours(case, tmp, extra=(), iters=ITERS, timeout=600):
+    world = CASES[case][0]
+    cmd = ([] if world == 1 else mpirun(world)) + [EXE] + case_args(case, tmp, extra, iters)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return r
+
+
+TRAIN = re.compile(r"^ \[[^]]*\] iteration +(\d+)/ +\d+ \| consumed samples: +(\d+) \| "
+                   r"elapsed time per iteration \(ms\): [\d.]+ \| (.*)$")
+
+
+def train_lines(out):
+    """iteration -> (consumed samples, the rest of the line after the elapsed time)"""
+    return {int(m.group(1)): (m.group(2), m.group(3)) for m in map(TRAIN.match, out.splitlines()) if m}
+
+
+NUM = re.compile(r"(learning rate|lm loss|grad norm): ([\d.E+-]+)")
+
+
+def numbers(rest):
+    return {k: float(v) for k, v in NUM.findall(rest)}
+
+
+def copy_checkpoint(src, dst, iteration):
+    """The iteration's directory and a tracker naming it."""
+    os.makedirs(dst, exist_ok=True)
+    it = f"iter_{iteration:07d}"
+    shutil.copytree(os.path.join(src, it), os.path.join(dst, it))
+    with open(os.path.join(dst, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(iteration))
