@@ -156,8 +156,7 @@ static mc_status log_timers(struct trainer *t, const char *const *names, int n, 
 }
 
 /* The parallelism this build trains with: tensor, data and pipeline parallelism (interleaved
- * too). The others are refused
- * by name before any work is done. */
+ * too). The others are refused by name before any work is done. */
 static mc_status check_parallel_support(const struct mc_args *a)
 {
     bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
