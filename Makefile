@@ -3,7 +3,8 @@
 #   make test       build, then run every CTest test (unit, kernel, parity, golden, mpi)
 #   make asan       ASan+UBSan build of the C tests in build-asan/, then run them
 #   make setup      install the Debian packages the build and tests need (scripts/setup.sh)
-#   make check      setup, then test, then asan: the README's test command and CI
+#   make check      setup (+ the HF venv for the converter tests), then test, then asan:
+#                   the README's test command and CI
 #   make demo       setup, build, then the main job (scripts/demo.sh)
 JOBS ?= $(shell nproc)
 BUILD ?= build
@@ -29,6 +30,8 @@ asan:
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) -L mpi
 
 check: setup
+	bash scripts/setup_hf_venv.sh $(BUILD) \
+	  || echo "setup: warning: no $(BUILD)/hf-venv; tests/convert/test_convert_hf.py will fail"
 	$(MAKE) test
 	$(MAKE) asan
 

@@ -6,10 +6,12 @@
  *
  * Exit statuses follow Megatron: 2 for command-line errors, 1 for failed checks, 0 otherwise.
  *
- * Under mpirun (WORLD_SIZE / OMPI_COMM_WORLD_SIZE > 1) MPI is initialised after the arguments
- * are validated; a rank that fails prints its error and brings every rank down with MPI_Abort
- * (exit status 1), so a failure never leaves the other ranks waiting in a collective. A single
- * process never touches MPI. */
+ * Under a launcher that starts several processes (mpirun, srun, mpiexec: its world-size
+ * variable > 1, see parallel_state/launcher.c) MPI is initialised right after parsing, and
+ * the rank and world size are MPI's (the launcher's variables are cross-checked); a rank that
+ * fails prints its error and brings every rank down with MPI_Abort (exit status 1, or 2 for a
+ * command-line error), so a failure never leaves the other ranks waiting in a collective. A
+ * single process, and --dry-run, never touch MPI. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,22 @@ static void print_failure(const struct mc_args *a, const char *prog)
     }
 }
 
+/* MPI when the launcher started several processes (mpi[] gets MPI's rank, world size and
+ * local rank, the launcher's variables cross-checked against them). */
+static mc_status start_mpi(struct mc_args *a, int *argc, char ***argv, void **world,
+                           int mpi[MC_LAUNCH_NUM_VARS])
+{
+    mc_status st = mc_comm_init(argc, argv, mc_args_int(a, MC_A_world_size), world);
+    return st ? st : mc_comm_launch_info(*world, mpi);
+}
+
+/* The rank and world size are MPI's, whatever the environment said. */
+static void adopt_mpi(struct mc_args *a, const int mpi[MC_LAUNCH_NUM_VARS])
+{
+    mc_args_set_int(a, MC_A_rank, mpi[MC_LAUNCH_RANK]);
+    mc_args_set_int(a, MC_A_world_size, mpi[MC_LAUNCH_WORLD_SIZE]);
+}
+
 int main(int argc, char **argv)
 {
     double t0 = mc_time_now(); /* Megatron's _TRAIN_START_TIME */
@@ -50,7 +68,8 @@ int main(int argc, char **argv)
     prog_name(prog, sizeof(prog), argv[0]);
     static const char *const defaults[] = {"tokenizer_type", "GPT2BPETokenizer", NULL};
     struct mc_args *a = NULL;
-    int rc = 1;
+    void *world = NULL;
+    int rc = 1, mpi[MC_LAUNCH_NUM_VARS];
     if (mc_args_init(&a) != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
         return 1;
@@ -65,12 +84,21 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     }
+    if (!mc_args_bool(a, MC_A_dry_run) && start_mpi(a, &argc, &argv, &world, mpi) != MC_OK) {
+        fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+        rc = 1;
+        goto out;
+    }
+    if (world)
+        adopt_mpi(a, mpi);
     if (mc_yaml_cfg_apply(&a, stdout) != MC_OK) { /* --yaml-cfg replaces the namespace */
         fflush(stdout);
         print_failure(a, prog);
         rc = a->exit_code ? a->exit_code : 1;
         goto out;
     }
+    if (world)
+        adopt_mpi(a, mpi);
     bool rank0 = mc_args_int(a, MC_A_rank) == 0;
     if (rank0 && a->notes[0])
         fputs(a->notes, stdout);
@@ -93,12 +121,6 @@ int main(int argc, char **argv)
             print_failure(a, prog);
         goto out;
     }
-    void *world = NULL;
-    if (mc_comm_init(&argc, &argv, mc_args_int(a, MC_A_world_size), &world) != MC_OK) {
-        fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
-        rc = 1;
-        goto out;
-    }
     if (world) { /* whole lines, so the ranks' output does not interleave mid-line */
         setvbuf(stdout, NULL, _IOLBF, 0);
         mc_log_set_rank((int)mc_args_int(a, MC_A_rank));
@@ -112,14 +134,16 @@ int main(int argc, char **argv)
                     (long long)mc_args_int(a, MC_A_rank), mc_last_error());
         else
             fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
-        fflush(stderr);
-        mc_comm_abort(1);
         rc = 1;
         goto out;
     }
     rc = 0;
 out:
     fflush(stdout);
+    if (rc) { /* the other ranks may be waiting for this one: bring them down too */
+        fflush(stderr);
+        mc_comm_abort(rc);
+    }
     mc_comm_finalize();
     mc_args_free(a);
     return rc;

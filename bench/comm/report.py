@@ -67,15 +67,20 @@ def main():
     steps = [float(x) for x in STEP.findall(text)]
     vp = VPAD.search(text)
     vpad = int(vp.group(1)) if vp else a.vocab
-    if not stats or not steps:
+    world = a.tp * a.pp * a.dp
+    if not steps or (not stats and world > 1):
         sys.exit(f"report.py: {a.log} has no comm-stats or iteration lines")
     warm = steps[1:] if len(steps) > 1 else steps
+    if world == 1:  # the single-process baseline: no communication
+        print(f"== {a.layout} (one process, no MPI): step time median "
+              f"{statistics.median(warm):.0f} ms over iterations 2..{len(steps)}")
+        return 0
     print(f"== {a.layout} (tp={a.tp} pp={a.pp} dp={a.dp}{' distopt' if a.distopt else ''}{' sp' if a.sp else ''}, "
           f"{a.tp * a.pp * a.dp} ranks on 2 cores): step time median {statistics.median(warm):.0f}"
           f" ms over iterations 2..{len(steps)}")
     print(f"   {'rank':>4} {'group':<10} {'ops':<34} {'calls/step':>10} {'payload MB/step':>15} "
           f"{'wire MB/step':>12} {'min MB/step':>11} {'ratio':>6}")
-    world = a.tp * a.pp * a.dp
+    worst = 0.0
     for r in range(world):
         t, p = r % a.tp, r // (a.tp * a.dp)   # Megatron's tp-cp-ep-dp-pp rank order
         th = theory(a, t, p, params.get((t, p)), vpad)
@@ -87,6 +92,9 @@ def main():
             print(f"   {r:>4} {g:<10} {','.join(sorted(ops)):<34} {calls / a.iters:>10.1f} "
                   f"{pay / a.iters / 1e6:>15.3f} {w / 1e6:>12.3f} "
                   + (f"{mn / 1e6:>11.3f} {w / mn:>6.2f}" if mn else f"{'-':>11} {'-':>6}"))
+            worst = max(worst, w / mn if mn else 0.0)
+    print(f"   summary {a.layout}: {world} ranks, step {statistics.median(warm):.0f} ms, "
+          f"largest measured/minimum ratio {worst:.2f}")
     return 0
 
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpointing/distrib_optim.h"
@@ -250,7 +251,9 @@ static mc_status legacy_insert(mc_pk_doc *d, struct mc_pk *root, const char *key
     for (int k = 0; k < depth; k++) {
         const char *dot = strchr(p, '.');
         char part[128];
-        snprintf(part, sizeof(part), "%.*s", dot ? (int)(dot - p) : 0, p);
+        if (!dot)
+            return mc_error(MC_ERR_INTERNAL, "legacy state dict key '%s' has fewer than %d levels", key, depth);
+        snprintf(part, sizeof(part), "%.*s", (int)(dot - p), p);
         struct mc_pk *next = (struct mc_pk *)mc_pk_get(at, part);
         if (!next) {
             next = mc_pk_new(d, k + 1 == depth ? MC_PK_ODICT : MC_PK_DICT);
@@ -626,8 +629,14 @@ static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *
                               : s->barrier ? s->barrier(s->barrier_ctx) : MC_OK;
     if (st || cst)
         return st ? st : cst;
-    if (!ok)
+    if (!ok) {
+        /* The rank that failed reports the cause; the first rank to report ends the job
+         * (MPI_Abort), so a rank that only learned of the failure waits a little first rather
+         * than cutting that message off. */
+        struct timespec wait = {2, 0};
+        nanosleep(&wait, NULL);
         return mc_error(MC_ERR_IO, "%s failed on another rank (its error message says why)", what);
+    }
     return MC_OK;
 }
 
@@ -1279,3 +1288,7 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     }
     return MC_OK;
 }
+
+/* ---- helpers for the checkpoint converter (src/checkpointing/convert_args.c) ----------------- */
+struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration) { return rerun_dict(d, iteration); }
+struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v) { return val_to_pk(d, v); }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <omp.h>
 #include <unistd.h>
 
 #define SIG_LOCAL 0x04034b50u
@@ -25,7 +26,8 @@
 #define U32_MAX_ 0xffffffffu
 
 /* CRC-32 (zip's polynomial 0xedb88320), eight bytes per step ("slicing by 8"): checkpoints
- * are gigabytes and every byte is checksummed on save and on load. */
+ * are gigabytes and every byte is checksummed on save and on load, so large buffers are also
+ * cut into one piece per OpenMP thread whose CRCs are combined (crc_combine). */
 static uint32_t crc_table[8][256];
 
 static void crc_init(void)
@@ -41,11 +43,8 @@ static void crc_init(void)
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
 }
 
-uint32_t mc_crc32_update(uint32_t crc, const void *data, size_t n)
+static uint32_t crc_serial(uint32_t crc, const uint8_t *p, size_t n)
 {
-    if (!crc_table[0][1])
-        crc_init();
-    const uint8_t *p = data;
     crc = ~crc;
     for (; n >= 8; n -= 8, p += 8) {
         uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
@@ -57,6 +56,56 @@ uint32_t mc_crc32_update(uint32_t crc, const void *data, size_t n)
     while (n--)
         crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
     return ~crc;
+}
+
+/* a(x) * b(x) modulo the CRC polynomial, in the reflected bit order the CRC uses (bit 31 is x^0). */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t prod = 0;
+    for (uint32_t bit = 1u << 31; bit; bit >>= 1) {
+        if (a & bit)
+            prod ^= b;
+        b = (b & 1) ? (b >> 1) ^ 0xedb88320u : b >> 1; /* b *= x */
+    }
+    return prod;
+}
+
+/* CRC of A followed by B from crc(A), crc(B) and |B|: crc(A) shifted over |B| zero bytes (a
+ * multiplication by x^(8|B|)) plus crc(B); x^(8|B|) by squaring. */
+static uint32_t crc_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
+{
+    uint32_t shift = 1u << 31, sq = 1u << 23; /* x^0, and x^8: one byte */
+    for (size_t n = len_b; n; n >>= 1) {
+        if (n & 1)
+            shift = gf2_mulmod(shift, sq);
+        sq = gf2_mulmod(sq, sq);
+    }
+    return gf2_mulmod(shift, crc_a) ^ crc_b;
+}
+
+#define CRC_PIECE_MIN ((size_t)4 << 20) /* below this per thread, one thread is faster */
+#define CRC_MAX_PIECES 64
+
+uint32_t mc_crc32_update(uint32_t crc, const void *data, size_t n)
+{
+    if (!crc_table[0][1])
+        crc_init(); /* before any thread reads the table */
+    const uint8_t *p = data;
+    int pieces = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if ((size_t)pieces > n / CRC_PIECE_MIN)
+        pieces = (int)(n / CRC_PIECE_MIN);
+    if (pieces > CRC_MAX_PIECES)
+        pieces = CRC_MAX_PIECES;
+    if (pieces < 2)
+        return crc_serial(crc, p, n);
+    uint32_t part[CRC_MAX_PIECES];
+    size_t per = n / (size_t)pieces;
+#pragma omp parallel for num_threads(pieces) schedule(static, 1)
+    for (int k = 0; k < pieces; k++)
+        part[k] = crc_serial(0, p + (size_t)k * per, k == pieces - 1 ? n - (size_t)k * per : per);
+    for (int k = 0; k < pieces; k++)
+        crc = crc_combine(crc, part[k], k == pieces - 1 ? n - (size_t)k * per : per);
+    return crc;
 }
 
 /* ---- little-endian packing ---------------------------------------------------------------- */

@@ -272,8 +272,10 @@ static mc_status reduce_scatter(mc_distopt *o, struct dchunk *c)
 #if defined(MC_HAVE_MPI)
         mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
                           (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
+        mc_comm_wait_begin("distributed-optimizer grad reduce-scatter");
         int rc = MPI_Reduce_scatter_block(c->buffer + bk->start, c->main_grad + c->shard_off[b],
                                           (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm);
+        mc_comm_wait_end();
         if (rc != MPI_SUCCESS)
             return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
                             "%lld failed (MPI error %d)", (long long)b, rc);
@@ -293,8 +295,10 @@ static mc_status all_gather(mc_distopt *o, struct dchunk *c)
         int per = (int)((bk->end - bk->start) / o->dp);
         mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
                           (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
+        mc_comm_wait_begin("distributed-optimizer param all-gather");
         int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c->buffer + bk->start, per,
                                MPI_FLOAT, *(MPI_Comm *)o->dp_comm);
+        mc_comm_wait_end();
         if (rc != MPI_SUCCESS)
             return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
                             "%lld failed (MPI error %d)", (long long)b, rc);

@@ -87,12 +87,14 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
         g_we_initialized = true;
     }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != world_size)
-        return mc_error(MC_ERR_COMM, "the launcher's world size (%lld, from WORLD_SIZE or "
-                        "OMPI_COMM_WORLD_SIZE) differs from MPI's (%d)",
-                        (long long)world_size, size);
+    MPI_Comm w = MPI_COMM_WORLD;
+    int mpi[MC_LAUNCH_NUM_VARS];
+    mc_status st = mc_comm_launch_info(&w, mpi);
+    if (st || (st = mc_launch_check(mpi)))
+        return st;
+    if (mpi[MC_LAUNCH_WORLD_SIZE] != world_size) /* not from a variable mc_launch_check saw */
+        return mc_error(MC_ERR_COMM, "the launcher's world size (%lld) differs from MPI's (%d)",
+                        (long long)world_size, mpi[MC_LAUNCH_WORLD_SIZE]);
     g_world = MPI_COMM_WORLD;
     *world_comm = &g_world;
     mc_comm_stats_register(&g_world, MC_COMM_KIND_WORLD);
@@ -131,9 +133,11 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
                       gsize);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
+        mc_comm_wait_begin(what);
         int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * esize, chunk,
                                mpi_type(type), op == MC_COMM_SUM ? MPI_SUM : MPI_MAX,
                                *(MPI_Comm *)comm);
+        mc_comm_wait_end();
         if (rc != MPI_SUCCESS)
             return comm_error(rc, what);
         done += chunk;
@@ -145,7 +149,9 @@ mc_status mc_comm_barrier(void *comm)
 {
     if (!comm)
         return MC_OK;
+    mc_comm_wait_begin("barrier");
     int rc = MPI_Barrier(*(MPI_Comm *)comm);
+    mc_comm_wait_end();
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "barrier");
 }
 
@@ -197,6 +203,7 @@ static void stats_print(void)
 void mc_comm_finalize(void)
 {
     int fin = 0;
+    mc_comm_watchdog_stop();
     MPI_Finalized(&fin);
     if (!fin && g_world != MPI_COMM_NULL && stats_enabled())
         stats_print();
@@ -242,6 +249,10 @@ mc_status mc_comm_barrier(void *comm)
 }
 
 void mc_comm_abort(int code) { (void)code; }
-void mc_comm_finalize(void) { (void)stats_enabled; }
+void mc_comm_finalize(void)
+{
+    (void)stats_enabled;
+    mc_comm_watchdog_stop();
+}
 
 #endif

@@ -125,6 +125,34 @@ void mc_comm_abort(int code);
 /* Also prints the communication counters below when MC_COMM_STATS=1 (collective). */
 void mc_comm_finalize(void);
 
+/* ---- launcher.c: rank, world size and local rank --------------------------------------
+ * MPI's values are authoritative; the launchers' environment variables (torchrun-style
+ * RANK/WORLD_SIZE/LOCAL_RANK, Open MPI's OMPI_COMM_WORLD_*, PMI_RANK/PMI_SIZE/MPI_LOCALRANKID,
+ * MVAPICH2's MV2_COMM_WORLD_*, Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID, PMIX_RANK)
+ * only decide, before MPI starts, whether it starts at all, and are cross-checked after. */
+enum mc_launch_var { MC_LAUNCH_RANK, MC_LAUNCH_WORLD_SIZE, MC_LAUNCH_LOCAL_RANK,
+                     MC_LAUNCH_NUM_VARS };
+/* The first launcher variable set for v, in the order RANK/WORLD_SIZE/LOCAL_RANK, Open MPI,
+ * PMI, MVAPICH2, Slurm, PMIx; *name (if given) gets its name. NULL when none is set. */
+const char *mc_launch_env(enum mc_launch_var v, const char **name);
+/* MPI's rank, world size and local rank (0, 1, 0 for a NULL world). Collective. */
+mc_status mc_comm_launch_info(void *world_comm, int out[MC_LAUNCH_NUM_VARS]);
+/* MC_ERR_COMM naming the variable when torchrun-style variables, or those of the launcher
+ * that started this process, disagree with MPI's values mpi[] (MC_ERR_CONFIG: not a number). */
+mc_status mc_launch_check(const int mpi[MC_LAUNCH_NUM_VARS]);
+
+/* ---- watchdog.c: --distributed-timeout-minutes ------------------------------------------
+ * MPI has no timeout on a blocking call. Every wrapper that blocks in MPI brackets the call
+ * with mc_comm_wait_begin(what) / mc_comm_wait_end() (two atomic increments; what is a static
+ * string naming the call). Once mc_comm_watchdog_start has run, a thread aborts the whole job
+ * (message naming this rank, the call and source, then MPI_Abort) when one wait lasts longer
+ * than timeout_s. source says where the limit came from ("--distributed-timeout-minutes 10").
+ * mc_comm_finalize stops the thread. */
+mc_status mc_comm_watchdog_start(int rank, double timeout_s, const char *source);
+void mc_comm_watchdog_stop(void);
+void mc_comm_wait_begin(const char *what);
+void mc_comm_wait_end(void);
+
 /* ---- comm.c: per-rank communication counters (MC_COMM_STATS=1) ----------------------------
  * Private to megatron.c: every wrapper that moves data (all-reduce, reduce-scatter,
  * all-gather, pipeline send/recv) adds the call's payload and the bytes this rank puts on the

@@ -31,7 +31,9 @@ static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, MP
                       (double)n * sizeof(float), g->size);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
+        mc_comm_wait_begin("tensor-parallel all-reduce");
         int rc = MPI_Allreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm);
+        mc_comm_wait_end();
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;
@@ -117,8 +119,10 @@ mc_status mc_tp_all_gather_seq(const struct mc_tp_group *g, float *full, const f
             return st;
         mc_comm_stats_add(mc_comm_stats_kind(g->comm), MC_COMM_ALL_GATHER,
                           (double)n_local * g->size * sizeof(float), g->size);
+        mc_comm_wait_begin("sequence-parallel all-gather");
         int rc = MPI_Allgather(local, (int)n_local, MPI_FLOAT, full, (int)n_local, MPI_FLOAT,
                                *(const MPI_Comm *)g->comm);
+        mc_comm_wait_end();
         return rc == MPI_SUCCESS ? MC_OK : seq_fail(rc, "all-gather", n_local);
     }
 #endif
@@ -142,8 +146,10 @@ mc_status mc_tp_reduce_scatter_seq(const struct mc_tp_group *g, float *local, co
             return st;
         mc_comm_stats_add(mc_comm_stats_kind(g->comm), MC_COMM_REDUCE_SCATTER,
                           (double)n_local * g->size * sizeof(float), g->size);
+        mc_comm_wait_begin("sequence-parallel reduce-scatter");
         int rc = MPI_Reduce_scatter_block(full, local, (int)n_local, MPI_FLOAT, MPI_SUM,
                                           *(const MPI_Comm *)g->comm);
+        mc_comm_wait_end();
         return rc == MPI_SUCCESS ? MC_OK : seq_fail(rc, "reduce-scatter", n_local);
     }
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel_state/parallel_state.h"
+
 /* ---- values --------------------------------------------------------------------------------- */
 
 static void val_clear(struct mc_val *v)
@@ -249,11 +251,9 @@ mc_status mc_args_init(struct mc_args **out)
         /* Derived attributes appear once validate_args sets them; extensions never do. */
         a->deleted[id] = id >= MC_A_FIRST_DERIVED;
     }
-    /* Megatron reads LOCAL_RANK when it builds the parser. */
-    const char *lr = getenv("LOCAL_RANK");
-    if (!lr) /* under mpirun */
-        lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK")
-                                                  : getenv("MPI_LOCALRANKID");
+    /* Megatron reads LOCAL_RANK when it builds the parser; under mpirun or srun, their
+     * equivalents (parallel_state/launcher.c) stand in. */
+    const char *lr = mc_launch_env(MC_LAUNCH_LOCAL_RANK, NULL);
     if (lr && *lr)
         mc_args_set_int(a, MC_A_local_rank, strtoll(lr, NULL, 10));
     *out = a;
@@ -740,16 +740,13 @@ static bool is_mindspeed_refused(const char *tok)
     return false;
 }
 
-/* Megatron reads RANK / WORLD_SIZE (torchrun sets them). Under mpirun they are absent, so the
- * launcher's own variables stand in (OpenMPI, then PMI as MPICH/Slurm set it). */
+/* Megatron reads RANK / WORLD_SIZE (torchrun sets them). Under mpirun or srun they are
+ * absent, so the launcher's own variables stand in (parallel_state/launcher.c); once MPI runs,
+ * pretrain_gpt replaces both with MPI's values. */
 static mc_status env_int(struct mc_args *a, const char *var, const char *dflt, enum mc_arg_id id)
 {
     bool rank = !strcmp(var, "RANK");
-    const char *s = getenv(var);
-    if (!s)
-        s = getenv(rank ? "OMPI_COMM_WORLD_RANK" : "OMPI_COMM_WORLD_SIZE");
-    if (!s)
-        s = getenv(rank ? "PMI_RANK" : "PMI_SIZE");
+    const char *s = mc_launch_env(rank ? MC_LAUNCH_RANK : MC_LAUNCH_WORLD_SIZE, NULL);
     if (!s)
         s = dflt;
     int64_t v;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "megatron/checkpoint.h"
 #include "megatron/gpt.h"
@@ -615,18 +616,27 @@ static mc_status add_loss_report(const struct trainer *t, double num, double den
 
 /* Fault injection for the failure tests (documented in docs/parallelism.md): with
  * MC_TEST_FAIL_RANK=r and MC_TEST_FAIL_AT_ITER=i, world rank r fails in the middle of
- * iteration i (after its first micro-batch) with an error, or kills itself with SIGKILL when
- * MC_TEST_FAIL_MODE=sigkill. */
+ * iteration i (after its first micro-batch) with an error, or, by MC_TEST_FAIL_MODE, kills
+ * itself (sigkill), crashes (segv: SIGSEGV, abort: abort()) or hangs (hang: sleeps until the
+ * other ranks' watchdog ends the job). */
 static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
 {
     const char *r = getenv("MC_TEST_FAIL_RANK"), *it = getenv("MC_TEST_FAIL_AT_ITER");
     if (!r || !it || atoll(r) != (long long)t->ps.rank || atoll(it) != (long long)iteration + 1)
         return MC_OK;
     const char *mode = getenv("MC_TEST_FAIL_MODE");
-    if (mode && !strcmp(mode, "sigkill")) {
-        fflush(stdout);
+    fflush(stdout);
+    if (mode && !strcmp(mode, "sigkill"))
         raise(SIGKILL);
-    }
+    if (mode && !strcmp(mode, "segv"))
+        raise(SIGSEGV);
+    if (mode && !strcmp(mode, "abort"))
+        abort();
+    while (mode && !strcmp(mode, "hang"))
+        sleep(1);
+    if (mode && strcmp(mode, "error"))
+        return mc_error(MC_ERR_CONFIG, "MC_TEST_FAIL_MODE=%s: expected error, sigkill, segv, "
+                        "abort or hang", mode);
     return mc_error(MC_ERR_INTERNAL, "forced failure on rank %s at iteration %s "
                     "(MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER are set)", r, it);
 }
@@ -1252,6 +1262,31 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     return t->tb ? mc_tb_flush(t->tb) : MC_OK;
 }
 
+/* --distributed-timeout-minutes: torch.distributed's collective timeout, here the watchdog of
+ * parallel_state/watchdog.c. MC_TEST_DISTRIBUTED_TIMEOUT_SECONDS replaces it in the failure
+ * tests, which cannot wait a whole minute. */
+static mc_status start_watchdog(const struct trainer *t)
+{
+    long long minutes = (long long)mc_args_int(t->a, MC_A_distributed_timeout_minutes);
+    const char *test = getenv("MC_TEST_DISTRIBUTED_TIMEOUT_SECONDS");
+    char source[96];
+    double seconds = 60.0 * (double)minutes;
+    if (test && *test) {
+        char *end;
+        seconds = strtod(test, &end);
+        if (*end || !(seconds > 0))
+            return mc_error(MC_ERR_CONFIG, "MC_TEST_DISTRIBUTED_TIMEOUT_SECONDS=%s: expected a "
+                            "positive number of seconds", test);
+        snprintf(source, sizeof(source), "MC_TEST_DISTRIBUTED_TIMEOUT_SECONDS=%s", test);
+    } else {
+        snprintf(source, sizeof(source), "--distributed-timeout-minutes %lld", minutes);
+        if (minutes <= 0)
+            return mc_error(MC_ERR_CONFIG, "--distributed-timeout-minutes %lld: expected a "
+                            "positive number of minutes", minutes);
+    }
+    return mc_comm_watchdog_start(t->ps.rank, seconds, source);
+}
+
 /* initialize_model_parallel over the MPI world (tensor x data parallel; the rest refused). */
 static mc_status setup_parallel_state(struct trainer *t)
 {
@@ -1271,6 +1306,8 @@ static mc_status setup_parallel_state(struct trainer *t)
                         (long long)mc_args_int(a, MC_A_world_size), t->ps.world);
     t->dp = mc_ps_size(&t->ps, MC_PS_DP);
     t->dp_rank = mc_ps_rank(&t->ps, MC_PS_DP);
+    if (world_comm && (st = start_watchdog(t)))
+        return st;
     print_rank_0("> initialized tensor model parallel with size %d\n", t->ps.tp);
     print_rank_0("> initialized pipeline model parallel with size %d\n", t->ps.pp);
     return MC_OK;

@@ -211,8 +211,9 @@ def broken(case, tmp, extra, want, what):
     except subprocess.TimeoutExpired:
         check(False, f"{what}: hung")
         return
-    # every rank fails (the load outcome is agreed on by all ranks); the first rank to report
-    # aborts the job, which may cut the others' messages short, so one message is required
+    # every rank fails (the outcome is agreed on by all ranks); the first rank to report aborts
+    # the job, which may cut the other ranks' messages short, but the ranks that only learned of
+    # the failure wait before reporting, so the message that says why is there
     errs = [l for l in r.stderr.splitlines() if "pretrain_gpt: rank" in l]
     check(r.returncode != 0 and any(want in l for l in errs),
           f"{what}: an error naming {want!r}: {errs[:4]} {r.stderr[-300:]}")

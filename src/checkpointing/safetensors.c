@@ -1,0 +1,317 @@
+/* safetensors reading and writing (format: huggingface/safetensors docs; the Rust reference
+ * writer pads the JSON header with spaces to a multiple of 8 bytes). See safetensors.h. */
+#include "checkpointing/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/json.h"
+
+static const char *const names[MC_ST_COUNT] = {"F32", "F16", "BF16", "F64", "I64", "I32",
+                                                "I16", "I8",  "U8",   "BOOL"};
+static const size_t sizes[MC_ST_COUNT] = {4, 2, 2, 8, 8, 4, 2, 1, 1, 1};
+
+const char *mc_st_dtype_name(enum mc_st_dtype t) { return t < MC_ST_COUNT ? names[t] : "?"; }
+size_t mc_st_dtype_size(enum mc_st_dtype t) { return t < MC_ST_COUNT ? sizes[t] : 0; }
+
+/* ---- IEEE half / bfloat16 ---------------------------------------------------------------------- */
+uint16_t mc_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet, as torch does */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float mc_bf16_to_f32(uint16_t x)
+{
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float mc_f16_to_f32(uint16_t x)
+{
+    int e = (x >> 10) & 0x1f, m = x & 0x3ff;
+    float v;
+    if (e == 31)
+        v = m ? NAN : INFINITY;
+    else
+        v = e ? ldexpf((float)(1024 + m), e - 25) : ldexpf((float)m, -24);
+    return (x & 0x8000) ? -v : v;
+}
+
+uint16_t mc_f32_to_f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return sign | 0x7e00;
+    if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
+        return sign | 0x7c00;
+    if (a < 0x38800000u) { /* subnormal half (or zero): scale to units of 2^-24, round even */
+        float f;
+        memcpy(&f, &a, 4);
+        float q = f * 16777216.0f; /* exact: power of two */
+        float r = nearbyintf(q);    /* default rounding mode: to nearest even */
+        return sign | (uint16_t)r;
+    }
+    uint32_t mant = a & 0x7fffffu;
+    int32_t exp = (int32_t)(a >> 23) - 127 + 15;
+    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++;
+    return sign | (uint16_t)h;
+}
+
+/* ---- reading ----------------------------------------------------------------------------------- */
+static mc_status bad(const struct mc_st_file *f, const char *what)
+{
+    return mc_error(MC_ERR_FORMAT, "%s: not a valid safetensors file: %s", f->path, what);
+}
+
+static int dtype_by_name(const char *s)
+{
+    for (int k = 0; k < MC_ST_COUNT; k++)
+        if (!strcmp(s, names[k]))
+            return k;
+    return -1;
+}
+
+static mc_status parse_entry(struct mc_st_file *f, const struct mc_json *e, struct mc_st_tensor *t,
+                             uint64_t data_start)
+{
+    const struct mc_json *dt = mc_json_get(e, "dtype"), *sh = mc_json_get(e, "shape"),
+                         *off = mc_json_get(e, "data_offsets");
+    if (e->type != MC_JSON_OBJECT || !dt || dt->type != MC_JSON_STRING || !sh ||
+        sh->type != MC_JSON_ARRAY || !off || off->type != MC_JSON_ARRAY || off->len != 2)
+        return mc_error(MC_ERR_FORMAT, "%s: tensor '%s' needs dtype, shape and data_offsets [begin, end]",
+                        f->path, e->key);
+    int d = dtype_by_name(dt->str);
+    if (d < 0)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; this reader knows F32, "
+                        "F16, BF16, F64, I64, I32, I16, I8, U8, BOOL", f->path, e->key, dt->str);
+    if (sh->len > MC_ST_MAX_DIM)
+        return mc_error(MC_ERR_FORMAT, "%s: tensor '%s' has %lld dimensions (at most %d)", f->path,
+                        e->key, (long long)sh->len, MC_ST_MAX_DIM);
+    t->dtype = (enum mc_st_dtype)d;
+    t->ndim = (int)sh->len;
+    t->numel = 1;
+    for (int k = 0; k < t->ndim; k++) {
+        const struct mc_json *x = &sh->items[k];
+        if (x->type != MC_JSON_NUMBER || !x->is_int || x->inum < 0 || x->inum > (1ll << 40))
+            return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': bad shape entry", f->path, e->key);
+        t->shape[k] = x->inum;
+        t->numel *= x->inum;
+    }
+    const struct mc_json *b = &off->items[0], *en = &off->items[1];
+    if (b->type != MC_JSON_NUMBER || !b->is_int || en->type != MC_JSON_NUMBER || !en->is_int ||
+        b->inum < 0 || en->inum < b->inum || data_start + (uint64_t)en->inum > f->size)
+        return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': data_offsets outside the file", f->path, e->key);
+    if ((uint64_t)(en->inum - b->inum) != (uint64_t)t->numel * sizes[d])
+        return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': %lld bytes for %lld elements of %s", f->path,
+                        e->key, (long long)(en->inum - b->inum), (long long)t->numel, names[d]);
+    t->data = f->map + data_start + (uint64_t)b->inum;
+    t->name = mc_alloc(e->key_len + 1);
+    if (!t->name)
+        return MC_ERR_NOMEM;
+    memcpy(t->name, e->key, e->key_len + 1);
+    return MC_OK;
+}
+
+static mc_status parse_header(struct mc_st_file *f)
+{
+    if (f->size < 8)
+        return bad(f, "shorter than the 8-byte header length");
+    uint64_t hlen = 0;
+    for (int k = 7; k >= 0; k--)
+        hlen = hlen << 8 | f->map[k];
+    if (hlen > f->size - 8)
+        return bad(f, "header length past the end of the file");
+    mc_json_doc *doc;
+    mc_status st = mc_json_doc_init(&doc);
+    if (st)
+        return st;
+    if ((st = mc_json_doc_parse(doc, (const char *)f->map + 8, (size_t)hlen, f->path, 1)))
+        goto out;
+    const struct mc_json *root = mc_json_doc_root(doc);
+    if (root->type != MC_JSON_OBJECT) {
+        st = bad(f, "the header is not a JSON object");
+        goto out;
+    }
+    f->t = mc_calloc((size_t)root->len + 1, sizeof(*f->t));
+    if (!f->t) {
+        st = MC_ERR_NOMEM;
+        goto out;
+    }
+    for (int64_t i = 0; i < root->len; i++) {
+        const struct mc_json *e = &root->items[i];
+        if (!strcmp(e->key, "__metadata__"))
+            continue;
+        if ((st = parse_entry(f, e, &f->t[f->n], 8 + hlen)))
+            goto out;
+        f->n++;
+    }
+out:
+    mc_json_doc_free(doc);
+    return st;
+}
+
+mc_status mc_st_open(struct mc_st_file *f, const char *path)
+{
+    memset(f, 0, sizeof(*f));
+    f->path = mc_alloc(strlen(path) + 1);
+    if (!f->path)
+        return MC_ERR_NOMEM;
+    strcpy(f->path, path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return mc_error(MC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    mc_status st = MC_OK;
+    if (fstat(fd, &sb) || sb.st_size <= 0) {
+        st = mc_error(MC_ERR_FORMAT, "%s: empty or unreadable file", path);
+        close(fd);
+        return st;
+    }
+    f->size = (size_t)sb.st_size;
+    void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return mc_error(MC_ERR_IO, "cannot map %s: %s", path, strerror(errno));
+    f->map = m;
+    return parse_header(f);
+}
+
+void mc_st_close(struct mc_st_file *f)
+{
+    if (f->map)
+        munmap((void *)f->map, f->size);
+    for (int64_t i = 0; f->t && i < f->n; i++)
+        mc_free(f->t[i].name);
+    mc_free(f->t);
+    mc_free(f->path);
+    memset(f, 0, sizeof(*f));
+}
+
+const struct mc_st_tensor *mc_st_find(const struct mc_st_file *f, const char *name)
+{
+    for (int64_t i = 0; i < f->n; i++)
+        if (!strcmp(f->t[i].name, name))
+            return &f->t[i];
+    return NULL;
+}
+
+void mc_st_to_f32(const struct mc_st_tensor *t, float *dst)
+{
+    const uint8_t *p = t->data;
+    size_t sz = sizes[t->dtype];
+    for (int64_t i = 0; i < t->numel; i++, p += sz) {
+        union { float f; double d; int64_t l; int32_t i; int16_t h; int8_t c; uint8_t b; uint16_t u; } x;
+        memcpy(&x, p, sz);
+        switch (t->dtype) {
+        case MC_ST_F32: dst[i] = x.f; break;
+        case MC_ST_F16: dst[i] = mc_f16_to_f32(x.u); break;
+        case MC_ST_BF16: dst[i] = mc_bf16_to_f32(x.u); break;
+        case MC_ST_F64: dst[i] = (float)x.d; break;
+        case MC_ST_I64: dst[i] = (float)x.l; break;
+        case MC_ST_I32: dst[i] = (float)x.i; break;
+        case MC_ST_I16: dst[i] = x.h; break;
+        case MC_ST_I8: dst[i] = x.c; break;
+        default: dst[i] = x.b; break;
+        }
+    }
+}
+
+/* ---- writing ----------------------------------------------------------------------------------- */
+static mc_status header_json(struct mc_json_buf *b, const struct mc_st_item *items, int64_t n,
+                             enum mc_st_dtype dtype)
+{
+    mc_status st = mc_json_buf_printf(b, "{\"__metadata__\":{\"format\":\"pt\"}");
+    uint64_t off = 0;
+    for (int64_t i = 0; !st && i < n; i++) {
+        int64_t numel = 1;
+        st = mc_json_buf_printf(b, ",");
+        st = st ? st : mc_json_write_string(b, items[i].name, strlen(items[i].name), true);
+        st = st ? st : mc_json_buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", names[dtype]);
+        for (int k = 0; !st && k < items[i].ndim; k++) {
+            numel *= items[i].shape[k];
+            st = mc_json_buf_printf(b, "%s%lld", k ? "," : "", (long long)items[i].shape[k]);
+        }
+        uint64_t end = off + (uint64_t)numel * sizes[dtype];
+        st = st ? st : mc_json_buf_printf(b, "],\"data_offsets\":[%llu,%llu]}",
+                                          (unsigned long long)off, (unsigned long long)end);
+        off = end;
+    }
+    st = st ? st : mc_json_buf_printf(b, "}");
+    while (!st && b->len % 8) /* the reference writer's alignment of the data area */
+        st = mc_json_buf_append(b, " ", 1);
+    return st;
+}
+
+static mc_status write_data(FILE *fp, const struct mc_st_item *it, enum mc_st_dtype dtype)
+{
+    int64_t numel = 1;
+    for (int k = 0; k < it->ndim; k++)
+        numel *= it->shape[k];
+    if (dtype == MC_ST_F32)
+        return fwrite(it->data, 4, (size_t)numel, fp) == (size_t)numel ? MC_OK : MC_ERR_IO;
+    uint16_t buf[4096];
+    for (int64_t i = 0; i < numel;) {
+        size_t m = 0;
+        for (; m < 4096 && i < numel; m++, i++)
+            buf[m] = dtype == MC_ST_BF16 ? mc_f32_to_bf16(it->data[i]) : mc_f32_to_f16(it->data[i]);
+        if (fwrite(buf, 2, m, fp) != m)
+            return MC_ERR_IO;
+    }
+    return MC_OK;
+}
+
+mc_status mc_st_write(const char *path, const struct mc_st_item *items, int64_t n,
+                      enum mc_st_dtype dtype)
+{
+    if (dtype != MC_ST_F32 && dtype != MC_ST_F16 && dtype != MC_ST_BF16)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: safetensors export as %s (F32, F16 or BF16 only)",
+                        path, mc_st_dtype_name(dtype));
+    struct mc_json_buf b = {0};
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    mc_status st = header_json(&b, items, n, dtype);
+    FILE *fp = st ? NULL : fopen(tmp, "wb");
+    if (!st && !fp)
+        st = mc_error(MC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (!st) {
+        uint8_t len8[8];
+        for (int k = 0; k < 8; k++)
+            len8[k] = (uint8_t)((uint64_t)b.len >> (8 * k));
+        if (fwrite(len8, 1, 8, fp) != 8 || fwrite(b.data, 1, b.len, fp) != b.len)
+            st = MC_ERR_IO;
+        for (int64_t i = 0; !st && i < n; i++)
+            st = write_data(fp, &items[i], dtype);
+        if (!st && (fflush(fp) || fsync(fileno(fp))))
+            st = MC_ERR_IO;
+        if (fclose(fp) && !st)
+            st = MC_ERR_IO;
+        if (st == MC_ERR_IO)
+            st = mc_error(MC_ERR_IO, "writing %s failed: %s", tmp, strerror(errno));
+        if (!st && rename(tmp, path))
+            st = mc_error(MC_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (st)
+            unlink(tmp);
+    }
+    mc_free(b.data);
+    return st;
+}
