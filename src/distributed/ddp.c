@@ -1,11 +1,28 @@
-/* Data-parallel gradient all-reduce, mirrors DistributedDataParallel.finish_grad_sync of
- * megatron/core/distributed (core_v0.12.1) without --overlap-grad-reduce and without the
- * distributed optimizer: one bucket holding every grad (the engine's grad block is already
- * contiguous), pre-multiplied by gradient_scaling_factor and summed over the DP(-CP) group.
+/* Data-parallel gradient sync, mirrors DistributedDataParallel and _ParamAndGradBucketGroup
+ * (megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py,
+ * core_v0.12.1). The grads are cut into Megatron's buckets (param_and_grad_buffer.c: reverse
+ * param order, --ddp-bucket-size with --overlap-grad-reduce, one bucket otherwise and on
+ * pipeline stages after the first). Each bucket is checked for NaN/Inf, pre-multiplied by
+ * gradient_scaling_factor and summed over the DP(-CP) group: an all-reduce in place in the
+ * engine's grad block (a bucket is a contiguous run of params, so a contiguous range there
+ * too), or with the distributed optimizer its reduce-scatter. With --overlap-grad-reduce a
+ * bucket's collective starts, non-blocking, as soon as backward of the step's last
+ * micro-batch has made all its grads final (the engine's grad-ready hook), and
+ * finish_grad_sync waits; the per-element arithmetic is the same as the blocking path's.
  * Scaling before the sum, as Megatron does, keeps dp = 2^k runs equal to dp = 1. */
 #include "distributed/ddp.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "models/gpt/gpt_model.h"
+
+#if defined(MC_HAVE_MPI)
+#include <mpi.h>
+#endif
 
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss)
 {
@@ -29,4 +46,340 @@ mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_stat
         mc_ddp_scale_grads(m, scale);
     return mc_comm_all_reduce(g->comm, m->grad_block, m->n_elements, MC_COMM_FLOAT, MC_COMM_SUM,
                               "data-parallel gradient all-reduce");
+}
+
+struct mc_ddp {
+    struct mc_ddp_config cfg;
+    mc_gpt_model *m;
+    const struct mc_parallel_state *ps;
+    mc_distopt *dopt;
+    int dp;
+    int64_t n_buckets;
+    int64_t *first;      /* [n_buckets + 1]: bucket b holds params [first[b], first[b - 1]) */
+    bool armed;          /* the last micro-batch's backward is running */
+    int64_t next;        /* next bucket to start (they become ready in order 0, 1, ...) */
+    void *req;           /* MPI_Request [n_buckets] (without dopt) */
+    bool *pending;
+    /* MC_DDP_TRACE=1: seconds summed over steps, printed by mc_ddp_free */
+    bool trace;
+    bool no_progress;    /* MC_DDP_PROGRESS=0: no MPI_Test between layers (to measure it) */
+    double *t_call;      /* [n_buckets] in the call that starts a bucket (all of it if blocking) */
+    double *t_start;     /* [n_buckets] when the bucket started in the current step */
+    double *t_ready_lag; /* [n_buckets] bucket start -> the last bucket's start, summed */
+    double t_wait;       /* in finish_grad_sync */
+    int64_t steps;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t bucket_end_param(const mc_ddp *d, int64_t b)
+{
+    return b > 0 ? d->first[b - 1] : d->m->n_params;
+}
+
+/* Bucket b's range of the engine's grad block (params are packed in forward order). */
+static void bucket_range(const mc_ddp *d, int64_t b, int64_t *off, int64_t *n)
+{
+    const struct mc_gpt_param *p = d->m->params;
+    int64_t last = bucket_end_param(d, b) - 1;
+    *off = p[d->first[b]].offset;
+    *n = p[last].offset + p[last].view.numel - *off;
+}
+
+/* The non-distributed optimizer's buckets: Megatron's map without padding. */
+static mc_status plan_buckets(mc_ddp *d)
+{
+    mc_gpt_model *m = d->m;
+    struct mc_pgb_config pc = {d->dp, false, d->cfg.bucket_size, false};
+    struct mc_pgb_map map;
+    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
+    if (!numel)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < m->n_params; i++)
+        numel[i] = m->params[i].view.numel;
+    mc_status st = mc_pgb_map_init(&pc, m->n_params, numel, NULL, &map);
+    mc_free(numel);
+    if (st)
+        return st;
+    d->n_buckets = map.n_buckets;
+    d->first = mc_alloc((size_t)map.n_buckets * sizeof(int64_t));
+    if (d->first)
+        for (int64_t i = m->n_params - 1; i >= 0; i--)
+            d->first[map.param[i].bucket] = i;
+    mc_pgb_map_free(&map);
+    return d->first ? MC_OK : MC_ERR_NOMEM;
+}
+
+static mc_status plan_dopt_buckets(mc_ddp *d)
+{
+    d->n_buckets = mc_distopt_map(d->dopt)->n_buckets;
+    d->first = mc_alloc((size_t)d->n_buckets * sizeof(int64_t));
+    if (!d->first)
+        return MC_ERR_NOMEM;
+    for (int64_t b = 0; b < d->n_buckets; b++)
+        d->first[b] = mc_distopt_bucket_first_param(d->dopt, b);
+    return MC_OK;
+}
+
+/* check_grads: the bucket's local grad norm, before scaling and communication. */
+static mc_status check_bucket(const mc_ddp *d, int64_t b)
+{
+    int64_t off, n;
+    bucket_range(d, b, &off, &n);
+    double ss = d->m->be->sumsq(d->m->grad_block + off, n);
+    if (isfinite(ss))
+        return MC_OK;
+    return mc_error(MC_ERR_INTERNAL, "found %s in local grad norm for bucket #%lld in backward "
+                    "pass before data-parallel communication collective (rank %d; "
+                    "--no-check-for-nan-in-loss-and-grad skips this check)",
+                    isnan(ss) ? "NaN" : "Inf", (long long)b, d->ps->rank);
+}
+
+#if defined(MC_HAVE_MPI)
+static MPI_Request *req(mc_ddp *d, int64_t b) { return (MPI_Request *)d->req + b; }
+#endif
+
+/* start_grad_sync of bucket b: scaled, then summed over the DP group. */
+static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
+{
+    mc_status st = d->cfg.check_for_nan_in_grad ? check_bucket(d, b) : MC_OK;
+    if (st)
+        return st;
+    if (d->dopt)
+        return mc_distopt_start_grad_bucket(d->dopt, b, d->cfg.grad_scale, async);
+    if (d->dp == 1)
+        return MC_OK; /* Megatron scales and "reduces" over one rank too: the step rescales */
+    int64_t off, n;
+    bucket_range(d, b, &off, &n);
+    float *g = d->m->grad_block + off;
+    if (d->cfg.grad_scale != 1.0f)
+        d->m->be->scale(g, d->cfg.grad_scale, n);
+#if defined(MC_HAVE_MPI)
+    /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
+     * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
+     * ranks may associate differently; one algorithm keeps overlap bit-identical to the
+     * blocking path */
+    void *comm = d->ps->group[MC_PS_DP_CP].comm;
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE, (double)n * sizeof(float),
+                      d->dp);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)comm,
+                            req(d, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = mc_comm_wait_request(req(d, b), "data-parallel gradient all-reduce");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld failed "
+                        "(MPI error %d)", (long long)b, rc);
+    d->pending[b] = async;
+#else
+    (void)async;
+#endif
+    return MC_OK;
+}
+
+static mc_status start_bucket(mc_ddp *d, int64_t b, bool async)
+{
+    if (!d->trace)
+        return start_bucket_raw(d, b, async);
+    double t0 = now();
+    mc_status st = start_bucket_raw(d, b, async);
+    d->t_start[b] = t0;
+    d->t_call[b] += now() - t0;
+    return st;
+}
+
+static void progress(mc_ddp *d)
+{
+    if (d->dopt) {
+        mc_distopt_progress(d->dopt);
+        return;
+    }
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; b < d->n_buckets; b++) {
+        int done = 0;
+        if (d->pending[b])
+            MPI_Test(req(d, b), &done, MPI_STATUS_IGNORE);
+    }
+#endif
+}
+
+/* The backward post-hook (register_grad_ready): params [first_ready, n) have final grads. */
+static mc_status on_grad_ready(void *ctx, int64_t first_ready)
+{
+    mc_ddp *d = ctx;
+    if (!d->armed)
+        return MC_OK;
+    while (d->next < d->n_buckets && d->first[d->next] >= first_ready) {
+        mc_status st = start_bucket(d, d->next, !d->cfg.blocking);
+        if (st)
+            return st;
+        d->next++;
+    }
+    if (!d->no_progress)
+        progress(d);
+    return MC_OK;
+}
+
+/* The forward pre-hook: wait for the all-gathers of the params about to be read. */
+static mc_status on_param_use(void *ctx, int64_t end)
+{
+    mc_ddp *d = ctx;
+    return d->dopt ? mc_distopt_param_use(d->dopt, end) : MC_OK;
+}
+
+static mc_status ddp_alloc(mc_ddp *d)
+{
+    mc_status st = d->dopt ? plan_dopt_buckets(d) : plan_buckets(d);
+    if (st)
+        return st;
+    d->pending = mc_calloc((size_t)d->n_buckets, sizeof(bool));
+#if defined(MC_HAVE_MPI)
+    d->req = mc_alloc((size_t)d->n_buckets * sizeof(MPI_Request));
+#else
+    d->req = mc_alloc((size_t)d->n_buckets);
+#endif
+    if (!d->pending || !d->req)
+        return MC_ERR_NOMEM;
+    const char *tr = getenv("MC_DDP_TRACE");
+    d->trace = tr && *tr && strcmp(tr, "0");
+    const char *pg = getenv("MC_DDP_PROGRESS");
+    d->no_progress = pg && !strcmp(pg, "0");
+    if (d->trace) {
+        d->t_call = mc_calloc((size_t)d->n_buckets, sizeof(double));
+        d->t_start = mc_calloc((size_t)d->n_buckets, sizeof(double));
+        d->t_ready_lag = mc_calloc((size_t)d->n_buckets, sizeof(double));
+        if (!d->t_call || !d->t_start || !d->t_ready_lag)
+            return MC_ERR_NOMEM;
+    }
+    for (int64_t b = 0; b < d->n_buckets; b++) {
+        int64_t off, n;
+        bucket_range(d, b, &off, &n);
+        if (n > 2147483647)
+            return mc_error(MC_ERR_UNSUPPORTED, "data-parallel bucket %lld has %lld elements, "
+                            "more than one MPI call moves (set --overlap-grad-reduce "
+                            "--ddp-bucket-size smaller)", (long long)b, (long long)n);
+    }
+    return MC_OK;
+}
+
+mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
+                      const struct mc_parallel_state *ps, mc_distopt *dopt, mc_ddp **out)
+{
+    *out = NULL;
+    mc_ddp *d = mc_calloc(1, sizeof(*d));
+    if (!d)
+        return MC_ERR_NOMEM;
+    *d = (struct mc_ddp){.cfg = *c, .m = m, .ps = ps, .dopt = dopt,
+                         .dp = mc_ps_size(ps, MC_PS_DP_CP)};
+    mc_status st = ddp_alloc(d);
+    if (st) {
+        mc_ddp_free(d);
+        return st;
+    }
+    if (dopt)
+        mc_distopt_set_overlap_param_gather(dopt, c->overlap_param_gather && !c->blocking);
+    struct mc_gpt_hooks h = {on_grad_ready, on_param_use, d};
+    mc_gpt_set_hooks(m, &h);
+    *out = d;
+    return MC_OK;
+}
+
+/* One line per bucket and one per rank: what overlap hides (docs/scaling.md). */
+static void print_trace(const mc_ddp *d)
+{
+    double n = d->steps > 0 ? (double)d->steps : 1.0;
+    for (int64_t b = 0; b < d->n_buckets; b++) {
+        int64_t off, cnt;
+        bucket_range(d, b, &off, &cnt);
+        printf("ddp-trace rank=%d bucket=%lld elements=%lld call_ms=%.3f "
+               "start_before_last_ms=%.3f\n", d->ps->rank, (long long)b, (long long)cnt,
+               1e3 * d->t_call[b] / n, 1e3 * d->t_ready_lag[b] / n);
+    }
+    printf("ddp-trace rank=%d steps=%lld buckets=%lld wait_ms=%.3f progress=%d mode=%s\n",
+           d->ps->rank, (long long)d->steps, (long long)d->n_buckets, 1e3 * d->t_wait / n,
+           !d->no_progress,
+           !d->cfg.overlap_grad_reduce ? "no-overlap"
+                                       : d->cfg.blocking ? "overlap-blocking" : "overlap");
+    fflush(stdout);
+}
+
+void mc_ddp_free(mc_ddp *d)
+{
+    if (!d)
+        return;
+    if (d->trace && d->t_call)
+        print_trace(d);
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; d->pending && b < d->n_buckets; b++)
+        if (d->pending[b])
+            MPI_Wait(req(d, b), MPI_STATUS_IGNORE); /* MPI may still write into the grads */
+#endif
+    if (d->first) /* the hooks were installed */
+        mc_gpt_set_hooks(d->m, NULL);
+    mc_free(d->t_call);
+    mc_free(d->t_start);
+    mc_free(d->t_ready_lag);
+    mc_free(d->first);
+    mc_free(d->pending);
+    mc_free(d->req);
+    mc_free(d);
+}
+
+int64_t mc_ddp_num_buckets(const mc_ddp *d) { return d->n_buckets; }
+
+void mc_ddp_set_last_microbatch(mc_ddp *d, bool last)
+{
+    d->armed = last && d->cfg.overlap_grad_reduce;
+    d->next = 0;
+}
+
+static mc_status wait_all(mc_ddp *d)
+{
+    if (d->dopt)
+        return mc_distopt_finish_grad_sync(d->dopt);
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; b < d->n_buckets; b++) {
+        if (!d->pending[b])
+            continue;
+        d->pending[b] = false;
+        int rc = mc_comm_wait_request(req(d, b), "data-parallel gradient all-reduce");
+        if (rc != MPI_SUCCESS)
+            return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld "
+                            "failed (MPI error %d)", (long long)b, rc);
+    }
+#endif
+    return MC_OK;
+}
+
+mc_status mc_ddp_grad_sync(mc_ddp *d)
+{
+    bool overlapped = d->armed;
+    d->armed = false;
+    if (overlapped && d->next != d->n_buckets)
+        return mc_error(MC_ERR_INTERNAL, "--overlap-grad-reduce: communication call has not "
+                        "been issued for bucket %lld of %lld (backward did not report its "
+                        "grads ready)", (long long)d->next, (long long)d->n_buckets);
+    for (int64_t b = 0; !overlapped && b < d->n_buckets; b++) {
+        mc_status st = start_bucket(d, b, false);
+        if (st)
+            return st;
+    }
+    if (!d->trace)
+        return wait_all(d);
+    double t0 = now();
+    mc_status st = wait_all(d);
+    d->t_wait += now() - t0;
+    for (int64_t b = 0; b < d->n_buckets; b++)
+        d->t_ready_lag[b] += d->t_start[d->n_buckets - 1] - d->t_start[b];
+    d->steps++;
+    return st;
+}
+
+mc_status mc_ddp_finish_param_sync(mc_ddp *d)
+{
+    return d->dopt ? mc_distopt_finish_param_sync(d->dopt) : MC_OK;
 }

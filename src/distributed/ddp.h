@@ -1,10 +1,12 @@
 /* Data-parallel gradient synchronisation, the counterpart of
- * megatron/core/distributed/distributed_data_parallel.py + finalize_model_grads.py for the
- * non-distributed optimizer without overlap. Private header. */
+ * megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py
+ * (_ParamAndGradBucketGroup: start/finish_grad_sync, start/finish_param_sync) and
+ * finalize_model_grads.py, core_v0.12.1. Private header. */
 #ifndef MC_DDP_H
 #define MC_DDP_H
 
 #include "megatron/gpt.h"
+#include "distributed/distrib_optimizer.h"
 #include "parallel_state/parallel_state.h"
 
 /* Megatron's gradient_scaling_factor: 1/(dp*cp) (grads averaged over data parallel), or 1
@@ -13,10 +15,40 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
 
 /* Multiplies every gradient of the model by scale (one pass over the contiguous grad block). */
 void mc_ddp_scale_grads(mc_gpt_model *m, float scale);
-/* finish_grad_sync: scales the model's contiguous grad buffer by scale and all-reduces it
- * (sum) over the data-parallel-with-context group, so every DP replica holds the same
- * averaged grads before the optimizer step. A no-op for one DP rank. */
+/* finish_grad_sync without buckets: scales the model's contiguous grad buffer by scale and
+ * all-reduces it (sum) over the data-parallel-with-context group, so every DP replica holds
+ * the same averaged grads before the optimizer step. A no-op for one DP rank. */
 mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_state *ps,
                                   float scale);
+
+/* DistributedDataParallel's grad sync with buckets (DistributedDataParallel.__init__'s
+ * DistributedDataParallelConfig, the options of the same names). */
+struct mc_ddp_config {
+    bool overlap_grad_reduce;     /* bucket collectives start in backward */
+    bool overlap_param_gather;    /* with the distributed optimizer: all-gather before use */
+    bool check_for_nan_in_grad;   /* each bucket's local grad norm must be finite */
+    bool blocking;                /* MC_DDP_BLOCKING=1: overlap's buckets, blocking calls */
+    int64_t bucket_size;          /* mc_pgb_bucket_size; 0 = one bucket */
+    float grad_scale;             /* mc_ddp_grad_scale */
+};
+
+typedef struct mc_ddp mc_ddp;
+
+/* Buckets m's grads as Megatron does (with dopt, the distributed optimizer's buckets, whose
+ * collectives it runs) and installs the model's grad-ready and param-use hooks. m, ps and dopt
+ * must outlive it. */
+mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
+                      const struct mc_parallel_state *ps, mc_distopt *dopt, mc_ddp **out);
+/* Waits for outstanding collectives, removes the hooks. */
+void mc_ddp_free(mc_ddp *d);
+int64_t mc_ddp_num_buckets(const mc_ddp *d);
+/* Megatron's no_sync: the backward about to run is the step's last micro-batch (true) or not
+ * (false); only in the last one do ready buckets start their collectives. */
+void mc_ddp_set_last_microbatch(mc_ddp *d, bool last);
+/* finish_grad_sync: with overlap, waits for every bucket's collective; without, runs them
+ * (blocking) now. The grads (or with dopt its main_grad shards) are then reduced and scaled. */
+mc_status mc_ddp_grad_sync(mc_ddp *d);
+/* Every outstanding param all-gather waited for (before params are read outside forward). */
+mc_status mc_ddp_finish_param_sync(mc_ddp *d);
 
 #endif /* MC_DDP_H */

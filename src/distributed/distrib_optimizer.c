@@ -8,10 +8,9 @@
  * those elements only, updates the model's params there, and the same buffer then carries the
  * params through the all-gather. Grad norm and zero count sum each owned element once over
  * the whole world (tp x dp), skipping tensor-parallel duplicates as clip_grads.py does.
- * With interleaved pipelining every model chunk has its own buffer, buckets and shards (as each
- * of Megatron's per-chunk DDP buffers gets its own ranges in DistributedOptimizer); chunks after
- * the first have one bucket (get_model's disable_bucketing); grad norm, zero count and clipping
- * cover all chunks together. */
+ * With interleaved pipelining each model chunk has its own distributed optimizer (its own
+ * buffer, buckets and shards, as Megatron's per-chunk DDP buffers) and mc_distopt_step_chunks
+ * steps them together: one grad norm, zero count and clipping over all chunks. */
 #include "distributed/distrib_optimizer.h"
 
 #include <limits.h>
@@ -25,42 +24,50 @@
 #include <mpi.h>
 #endif
 
-/* One model chunk's grad buffer and the optimizer state of this rank's shards of it. */
-struct dchunk {
+struct mc_distopt {
+    struct mc_optimizer_config cfg;
     struct mc_gpt_model *model;
     struct mc_pgb_map map;
     struct mc_pgb_config pgb; /* how map was laid out */
+    int dp, dp_rank;
+    void *dp_comm;      /* MPI_Comm * of the data-parallel(-context) group */
+    void *world_comm;   /* every rank: grad norm and zero count */
     float *buffer;      /* [map.numel] Megatron-layout grads, then params */
     float *main_grad;   /* [shard_numel] this rank's reduce-scattered grads */
     float *state;       /* Adam: [exp_avg | exp_avg_sq], SGD: [momentum], each [shard_numel] */
     int64_t shard_numel;
     int64_t *shard_off; /* [n_buckets] where bucket b's shard starts in the shard arrays */
-};
-
-struct mc_distopt {
-    struct mc_optimizer_config cfg;
-    int n_chunks;
-    struct dchunk *ch;  /* [n_chunks] */
-    int dp, dp_rank;
-    void *dp_comm;      /* MPI_Comm * of the data-parallel(-context) group */
-    void *world_comm;   /* every rank: grad norm and zero count */
     int64_t step;
+    /* overlap (ddp.c): grads reduce-scattered bucket by bucket during backward, params
+     * all-gathered bucket by bucket before their first use in the next forward */
+    bool grads_reduced;      /* finish_grad_sync ran: the step skips its own reduce-scatter */
+    bool overlap_param_gather;
+    void *grad_req, *param_req; /* MPI_Request [n_buckets] each */
+    bool *grad_pending, *param_pending;
+    int64_t *bucket_first;   /* [n_buckets] lowest param index of each bucket */
 };
 
-/* This rank's part of parameter i of a chunk: n elements at model offset *at_model, shard
- * offset *at_shard (n = 0 when it owns none). */
-static int64_t owned(const mc_distopt *o, const struct dchunk *c, int64_t i, int64_t *at_model,
-                     int64_t *at_shard)
+#if defined(MC_HAVE_MPI)
+static MPI_Request *grad_req(mc_distopt *o, int64_t b) { return (MPI_Request *)o->grad_req + b; }
+static MPI_Request *param_req(mc_distopt *o, int64_t b)
 {
-    const struct mc_pgb_range *p = &c->map.param[i];
-    const struct mc_pgb_bucket *b = &c->map.bucket[p->bucket];
+    return (MPI_Request *)o->param_req + b;
+}
+#endif
+
+/* This rank's part of parameter i: n elements at model offset *at_model, shard offset
+ * *at_shard (n = 0 when it owns none). */
+static int64_t owned(const mc_distopt *o, int64_t i, int64_t *at_model, int64_t *at_shard)
+{
+    const struct mc_pgb_range *p = &o->map.param[i];
+    const struct mc_pgb_bucket *b = &o->map.bucket[p->bucket];
     int64_t per = (b->end - b->start) / o->dp;
     int64_t s0 = b->start + o->dp_rank * per, s1 = s0 + per;
     int64_t lo = p->start > s0 ? p->start : s0, hi = p->end < s1 ? p->end : s1;
     if (lo >= hi)
         return 0;
-    *at_model = c->model->params[i].offset + (lo - p->start);
-    *at_shard = c->shard_off[p->bucket] + (lo - s0);
+    *at_model = o->model->params[i].offset + (lo - p->start);
+    *at_shard = o->shard_off[p->bucket] + (lo - s0);
     return hi - lo;
 }
 
@@ -74,7 +81,8 @@ static bool is_shared_embedding(const struct mc_gpt_model *m, int64_t i)
         return false;
     if (m->params[i].view.shared)
         return true;
-    return m->dims.first_stage && !strcmp(m->params[i].name, "embedding.word_embeddings.weight");
+    return m->dims.first_stage && /* chunk 0 of the first stage with interleaving */
+           !strcmp(m->params[i].name, "embedding.word_embeddings.weight");
 }
 
 mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,
@@ -96,11 +104,34 @@ out:
     return st;
 }
 
-static mc_status alloc_shards(mc_distopt *o, struct dchunk *c)
+/* Per-bucket request slots and each bucket's lowest param index (params of bucket b are the
+ * indices bucket_first[b] .. bucket_first[b - 1] - 1: buckets run in reverse param order). */
+static mc_status alloc_requests(mc_distopt *o)
 {
-    const struct mc_pgb_map *mp = &c->map;
-    c->shard_off = mc_alloc((size_t)mp->n_buckets * sizeof(int64_t));
-    if (!c->shard_off)
+    size_t n = (size_t)o->map.n_buckets;
+#if defined(MC_HAVE_MPI)
+    o->grad_req = mc_alloc(n * sizeof(MPI_Request));
+    o->param_req = mc_alloc(n * sizeof(MPI_Request));
+#else
+    o->grad_req = mc_alloc(n);
+    o->param_req = mc_alloc(n);
+#endif
+    o->grad_pending = mc_calloc(n, sizeof(bool));
+    o->param_pending = mc_calloc(n, sizeof(bool));
+    o->bucket_first = mc_alloc(n * sizeof(int64_t));
+    if (!o->grad_req || !o->param_req || !o->grad_pending || !o->param_pending ||
+        !o->bucket_first)
+        return MC_ERR_NOMEM;
+    for (int64_t i = o->map.n_params - 1; i >= 0; i--)
+        o->bucket_first[o->map.param[i].bucket] = i;
+    return MC_OK;
+}
+
+static mc_status alloc_shards(mc_distopt *o)
+{
+    const struct mc_pgb_map *mp = &o->map;
+    o->shard_off = mc_alloc((size_t)mp->n_buckets * sizeof(int64_t));
+    if (!o->shard_off)
         return MC_ERR_NOMEM;
     for (int64_t b = 0; b < mp->n_buckets; b++) {
         int64_t per = (mp->bucket[b].end - mp->bucket[b].start) / o->dp;
@@ -109,32 +140,31 @@ static mc_status alloc_shards(mc_distopt *o, struct dchunk *c)
                             "has %lld elements, more than one MPI call moves (set "
                             "--overlap-grad-reduce --ddp-bucket-size smaller)", (long long)b,
                             (long long)per);
-        c->shard_off[b] = c->shard_numel;
-        c->shard_numel += per;
+        o->shard_off[b] = o->shard_numel;
+        o->shard_numel += per;
     }
+    if (alloc_requests(o))
+        return MC_ERR_NOMEM;
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;
-    c->buffer = mc_calloc((size_t)mp->numel, sizeof(float));
-    c->main_grad = mc_calloc((size_t)c->shard_numel, sizeof(float));
-    c->state = mc_calloc((size_t)(blocks * c->shard_numel), sizeof(float));
-    return c->buffer && c->main_grad && c->state ? MC_OK : MC_ERR_NOMEM;
+    o->buffer = mc_calloc((size_t)mp->numel, sizeof(float));
+    o->main_grad = mc_calloc((size_t)o->shard_numel, sizeof(float));
+    o->state = mc_calloc((size_t)(blocks * o->shard_numel), sizeof(float));
+    return o->buffer && o->main_grad && o->state ? MC_OK : MC_ERR_NOMEM;
 }
 
-mc_status mc_distopt_init_chunks(const struct mc_optimizer_config *cfg, mc_gpt_model *const *models,
-                                 int n, const struct mc_parallel_state *ps, void *world_comm,
-                                 int64_t bucket_size, bool pad_buckets_for_high_nccl_busbw,
-                                 mc_distopt **out)
+mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
+                          const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
+                          bool pad_buckets_for_high_nccl_busbw, mc_distopt **out)
 {
     *out = NULL;
     mc_status st = mc_opt_config_check(cfg);
     if (st)
         return st;
     mc_distopt *o = mc_calloc(1, sizeof(*o));
-    if (!o || !(o->ch = mc_calloc((size_t)n, sizeof(*o->ch)))) {
-        mc_free(o);
+    if (!o)
         return MC_ERR_NOMEM;
-    }
     o->cfg = *cfg;
-    o->n_chunks = n;
+    o->model = m;
     o->dp = mc_ps_size(ps, MC_PS_DP_CP);
     o->dp_rank = mc_ps_rank(ps, MC_PS_DP_CP);
     o->dp_comm = ps->group[MC_PS_DP_CP].comm;
@@ -146,16 +176,10 @@ mc_status mc_distopt_init_chunks(const struct mc_optimizer_config *cfg, mc_gpt_m
                         "ranks needs a build with MPI", o->dp);
     }
 #endif
-    for (int c = 0; c < n && !st; c++) {
-        /* Megatron's get_model disables bucketing for every chunk after the first */
-        struct mc_pgb_config pc = {o->dp, true, c == 0 ? bucket_size : 0,
-                                   pad_buckets_for_high_nccl_busbw};
-        o->ch[c].model = models[c];
-        o->ch[c].pgb = pc;
-        if (!(st = mc_distopt_map_init(models[c], &pc, &o->ch[c].map)))
-            st = alloc_shards(o, &o->ch[c]);
-    }
-    if (st) {
+    struct mc_pgb_config pc = {o->dp, true, bucket_size, pad_buckets_for_high_nccl_busbw};
+    o->pgb = pc;
+    if ((st = mc_distopt_map_init(m, &pc, &o->map)) ||
+        (st = alloc_shards(o))) {
         mc_distopt_free(o);
         return st;
     }
@@ -163,49 +187,41 @@ mc_status mc_distopt_init_chunks(const struct mc_optimizer_config *cfg, mc_gpt_m
     return MC_OK;
 }
 
-mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
-                          const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
-                          bool pad_buckets_for_high_nccl_busbw, mc_distopt **out)
-{
-    return mc_distopt_init_chunks(cfg, &m, 1, ps, world_comm, bucket_size,
-                                  pad_buckets_for_high_nccl_busbw, out);
-}
-
 void mc_distopt_free(mc_distopt *o)
 {
     if (!o)
         return;
-    for (int i = 0; o->ch && i < o->n_chunks; i++) {
-        struct dchunk *c = &o->ch[i];
-        mc_pgb_map_free(&c->map);
-        mc_free(c->buffer);
-        mc_free(c->main_grad);
-        mc_free(c->state);
-        mc_free(c->shard_off);
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; o->grad_pending && o->param_pending && b < o->map.n_buckets; b++) {
+        if (o->grad_pending[b])
+            MPI_Wait(grad_req(o, b), MPI_STATUS_IGNORE); /* MPI still writes into the buffer */
+        if (o->param_pending[b])
+            MPI_Wait(param_req(o, b), MPI_STATUS_IGNORE);
     }
-    mc_free(o->ch);
+#endif
+    mc_pgb_map_free(&o->map);
+    mc_free(o->buffer);
+    mc_free(o->main_grad);
+    mc_free(o->state);
+    mc_free(o->shard_off);
+    mc_free(o->grad_req);
+    mc_free(o->param_req);
+    mc_free(o->grad_pending);
+    mc_free(o->param_pending);
+    mc_free(o->bucket_first);
     mc_free(o);
 }
 
-const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o) { return &o->ch[0].map; }
-const struct mc_pgb_map *mc_distopt_chunk_map(const mc_distopt *o, int chunk)
-{
-    MC_ASSERT(chunk >= 0 && chunk < o->n_chunks);
-    return &o->ch[chunk].map;
-}
+const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o) { return &o->map; }
 
-/* Checkpoints of interleaved models are refused (training.c), so these serve chunk 0, the
- * only chunk of a checkpointed run. */
 void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out)
 {
-    const struct dchunk *c = &o->ch[0];
     bool adam = o->cfg.optimizer == MC_OPT_ADAM;
-    MC_ASSERT(o->n_chunks == 1);
     *out = (struct mc_distopt_shard){
-        .exp_avg = adam ? c->state : NULL,
-        .exp_avg_sq = adam ? c->state + c->shard_numel : NULL,
-        .momentum = adam ? NULL : c->state,
-        .shard_numel = c->shard_numel, .shard_off = c->shard_off,
+        .exp_avg = adam ? o->state : NULL,
+        .exp_avg_sq = adam ? o->state + o->shard_numel : NULL,
+        .momentum = adam ? NULL : o->state,
+        .shard_numel = o->shard_numel, .shard_off = o->shard_off,
         .dp = o->dp, .dp_rank = o->dp_rank, .dp_comm = o->dp_comm, .step = o->step};
 }
 
@@ -213,9 +229,7 @@ void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
 
 mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out)
 {
-    const struct dchunk *c = &o->ch[0];
-    const struct mc_gpt_model *m = c->model;
-    MC_ASSERT(o->n_chunks == 1);
+    const struct mc_gpt_model *m = o->model;
     int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
     bool *shared = mc_alloc((size_t)m->n_params * sizeof(bool));
     mc_status st = MC_ERR_NOMEM;
@@ -224,7 +238,7 @@ mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, stru
             numel[j] = m->params[perm[j]].view.numel;
             shared[j] = is_shared_embedding(m, perm[j]);
         }
-        st = mc_pgb_map_init(&c->pgb, m->n_params, numel, shared, out);
+        st = mc_pgb_map_init(&o->pgb, m->n_params, numel, shared, out);
     }
     mc_free(numel);
     mc_free(shared);
@@ -234,76 +248,190 @@ mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, stru
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full)
 {
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;
-    *sharded = *full = 0;
-    for (int c = 0; c < o->n_chunks; c++) {
-        *sharded += blocks * o->ch[c].shard_numel;
-        *full += blocks * o->ch[c].model->n_elements;
+    *sharded = blocks * o->shard_numel;
+    *full = blocks * o->model->n_elements;
+}
+
+/* Bucket b's params between the model block and the buffer (padding stays zero). */
+static void bucket_to_buffer(mc_distopt *o, int64_t b, const float *block)
+{
+    const struct mc_gpt_model *m = o->model;
+    int64_t end = b > 0 ? o->bucket_first[b - 1] : m->n_params;
+    for (int64_t i = o->bucket_first[b]; i < end; i++)
+        memcpy(o->buffer + o->map.param[i].start, block + m->params[i].offset,
+               (size_t)m->params[i].view.numel * sizeof(float));
+}
+
+static void bucket_from_buffer(mc_distopt *o, int64_t b, float *block)
+{
+    const struct mc_gpt_model *m = o->model;
+    int64_t end = b > 0 ? o->bucket_first[b - 1] : m->n_params;
+    for (int64_t i = o->bucket_first[b]; i < end; i++)
+        memcpy(block + m->params[i].offset, o->buffer + o->map.param[i].start,
+               (size_t)m->params[i].view.numel * sizeof(float));
+}
+
+void mc_distopt_param_main_grad(mc_distopt *o, int64_t i, float **grad, int64_t *n)
+{
+    int64_t at_m, at_s;
+    *n = owned(o, i, &at_m, &at_s);
+    *grad = *n > 0 ? o->main_grad + at_s : o->main_grad;
+}
+
+int64_t mc_distopt_bucket_first_param(const mc_distopt *o, int64_t b)
+{
+    return o->bucket_first[b];
+}
+
+/* start_grad_sync of one bucket: its grads into the buffer, times scale, then the
+ * reduce-scatter (sum) over the DP group into this rank's shard of main_grad -- blocking, or
+ * non-blocking (finished by mc_distopt_finish_grad_sync) when async. */
+mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bool async)
+{
+    mc_status st = mc_distopt_finish_param_sync(o); /* the buffer is about to be reused */
+    if (st)
+        return st;
+    const struct mc_pgb_bucket *bk = &o->map.bucket[b];
+    int64_t per = (bk->end - bk->start) / o->dp;
+    bucket_to_buffer(o, b, o->model->grad_block);
+    if (scale != 1.0f)
+        o->model->be->scale(o->buffer + bk->start, scale, bk->end - bk->start);
+    if (o->dp == 1) {
+        memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
+        return MC_OK;
     }
-}
-
-/* Model block <-> buffer, every param at its Megatron range (padding stays zero). */
-static void to_buffer(struct dchunk *c, const float *block)
-{
-    const struct mc_gpt_model *m = c->model;
-    for (int64_t i = 0; i < m->n_params; i++)
-        memcpy(c->buffer + c->map.param[i].start, block + m->params[i].offset,
-               (size_t)m->params[i].view.numel * sizeof(float));
-}
-
-static void from_buffer(const struct dchunk *c, float *block)
-{
-    const struct mc_gpt_model *m = c->model;
-    for (int64_t i = 0; i < m->n_params; i++)
-        memcpy(block + m->params[i].offset, c->buffer + c->map.param[i].start,
-               (size_t)m->params[i].view.numel * sizeof(float));
-}
-
-/* Reduce-scatter (sum) of each bucket over the DP group into main_grad. */
-static mc_status reduce_scatter(mc_distopt *o, struct dchunk *c)
-{
-    for (int64_t b = 0; b < c->map.n_buckets; b++) {
-        const struct mc_pgb_bucket *bk = &c->map.bucket[b];
-        int64_t per = (bk->end - bk->start) / o->dp;
-        if (o->dp == 1) {
-            memcpy(c->main_grad + c->shard_off[b], c->buffer + bk->start,
-                   (size_t)per * sizeof(float));
-            continue;
-        }
 #if defined(MC_HAVE_MPI)
-        mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
-                          (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-        mc_comm_wait_begin("distributed-optimizer grad reduce-scatter");
-        int rc = MPI_Reduce_scatter_block(c->buffer + bk->start, c->main_grad + c->shard_off[b],
-                                          (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm);
-        mc_comm_wait_end();
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
-                            "%lld failed (MPI error %d)", (long long)b, rc);
+    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
+                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
+    /* blocking = non-blocking + wait: MPI implements the two with different algorithms
+     * (OpenMPI: coll/libnbc vs coll/tuned), whose sums of more than two ranks associate
+     * differently; one algorithm keeps --overlap-grad-reduce bit-identical to the
+     * blocking path */
+    int rc = MPI_Ireduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
+                                       (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm,
+                                       grad_req(o, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = mc_comm_wait_request(grad_req(o, b), "distributed-optimizer grad reduce-scatter");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
+                        "%lld failed (MPI error %d)", (long long)b, rc);
+    o->grad_pending[b] = async;
+#else
+    (void)async;
 #endif
-    }
     return MC_OK;
 }
 
-/* All-gather of each bucket's param shards over the DP group, in place in the buffer. */
-static mc_status all_gather(mc_distopt *o, struct dchunk *c)
+/* finish_grad_sync: waits for every outstanding bucket reduce-scatter; the next step then
+ * uses main_grad as it is. */
+mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
 {
-    if (o->dp == 1)
-        return MC_OK;
 #if defined(MC_HAVE_MPI)
-    for (int64_t b = 0; b < c->map.n_buckets; b++) {
-        const struct mc_pgb_bucket *bk = &c->map.bucket[b];
-        int per = (int)((bk->end - bk->start) / o->dp);
-        mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
-                          (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-        mc_comm_wait_begin("distributed-optimizer param all-gather");
-        int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c->buffer + bk->start, per,
-                               MPI_FLOAT, *(MPI_Comm *)o->dp_comm);
-        mc_comm_wait_end();
+    for (int64_t b = 0; b < o->map.n_buckets; b++) {
+        if (!o->grad_pending[b])
+            continue;
+        o->grad_pending[b] = false;
+        int rc = mc_comm_wait_request(grad_req(o, b), "distributed-optimizer grad reduce-scatter");
         if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
+            return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
                             "%lld failed (MPI error %d)", (long long)b, rc);
     }
 #endif
+    o->grads_reduced = true;
+    return MC_OK;
+}
+
+/* MPI progresses non-blocking collectives only inside MPI calls: a test between layers. */
+void mc_distopt_progress(mc_distopt *o)
+{
+#if defined(MC_HAVE_MPI)
+    for (int64_t b = 0; b < o->map.n_buckets; b++) {
+        int done = 0;
+        if (o->grad_pending[b])
+            MPI_Test(grad_req(o, b), &done, MPI_STATUS_IGNORE);
+        if (o->param_pending[b])
+            MPI_Test(param_req(o, b), &done, MPI_STATUS_IGNORE);
+    }
+#else
+    (void)o;
+#endif
+}
+
+void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on) { o->overlap_param_gather = on; }
+
+/* The all-gather of bucket b's updated param shards over the DP group, in place in the
+ * buffer; blocking (then copied into the model) or non-blocking (copied when waited for). */
+static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
+{
+#if defined(MC_HAVE_MPI)
+    const struct mc_pgb_bucket *bk = &o->map.bucket[b];
+    int per = (int)((bk->end - bk->start) / o->dp);
+    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
+                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
+                            MPI_FLOAT, *(MPI_Comm *)o->dp_comm, param_req(o, b));
+    if (rc == MPI_SUCCESS && !async)
+        rc = mc_comm_wait_request(param_req(o, b), "distributed-optimizer param all-gather");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
+                        "%lld failed (MPI error %d)", (long long)b, rc);
+    o->param_pending[b] = async;
+#else
+    (void)async;
+#endif
+    if (!async)
+        bucket_from_buffer(o, b, o->model->param_block);
+    return MC_OK;
+}
+
+static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
+{
+    if (!o->param_pending[b])
+        return MC_OK;
+    o->param_pending[b] = false;
+#if defined(MC_HAVE_MPI)
+    int rc = mc_comm_wait_request(param_req(o, b), "distributed-optimizer param all-gather");
+    if (rc != MPI_SUCCESS)
+        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
+                        "%lld failed (MPI error %d)", (long long)b, rc);
+#endif
+    bucket_from_buffer(o, b, o->model->param_block);
+    return MC_OK;
+}
+
+/* The forward pre-hook: params [0, end) are about to be read, so every bucket holding one of
+ * them must have its all-gather finished. */
+mc_status mc_distopt_param_use(mc_distopt *o, int64_t end)
+{
+    for (int64_t b = o->map.n_buckets - 1; b >= 0 && o->bucket_first[b] < end; b--) {
+        mc_status st = finish_param_bucket(o, b);
+        if (st)
+            return st;
+    }
+    mc_distopt_progress(o);
+    return MC_OK;
+}
+
+mc_status mc_distopt_finish_param_sync(mc_distopt *o)
+{
+    return mc_distopt_param_use(o, o->model->n_params);
+}
+
+/* After the update: every bucket's params all-gathered, in the order the next forward needs
+ * them (the last bucket holds the first layers), so with overlap the first wait is the
+ * earliest started. */
+static mc_status all_gather(mc_distopt *o)
+{
+    if (o->dp == 1)
+        return MC_OK;
+    bool async = o->overlap_param_gather;
+    for (int64_t b = o->map.n_buckets - 1; b >= 0; b--) {
+        if (!async)
+            bucket_to_buffer(o, b, o->model->param_block);
+        mc_status st = start_param_bucket(o, b, async);
+        if (st)
+            return st;
+    }
     return MC_OK;
 }
 
@@ -312,23 +440,27 @@ static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
     return !v->shared && (v->tensor_parallel || m->tp.rank == 0);
 }
 
-/* get_grad_norm_fp32 + count_zeros_fp32 over the shards of every chunk: sums over the world. */
-static mc_status grad_stats(mc_distopt *o, float *norm, int64_t *zeros)
+/* get_grad_norm_fp32 + count_zeros_fp32 over this rank's shards (summed over the world by
+ * the caller). */
+static void local_grad_stats(const mc_distopt *o, double *sq, int64_t *z)
+{
+    const struct mc_gpt_model *m = o->model;
+    for (int64_t i = 0; i < m->n_params; i++) {
+        int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
+        if (n == 0 || !counted(m, &m->params[i].view))
+            continue;
+        *sq += m->be->sumsq(o->main_grad + at_s, n);
+        *z += m->be->count_zeros(o->main_grad + at_s, n);
+    }
+}
+
+static mc_status grad_stats(mc_distopt *const *os, int n, float *norm, int64_t *zeros)
 {
     double sq = 0.0;
     int64_t z = 0;
-    for (int ci = 0; ci < o->n_chunks; ci++) {
-        const struct dchunk *c = &o->ch[ci];
-        const struct mc_gpt_model *m = c->model;
-        for (int64_t i = 0; i < m->n_params; i++) {
-            int64_t at_m, at_s, n = owned(o, c, i, &at_m, &at_s);
-            if (n == 0 || !counted(m, &m->params[i].view))
-                continue;
-            sq += m->be->sumsq(c->main_grad + at_s, n);
-            z += m->be->count_zeros(c->main_grad + at_s, n);
-        }
-    }
-    void *world = o->world_comm;
+    for (int c = 0; c < n; c++)
+        local_grad_stats(os[c], &sq, &z);
+    void *world = os[0]->world_comm;
     float stats[2] = {(float)sq, (float)z}; /* Megatron reduces both as float tensors */
     mc_status st = mc_comm_all_reduce(world, stats, 2, MC_COMM_FLOAT, MC_COMM_SUM,
                                       "distributed optimizer grad-norm all-reduce");
@@ -337,36 +469,69 @@ static mc_status grad_stats(mc_distopt *o, float *norm, int64_t *zeros)
     return st;
 }
 
-static void update(mc_distopt *o, struct dchunk *c, float lr, float weight_decay)
+static void update(mc_distopt *o, float lr, float weight_decay)
 {
-    struct mc_gpt_model *m = c->model;
-    const struct mc_optimizer_config *cf = &o->cfg;
+    struct mc_gpt_model *m = o->model;
+    const struct mc_optimizer_config *c = &o->cfg;
+    o->step++;
     for (int64_t i = 0; i < m->n_params; i++) {
-        int64_t at_m, at_s, n = owned(o, c, i, &at_m, &at_s);
+        int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
         if (n == 0)
             continue;
         float wd = m->params[i].view.no_weight_decay ? 0.0f : weight_decay;
-        float *p = m->param_block + at_m, *g = c->main_grad + at_s;
-        if (cf->optimizer == MC_OPT_ADAM)
-            m->be->adamw(p, c->state + at_s, c->state + c->shard_numel + at_s, g, n, lr,
-                         cf->adam_beta1, cf->adam_beta2, cf->adam_eps, wd, o->step);
+        float *p = m->param_block + at_m, *g = o->main_grad + at_s;
+        if (c->optimizer == MC_OPT_ADAM)
+            m->be->adamw(p, o->state + at_s, o->state + o->shard_numel + at_s, g, n, lr,
+                         c->adam_beta1, c->adam_beta2, c->adam_eps, wd, o->step);
         else
-            m->be->sgd(p, c->state + at_s, g, n, lr, cf->sgd_momentum, wd, o->step == 1);
+            m->be->sgd(p, o->state + at_s, g, n, lr, c->sgd_momentum, wd, o->step == 1);
     }
 }
 
-/* Each chunk's grads into its buffer, scaled, reduce-scattered into its shards. */
+/* The grads of one chunk reduce-scattered (unless overlap did it) and post-scaled. */
 static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
 {
     mc_status st = MC_OK;
-    for (int i = 0; i < o->n_chunks && !st; i++) {
-        struct dchunk *c = &o->ch[i];
-        const struct mc_gpt_model *m = c->model;
-        to_buffer(c, m->grad_block);
-        if (grad_scale != 1.0f)
-            m->be->scale(c->buffer, grad_scale, c->map.numel);
-        if (!(st = reduce_scatter(o, c)) && post_scale != 1.0f)
-            m->be->scale(c->main_grad, post_scale, c->shard_numel);
+    for (int64_t b = 0; !o->grads_reduced && b < o->map.n_buckets && !st; b++)
+        st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
+    o->grads_reduced = false;
+    if (!st && post_scale != 1.0f)
+        o->model->be->scale(o->main_grad, post_scale, o->shard_numel);
+    return st;
+}
+
+/* Clip by coeff (< 1 scales), update the shard, all-gather the params of one chunk. */
+static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight_decay)
+{
+    struct mc_gpt_model *m = o->model;
+    if (coeff < 1.0f)
+        m->be->scale(o->main_grad, coeff, o->shard_numel);
+    update(o, lr, weight_decay);
+    /* with overlap the whole buffer gets the params before the first all-gather starts */
+    if (o->overlap_param_gather && o->dp > 1)
+        for (int64_t b = 0; b < o->map.n_buckets; b++)
+            bucket_to_buffer(o, b, m->param_block);
+    return all_gather(o);
+}
+
+mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
+                                 float post_scale, float lr, float weight_decay,
+                                 struct mc_opt_step_result *res)
+{
+    mc_status st = MC_OK;
+    for (int c = 0; c < n && !st; c++)
+        st = reduce_grads(os[c], grad_scale, post_scale);
+    float norm;
+    int64_t zeros;
+    if (st || (st = grad_stats(os, n, &norm, &zeros)))
+        return st;
+    float clip = os[0]->cfg.clip_grad;
+    float coeff = clip > 0.0f ? clip / (norm + 1.0e-6f) : 1.0f;
+    for (int c = 0; c < n && !st; c++)
+        st = apply_update(os[c], coeff, lr, weight_decay);
+    if (!st && res) {
+        res->grad_norm = norm;
+        res->num_zeros = zeros;
     }
     return st;
 }
@@ -374,26 +539,5 @@ static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
 mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
                           float weight_decay, struct mc_opt_step_result *res)
 {
-    mc_status st = reduce_grads(o, grad_scale, post_scale);
-    float norm;
-    int64_t zeros;
-    if (st || (st = grad_stats(o, &norm, &zeros)))
-        return st;
-    float coeff = o->cfg.clip_grad > 0.0f ? o->cfg.clip_grad / (norm + 1.0e-6f) : 1.0f;
-    o->step++;
-    for (int i = 0; i < o->n_chunks && !st; i++) {
-        struct dchunk *c = &o->ch[i];
-        struct mc_gpt_model *m = c->model;
-        if (coeff < 1.0f)
-            m->be->scale(c->main_grad, coeff, c->shard_numel);
-        update(o, c, lr, weight_decay);
-        to_buffer(c, m->param_block);
-        if (!(st = all_gather(o, c)))
-            from_buffer(c, m->param_block);
-    }
-    if (!st && res) {
-        res->grad_norm = norm;
-        res->num_zeros = zeros;
-    }
-    return st;
+    return mc_distopt_step_chunks(&o, 1, grad_scale, post_scale, lr, weight_decay, res);
 }

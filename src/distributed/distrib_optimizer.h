@@ -17,13 +17,6 @@ typedef struct mc_distopt mc_distopt;
 mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
                           const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
                           bool pad_buckets_for_high_nccl_busbw, mc_distopt **out);
-/* Interleaved pipelining: one distributed optimizer over this rank's model chunks, a grad
- * buffer each (bucket_size applies to chunk 0; later chunks have one bucket, as Megatron's
- * get_model disables their bucketing). mc_distopt_init is this with n = 1. */
-mc_status mc_distopt_init_chunks(const struct mc_optimizer_config *cfg, mc_gpt_model *const *models,
-                                 int n, const struct mc_parallel_state *ps, void *world_comm,
-                                 int64_t bucket_size, bool pad_buckets_for_high_nccl_busbw,
-                                 mc_distopt **out);
 void mc_distopt_free(mc_distopt *o);
 
 /* One step after the backward passes: copies the model's grads into the buffer, scales them by
@@ -34,16 +27,43 @@ void mc_distopt_free(mc_distopt *o);
  * rank's model. The model's grads are left as they were before the step. */
 mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
                           float weight_decay, struct mc_opt_step_result *res);
+/* Interleaved pipelining: one step over the distributed optimizers of this rank's model
+ * chunks (one each, in chunk order), with one grad norm, zero count and clipping over all of
+ * them, as Megatron's DistributedOptimizer over several chunks' buffers. */
+mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
+                                 float post_scale, float lr, float weight_decay,
+                                 struct mc_opt_step_result *res);
+
+/* --overlap-grad-reduce (driven by ddp.c): bucket b's grads copied into the buffer, scaled
+ * and reduce-scattered, non-blocking when async; finish_grad_sync waits for all of them and
+ * makes the next mc_distopt_step skip its own reduce-scatter (its grad_scale is then unused).
+ * Also the blocking path (async false) for every bucket in order. */
+mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bool async);
+mc_status mc_distopt_finish_grad_sync(mc_distopt *o);
+/* This rank's reduce-scattered grad of param i (after finish_grad_sync): *n elements at
+ * *grad (*n = 0 when it owns none of it). finalize_model_grads' later reductions (the tied
+ * embedding over the embedding group) work on these. */
+void mc_distopt_param_main_grad(mc_distopt *o, int64_t i, float **grad, int64_t *n);
+/* Lowest param index (forward order) in bucket b; bucket b holds the params from there up to
+ * bucket_first_param(b - 1) - 1 (buckets run in reverse param order). */
+int64_t mc_distopt_bucket_first_param(const mc_distopt *o, int64_t b);
+/* --overlap-param-gather: mc_distopt_step starts the all-gathers without waiting;
+ * mc_distopt_param_use(o, end) waits for those holding params [0, end) (the forward
+ * pre-hook) and finish_param_sync for all. */
+void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on);
+mc_status mc_distopt_param_use(mc_distopt *o, int64_t end);
+mc_status mc_distopt_finish_param_sync(mc_distopt *o);
+/* MPI_Test on every outstanding request (MPI progresses them only inside calls). */
+void mc_distopt_progress(mc_distopt *o);
 
 /* Megatron's grad-buffer index map for m's parameters (what mc_distopt_init uses when
  * c->use_distributed_optimizer is set; c->dp is the data-parallel size). */
 mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,
                               struct mc_pgb_map *out);
-/* The index map in use (forward-order params, buckets): chunk 0's, or the given chunk's. */
+/* The index map in use (forward-order params, buckets). */
 const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o);
-const struct mc_pgb_map *mc_distopt_chunk_map(const mc_distopt *o, int chunk);
-/* Elements of optimizer state held by this rank (all state tensors and chunks together), and
- * what the non-distributed optimizer holds for the same model chunks. */
+/* Elements of optimizer state held by this rank (all state tensors together), and what the
+ * non-distributed optimizer holds for the same model. */
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full);
 
 /* What checkpointing (distrib_optim.pt) needs: this rank's optimizer state over its shard of

@@ -145,6 +145,14 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
     return MC_OK;
 }
 
+int mc_comm_wait_request(void *mpi_request, const char *what)
+{
+    mc_comm_wait_begin(what);
+    int rc = MPI_Wait((MPI_Request *)mpi_request, MPI_STATUS_IGNORE);
+    mc_comm_wait_end();
+    return rc;
+}
+
 mc_status mc_comm_barrier(void *comm)
 {
     if (!comm)

@@ -152,6 +152,8 @@ mc_status mc_comm_watchdog_start(int rank, double timeout_s, const char *source)
 void mc_comm_watchdog_stop(void);
 void mc_comm_wait_begin(const char *what);
 void mc_comm_wait_end(void);
+/* MPI_Wait on an MPI_Request * inside such a bracket; returns MPI's code. */
+int mc_comm_wait_request(void *mpi_request, const char *what);
 
 /* ---- comm.c: per-rank communication counters (MC_COMM_STATS=1) ----------------------------
  * Private to megatron.c: every wrapper that moves data (all-reduce, reduce-scatter,

@@ -43,7 +43,10 @@ struct trainer {
     mc_gpt_model *chunks[MC_MAX_VP]; /* interleaved pipelining: vp model chunks, else model */
     int vp;                       /* model chunks on this rank (1 without interleaving) */
     mc_optimizer *opt;
-    mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer */
+    mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer: dopts[0] */
+    mc_ddp *ddp;                  /* data-parallel grad sync: buckets, overlap; ddps[0] */
+    mc_distopt *dopts[MC_MAX_VP]; /* one per model chunk (Megatron: one DDP buffer each) */
+    mc_ddp *ddps[MC_MAX_VP];
     struct mc_microbatches mb;
     struct mc_opt_sched sched;
     mc_train_data *data;
@@ -232,22 +235,84 @@ static mc_status build_tokenizer(struct trainer *t)
 
 /* The distributed optimizer over Megatron's grad-buffer layout; prints the per-rank optimizer
  * state against the non-distributed optimizer's (megatron.c's line, not Megatron's). */
-static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_config *oc)
+/* DistributedDataParallel's bucket_size on this rank (mc_pgb_bucket_size); get_model's
+ * --ddp-num-buckets turns into this rank's parameter count / buckets (at least 1, since
+ * Megatron's 0 also makes one bucket per parameter). */
+static mc_status ddp_bucket_size(const struct trainer *t, int chunk, int64_t *out)
 {
     const struct mc_args *a = t->a;
     int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
-    bucket = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
-                                mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
-    mc_status st = mc_distopt_init_chunks(oc, t->chunks, t->vp, &t->ps, world_comm, bucket,
-                                          mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
-                                          &t->dopt);
+    if (!mc_args_is_none(a, MC_A_ddp_num_buckets)) {
+        int64_t n = mc_args_int(a, MC_A_ddp_num_buckets);
+        if (!mc_args_is_none(a, MC_A_ddp_bucket_size))
+            return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld with --ddp-bucket-size: "
+                            "cannot specify both", (long long)n);
+        if (n <= 0)
+            return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld: must be greater than 0",
+                            (long long)n);
+        bucket = mc_gpt_num_elements(t->chunks[chunk]) / n;
+        bucket = bucket > 0 ? bucket : 1;
+    }
+    *out = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
+                              mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
+    if (chunk > 0) /* get_model: disable_bucketing for every chunk after the first */
+        *out = 0;
+    return MC_OK;
+}
+
+/* DistributedDataParallel: the grad buckets and the hooks that overlap their collectives
+ * with backward (and the param all-gathers with forward). MC_DDP_BLOCKING=1 keeps the
+ * overlap's buckets and call points but makes every collective blocking (for comparisons). */
+static mc_status build_ddp(struct trainer *t)
+{
+    const struct mc_args *a = t->a;
+    bool per_token = mc_args_bool(a, MC_A_calculate_per_token_loss);
+    if (per_token && mc_args_bool(a, MC_A_ddp_average_in_collective))
+        return mc_error(MC_ERR_CONFIG, "--ddp-average-in-collective with "
+                        "--calculate-per-token-loss: cannot average in collective when "
+                        "calculating per-token loss");
+    const char *blocking = getenv("MC_DDP_BLOCKING");
+    struct mc_ddp_config dc = {
+        .overlap_grad_reduce = mc_args_bool(a, MC_A_overlap_grad_reduce),
+        .overlap_param_gather = mc_args_bool(a, MC_A_overlap_param_gather),
+        .check_for_nan_in_grad = mc_args_bool(a, MC_A_check_for_nan_in_loss_and_grad),
+        .blocking = blocking && strcmp(blocking, "0") && *blocking,
+        .grad_scale = mc_ddp_grad_scale(&t->ps, per_token),
+    };
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* one DDP per model chunk, as get_model */
+        if (!(st = ddp_bucket_size(t, v, &dc.bucket_size)))
+            st = mc_ddp_init(&dc, t->chunks[v], &t->ps, t->dopts[v], &t->ddps[v]);
+    t->ddp = t->ddps[0];
     if (st)
         return st;
-    int64_t sharded, full;
-    mc_distopt_state_numel(t->dopt, &sharded, &full);
-    int64_t buckets = 0, numel = 0, unpadded = 0;
+    if (dc.overlap_grad_reduce)
+        print_rank_0(" > data-parallel grad sync: %lld bucket(s) on this rank, collectives "
+                     "%s\n", (long long)mc_ddp_num_buckets(t->ddp),
+                     dc.blocking ? "blocking (MC_DDP_BLOCKING)" : "overlapped with backward");
+    return MC_OK;
+}
+
+static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_config *oc)
+{
+    const struct mc_args *a = t->a;
+    int64_t bucket;
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* one per chunk: its own buffer and shards */
+        if (!(st = ddp_bucket_size(t, v, &bucket)))
+            st = mc_distopt_init(oc, t->chunks[v], &t->ps, world_comm, bucket,
+                                 mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
+                                 &t->dopts[v]);
+    t->dopt = t->dopts[0];
+    if (st)
+        return st;
+    int64_t sharded = 0, full = 0, buckets = 0, numel = 0, unpadded = 0;
     for (int c = 0; c < t->vp; c++) {
-        const struct mc_pgb_map *map = mc_distopt_chunk_map(t->dopt, c);
+        int64_t sh, fu;
+        mc_distopt_state_numel(t->dopts[c], &sh, &fu);
+        sharded += sh;
+        full += fu;
+        const struct mc_pgb_map *map = mc_distopt_map(t->dopts[c]);
         buckets += map->n_buckets;
         numel += map->numel;
         unpadded += map->numel_unpadded;
@@ -273,13 +338,21 @@ static struct mc_param_view tied_embedding(const struct trainer *t)
 }
 
 /* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
- * over the embedding group (first and last stage), after the data-parallel reduction. */
+ * over the embedding group (first and last stage), after the data-parallel reduction (with
+ * the distributed optimizer only the shard this rank owns, the part its step reads; Megatron
+ * all-reduces the whole main_grad of the embedding). */
 static mc_status pp_embedding_grad_sync(struct trainer *t)
 {
     if (!t->embedding_group)
         return MC_OK;
     struct mc_param_view v = tied_embedding(t);
-    return mc_comm_all_reduce(t->embedding_group, v.grad, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+    float *g = v.grad;
+    int64_t n = v.numel;
+    int c = mc_ps_is_pipeline_first_stage(&t->ps) ? 0 : t->vp - 1; /* the chunk holding it */
+    if (t->dopt) /* after the reduce-scatter: this rank's shard (same range on both stages) */
+        mc_distopt_param_main_grad(t->dopts[c], mc_gpt_param_index(t->chunks[c], v.name), &g,
+                                   &n);
+    return mc_comm_all_reduce(t->embedding_group, g, n, MC_COMM_FLOAT, MC_COMM_SUM,
                               "embedding-group word-embedding grad all-reduce");
 }
 
@@ -413,6 +486,10 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
     if (timing)
         mc_timer_stop(interval);
     mc_timer_start(tm);
+    /* Megatron disables the forward pre-hook (forcing the param all-gather) before saving */
+    mc_status st = mc_ddp_finish_param_sync(t->ddp);
+    if (st)
+        return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
     struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
@@ -426,7 +503,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
                               .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
     ckpt_layout(t, &s);
-    mc_status st = mc_ckpt_save(&s, out_first);
+    st = mc_ckpt_save(&s, out_first);
     if (st)
         return st;
     mc_timer_stop(tm);
@@ -472,7 +549,7 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     mc_opt_config_from_args(a, &oc);
     st = mc_args_bool(a, MC_A_use_distributed_optimizer)
              ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, t->chunks, t->vp, &t->opt);
-    if (st)
+    if (st || (st = build_ddp(t)))
         return st;
     struct mc_opt_sched_config sc;
     if ((st = mc_opt_sched_config_from_args(t->a, &t->mb, out_first, &sc)))
@@ -480,6 +557,16 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     if ((st = mc_opt_sched_init(&t->sched, &sc, out_first)))
         return st;
     return load_checkpoint(t);
+}
+
+/* loss_func's --check-for-nan-in-loss-and-grad: the local sum of masked losses is finite. */
+static mc_status check_loss(const struct trainer *t, double sum)
+{
+    if (isfinite(sum) || !mc_args_bool(t->a, MC_A_check_for_nan_in_loss_and_grad))
+        return MC_OK;
+    return mc_error(MC_ERR_INTERNAL, "found %s in local forward loss calculation (rank %d; "
+                    "--no-check-for-nan-in-loss-and-grad skips this check)",
+                    isnan(sum) ? "NaN" : "Inf", t->ps.rank);
 }
 
 /* One micro-batch through the model: loss_func's (sum of masked losses, number of tokens), and
@@ -509,6 +596,8 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     }
     *num = s;
     *den = d;
+    if ((st = check_loss(t, s)))
+        return st;
     if (!backward) {
         mc_timer_stop(fwd);
         return MC_OK;
@@ -525,6 +614,56 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     return st;
 }
 
+/* finalize_model_grads' _allreduce_layernorm_grads (--sequence-parallel): after the
+ * data-parallel reduction. With the distributed optimizer the reduced grads are this rank's
+ * main_grad shards, so those are summed over the tensor-parallel group (every tp rank of a
+ * data-parallel rank has the same buffer layout, hence the same shard ranges); Megatron
+ * all-reduces the whole main_grad of these params. */
+static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_distopt *dopt)
+{
+    if (!dopt || !mc_gpt_model_config(m)->sequence_parallel)
+        return mc_gpt_sequence_parallel_grad_sync(m);
+    int64_t total = 0, n;
+    float *g;
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++)
+        if (mc_gpt_param(m, i).sequence_parallel) {
+            mc_distopt_param_main_grad(dopt, i, &g, &n);
+            total += n;
+        }
+    float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    if (!tmp)
+        return MC_ERR_NOMEM;
+    for (int pass = 0; pass < 2; pass++) { /* gather, all-reduce, scatter back */
+        int64_t off = 0;
+        for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+            if (!mc_gpt_param(m, i).sequence_parallel)
+                continue;
+            mc_distopt_param_main_grad(dopt, i, &g, &n);
+            memcpy(pass ? g : tmp + off, pass ? tmp + off : g, (size_t)n * sizeof(float));
+            off += n;
+        }
+        mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->ps.group[MC_PS_TP].comm, tmp, total,
+                                                         MC_COMM_FLOAT, MC_COMM_SUM,
+                                                         "sequence-parallel grad all-reduce");
+        if (st) {
+            mc_free(tmp);
+            return st;
+        }
+    }
+    mc_free(tmp);
+    return MC_OK;
+}
+
+/* Megatron collects these grads of every model chunk; the sums are per element, so chunk by
+ * chunk is the same. */
+static mc_status sp_grad_sync(struct trainer *t)
+{
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++)
+        st = sp_grad_sync_chunk(t, t->chunks[v], t->dopt ? t->dopts[v] : NULL);
+    return st;
+}
+
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
  * all-reduce over the tensor-parallel group (--sequence-parallel) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
@@ -535,8 +674,8 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     mc_timer_start(sync);
     /* the distributed optimizer reduce-scatters (and scales) the grads in its own step */
     mc_status st = MC_OK;
-    for (int v = 0; v < t->vp && !st && !t->dopt; v++) /* each chunk's DDP, in chunk order */
-        st = mc_ddp_finish_grad_sync(t->chunks[v], &t->ps, mc_ddp_grad_scale(&t->ps, per_token));
+    for (int v = 0; v < t->vp && !st; v++) /* each chunk's DDP, in chunk order */
+        st = mc_ddp_grad_sync(t->ddps[v]);
     mc_timer_stop(sync);
     if (st)
         return st;
@@ -545,10 +684,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     for (int k = 0; k < 2; k++) {
         struct mc_timer *tm = timer(t, others[k], 1);
         mc_timer_start(tm);
-        if (k == 1)
-            st = pp_embedding_grad_sync(t);
-        for (int v = 0; v < t->vp && k == 0 && !st; v++) /* Megatron: all chunks, coalesced */
-            st = mc_gpt_sequence_parallel_grad_sync(t->chunks[v]);
+        st = k == 1 ? pp_embedding_grad_sync(t) : sp_grad_sync(t);
         mc_timer_stop(tm);
         if (st)
             return st;
@@ -565,7 +701,7 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
                                 struct mc_opt_step_result *res)
 {
     if (t->dopt)
-        return mc_distopt_step(t->dopt, mc_ddp_grad_scale(&t->ps, per_token),
+        return mc_distopt_step_chunks(t->dopts, t->vp, mc_ddp_grad_scale(&t->ps, per_token),
                                per_token ? 1.0f / num_tokens : 1.0f, (float)t->sched.lr,
                                (float)t->sched.wd, res);
     return mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
@@ -575,6 +711,11 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
  * model-parallel group. */
 static mc_status params_norm(const struct trainer *t, double *norm)
 {
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* --overlap-param-gather */
+        st = mc_ddp_finish_param_sync(t->ddps[v]);
+    if (st)
+        return st;
     int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     double ss = 0;
     for (int v = 0; v < t->vp; v++) {
@@ -587,8 +728,8 @@ static mc_status params_norm(const struct trainer *t, double *norm)
                 ss += (double)p.data[k] * p.data[k];
         }
     }
-    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE,
-                                      MC_COMM_SUM, "params-norm all-reduce");
+    st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE, MC_COMM_SUM,
+                            "params-norm all-reduce");
     *norm = sqrt(ss);
     return st;
 }
@@ -742,6 +883,8 @@ static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *
         return MC_OK;
     double num, den;
     pp_masked_loss(r->t, &num, &den);
+    if ((st = check_loss(r->t, num)))
+        return st;
     return add_loss_report(r->t, num, den, r->numer, r->denom);
 }
 
@@ -757,6 +900,8 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float 
     if (st || (st = pp_get_batch(r, k)))
         return st;
     r->in_model[chunk] = -1; /* one backward per forward */
+    /* Megatron's no_sync: a chunk's grads sync from its last micro-batch's backward on */
+    mc_ddp_set_last_microbatch(t->ddps[chunk], k == r->num_micro - 1);
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
     if (pp_last(t, chunk)) {
@@ -869,6 +1014,7 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     for (int64_t k = 0; k < num_micro; k++) {
         double num, den;
         mc_gpt_set_step(t->model, iteration * num_micro + k);
+        mc_ddp_set_last_microbatch(t->ddp, k == num_micro - 1); /* Megatron's no_sync */
         mc_status st = micro_step(t, MC_TRAIN_SPLIT_TRAIN, sample_index(t, t->consumed_train, k),
                                   num_micro, true, &num, &den);
         if (st || (st = add_loss_report(t, num, den, &numer, &denom)))
@@ -1383,8 +1529,11 @@ static void teardown(struct trainer *t)
     mc_free(t->loss);
     mc_micro_batch_free(&t->batch);
     mc_train_data_free(t->data);
+    for (int v = 0; v < MC_MAX_VP; v++)
+        mc_ddp_free(t->ddps[v]);
     mc_opt_free(t->opt);
-    mc_distopt_free(t->dopt);
+    for (int v = 0; v < MC_MAX_VP; v++)
+        mc_distopt_free(t->dopts[v]);
     for (int v = 0; v < t->vp; v++)
         mc_gpt_model_free(t->chunks[v]);
     mc_tok_free(t->tok);

@@ -6,7 +6,9 @@ iterations with pp2 x vpp2, pp2 x vpp2 x dp2 with and without --use-distributed-
 tp2 x pp2 x vpp2, print the same 'lm loss', 'grad norm' and 'params norm' at every iteration
 and the same validation/test losses as the single-process run with the same global batch
 (within 1e-5 relative, from the [exact] lines of MC_TEST_LOG_EXACT=1); reruns are
-bit-identical. Also matched: --num-layers-per-virtual-pipeline-stage, --sequence-parallel
+bit-identical. Also matched: --num-layers-per-virtual-pipeline-stage, the distributed optimizer
+with --overlap-grad-reduce / --overlap-param-gather (a DDP and buckets per chunk, chunk 0 with
+several buckets), --sequence-parallel
 (tp2 x pp2 x vpp2: [s/tp, b, h] messages, layernorm grads summed per chunk), an 8-layer pp4 x vpp2 run
 with --no-overlap-p2p-communication (batched exchanges), a micro-batch group of 4, dropout
 (chunks recompute a micro-batch's forward before its backward, so the masks must repeat) and
@@ -130,6 +132,11 @@ def main():
                                        "stage", "4"])
         report.append("gpt2 pp2 vpp2 group 4: max rel diff "
                       f"{compare('gpt2 pp2 vpp2 group 4', ref, got):.1e}")
+        got = run(GPT2, tmp, 4, 1, 2, [*VPP2, "--use-distributed-optimizer",
+                                       "--overlap-grad-reduce", "--overlap-param-gather",
+                                       "--ddp-bucket-size", "2000"])
+        report.append("gpt2 pp2 vpp2 dp2 distopt, overlapped grad reduce / param gather: max "
+                      f"rel diff {compare('gpt2 pp2 vpp2 dp2 overlap', ref, got):.1e}")
         got = run(GPT2, tmp, 4, 2, 2, [*VPP2, "--sequence-parallel"])
         report.append("gpt2 tp2 sp pp2 vpp2: max rel diff "
                       f"{compare('gpt2 tp2 sp pp2 vpp2', ref, got):.1e}")

@@ -185,6 +185,8 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
 
     float *x0 = m->acts[0].x_in;
     if (d->first_stage) {
+        if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, 0))) != MC_OK)
+            return st;
         to_seq_first(m->ids_sf, batch->tokens, b, s);
         if (m->pos_w) {
             if (batch->position_ids) {
@@ -203,7 +205,8 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     for (int64_t l = 0; l < d->L; l++) {
         float *out = l + 1 < d->L ? m->acts[l + 1].x_in : m->x_final;
         int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
-        if ((st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
+        if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, l + 1))) != MC_OK ||
+            (st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &m->acts[l], out)) != MC_OK)
             return st;
         if (mc_dump_hooks_active()) {
             char name[64];
@@ -211,7 +214,8 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
             hook(name, out, c.T_sp / b, b, d->h);
         }
     }
-    if (d->last_stage && (st = head_forward(m, &c, batch, loss)) != MC_OK)
+    if (d->last_stage && ((st = mc_gpt_hook_param_use(m, m->n_params)) != MC_OK ||
+                          (st = head_forward(m, &c, batch, loss)) != MC_OK))
         return st;
     m->fwd_valid = true;
     return MC_OK;
@@ -225,7 +229,8 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_tfm_ctx *
     mc_status st;
     for (int64_t l = d->L - 1; l >= 0; l--)
         if ((st = mc_tfm_layer_backward(c, d->layer_offset + l, &m->layer_w[l], &m->layer_g[l],
-                                        &m->acts[l], m->dx)) != MC_OK)
+                                        &m->acts[l], m->dx)) != MC_OK ||
+            (st = mc_gpt_hook_grad_ready(m, mc_gpt_layer_first_param(m, l))) != MC_OK)
             return st;
     if (!d->first_stage)
         return MC_OK;
@@ -243,7 +248,7 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_tfm_ctx *
     if (m->pos_g)
         m->be->embedding_bwd(m->pos_g, dx, m->pos_sf, c->T, d->h, 0,
                              m->cfg.max_position_embeddings);
-    return MC_OK;
+    return mc_gpt_hook_grad_ready(m, 0);
 }
 
 mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
@@ -275,6 +280,8 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
         return st;
     mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, m->x_final, m->lnf_w, m->lnf_mean,
                          m->lnf_rstd);
+    if ((st = mc_gpt_hook_grad_ready(m, mc_gpt_layer_first_param(m, d->L))) != MC_OK)
+        return st;
     return body_backward(m, &c);
 }
 

@@ -30,6 +30,15 @@ struct mc_gpt_param_spec {
     bool gated, shared;
 };
 
+/* Callbacks into the data-parallel layer (Megatron's DDP backward post-hooks and forward
+ * pre-hooks), set with mc_gpt_set_hooks. */
+struct mc_gpt_hooks {
+    mc_status (*grad_ready)(void *ctx, int64_t first_ready);
+    mc_status (*param_use)(void *ctx, int64_t end);
+    void *ctx;
+};
+void mc_gpt_set_hooks(struct mc_gpt_model *m, const struct mc_gpt_hooks *h);
+
 struct mc_gpt_model {
     struct mc_gpt_config cfg; /* validated */
     struct mc_tfm_dims dims;
@@ -66,6 +75,24 @@ struct mc_gpt_model {
     int64_t fwd_b, fwd_s;
     uint32_t fwd_micro;
     const uint8_t *fwd_mask;
+
+    struct mc_gpt_hooks hooks; /* data-parallel overlap (gpt_hooks.c); all NULL = off */
 };
+
+/* The grads of params [first_ready, n_params) (state_dict order) are final for this
+ * backward; called by backward after the head, after each layer and after the embeddings. */
+static inline mc_status mc_gpt_hook_grad_ready(struct mc_gpt_model *m, int64_t first_ready)
+{
+    return m->hooks.grad_ready ? m->hooks.grad_ready(m->hooks.ctx, first_ready) : MC_OK;
+}
+
+/* Forward is about to read params [0, end) (state_dict order). */
+static inline mc_status mc_gpt_hook_param_use(struct mc_gpt_model *m, int64_t end)
+{
+    return m->hooks.param_use ? m->hooks.param_use(m->hooks.ctx, end) : MC_OK;
+}
+
+/* Index of the first parameter of local layer l (l = L: the first one after the layers). */
+int64_t mc_gpt_layer_first_param(const struct mc_gpt_model *m, int64_t l);
 
 #endif /* MC_GPT_MODEL_H */
