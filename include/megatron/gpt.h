@@ -75,6 +75,13 @@ struct mc_gpt_config {
      * norm, output layer and loss. 0 = 1 (no pipeline). */
     int pipeline_model_parallel_size;
     int pipeline_model_parallel_rank;
+    /* Interleaved pipelining (--num-virtual-stages-per-pipeline-rank V): this model is chunk
+     * `virtual_pipeline_model_parallel_rank` of the V chunks of its stage, i.e. virtual stage
+     * v * pp + r of pp * V, holding layers [(v pp + r) L/(pp V), ... + L/(pp V)) (named from 0,
+     * as in Megatron's model<v> state dicts). Only the first virtual stage has the embeddings,
+     * only the last the final norm, output layer and loss. 0 = no interleaving (one chunk). */
+    int virtual_pipeline_model_parallel_size;
+    int virtual_pipeline_model_parallel_rank;
 };
 
 /* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */

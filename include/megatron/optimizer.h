@@ -28,6 +28,11 @@ typedef struct mc_optimizer mc_optimizer;
  * m must outlive the optimizer. */
 MC_API mc_status mc_opt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
                              mc_optimizer **out);
+/* One optimizer over several model chunks (interleaved pipelining: the vp chunks of this
+ * pipeline stage, in chunk order), as Megatron's optimizer holds the params of every chunk:
+ * one grad norm, zero count and clipping over all of them. mc_opt_init is this with n = 1. */
+MC_API mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
+                                    mc_gpt_model *const *models, int n, mc_optimizer **out);
 MC_API void mc_opt_free(mc_optimizer *o);
 
 struct mc_opt_step_result {
@@ -40,7 +45,8 @@ struct mc_opt_step_result {
 MC_API mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
                              struct mc_opt_step_result *res);
 
-/* Optimizer state of parameter i (the index of mc_gpt_param), for checkpoints: Adam's
+/* Optimizer state of parameter i (the index of mc_gpt_param; with several chunks, chunk 0's
+ * parameters come first, then chunk 1's, ...), for checkpoints: Adam's
  * exp_avg and exp_avg_sq, or SGD's momentum_buffer ([numel] each; NULL when the optimizer has
  * no such state). Valid until mc_opt_free. */
 struct mc_opt_param_state {

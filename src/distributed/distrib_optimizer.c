@@ -7,7 +7,10 @@
  * data-parallel rank d owns [d*size/dp, (d+1)*size/dp) of every bucket, keeps Adam state for
  * those elements only, updates the model's params there, and the same buffer then carries the
  * params through the all-gather. Grad norm and zero count sum each owned element once over
- * the whole world (tp x dp), skipping tensor-parallel duplicates as clip_grads.py does. */
+ * the whole world (tp x dp), skipping tensor-parallel duplicates as clip_grads.py does.
+ * With interleaved pipelining each model chunk has its own distributed optimizer (its own
+ * buffer, buckets and shards, as Megatron's per-chunk DDP buffers) and mc_distopt_step_chunks
+ * steps them together: one grad norm, zero count and clipping over all chunks. */
 #include "distributed/distrib_optimizer.h"
 
 #include <limits.h>
@@ -69,7 +72,8 @@ static int64_t owned(const mc_distopt *o, int64_t i, int64_t *at_model, int64_t 
 }
 
 /* Megatron's shared_embedding attribute: with tied embeddings split across pipeline stages,
- * the first stage's word embedding (when it is not also the last) and the last stage's copy. */
+ * the first (virtual) stage's word embedding (when it is not also the last) and the last
+ * stage's copy. */
 static bool is_shared_embedding(const struct mc_gpt_model *m, int64_t i)
 {
     const struct mc_gpt_config *c = &m->cfg;
@@ -77,7 +81,7 @@ static bool is_shared_embedding(const struct mc_gpt_model *m, int64_t i)
         return false;
     if (m->params[i].view.shared)
         return true;
-    return c->pipeline_model_parallel_rank == 0 &&
+    return m->dims.first_stage && /* chunk 0 of the first stage with interleaving */
            !strcmp(m->params[i].name, "embedding.word_embeddings.weight");
 }
 
@@ -436,20 +440,27 @@ static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
     return !v->shared && (v->tensor_parallel || m->tp.rank == 0);
 }
 
-/* get_grad_norm_fp32 + count_zeros_fp32 over the shards: sums over the world. */
-static mc_status grad_stats(mc_distopt *o, float *norm, int64_t *zeros)
+/* get_grad_norm_fp32 + count_zeros_fp32 over this rank's shards (summed over the world by
+ * the caller). */
+static void local_grad_stats(const mc_distopt *o, double *sq, int64_t *z)
 {
     const struct mc_gpt_model *m = o->model;
-    double sq = 0.0;
-    int64_t z = 0;
     for (int64_t i = 0; i < m->n_params; i++) {
         int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
         if (n == 0 || !counted(m, &m->params[i].view))
             continue;
-        sq += m->be->sumsq(o->main_grad + at_s, n);
-        z += m->be->count_zeros(o->main_grad + at_s, n);
+        *sq += m->be->sumsq(o->main_grad + at_s, n);
+        *z += m->be->count_zeros(o->main_grad + at_s, n);
     }
-    void *world = o->world_comm;
+}
+
+static mc_status grad_stats(mc_distopt *const *os, int n, float *norm, int64_t *zeros)
+{
+    double sq = 0.0;
+    int64_t z = 0;
+    for (int c = 0; c < n; c++)
+        local_grad_stats(os[c], &sq, &z);
+    void *world = os[0]->world_comm;
     float stats[2] = {(float)sq, (float)z}; /* Megatron reduces both as float tensors */
     mc_status st = mc_comm_all_reduce(world, stats, 2, MC_COMM_FLOAT, MC_COMM_SUM,
                                       "distributed optimizer grad-norm all-reduce");
@@ -477,37 +488,56 @@ static void update(mc_distopt *o, float lr, float weight_decay)
     }
 }
 
-mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
-                          float weight_decay, struct mc_opt_step_result *res)
+/* The grads of one chunk reduce-scattered (unless overlap did it) and post-scaled. */
+static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
 {
-    struct mc_gpt_model *m = o->model;
     mc_status st = MC_OK;
     for (int64_t b = 0; !o->grads_reduced && b < o->map.n_buckets && !st; b++)
         st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
     o->grads_reduced = false;
-    if (st)
-        return st;
-    if (post_scale != 1.0f)
-        m->be->scale(o->main_grad, post_scale, o->shard_numel);
-    float norm;
-    int64_t zeros;
-    if ((st = grad_stats(o, &norm, &zeros)))
-        return st;
-    if (o->cfg.clip_grad > 0.0f) {
-        float coeff = o->cfg.clip_grad / (norm + 1.0e-6f);
-        if (coeff < 1.0f)
-            m->be->scale(o->main_grad, coeff, o->shard_numel);
-    }
+    if (!st && post_scale != 1.0f)
+        o->model->be->scale(o->main_grad, post_scale, o->shard_numel);
+    return st;
+}
+
+/* Clip by coeff (< 1 scales), update the shard, all-gather the params of one chunk. */
+static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight_decay)
+{
+    struct mc_gpt_model *m = o->model;
+    if (coeff < 1.0f)
+        m->be->scale(o->main_grad, coeff, o->shard_numel);
     update(o, lr, weight_decay);
     /* with overlap the whole buffer gets the params before the first all-gather starts */
     if (o->overlap_param_gather && o->dp > 1)
         for (int64_t b = 0; b < o->map.n_buckets; b++)
             bucket_to_buffer(o, b, m->param_block);
-    if ((st = all_gather(o)))
+    return all_gather(o);
+}
+
+mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
+                                 float post_scale, float lr, float weight_decay,
+                                 struct mc_opt_step_result *res)
+{
+    mc_status st = MC_OK;
+    for (int c = 0; c < n && !st; c++)
+        st = reduce_grads(os[c], grad_scale, post_scale);
+    float norm;
+    int64_t zeros;
+    if (st || (st = grad_stats(os, n, &norm, &zeros)))
         return st;
-    if (res) {
+    float clip = os[0]->cfg.clip_grad;
+    float coeff = clip > 0.0f ? clip / (norm + 1.0e-6f) : 1.0f;
+    for (int c = 0; c < n && !st; c++)
+        st = apply_update(os[c], coeff, lr, weight_decay);
+    if (!st && res) {
         res->grad_norm = norm;
         res->num_zeros = zeros;
     }
-    return MC_OK;
+    return st;
+}
+
+mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
+                          float weight_decay, struct mc_opt_step_result *res)
+{
+    return mc_distopt_step_chunks(&o, 1, grad_scale, post_scale, lr, weight_decay, res);
 }

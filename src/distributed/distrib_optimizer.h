@@ -27,6 +27,12 @@ void mc_distopt_free(mc_distopt *o);
  * rank's model. The model's grads are left as they were before the step. */
 mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
                           float weight_decay, struct mc_opt_step_result *res);
+/* Interleaved pipelining: one step over the distributed optimizers of this rank's model
+ * chunks (one each, in chunk order), with one grad norm, zero count and clipping over all of
+ * them, as Megatron's DistributedOptimizer over several chunks' buffers. */
+mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
+                                 float post_scale, float lr, float weight_decay,
+                                 struct mc_opt_step_result *res);
 
 /* --overlap-grad-reduce (driven by ddp.c): bucket b's grads copied into the buffer, scaled
  * and reduce-scattered, non-blocking when async; finish_grad_sync waits for all of them and

@@ -4,7 +4,9 @@
  * parameters count once), and not the shared copy of tied embeddings on the last pipeline
  * stage; squares are summed per parameter in state-dict order in double (fixed order,
  * thread-count independent), then all-reduced over the model-parallel (tp x pp) group;
- * clip_coeff = clip_grad / (norm + 1e-6) scales every grad when it is below 1. */
+ * clip_coeff = clip_grad / (norm + 1e-6) scales every grad when it is below 1. With
+ * interleaved pipelining the sums run over every model chunk of the rank (chunk by chunk, in
+ * chunk order) before the one reduction. */
 #include "optimizer/optimizer_internal.h"
 
 #include <math.h>
@@ -15,7 +17,7 @@ static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
 }
 
 /* Sum over the model-parallel group: tp x pp ranks (the tp group when pp == 1). */
-static mc_status mp_sum(const struct mc_gpt_model *m, float *x)
+mc_status mc_opt_mp_sum(const struct mc_gpt_model *m, float *x)
 {
     if (m->cfg.pipeline_model_parallel_size == 1)
         return mc_tp_all_reduce_sum(&m->tp, x, 1);
@@ -28,47 +30,53 @@ static mc_status mp_sum(const struct mc_gpt_model *m, float *x)
     return mc_tp_all_reduce_sum(&mp, x, 1);
 }
 
-mc_status mc_opt_grad_norm(const struct mc_gpt_model *m, float *norm)
+mc_status mc_opt_grad_norm(struct mc_gpt_model *const *models, int n, float *norm)
 {
     double sq = 0.0;
-    for (int64_t i = 0; i < m->n_params; i++) {
-        const struct mc_param_view *v = &m->params[i].view;
-        if (counted(m, v))
-            sq += m->be->sumsq(v->grad, v->numel);
+    for (int c = 0; c < n; c++) {
+        const struct mc_gpt_model *m = models[c];
+        for (int64_t i = 0; i < m->n_params; i++) {
+            const struct mc_param_view *v = &m->params[i].view;
+            if (counted(m, v))
+                sq += m->be->sumsq(v->grad, v->numel);
+        }
     }
     float total = (float)sq;
-    mc_status st = mp_sum(m, &total);
+    mc_status st = mc_opt_mp_sum(models[0], &total);
     if (st != MC_OK)
         return st;
     *norm = sqrtf(total);
     return MC_OK;
 }
 
-mc_status mc_opt_count_zeros(const struct mc_gpt_model *m, int64_t *zeros)
+mc_status mc_opt_count_zeros(struct mc_gpt_model *const *models, int n, int64_t *zeros)
 {
     int64_t z = 0;
-    for (int64_t i = 0; i < m->n_params; i++) {
-        const struct mc_param_view *v = &m->params[i].view;
-        if (counted(m, v))
-            z += m->be->count_zeros(v->grad, v->numel);
+    for (int c = 0; c < n; c++) {
+        const struct mc_gpt_model *m = models[c];
+        for (int64_t i = 0; i < m->n_params; i++) {
+            const struct mc_param_view *v = &m->params[i].view;
+            if (counted(m, v))
+                z += m->be->count_zeros(v->grad, v->numel);
+        }
     }
     float total = (float)z; /* Megatron reduces the count as a float tensor too */
-    mc_status st = mp_sum(m, &total);
+    mc_status st = mc_opt_mp_sum(models[0], &total);
     if (st != MC_OK)
         return st;
-    *zeros = m->tp.size * m->cfg.pipeline_model_parallel_size == 1 ? z : (int64_t)total;
+    const struct mc_gpt_config *c = &models[0]->cfg;
+    *zeros = c->tensor_model_parallel_size * c->pipeline_model_parallel_size == 1 ? z
+                                                                                  : (int64_t)total;
     return MC_OK;
 }
 
-void mc_opt_clip_grads(struct mc_gpt_model *m, float clip_grad, float norm)
+void mc_opt_clip_grads(struct mc_gpt_model *const *models, int n, float clip_grad, float norm)
 {
     if (clip_grad <= 0.0f)
         return;
     float coeff = clip_grad / (norm + 1.0e-6f);
     if (!(coeff < 1.0f))
         return;
-    for (int64_t i = 0; i < m->n_params; i++) {
-        const struct mc_param_view *v = &m->params[i].view;
-        m->be->scale(v->grad, coeff, v->numel);
-    }
+    for (int c = 0; c < n; c++)
+        models[c]->be->scale(models[c]->grad_block, coeff, models[c]->n_elements);
 }

@@ -29,7 +29,7 @@ static void trace_exchange(const struct mc_pp_p2p *p, const float *send_next,
         strcat(ev, "+Rp");
     if (recv_next)
         strcat(ev, "+Rn");
-    p->trace(p->trace_ctx, ev + 1);
+    p->trace(p->trace_ctx, ev[0] ? ev + 1 : "-");
 }
 
 #if defined(MC_HAVE_MPI)
@@ -43,32 +43,67 @@ static mc_status mpi_failed(int rc, const char *what, const struct mc_pp_p2p *p)
                     p->size, msg);
 }
 
-mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
-                            const float *send_prev, float *recv_prev, float *recv_next)
+static int next_rank(const struct mc_pp_p2p *p) { return (p->rank + 1) % p->size; }
+static int prev_rank(const struct mc_pp_p2p *p) { return (p->rank + p->size - 1) % p->size; }
+
+mc_status mc_pp_post(const struct mc_pp_p2p *p, const float *send_next, const float *send_prev,
+                     float *recv_prev, float *recv_next, struct mc_pp_posted *h)
 {
     MC_ASSERT(p->comm && p->n <= 0x7fffffff);
-    MC_ASSERT(!(send_next || recv_next) || p->rank + 1 < p->size);
-    MC_ASSERT(!(send_prev || recv_prev) || p->rank > 0);
+    MC_ASSERT(p->ring || !(send_next || recv_next) || p->rank + 1 < p->size);
+    MC_ASSERT(p->ring || !(send_prev || recv_prev) || p->rank > 0);
     trace_exchange(p, send_next, send_prev, recv_prev, recv_next);
     MPI_Comm c = *(MPI_Comm *)p->comm;
-    MPI_Request req[4];
-    int nreq = 0, rc = MPI_SUCCESS, n = (int)p->n;
+    int rc = MPI_SUCCESS, n = (int)p->n;
+    for (int i = 0; i < 4; i++) {
+        h->req[i] = MPI_REQUEST_NULL;
+        h->active[i] = false;
+    }
     /* Megatron's order in _batched_p2p_ops: send prev, recv prev, send next, recv next */
     if (send_prev)
-        rc = MPI_Isend(send_prev, n, MPI_FLOAT, p->rank - 1, TAG_BACKWARD, c, &req[nreq++]);
+        rc = MPI_Isend(send_prev, n, MPI_FLOAT, prev_rank(p), TAG_BACKWARD, c,
+                       &h->req[MC_PP_SEND_PREV]);
     if (rc == MPI_SUCCESS && recv_prev)
-        rc = MPI_Irecv(recv_prev, n, MPI_FLOAT, p->rank - 1, TAG_FORWARD, c, &req[nreq++]);
+        rc = MPI_Irecv(recv_prev, n, MPI_FLOAT, prev_rank(p), TAG_FORWARD, c,
+                       &h->req[MC_PP_RECV_PREV]);
     if (rc == MPI_SUCCESS && send_next)
-        rc = MPI_Isend(send_next, n, MPI_FLOAT, p->rank + 1, TAG_FORWARD, c, &req[nreq++]);
+        rc = MPI_Isend(send_next, n, MPI_FLOAT, next_rank(p), TAG_FORWARD, c,
+                       &h->req[MC_PP_SEND_NEXT]);
     if (rc == MPI_SUCCESS && recv_next)
-        rc = MPI_Irecv(recv_next, n, MPI_FLOAT, p->rank + 1, TAG_BACKWARD, c, &req[nreq++]);
+        rc = MPI_Irecv(recv_next, n, MPI_FLOAT, next_rank(p), TAG_BACKWARD, c,
+                       &h->req[MC_PP_RECV_NEXT]);
     if (rc != MPI_SUCCESS)
         return mpi_failed(rc, "isend/irecv", p);
+    h->active[MC_PP_SEND_NEXT] = send_next != NULL;
+    h->active[MC_PP_SEND_PREV] = send_prev != NULL;
+    h->active[MC_PP_RECV_PREV] = recv_prev != NULL;
+    h->active[MC_PP_RECV_NEXT] = recv_next != NULL;
     double bytes = (double)n * sizeof(float);
     mc_comm_stats_add(MC_COMM_KIND_PP, MC_COMM_SEND, bytes * (!!send_prev + !!send_next), 2);
     mc_comm_stats_add(MC_COMM_KIND_PP, MC_COMM_RECV, bytes * (!!recv_prev + !!recv_next), 2);
+    return MC_OK;
+}
+
+mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active)
+{
+    if (!*active)
+        return MC_OK;
+    *active = false;
     mc_comm_wait_begin("pipeline send/recv");
-    rc = MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
+    mc_comm_wait_end();
+    return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
+}
+
+mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
+                            const float *send_prev, float *recv_prev, float *recv_next)
+{
+    struct mc_pp_posted h;
+    mc_status st = mc_pp_post(p, send_next, send_prev, recv_prev, recv_next, &h);
+    if (st)
+        return st;
+    mc_comm_wait_begin("pipeline send/recv");
+    int rc = MPI_Waitall(4, h.req, MPI_STATUSES_IGNORE);
     mc_comm_wait_end();
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
@@ -127,6 +162,21 @@ mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out)
 }
 
 void mc_pp_group_free(void *comm) { (void)comm; }
+
+mc_status mc_pp_post(const struct mc_pp_p2p *p, const float *send_next, const float *send_prev,
+                     float *recv_prev, float *recv_next, struct mc_pp_posted *h)
+{
+    memset(h, 0, sizeof(*h));
+    return mc_pp_communicate(p, send_next, send_prev, recv_prev, recv_next);
+}
+
+mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active)
+{
+    (void)p;
+    (void)r;
+    *active = false;
+    return MC_OK;
+}
 
 #endif
 

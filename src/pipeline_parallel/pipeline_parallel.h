@@ -16,6 +16,13 @@
 
 #include "megatron.h"
 
+#if defined(MC_HAVE_MPI)
+#include <mpi.h>
+typedef MPI_Request mc_pp_request;
+#else
+typedef int mc_pp_request;
+#endif
+
 /* ---- p2p.c ------------------------------------------------------------------------------ */
 /* This rank's place in its pipeline-parallel group and the size of one message. */
 struct mc_pp_p2p {
@@ -27,6 +34,9 @@ struct mc_pp_p2p {
      * receive from it, see tests/golden/pipeline/schedules_golden.txt), for the tests. */
     void (*trace)(void *ctx, const char *event);
     void *trace_ctx;
+    /* Interleaved schedule: the stages form a ring (the last stage's next is the first, whose
+     * previous is the last), as Megatron's get_pipeline_model_parallel_next/prev_rank wrap. */
+    bool ring;
 };
 
 /* One exchange with the neighbours, as Megatron's _communicate with batched isend/irecv:
@@ -36,6 +46,20 @@ struct mc_pp_p2p {
  * ends of the pipeline must not be asked for (the callers below skip them as Megatron does). */
 mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
                             const float *send_prev, float *recv_prev, float *recv_next);
+
+/* The same exchange posted without waiting (Megatron's _communicate with wait_on_reqs=False,
+ * the overlap_p2p_comm path): h->req[MC_PP_*] are the requests of the parts asked for
+ * (MC_PP_NO_REQUEST for the others), each completed by mc_pp_wait. The buffers must stay
+ * untouched until then. An exchange with nothing to do is traced as "-". */
+enum { MC_PP_SEND_NEXT = 0, MC_PP_SEND_PREV, MC_PP_RECV_PREV, MC_PP_RECV_NEXT };
+struct mc_pp_posted {
+    mc_pp_request req[4];
+    bool active[4];
+};
+mc_status mc_pp_post(const struct mc_pp_p2p *p, const float *send_next, const float *send_prev,
+                     float *recv_prev, float *recv_next, struct mc_pp_posted *h);
+/* Completes one posted request (a no-op for one that is not active); *active is cleared. */
+mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active);
 
 /* The named operations of p2p_communication.py; each is a no-op where Megatron's is (e.g.
  * recv_forward on the first stage). */
@@ -90,5 +114,45 @@ mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_sc
                                                                  const struct mc_pp_step_ops *ops,
                                                                  int64_t num_microbatches,
                                                                  bool forward_only);
+
+/* ---- schedules_interleaved.c ------------------------------------------------------------- */
+/* One micro-batch on one model chunk (virtual stage chunk * pp + rank): as mc_pp_step_ops, with
+ * the chunk. input is NULL on the first virtual stage (chunk 0 of stage 0), output_grad on the
+ * last (chunk vp - 1 of the last stage). *output / *input_grad are copied by the schedule
+ * before the next call, so they need only live until then. */
+struct mc_pp_chunk_ops {
+    void *ctx;
+    mc_status (*forward)(void *ctx, int chunk, int64_t k, const float *input,
+                         const float **output);
+    mc_status (*backward)(void *ctx, int chunk, int64_t k, const float *input,
+                          const float *output_grad, const float **input_grad);
+};
+
+struct mc_pp_vbuf;
+/* The interleaved schedule's state: received activations and grads wait in per-chunk queues
+ * of message buffers drawn from a pool that grows to the schedule's peak and is kept. */
+struct mc_pp_interleaved {
+    struct mc_pp_p2p p2p;   /* ring = true */
+    int vp;                 /* model chunks on this rank (virtual pipeline size) */
+    int64_t group;          /* microbatch_group_size_per_vp_stage (N); 0 = pp */
+    bool overlap;           /* overlap_p2p_comm (Megatron's default) vs batched exchanges */
+    struct mc_pp_vbuf **pool; /* every buffer made, and the free ones on top of the stack */
+    int64_t n_pool, n_free, cap_pool;
+};
+
+mc_status mc_pp_interleaved_init(struct mc_pp_interleaved *s, const struct mc_pp_p2p *p2p,
+                                 int vp, int64_t group, bool overlap);
+void mc_pp_interleaved_free(struct mc_pp_interleaved *s);
+
+/* forward_backward_pipelining_with_interleaving (core_v0.12.1, without
+ * --overlap-p2p-communication-warmup-flush): Megatron's schedule table, warmup
+ * (pp - rank - 1) * 2 + (vp - 1) * N forwards, steady 1F1B, cooldown, with its exchanges over
+ * the pipeline ring (posted without waiting and awaited where Megatron waits with overlap,
+ * one batched exchange per step without). Megatron's ValueError / RuntimeError for a
+ * micro-batch count that does not fit N and pp are MC_ERR_CONFIG with its message. */
+mc_status mc_pp_forward_backward_pipelining_with_interleaving(struct mc_pp_interleaved *s,
+                                                              const struct mc_pp_chunk_ops *ops,
+                                                              int64_t num_microbatches,
+                                                              bool forward_only);
 
 #endif /* MC_PIPELINE_PARALLEL_H */

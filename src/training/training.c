@@ -33,17 +33,22 @@
 #include "training/timers.h"
 #include "training/train_data.h"
 
-enum { MC_PP_MAX_SLOTS = 256 }; /* activation slots per stage (in-flight micro-batches) */
+enum { MC_PP_MAX_SLOTS = 64 }; /* activation slots per stage (in-flight micro-batches) */
+enum { MC_MAX_VP = 64 }; /* model chunks per pipeline rank */
 
 struct trainer {
     struct mc_args *a;
     double t0;
     mc_tokenizer *tok;
     int64_t padded_vocab;
-    mc_gpt_model *model;
+    mc_gpt_model *model;          /* chunks[0] */
+    mc_gpt_model *chunks[MC_MAX_VP]; /* interleaved pipelining: vp model chunks, else model */
+    int vp;                       /* model chunks on this rank (1 without interleaving) */
     mc_optimizer *opt;
-    mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer */
-    mc_ddp *ddp;                  /* data-parallel grad sync: buckets, overlap */
+    mc_distopt *dopt;             /* instead of opt with --use-distributed-optimizer: dopts[0] */
+    mc_ddp *ddp;                  /* data-parallel grad sync: buckets, overlap; ddps[0] */
+    mc_distopt *dopts[MC_MAX_VP]; /* one per model chunk (Megatron: one DDP buffer each) */
+    mc_ddp *ddps[MC_MAX_VP];
     struct mc_microbatches mb;
     struct mc_opt_sched sched;
     mc_train_data *data;
@@ -62,6 +67,7 @@ struct trainer {
     mc_tb_writer *tb;             /* --tensorboard-dir, on the last rank; NULL elsewhere */
     int64_t iteration;            /* args.iteration: iterations completed */
     struct mc_pp_schedule pipe;   /* pp > 1: the 1F1B schedule's buffers */
+    struct mc_pp_interleaved vpipe; /* vp > 1: the interleaved schedule's */
     void *embedding_group;        /* pp > 1, tied embeddings, first/last stage: MPI_Comm * */
 };
 
@@ -155,15 +161,27 @@ static mc_status log_timers(struct trainer *t, const char *const *names, int n, 
     return st;
 }
 
-/* The parallelism this build trains with: tensor, data and (non-interleaved) pipeline
- * parallelism. The others are refused
- * by name before any work is done. */
+/* The parallelism this build trains with: tensor, data and pipeline parallelism (interleaved
+ * too). The others are refused by name before any work is done. */
 static mc_status check_parallel_support(const struct mc_args *a)
 {
-    if (!mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size))
+    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
+    if (vpp && mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) > MC_MAX_VP)
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-virtual-stages-per-pipeline-rank %lld: at most "
+                        "%d model chunks per pipeline rank",
+                        (long long)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size),
+                        MC_MAX_VP);
+    if (vpp && mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) == 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-virtual-stages-per-pipeline-rank / "
+                        "--num-layers-per-virtual-pipeline-stage giving 1 model chunk per "
+                        "pipeline rank: Megatron's interleaved schedule fails on it "
+                        "(UnboundLocalError in forward_backward_pipelining_with_interleaving); "
+                        "drop the option to train with the 1F1B schedule");
+    if (vpp && (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load)))
         return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
-                        "--num-virtual-stages-per-pipeline-rank: interleaved pipelining is not "
-                        "implemented by megatron.c");
+                        "--num-virtual-stages-per-pipeline-rank with --save/--load: checkpoints "
+                        "of interleaved (model0, model1, ...) models are not implemented by "
+                        "megatron.c yet");
     if (mc_args_int(a, MC_A_context_parallel_size) != 1)
         return mc_error(MC_ERR_UNSUPPORTED, "--context-parallel-size %lld: context parallelism "
                         "is not implemented by megatron.c",
@@ -222,7 +240,7 @@ static mc_status build_tokenizer(struct trainer *t)
 /* DistributedDataParallel's bucket_size on this rank (mc_pgb_bucket_size); get_model's
  * --ddp-num-buckets turns into this rank's parameter count / buckets (at least 1, since
  * Megatron's 0 also makes one bucket per parameter). */
-static mc_status ddp_bucket_size(const struct trainer *t, int64_t *out)
+static mc_status ddp_bucket_size(const struct trainer *t, int chunk, int64_t *out)
 {
     const struct mc_args *a = t->a;
     int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
@@ -234,11 +252,13 @@ static mc_status ddp_bucket_size(const struct trainer *t, int64_t *out)
         if (n <= 0)
             return mc_error(MC_ERR_CONFIG, "--ddp-num-buckets %lld: must be greater than 0",
                             (long long)n);
-        bucket = mc_gpt_num_elements(t->model) / n;
+        bucket = mc_gpt_num_elements(t->chunks[chunk]) / n;
         bucket = bucket > 0 ? bucket : 1;
     }
     *out = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
                               mc_ps_size(&t->ps, MC_PS_DP_CP), mc_ps_rank(&t->ps, MC_PS_PP));
+    if (chunk > 0) /* get_model: disable_bucketing for every chunk after the first */
+        *out = 0;
     return MC_OK;
 }
 
@@ -261,8 +281,12 @@ static mc_status build_ddp(struct trainer *t)
         .blocking = blocking && strcmp(blocking, "0") && *blocking,
         .grad_scale = mc_ddp_grad_scale(&t->ps, per_token),
     };
-    mc_status st = ddp_bucket_size(t, &dc.bucket_size);
-    if (st || (st = mc_ddp_init(&dc, t->model, &t->ps, t->dopt, &t->ddp)))
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* one DDP per model chunk, as get_model */
+        if (!(st = ddp_bucket_size(t, v, &dc.bucket_size)))
+            st = mc_ddp_init(&dc, t->chunks[v], &t->ps, t->dopts[v], &t->ddps[v]);
+    t->ddp = t->ddps[0];
+    if (st)
         return st;
     if (dc.overlap_grad_reduce)
         print_rank_0(" > data-parallel grad sync: %lld bucket(s) on this rank, collectives "
@@ -275,33 +299,44 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
 {
     const struct mc_args *a = t->a;
     int64_t bucket;
-    mc_status st = ddp_bucket_size(t, &bucket);
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* one per chunk: its own buffer and shards */
+        if (!(st = ddp_bucket_size(t, v, &bucket)))
+            st = mc_distopt_init(oc, t->chunks[v], &t->ps, world_comm, bucket,
+                                 mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
+                                 &t->dopts[v]);
+    t->dopt = t->dopts[0];
     if (st)
         return st;
-    st = mc_distopt_init(oc, t->model, &t->ps, world_comm, bucket,
-                         mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw), &t->dopt);
-    if (st)
-        return st;
-    int64_t sharded, full;
-    mc_distopt_state_numel(t->dopt, &sharded, &full);
-    const struct mc_pgb_map *map = mc_distopt_map(t->dopt);
+    int64_t sharded = 0, full = 0, buckets = 0, numel = 0, unpadded = 0;
+    for (int c = 0; c < t->vp; c++) {
+        int64_t sh, fu;
+        mc_distopt_state_numel(t->dopts[c], &sh, &fu);
+        sharded += sh;
+        full += fu;
+        const struct mc_pgb_map *map = mc_distopt_map(t->dopts[c]);
+        buckets += map->n_buckets;
+        numel += map->numel;
+        unpadded += map->numel_unpadded;
+    }
     print_rank_0(" > distributed optimizer: %lld buckets, buffer %lld elements (%lld unpadded); "
                  "optimizer state on this rank: %lld elements (%.3f MB) of %lld (%.3f MB) "
-                 "without it\n", (long long)map->n_buckets, (long long)map->numel,
-                 (long long)map->numel_unpadded, (long long)sharded,
+                 "without it\n", (long long)buckets, (long long)numel,
+                 (long long)unpadded, (long long)sharded,
                  (double)sharded * 4 / 1048576.0, (long long)full, (double)full * 4 / 1048576.0);
     return MC_OK;
 }
 
 /* The tied word embeddings with pp > 1: the first stage's embedding.word_embeddings.weight
- * and the last stage's output_layer.weight copy (NULL grad/data view elsewhere). */
+ * (in chunk 0) and the last stage's output_layer.weight copy (in chunk vp - 1). */
 static struct mc_param_view tied_embedding(const struct trainer *t)
 {
-    const char *name = mc_ps_is_pipeline_first_stage(&t->ps) ? "embedding.word_embeddings.weight"
-                                                              : "output_layer.weight";
-    int64_t i = mc_gpt_param_index(t->model, name);
+    bool first = mc_ps_is_pipeline_first_stage(&t->ps);
+    const mc_gpt_model *m = t->chunks[first ? 0 : t->vp - 1];
+    int64_t i = mc_gpt_param_index(m, first ? "embedding.word_embeddings.weight"
+                                            : "output_layer.weight");
     MC_ASSERT(i >= 0);
-    return mc_gpt_param(t->model, i);
+    return mc_gpt_param(m, i);
 }
 
 /* finalize_model_grads' _allreduce_word_embedding_grads: the tied embedding's grad is summed
@@ -315,8 +350,10 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
     struct mc_param_view v = tied_embedding(t);
     float *g = v.grad;
     int64_t n = v.numel;
+    int c = mc_ps_is_pipeline_first_stage(&t->ps) ? 0 : t->vp - 1; /* the chunk holding it */
     if (t->dopt) /* after the reduce-scatter: this rank's shard (same range on both stages) */
-        mc_distopt_param_main_grad(t->dopt, mc_gpt_param_index(t->model, v.name), &g, &n);
+        mc_distopt_param_main_grad(t->dopts[c], mc_gpt_param_index(t->chunks[c], v.name), &g,
+                                   &n);
     return mc_comm_all_reduce(t->embedding_group, g, n, MC_COMM_FLOAT, MC_COMM_SUM,
                               "embedding-group word-embedding grad all-reduce");
 }
@@ -337,35 +374,64 @@ static double activation_memory_limit(const struct trainer *t)
     return phys / 2.0 / (double)(ranks > 0 ? ranks : 1);
 }
 
-/* Megatron keeps the autograd graph of every in-flight micro-batch: min(pp - rank, M) on stage
- * `rank` in 1F1B (warmup + 1). The model gets as many activation slots, so no forward runs
- * twice; where they would pass the memory limit (or cannot be allocated) it keeps one and the
+/* Megatron keeps the autograd graph of every in-flight micro-batch: on stage `rank`
+ * min(pp - rank, M) in 1F1B, per model chunk what the interleaved order leaves in flight
+ * (mc_pp_in_flight). Each chunk gets as many activation slots, so no forward runs twice; where
+ * they would pass the memory limit (or cannot be allocated) every chunk keeps one and the
  * schedule recomputes, said once in the log. */
 static mc_status pp_activation_slots(struct trainer *t)
 {
+    const struct mc_args *a = t->a;
     int rank = mc_ps_rank(&t->ps, MC_PS_PP);
-    int64_t in_flight, max_micro = t->gbs / (t->mbs * t->dp);
-    mc_status st = mc_pp_in_flight(t->ps.pp, rank, 1, max_micro > 0 ? max_micro : 1, 0,
-                                   &in_flight);
+    int64_t in_flight[MC_MAX_VP], max_micro = t->gbs / (t->mbs * t->dp), most = 0, total = 0;
+    int64_t group = t->vp > 1 && !mc_args_is_none(a, MC_A_microbatch_group_size_per_vp_stage)
+                        ? mc_args_int(a, MC_A_microbatch_group_size_per_vp_stage) : 0;
+    mc_status st = mc_pp_in_flight(t->ps.pp, rank, t->vp, max_micro > 0 ? max_micro : 1, group,
+                                   in_flight);
     if (st)
         return st;
-    if (in_flight > MC_PP_MAX_SLOTS)
-        in_flight = MC_PP_MAX_SLOTS;
-    if (in_flight <= 1)
+    double need = 0, mask = (double)(t->mbs * t->seq * t->seq); /* a slot's mask copy */
+    for (int v = 0; v < t->vp; v++) {
+        if (in_flight[v] > MC_PP_MAX_SLOTS)
+            in_flight[v] = MC_PP_MAX_SLOTS;
+        if (in_flight[v] < 1)
+            in_flight[v] = 1;
+        size_t per = mc_gpt_slot_activation_bytes(t->chunks[v]);
+        need += (double)(mc_gpt_activation_bytes(t->chunks[v]) - per) +
+                (double)in_flight[v] * ((double)per + mask);
+        most = in_flight[v] > most ? in_flight[v] : most;
+        total += in_flight[v];
+    }
+    if (most <= 1)
         return MC_OK;
-    size_t per = mc_gpt_slot_activation_bytes(t->model);
-    double mask = (double)(t->mbs * t->seq * t->seq); /* each slot's attention-mask copy */
-    double need = (double)(mc_gpt_activation_bytes(t->model) - per) +
-                  (double)in_flight * ((double)per + mask), limit = activation_memory_limit(t);
-    st = need <= limit ? mc_gpt_set_activation_slots(t->model, (int)in_flight) : MC_ERR_NOMEM;
-    if (st == MC_OK || st != MC_ERR_NOMEM || mc_ps_rank(&t->ps, MC_PS_TP) != 0 || t->dp_rank != 0)
-        return st == MC_ERR_NOMEM ? MC_OK : st;
+    double limit = activation_memory_limit(t);
+    st = need <= limit ? MC_OK : MC_ERR_NOMEM;
+    for (int v = 0; v < t->vp && !st; v++)
+        st = mc_gpt_set_activation_slots(t->chunks[v], (int)in_flight[v]);
+    if (st != MC_ERR_NOMEM)
+        return st;
+    for (int v = 0; v < t->vp; v++) /* back to one slot each (a smaller block) */
+        if ((st = mc_gpt_set_activation_slots(t->chunks[v], 1)))
+            return st;
+    if (mc_ps_rank(&t->ps, MC_PS_TP) != 0 || t->dp_rank != 0)
+        return MC_OK;
     printf(" > pipeline stage %d: the activations of %lld in-flight micro-batches need "
            "%.1f MiB (limit %.1f MiB, MC_ACTIVATION_MEMORY_LIMIT_MB%s): keeping one and "
-           "recomputing each forward before its backward\n", rank, (long long)in_flight,
+           "recomputing each forward before its backward\n", rank, (long long)total,
            need / 1048576.0, limit / 1048576.0, need <= limit ? "; allocation failed" : "");
     fflush(stdout);
     return MC_OK;
+}
+
+/* --num-virtual-stages-per-pipeline-rank: the interleaved schedule with
+ * --microbatch-group-size-per-virtual-pipeline-stage (default pp) and overlap_p2p_comm. */
+static mc_status interleaved_init(struct trainer *t, const struct mc_pp_p2p *p)
+{
+    const struct mc_args *a = t->a;
+    int64_t group = mc_args_is_none(a, MC_A_microbatch_group_size_per_vp_stage)
+                        ? 0 : mc_args_int(a, MC_A_microbatch_group_size_per_vp_stage);
+    return mc_pp_interleaved_init(&t->vpipe, p, t->vp, group,
+                                  mc_args_bool(a, MC_A_overlap_p2p_comm));
 }
 
 /* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
@@ -380,9 +446,12 @@ static mc_status pp_setup(struct trainer *t)
     struct mc_pp_p2p p = {t->ps.group[MC_PS_PP].comm, t->ps.pp, mc_ps_rank(&t->ps, MC_PS_PP),
                           t->seq * t->mbs * c->hidden_size /
                               (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
-                          NULL, NULL}; /* [s/tp, b, h] with --sequence-parallel */
-    mc_status st = mc_gpt_set_mp_comm(t->model, t->ps.group[MC_PS_MP].comm);
-    if (st || (st = mc_pp_schedule_init(&t->pipe, &p)) || (st = pp_activation_slots(t)))
+                          NULL, NULL, false}; /* [s/tp, b, h] with --sequence-parallel */
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++)
+        st = mc_gpt_set_mp_comm(t->chunks[v], t->ps.group[MC_PS_MP].comm);
+    if (st || (st = t->vp > 1 ? interleaved_init(t, &p) : mc_pp_schedule_init(&t->pipe, &p)) ||
+        (st = pp_activation_slots(t)))
         return st;
     if (c->untie_embeddings_and_output_weights)
         return MC_OK;
@@ -523,20 +592,31 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->tok), t->padded_vocab, tp_rank, &c);
     c.pipeline_model_parallel_size = t->ps.pp;
     c.pipeline_model_parallel_rank = mc_ps_rank(&t->ps, MC_PS_PP);
-    if (st || (st = mc_gpt_model_init(&c, &t->model)) || (st = pp_setup(t)))
-        return st;
-    if (mc_ps_size(&t->ps, MC_PS_TP) > 1 &&
-        (st = mc_gpt_set_tp_comm(t->model, t->ps.group[MC_PS_TP].comm)))
+    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
+    t->vp = vpp ? (int)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) : 1;
+    c.virtual_pipeline_model_parallel_size = vpp ? t->vp : 0;
+    int64_t n_params = 0;
+    /* get_model: one model per chunk, built with the virtual rank set to the chunk */
+    for (int v = 0; v < t->vp && !st; v++) {
+        c.virtual_pipeline_model_parallel_rank = v;
+        if ((st = mc_gpt_model_init(&c, &t->chunks[v])))
+            break;
+        if (mc_ps_size(&t->ps, MC_PS_TP) > 1)
+            st = mc_gpt_set_tp_comm(t->chunks[v], t->ps.group[MC_PS_TP].comm);
+        n_params += mc_gpt_num_elements(t->chunks[v]);
+    }
+    t->model = t->chunks[0];
+    if (st || (st = pp_setup(t)))
         return st;
     if (t->dp_rank == 0) { /* Megatron prints this on every data-parallel rank 0 */
         printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
-               tp_rank, mc_ps_rank(&t->ps, MC_PS_PP), (long long)mc_gpt_num_elements(t->model));
+               tp_rank, mc_ps_rank(&t->ps, MC_PS_PP), (long long)n_params);
         fflush(stdout);
     }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
-    st = mc_args_bool(a, MC_A_use_distributed_optimizer) ? build_distopt(t, &oc)
-                                                         : mc_opt_init(&oc, t->model, &t->opt);
+    st = mc_args_bool(a, MC_A_use_distributed_optimizer)
+             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, t->chunks, t->vp, &t->opt);
     if (st || (st = build_ddp(t)))
         return st;
     struct mc_opt_sched_config sc;
@@ -607,16 +687,15 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
  * main_grad shards, so those are summed over the tensor-parallel group (every tp rank of a
  * data-parallel rank has the same buffer layout, hence the same shard ranges); Megatron
  * all-reduces the whole main_grad of these params. */
-static mc_status sp_grad_sync(struct trainer *t)
+static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_distopt *dopt)
 {
-    mc_gpt_model *m = t->model;
-    if (!t->dopt || !mc_gpt_model_config(m)->sequence_parallel)
+    if (!dopt || !mc_gpt_model_config(m)->sequence_parallel)
         return mc_gpt_sequence_parallel_grad_sync(m);
     int64_t total = 0, n;
     float *g;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++)
         if (mc_gpt_param(m, i).sequence_parallel) {
-            mc_distopt_param_main_grad(t->dopt, i, &g, &n);
+            mc_distopt_param_main_grad(dopt, i, &g, &n);
             total += n;
         }
     float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
@@ -627,7 +706,7 @@ static mc_status sp_grad_sync(struct trainer *t)
         for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
             if (!mc_gpt_param(m, i).sequence_parallel)
                 continue;
-            mc_distopt_param_main_grad(t->dopt, i, &g, &n);
+            mc_distopt_param_main_grad(dopt, i, &g, &n);
             memcpy(pass ? g : tmp + off, pass ? tmp + off : g, (size_t)n * sizeof(float));
             off += n;
         }
@@ -643,6 +722,16 @@ static mc_status sp_grad_sync(struct trainer *t)
     return MC_OK;
 }
 
+/* Megatron collects these grads of every model chunk; the sums are per element, so chunk by
+ * chunk is the same. */
+static mc_status sp_grad_sync(struct trainer *t)
+{
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++)
+        st = sp_grad_sync_chunk(t, t->chunks[v], t->dopt ? t->dopts[v] : NULL);
+    return st;
+}
+
 /* finalize_model_grads: the data-parallel all-reduce, then the sequence-parallel layernorm
  * all-reduce over the tensor-parallel group (--sequence-parallel) and the pipeline
  * embedding all-reduce (tied embeddings with pp > 1), each under Megatron's timer, then the
@@ -652,7 +741,9 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     struct mc_timer *sync = timer(t, "all-grads-sync", 1);
     mc_timer_start(sync);
     /* the distributed optimizer reduce-scatters (and scales) the grads in its own step */
-    mc_status st = mc_ddp_grad_sync(t->ddp);
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* each chunk's DDP, in chunk order */
+        st = mc_ddp_grad_sync(t->ddps[v]);
     mc_timer_stop(sync);
     if (st)
         return st;
@@ -667,8 +758,8 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
             return st;
     }
     /* num_tokens is already the token count of the whole data-parallel step */
-    if (per_token && !t->dopt)
-        mc_ddp_scale_grads(t->model, 1.0f / num_tokens);
+    for (int v = 0; v < t->vp && per_token && !t->dopt; v++)
+        mc_ddp_scale_grads(t->chunks[v], 1.0f / num_tokens);
     return MC_OK;
 }
 
@@ -678,7 +769,7 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
                                 struct mc_opt_step_result *res)
 {
     if (t->dopt)
-        return mc_distopt_step(t->dopt, mc_ddp_grad_scale(&t->ps, per_token),
+        return mc_distopt_step_chunks(t->dopts, t->vp, mc_ddp_grad_scale(&t->ps, per_token),
                                per_token ? 1.0f / num_tokens : 1.0f, (float)t->sched.lr,
                                (float)t->sched.wd, res);
     return mc_opt_step(t->opt, (float)t->sched.lr, (float)t->sched.wd, res);
@@ -688,18 +779,22 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
  * model-parallel group. */
 static mc_status params_norm(const struct trainer *t, double *norm)
 {
-    const mc_gpt_model *m = t->model;
-    mc_status st = mc_ddp_finish_param_sync(t->ddp); /* --overlap-param-gather */
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* --overlap-param-gather */
+        st = mc_ddp_finish_param_sync(t->ddps[v]);
     if (st)
         return st;
     int tp_rank = mc_ps_rank(&t->ps, MC_PS_TP);
     double ss = 0;
-    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
-        struct mc_param_view p = mc_gpt_param(m, i);
-        if ((!p.tensor_parallel && tp_rank != 0) || p.shared)
-            continue;
-        for (int64_t k = 0; k < p.numel; k++)
-            ss += (double)p.data[k] * p.data[k];
+    for (int v = 0; v < t->vp; v++) {
+        const mc_gpt_model *m = t->chunks[v];
+        for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+            struct mc_param_view p = mc_gpt_param(m, i);
+            if ((!p.tensor_parallel && tp_rank != 0) || p.shared)
+                continue;
+            for (int64_t k = 0; k < p.numel; k++)
+                ss += (double)p.data[k] * p.data[k];
+        }
     }
     st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE, MC_COMM_SUM,
                             "params-norm all-reduce");
@@ -755,20 +850,20 @@ static mc_status inject_test_failure(const struct trainer *t, int64_t iteration)
                     "(MC_TEST_FAIL_RANK / MC_TEST_FAIL_AT_ITER are set)", r, it);
 }
 
-/* ---- pipeline parallelism (pp > 1): the step callbacks of the 1F1B schedule ---------------
- * pretrain_gpt's forward_step and loss_func on one stage: the first stage embeds the tokens,
- * the others take the previous stage's activations, the last computes the loss and reports it.
- * The engine keeps each in-flight micro-batch's activations in its own slot (pp_setup sizes
- * them as Megatron keeps its in-flight autograd graphs: min(pp - rank, M) on stage `rank`).
- * Where the slots were too many for the memory limit the model has one, and a backward whose
- * micro-batch is no longer in a slot runs its forward again first (same input, same dropout
+/* ---- pipeline parallelism (pp > 1): the step callbacks of the schedules -------------------
+ * pretrain_gpt's forward_step and loss_func on one model chunk: the first (virtual) stage embeds
+ * the tokens, the others take the previous stage's activations, the last computes the loss and
+ * reports it. Each chunk keeps each in-flight micro-batch's activations in its own slot
+ * (pp_activation_slots sizes them as Megatron keeps its in-flight autograd graphs). Where the
+ * slots were too many for the memory limit a chunk has one, and a backward whose micro-batch
+ * is no longer in a slot runs that chunk's forward again first (same input, same dropout
  * masks, so the same numbers): the order of steps and exchanges is Megatron's either way. */
 struct pp_pass {
     struct trainer *t;
     int split;
     int64_t consumed, num_micro, iteration;
     bool training;
-    int64_t held[MC_PP_MAX_SLOTS]; /* micro-batch whose activations each slot holds, -1 = none */
+    int64_t held[MC_MAX_VP][MC_PP_MAX_SLOTS]; /* micro-batch in each chunk's slots, -1 = none */
     int64_t in_batch;     /* micro-batch held in t->batch, -1 = none */
     float *numer, *denom; /* the lm loss report, summed on the last stage */
 };
@@ -777,13 +872,28 @@ static void pp_pass_init(struct pp_pass *r, struct trainer *t, int split, int64_
                          int64_t num_micro, int64_t iteration, bool training, float *numer,
                          float *denom)
 {
-    *r = (struct pp_pass){t, split, consumed, num_micro, iteration, training, {0}, -1, numer,
-                          denom};
-    for (int i = 0; i < MC_PP_MAX_SLOTS; i++)
-        r->held[i] = -1;
+    *r = (struct pp_pass){.t = t, .split = split, .consumed = consumed, .num_micro = num_micro,
+                          .iteration = iteration, .training = training, .in_batch = -1,
+                          .numer = numer, .denom = denom};
+    for (int v = 0; v < MC_MAX_VP; v++)
+        for (int i = 0; i < MC_PP_MAX_SLOTS; i++)
+            r->held[v][i] = -1;
 }
 
-/* Micro-batch k in t->batch; every stage reads it: attention masks are needed by all layers. */
+/* Virtual stages: chunk 0 of the first pipeline stage embeds, chunk vp - 1 of the last has the
+ * loss (Megatron's is_pipeline_first/last_stage with the virtual rank set). */
+static bool pp_first(const struct trainer *t, int chunk)
+{
+    return chunk == 0 && mc_ps_is_pipeline_first_stage(&t->ps);
+}
+
+static bool pp_last(const struct trainer *t, int chunk)
+{
+    return chunk == t->vp - 1 && mc_ps_is_pipeline_last_stage(&t->ps);
+}
+
+/* Micro-batch k in t->batch (chunks of one rank share it; every stage reads it: attention
+ * masks are needed by all layers). */
 static mc_status pp_get_batch(struct pp_pass *r, int64_t k)
 {
     if (r->in_batch == k)
@@ -796,48 +906,49 @@ static mc_status pp_get_batch(struct pp_pass *r, int64_t k)
     return st;
 }
 
-/* The slot holding micro-batch k, or -1. */
-static int pp_slot_of(const struct pp_pass *r, int64_t k)
+/* The slot of `chunk` holding micro-batch k, or -1. */
+static int pp_slot_of(const struct pp_pass *r, int chunk, int64_t k)
 {
-    int n = mc_gpt_activation_slots(r->t->model);
+    int n = mc_gpt_activation_slots(r->t->chunks[chunk]);
     for (int i = 0; i < n; i++)
-        if (r->held[i] == k)
+        if (r->held[chunk][i] == k)
             return i;
     return -1;
 }
 
 /* A slot for a forward of k: a free one, else (one slot: recomputation) k's own position. */
-static int pp_slot_for(const struct pp_pass *r, int64_t k)
+static int pp_slot_for(const struct pp_pass *r, int chunk, int64_t k)
 {
-    int n = mc_gpt_activation_slots(r->t->model);
+    int n = mc_gpt_activation_slots(r->t->chunks[chunk]);
     for (int i = 0; i < n; i++)
-        if (r->held[i] < 0)
+        if (r->held[chunk][i] < 0)
             return i;
     return (int)(k % n);
 }
 
-static mc_status pp_run_forward(struct pp_pass *r, int64_t k, const float *input)
+static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const float *input)
 {
     struct trainer *t = r->t;
     struct mc_micro_batch *mb = &t->batch;
-    bool first = mc_ps_is_pipeline_first_stage(&t->ps), last = mc_ps_is_pipeline_last_stage(&t->ps);
-    int slot = pp_slot_for(r, k);
-    r->held[slot] = -1;
+    mc_gpt_model *m = t->chunks[chunk];
+    bool first = pp_first(t, chunk), last = pp_last(t, chunk);
+    int slot = pp_slot_for(r, chunk, k);
+    r->held[chunk][slot] = -1;
     mc_status st = pp_get_batch(r, k);
-    if (st || (st = mc_gpt_use_slot(t->model, slot)))
+    if (st || (st = mc_gpt_use_slot(m, slot)))
         return st;
     if (r->training)
-        mc_gpt_set_step(t->model, r->iteration * r->num_micro + k);
+        mc_gpt_set_step(m, r->iteration * r->num_micro + k);
     struct mc_timer *fwd = timer(t, "forward-compute", 2);
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
                               .position_ids = mb->position_ids,
                               .attention_mask = mb->attention_mask, .hidden_in = input};
     mc_timer_start(fwd);
-    st = mc_gpt_forward(t->model, &gb, r->training, last ? t->loss : NULL);
+    st = mc_gpt_forward(m, &gb, r->training, last ? t->loss : NULL);
     mc_timer_stop(fwd);
     /* forward-only passes (evaluation) take no backward: their slot is free again */
-    r->held[slot] = st || !r->training ? -1 : k;
+    r->held[chunk][slot] = st || !r->training ? -1 : k;
     return st;
 }
 
@@ -854,14 +965,15 @@ static void pp_masked_loss(const struct trainer *t, double *num, double *den)
     *den = d;
 }
 
-static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *input,
+                                  const float **output)
 {
     struct pp_pass *r = ctx;
-    mc_status st = pp_run_forward(r, k, input);
+    mc_status st = pp_run_forward(r, chunk, k, input);
     if (st)
         return st;
-    *output = mc_gpt_stage_output(r->t->model);
-    if (!mc_ps_is_pipeline_last_stage(&r->t->ps))
+    *output = mc_gpt_stage_output(r->t->chunks[chunk]);
+    if (!pp_last(r->t, chunk))
         return MC_OK;
     double num, den;
     pp_masked_loss(r->t, &num, &den);
@@ -870,34 +982,62 @@ static mc_status pp_forward(void *ctx, int64_t k, const float *input, const floa
     return add_loss_report(r->t, num, den, r->numer, r->denom);
 }
 
-static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
-                             const float **input_grad)
+static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float *input,
+                                   const float *output_grad, const float **input_grad)
 {
     struct pp_pass *r = ctx;
     struct trainer *t = r->t;
-    mc_status st = pp_slot_of(r, k) >= 0 ? MC_OK : pp_run_forward(r, k, input);
-    int slot = pp_slot_of(r, k);
-    /* the last stage reads micro-batch k's loss mask */
-    if (st || (st = pp_get_batch(r, k)) || (st = mc_gpt_use_slot(t->model, slot)))
+    mc_gpt_model *m = t->chunks[chunk];
+    mc_status st = pp_slot_of(r, chunk, k) >= 0 ? MC_OK : pp_run_forward(r, chunk, k, input);
+    int slot = pp_slot_of(r, chunk, k);
+    /* backward reads micro-batch k's loss mask on the last stage, and another chunk may have
+     * read a later micro-batch since this chunk's forward */
+    if (st || (st = pp_get_batch(r, k)) || (st = mc_gpt_use_slot(m, slot)))
         return st;
-    r->held[slot] = -1; /* one backward per forward */
-    mc_ddp_set_last_microbatch(t->ddp, k == r->num_micro - 1); /* Megatron's no_sync */
+    r->held[chunk][slot] = -1; /* one backward per forward */
+    /* Megatron's no_sync: a chunk's grads sync from its last micro-batch's backward on */
+    mc_ddp_set_last_microbatch(t->ddps[chunk], k == r->num_micro - 1);
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
-    if (mc_ps_is_pipeline_last_stage(&t->ps)) {
+    if (pp_last(t, chunk)) {
         double num, den;
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
         float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
         for (int64_t i = 0; i < t->batch.b * t->batch.s; i++)
             t->dloss[i] = t->batch.loss_mask[i] * scale;
-        st = mc_gpt_backward(t->model, t->dloss);
+        st = mc_gpt_backward(m, t->dloss);
     } else {
-        st = mc_gpt_backward_stage(t->model, output_grad);
+        st = mc_gpt_backward_stage(m, output_grad);
     }
     mc_timer_stop(bwd);
-    *input_grad = mc_gpt_stage_input_grad(t->model);
+    *input_grad = mc_gpt_stage_input_grad(m);
     return st;
+}
+
+/* The 1F1B schedule's callbacks: the one model chunk. */
+static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+{
+    return pp_chunk_forward(ctx, 0, k, input, output);
+}
+
+static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
+                             const float **input_grad)
+{
+    return pp_chunk_backward(ctx, 0, k, input, output_grad, input_grad);
+}
+
+/* forward_backward_func: the interleaved schedule with vp chunks, else 1F1B. */
+static mc_status pp_run_schedule(struct trainer *t, struct pp_pass *r, bool forward_only)
+{
+    if (t->vp > 1) {
+        struct mc_pp_chunk_ops ops = {r, pp_chunk_forward, pp_chunk_backward};
+        return mc_pp_forward_backward_pipelining_with_interleaving(&t->vpipe, &ops, r->num_micro,
+                                                                   forward_only);
+    }
+    struct mc_pp_step_ops ops = {r, pp_forward, pp_backward};
+    return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, r->num_micro,
+                                                                  forward_only);
 }
 
 /* The lm loss report and token count live on the last stage; Megatron broadcasts the token
@@ -922,13 +1062,12 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
     struct pp_pass r;
     pp_pass_init(&r, t, MC_TRAIN_SPLIT_TRAIN, t->consumed_train, t->mb.num_micro_batches,
                  iteration, true, &numer, &denom);
-    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
-    mc_gpt_zero_grad(t->model);
+    for (int v = 0; v < t->vp; v++)
+        mc_gpt_zero_grad(t->chunks[v]);
     struct mc_timer *fb = timer(t, "forward-backward", 1);
     mc_timer_start(fb);
-    mc_status st = mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops,
-                                                                          r.num_micro, false);
+    mc_status st = pp_run_schedule(t, &r, false);
     if (!st && !(st = inject_test_failure(t, iteration)) &&
         !(st = pp_share_loss(t, &numer, &denom)))
         st = finalize_grads(t, per_token, denom);
@@ -953,8 +1092,7 @@ static mc_status evaluate_pipelined(struct trainer *t, int split, int64_t consum
 {
     struct pp_pass r;
     pp_pass_init(&r, t, split, consumed, num_micro, 0, false, numer, denom);
-    struct mc_pp_step_ops ops = {&r, pp_forward, pp_backward};
-    return mc_pp_forward_backward_pipelining_without_interleaving(&t->pipe, &ops, num_micro, true);
+    return pp_run_schedule(t, &r, true);
 }
 
 /* train_step: forward/backward over the micro-batches, optimizer, scheduler. */
@@ -1481,14 +1619,18 @@ static void teardown(struct trainer *t)
 {
     mc_pp_group_free(t->embedding_group);
     mc_pp_schedule_free(&t->pipe);
+    mc_pp_interleaved_free(&t->vpipe);
     mc_free(t->dloss);
     mc_free(t->loss);
     mc_micro_batch_free(&t->batch);
     mc_train_data_free(t->data);
-    mc_ddp_free(t->ddp);
+    for (int v = 0; v < MC_MAX_VP; v++)
+        mc_ddp_free(t->ddps[v]);
     mc_opt_free(t->opt);
-    mc_distopt_free(t->dopt);
-    mc_gpt_model_free(t->model);
+    for (int v = 0; v < MC_MAX_VP; v++)
+        mc_distopt_free(t->dopts[v]);
+    for (int v = 0; v < t->vp; v++)
+        mc_gpt_model_free(t->chunks[v]);
     mc_tok_free(t->tok);
 }
 

@@ -57,6 +57,25 @@ static mc_status positive(int64_t v, const char *opt)
     return MC_OK;
 }
 
+/* Interleaved pipelining: V chunks per stage, each with an equal share of the stage's layers
+ * (Megatron's get_num_layers_to_build divides evenly; uneven splits are not supported). */
+static mc_status check_virtual_pipeline(const struct mc_gpt_config *c, int pp)
+{
+    int vp = c->virtual_pipeline_model_parallel_size ? c->virtual_pipeline_model_parallel_size : 1;
+    if (c->virtual_pipeline_model_parallel_size < 0 || c->virtual_pipeline_model_parallel_rank < 0 ||
+        c->virtual_pipeline_model_parallel_rank >= vp)
+        return mc_error(MC_ERR_CONFIG, "virtual pipeline rank %d of %d (--num-virtual-stages-per-"
+                        "pipeline-rank): expected 0 <= rank < size",
+                        c->virtual_pipeline_model_parallel_rank,
+                        c->virtual_pipeline_model_parallel_size);
+    if (c->num_layers % ((int64_t)pp * vp) != 0)
+        return mc_error(MC_ERR_CONFIG, "--num-layers %lld is not divisible by "
+                        "--pipeline-model-parallel-size %d x %d virtual stages per pipeline rank: "
+                        "every model chunk needs the same number of layers",
+                        (long long)c->num_layers, pp, vp);
+    return MC_OK;
+}
+
 static mc_status check_sizes(const struct mc_gpt_config *c)
 {
     mc_status st;
@@ -108,7 +127,7 @@ static mc_status check_sizes(const struct mc_gpt_config *c)
         return mc_error(MC_ERR_CONFIG, "Number of layers should be divisible by the "
                         "pipeline-model-parallel size: --num-layers %lld, "
                         "--pipeline-model-parallel-size %d", (long long)c->num_layers, pp);
-    return MC_OK;
+    return check_virtual_pipeline(c, pp);
 }
 
 static mc_status check_enums(const struct mc_gpt_config *c)

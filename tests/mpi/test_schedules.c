@@ -85,7 +85,7 @@ static const char *find_golden(const char *key)
 static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_only)
 {
     struct ctx x = {.rank = rank, .size = size};
-    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x};
+    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false};
     struct mc_pp_schedule s;
     struct mc_pp_step_ops ops = {&x, forward, backward};
     CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -149,7 +149,7 @@ int main(int argc, char **argv)
             run_case(c, pp, rank % pp, ms[i], true);
         }
         struct ctx x = {.rank = rank % pp, .size = pp};
-        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL};
+        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false};
         struct mc_pp_schedule s;
         struct mc_pp_step_ops ops = {&x, forward, backward};
         CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -161,7 +161,7 @@ int main(int argc, char **argv)
     }
     /* the embedding group: first and last stage of a 4-stage pipeline */
     if (world == 4) {
-        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL};
+        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL, false};
         void *eg = NULL;
         CHECK(mc_pp_embedding_group_init(&p, &eg) == MC_OK);
         CHECK((eg != NULL) == (rank == 0 || rank == 3));

@@ -149,9 +149,7 @@ def test_timeout_quiet(tmp):
 
 
 def test_refusals(tmp):
-    for extra, what in ((["--pipeline-model-parallel-size", "2",
-                          "--num-layers-per-virtual-pipeline-stage", "1"],
-                         "--num-layers-per-virtual-pipeline-stage"),
+    for extra, what in ((["--expert-model-parallel-size", "2"], "--expert-model-parallel-size"),
                         (["--context-parallel-size", "2"], "--context-parallel-size 2")):
         rc, dt, out, err = run([*MPIRUN, "-np", "2", EXE, *args(tmp, extra)])
         check(rc is not None and rc != 0 and what in err and ("not implemented" in err or "not supported" in err),

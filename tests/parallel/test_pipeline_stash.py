@@ -8,7 +8,9 @@ tp2 x pp2 (also with --sequence-parallel: each slot keeps its [s/tp, b, h] shard
 dropout on (each slot keeps its micro-batch's dropout stream), a Llama-style
 model on pp4, and pp4 on a real indexed dataset with reset attention masks (each slot keeps its
 micro-batch's mask), and pp2 x dp2 with --overlap-grad-reduce (the grad hooks run in the
-backward of each slot). The fallback is announced once per stage that needed more than one slot,
+backward of each slot), and interleaved pp2 x vpp2 (also tp2 x pp2 x vpp2 Llama-style, and on
+the indexed dataset), where each model chunk keeps what Megatron's interleaved order leaves in
+flight on it (mc_pp_in_flight). The fallback is announced once per stage that needed more than one slot,
 and only then."""
 import os
 import subprocess
@@ -21,6 +23,7 @@ from test_pipeline_training import GPT2, LLAMA, MOCK, REAL  # noqa: E402
 BUILD = os.environ.get("MC_BUILD_DIR", "build")
 EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
 DROPOUT = ["--attention-dropout", "0.1", "--hidden-dropout", "0.1"]
+VPP2 = ["--num-virtual-stages-per-pipeline-rank", "2"]
 FALLBACK = "recomputing each forward before its backward"
 passed = failed = 0
 
@@ -68,8 +71,9 @@ def pair(name, model, tmp, np, tp, pp, data=MOCK, extra=()):
     check(stash[2] == recompute[2] and len(stash[2]) > 0,
           f"{name}: same validation lines {stash[2][:1]} {recompute[2][:1]}")
     check(FALLBACK not in stash[0].stdout, f"{name}: no fallback message with the slots")
-    # stages 0..pp-2 keep min(pp - rank, M = 8) > 1 micro-batches; one tp rank announces it
-    want = pp - 1
+    # 1F1B: stages 0..pp-2 keep min(pp - rank, M = 8) > 1 micro-batches; interleaved: every
+    # stage has a chunk with more than one in flight. One tp rank per stage announces it.
+    want = pp if VPP2[0] in extra else pp - 1
     got = recompute[0].stdout.count(FALLBACK)
     check(got == want, f"{name}: the fallback is announced by {want} stages (got {got})")
     return stash[1][-1] if stash[1] else ""
@@ -87,7 +91,10 @@ def main():
                  ["--sequence-parallel"]),
                 ("llama pp4", LLAMA, 4, 1, 4, MOCK, ()),
                 ("gpt2 pp4 indexed dataset, reset masks", GPT2, 4, 1, 4, REAL, ()),
-                ("gpt2 pp2 x dp2 --overlap-grad-reduce", GPT2, 4, 1, 2, MOCK, overlap)):
+                ("gpt2 pp2 x dp2 --overlap-grad-reduce", GPT2, 4, 1, 2, MOCK, overlap),
+                ("gpt2 pp2 x vpp2", GPT2, 2, 1, 2, MOCK, VPP2),
+                ("llama tp2 x pp2 x vpp2", LLAMA, 4, 2, 2, MOCK, VPP2),
+                ("gpt2 pp2 x vpp2 indexed dataset, reset masks", GPT2, 2, 1, 2, REAL, VPP2)):
             sub = os.path.join(tmp, "real" if data is REAL else "mock")
             report.append(f"{name}: {pair(name, model, sub, np, tp, pp, data, extra)}")
     print("\n".join(report))

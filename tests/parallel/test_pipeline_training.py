@@ -132,8 +132,6 @@ def main():
         report.append("gpt2 pp2 dp2 indexed dataset, reset masks: max rel diff "
                       f"{compare('gpt2 pp2 dp2 indexed dataset', ref, got):.1e}")
         refused(tmp, 2, 2, ["--num-layers", "3"], "divisible")
-        refused(tmp, 2, 2, ["--num-layers-per-virtual-pipeline-stage", "1"],
-                "--num-layers-per-virtual-pipeline-stage is not supported")
     print("\n".join(report))
     print(f"test_pipeline_training: {passed} passed, {failed} failed")
     return 1 if failed else 0

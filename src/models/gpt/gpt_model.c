@@ -49,11 +49,15 @@ void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t sit
 
 static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 {
+    /* virtual stage v * pp + r of pp * vp (vp = 1 without interleaving), spec §1.5 */
     int pp = c->pipeline_model_parallel_size;
-    d->L = c->num_layers / pp;
-    d->layer_offset = (int64_t)c->pipeline_model_parallel_rank * d->L;
-    d->first_stage = c->pipeline_model_parallel_rank == 0;
-    d->last_stage = c->pipeline_model_parallel_rank == pp - 1;
+    int vp = c->virtual_pipeline_model_parallel_size ? c->virtual_pipeline_model_parallel_size : 1;
+    int64_t stage = (int64_t)c->virtual_pipeline_model_parallel_rank * pp +
+                    c->pipeline_model_parallel_rank;
+    d->L = c->num_layers / ((int64_t)pp * vp);
+    d->layer_offset = stage * d->L;
+    d->first_stage = stage == 0;
+    d->last_stage = stage == (int64_t)pp * vp - 1;
     d->h = c->hidden_size;
     d->np = c->num_attention_heads;
     d->ng = c->num_query_groups;

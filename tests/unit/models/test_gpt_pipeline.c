@@ -1,4 +1,6 @@
-/* Pipeline stages in one process: the stages of a pp=2 and pp=4 split (layers, embeddings on
+/* Pipeline stages in one process: the stages of a pp=2 and pp=4 split, and the model chunks of
+ * interleaved pp=2 x vp=2 (virtual stage v * pp + r = chunk v of stage r: layer names from 0,
+ * values of global layer (v pp + r) L/(pp vp) + l) (layers, embeddings on
  * the first stage, final norm / output layer / loss on the last, tied embeddings as a shared
  * copy on the last stage) chained through mc_gpt_stage_output / batch.hidden_in and
  * mc_gpt_backward_stage / mc_gpt_stage_input_grad must reproduce the pp=1 model: the same
@@ -49,15 +51,19 @@ static void global_name(char *out, size_t n, const char *name, int64_t offset)
         snprintf(out, n, "%s", name);
 }
 
-static void run(const char *label, bool llama, int pp)
+/* pp stages of vp chunks each (vp = 1: no interleaving); below, `pp` counts virtual stages */
+static void run(const char *label, bool llama, int ranks, int vp)
 {
     struct mc_gpt_config c1 = config(llama);
     mc_gpt_model *ref = NULL, *st[4] = {0};
+    int pp = ranks * vp;
     CHECK(mc_gpt_model_init(&c1, &ref) == MC_OK);
     for (int r = 0; r < pp; r++) {
         struct mc_gpt_config c = c1;
-        c.pipeline_model_parallel_size = pp;
-        c.pipeline_model_parallel_rank = r;
+        c.pipeline_model_parallel_size = ranks;
+        c.pipeline_model_parallel_rank = r % ranks;
+        c.virtual_pipeline_model_parallel_size = vp > 1 ? vp : 0;
+        c.virtual_pipeline_model_parallel_rank = r / ranks;
         CHECK(mc_gpt_model_init(&c, &st[r]) == MC_OK);
         if (!st[r]) {
             fprintf(stderr, "%s: %s\n", label, mc_last_error());
@@ -145,7 +151,7 @@ static void run(const char *label, bool llama, int pp)
     struct mc_optimizer_config oc;
     mc_opt_config_default(&oc);
     mc_optimizer *o = NULL;
-    CHECK(mc_opt_init(&oc, st[0], &o) == MC_OK);
+    CHECK(mc_opt_init_chunks(&oc, st, vp, &o) == MC_OK);
     CHECK(mc_opt_step(o, 1e-3f, 0.0f, NULL) == MC_ERR_UNSUPPORTED);
     CHECK(strstr(mc_last_error(), "mc_gpt_set_mp_comm") != NULL);
     mc_opt_free(o);
@@ -161,14 +167,26 @@ static void run(const char *label, bool llama, int pp)
     for (int r = 0; r < pp; r++)
         mc_gpt_model_free(st[r]);
     mc_gpt_model_free(ref);
-    printf("%s: pp=%d stages reproduce pp=1\n", label, pp);
+    printf("%s: pp=%d vp=%d stages reproduce pp=1\n", label, ranks, vp);
 }
 
 int main(void)
 {
-    run("gpt2-tied", false, 2);
-    run("gpt2-tied", false, 4);
-    run("llama", true, 2);
+    run("gpt2-tied", false, 2, 1);
+    run("gpt2-tied", false, 4, 1);
+    run("llama", true, 2, 1);
+    run("gpt2-tied", false, 2, 2);
+    run("llama", true, 2, 2);
+    /* chunks must share a stage's layers evenly */
+    struct mc_gpt_config c = config(false);
+    mc_gpt_model *m = NULL;
+    c.pipeline_model_parallel_size = 2;
+    c.virtual_pipeline_model_parallel_size = 3;
+    CHECK(mc_gpt_model_init(&c, &m) == MC_ERR_CONFIG && m == NULL);
+    CHECK(strstr(mc_last_error(), "x 3 virtual stages") != NULL);
+    c.virtual_pipeline_model_parallel_size = 2;
+    c.virtual_pipeline_model_parallel_rank = 2;
+    CHECK(mc_gpt_model_init(&c, &m) == MC_ERR_CONFIG && m == NULL);
     CHECK(mc_alloc_live_bytes() == 0);
     return test_summary("test_gpt_pipeline");
 }
