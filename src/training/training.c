@@ -741,6 +741,16 @@ static int64_t sample_index(const struct trainer *t, int64_t consumed, int64_t m
     return consumed + (micro * t->dp + t->dp_rank) * t->mbs;
 }
 
+/* The dropout stream of micro-batch k of an iteration: its index in the single-process order
+ * (micro-batch k of data-parallel rank d holds the samples of micro-batch k * dp + d of the
+ * global batch, see sample_index), so every data-parallel size draws the masks one process
+ * draws for the same samples. */
+static int64_t dropout_step(const struct trainer *t, int64_t iteration, int64_t num_micro,
+                            int64_t k)
+{
+    return (iteration * num_micro + k) * t->dp + t->dp_rank;
+}
+
 /* loss_func's 'lm loss' report: [sum of masked losses, token count] summed over the
  * data-parallel group (float32, as Megatron all-reduces the reporting tensor), then added to
  * the iteration's totals. */
@@ -845,7 +855,7 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const f
     if (st)
         return st;
     if (r->training)
-        mc_gpt_set_step(m, r->iteration * r->num_micro + k);
+        mc_gpt_set_step(m, dropout_step(t, r->iteration, r->num_micro, k));
     struct mc_timer *fwd = timer(t, "forward-compute", 2);
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
@@ -1013,7 +1023,7 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     mc_timer_start(fb);
     for (int64_t k = 0; k < num_micro; k++) {
         double num, den;
-        mc_gpt_set_step(t->model, iteration * num_micro + k);
+        mc_gpt_set_step(t->model, dropout_step(t, iteration, num_micro, k));
         mc_ddp_set_last_microbatch(t->ddp, k == num_micro - 1); /* Megatron's no_sync */
         mc_status st = micro_step(t, MC_TRAIN_SPLIT_TRAIN, sample_index(t, t->consumed_train, k),
                                   num_micro, true, &num, &den);

@@ -12,8 +12,7 @@ Coverage: all 17 tp x pp x dp products (16 parallel layouts), every layout with 
 with and without --use-distributed-optimizer: 25 rows, each run with one model style; the
 styles alternate so that each meets tp, pp and dp of 1, 2 and 4 and both optimizers
 (MC_TEST_MATRIX_FULL=1 runs every row with both styles). Five
-sequence-parallel rows (SP_ROWS) run too; virtual-pipeline rows (VPP_ROWS) are listed,
-disabled until interleaved pipelining lands.
+sequence-parallel rows (SP_ROWS) and five virtual-pipeline rows (VPP_ROWS) run too.
 
 The model is tiny (4 layers, hidden 32, seq 32, vocab 4096 mock data, micro-batch 1, global
 batch 8) so that a whole row costs about start-up time; the summary line prints the wall time."""
@@ -80,7 +79,7 @@ SP_ROWS = [
     (2, 1, 4, 1, True, True, "llama"),
 ]
 
-# enabled when vpp lands: interleaved 1F1B (4 layers = 2 stages x 2 virtual chunks of one
+# interleaved 1F1B (4 layers = 2 stages x 2 virtual chunks of one
 # layer), alone and with tp, dp, sp and the distributed optimizer.
 VPP_ROWS = [
     (1, 2, 1, 2, False, False, "gpt2"),
@@ -89,7 +88,7 @@ VPP_ROWS = [
     (1, 2, 4, 2, False, True, "llama"),
     (2, 2, 2, 2, True, True, "llama"),
 ]
-ENABLED_ROWS = ROWS + SP_ROWS  # + VPP_ROWS once interleaved pipelining is merged
+ENABLED_ROWS = ROWS + SP_ROWS + VPP_ROWS
 
 # 8-rank rows run a second time: the curves must be bit-identical (tp, pp, dp, distopt, style)
 RERUN = {(1, 2, 4, True, "llama"), (2, 2, 2, True, "gpt2"), (4, 2, 1, False, "llama"),

@@ -7,7 +7,8 @@ and the same validation/test losses, as the single-process run with the same glo
 adds); reruns are bit-identical; the training line is printed once (by the last rank), the
 start-up lines once (by rank 0); --calculate-per-token-loss (grads summed over DP, scaled by
 the global token count) matches too, and so does a tp2 x dp2 run on a real indexed dataset
-(train/valid/test split, --eod-mask-loss) whose index caches rank 0 builds first. Tensor-parallel runs pad the vocabulary like the
+(train/valid/test split, --eod-mask-loss) whose index caches rank 0 builds first, and dp2,
+tp2 x dp2 and pp2 x dp2 runs with dropout on (the masks follow the samples, not the rank). Tensor-parallel runs pad the vocabulary like the
 single-process run (--make-vocab-size-divisible-by 128/tp) so the models are the same."""
 import os
 import re
@@ -124,6 +125,15 @@ def main():
         got = run(GPT2, tmp, 4, 1, per_token)
         worst = compare("gpt2 dp4 --calculate-per-token-loss", ref, got)
         report.append(f"gpt2 dp4 per-token loss: max rel diff {worst:.1e}")
+        # dropout on: data-parallel rank d draws the masks of micro-batch k * dp + d of the
+        # single-process run (the same samples), so the curves still match
+        drop = ["--attention-dropout", "0.1", "--hidden-dropout", "0.1"]
+        ref = run(GPT2, tmp, extra=drop)
+        for np, tp, pp in ((2, 1, 1), (4, 2, 1), (4, 1, 2)):
+            name = f"gpt2 tp{tp} pp{pp} dp{np // tp // pp} with dropout"
+            got = run(GPT2, tmp, np, tp, [*drop, "--pipeline-model-parallel-size", str(pp)])
+            worst = compare(name, ref, got)
+            report.append(f"{name}: max rel diff {worst:.1e}")
         real_tmp = os.path.join(tmp, "real")  # a fresh cache: rank 0 builds it under mpirun
         ref = run(GPT2, os.path.join(tmp, "real-ref"), data=REAL)
         got = run(GPT2, real_tmp, 4, 2, data=REAL)
