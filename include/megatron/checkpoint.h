@@ -59,6 +59,14 @@ struct mc_ckpt_state {
     /* --use-distributed-optimizer: the optimizer (then `opt` is NULL); its data-parallel group
      * gathers the moments onto data-parallel rank 0 for distrib_optim.pt. */
     struct mc_distopt *distopt;
+    /* Interleaved pipelining (--num-virtual-stages-per-pipeline-rank V > 1): this rank's V
+     * model chunks (chunks[0] == model; the optimizer `opt` holds them all, chunk 0's
+     * parameters first) and, with the distributed optimizer, one per chunk (distopts[0] ==
+     * distopt). Saved as Megatron does: model0 .. model{V-1} and one grad buffer per chunk in
+     * distrib_optim.pt. n_chunks 0 or 1: `model` alone, saved as `model`. */
+    int n_chunks;
+    mc_gpt_model *const *chunks;
+    struct mc_distopt *const *distopts;
 };
 
 /* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under args.save through a

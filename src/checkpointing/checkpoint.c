@@ -46,6 +46,32 @@ static bool single(const struct mc_ckpt_state *s) { return !s->barrier; }
 static int tp_size(const struct mc_ckpt_state *s) { return s->tp_size > 1 ? s->tp_size : 1; }
 static int pp_size(const struct mc_ckpt_state *s) { return s->pp_size > 1 ? s->pp_size : 1; }
 
+/* Interleaved pipelining: the model chunks of this rank (one without it). The optimizer numbers
+ * the parameters of every chunk, chunk 0's first (mc_opt_param_state). */
+static int n_chunks(const struct mc_ckpt_state *s) { return s->n_chunks > 1 ? s->n_chunks : 1; }
+static mc_gpt_model *chunk(const struct mc_ckpt_state *s, int c)
+{
+    return s->n_chunks > 1 ? s->chunks[c] : s->model;
+}
+static struct mc_distopt *chunk_distopt(const struct mc_ckpt_state *s, int c)
+{
+    return s->n_chunks > 1 ? s->distopts[c] : s->distopt;
+}
+static int64_t total_params(const struct mc_ckpt_state *s)
+{
+    int64_t n = 0;
+    for (int c = 0; c < n_chunks(s); c++)
+        n += mc_gpt_num_params(chunk(s, c));
+    return n;
+}
+static struct mc_param_view opt_param(const struct mc_ckpt_state *s, int64_t gi)
+{
+    int c = 0;
+    while (gi >= mc_gpt_num_params(chunk(s, c)))
+        gi -= mc_gpt_num_params(chunk(s, c++));
+    return mc_gpt_param(chunk(s, c), gi);
+}
+
 static int ckpt_name(const struct mc_ckpt_state *s, char *buf, size_t n, const char *dir,
                      int64_t iteration, bool release)
 {
@@ -271,8 +297,10 @@ static struct mc_pk *model_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, con
 {
     struct sd_list l = {.scheme = save_scheme(s->args), .tied = tied_embeddings(m)};
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
-    bool last = c->pipeline_model_parallel_size <= 1 ||
-                c->pipeline_model_parallel_rank == c->pipeline_model_parallel_size - 1;
+    bool last = (c->pipeline_model_parallel_size <= 1 ||
+                 c->pipeline_model_parallel_rank == c->pipeline_model_parallel_size - 1) &&
+                (c->virtual_pipeline_model_parallel_size <= 1 ||
+                 c->virtual_pipeline_model_parallel_rank == c->virtual_pipeline_model_parallel_size - 1);
     struct mc_pk *od = mc_pk_new(d, l.scheme == MC_SD_LEGACY ? MC_PK_DICT : MC_PK_ODICT);
     mc_status st = od ? collect_model(d, m, last, &l) : MC_ERR_NOMEM;
     for (int64_t i = 0; !st && i < l.n; i++)
@@ -322,21 +350,30 @@ static mc_status param_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, in
     return MC_OK;
 }
 
-static void group_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, int64_t *order,
+/* The optimizer's parameters in state-index order: named_parameters() of chunk 0, chunk 1, ...
+ * (Megatron's _get_param_groups walks the chunks in order), split into the groups in order of
+ * first appearance, chunk by chunk inside a group. order[] (2 x total, the second half scratch)
+ * gets the optimizer index of each state index. */
+static void group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
                         int64_t *n_first, bool *first_decay)
 {
-    int64_t n = mc_gpt_num_params(m), k = 0;
-    if (param_order(m, scheme, order)) { /* out of memory: the local order */
-        for (int64_t i = 0; i < n; i++)
-            order[i] = i;
+    int64_t n = total_params(s), k = 0, base = 0;
+    int64_t *named = order + n;
+    for (int c = 0; c < n_chunks(s); c++) {
+        const mc_gpt_model *m = chunk(s, c);
+        int64_t nc = mc_gpt_num_params(m);
+        if (param_order(m, scheme, named + base)) /* out of memory: the local order */
+            for (int64_t i = 0; i < nc; i++)
+                named[base + i] = i;
+        for (int64_t i = 0; i < nc; i++)
+            named[base + i] += base;
+        base += nc;
     }
-    int64_t *named = order + n; /* the caller's second half */
-    memcpy(named, order, (size_t)n * sizeof(int64_t));
-    *first_decay = !mc_gpt_param(m, named[0]).no_weight_decay;
+    *first_decay = !opt_param(s, named[0]).no_weight_decay;
     for (int pass = 0; pass < 2; pass++) {
         bool want_decay = pass == 0 ? *first_decay : !*first_decay;
         for (int64_t j = 0; j < n; j++)
-            if (!mc_gpt_param(m, named[j]).no_weight_decay == want_decay)
+            if (!opt_param(s, named[j]).no_weight_decay == want_decay)
                 order[k++] = named[j];
         if (pass == 0)
             *n_first = k;
@@ -387,7 +424,7 @@ static struct mc_pk *param_group(mc_pk_doc *d, const struct mc_ckpt_state *s, bo
 
 static struct mc_pk *param_state(mc_pk_doc *d, const struct mc_ckpt_state *s, int64_t pi, float *step)
 {
-    struct mc_param_view p = mc_gpt_param(s->model, pi);
+    struct mc_param_view p = opt_param(s, pi);
     struct mc_opt_param_state ps = mc_opt_param_state(s->opt, pi);
     struct mc_pk *st = mc_pk_new(d, MC_PK_DICT);
     if (!st)
@@ -408,7 +445,7 @@ static struct mc_pk *param_state(mc_pk_doc *d, const struct mc_ckpt_state *s, in
  * without 'params', each with the step count (a float); the moments go to distrib_optim.pt. */
 static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
 {
-    int64_t n = mc_gpt_num_params(s->model), n_first;
+    int64_t n = total_params(s), n_first;
     bool first_decay;
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *inner = mc_pk_new(d, MC_PK_DICT);
@@ -417,7 +454,7 @@ static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
     mc_distopt_shard(s->distopt, &sh);
     if (!order || !o || !inner || !groups)
         goto out;
-    group_order(s->model, save_scheme(s->args), order, &n_first, &first_decay);
+    group_order(s, save_scheme(s->args), order, &n_first, &first_decay);
     for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
         struct mc_pk *pg = g == 0 ? param_group(d, s, first_decay, 0, n_first)
                                   : param_group(d, s, !first_decay, n_first, n);
@@ -438,14 +475,14 @@ static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s,
 {
     if (s->distopt)
         return distopt_dict(d, s);
-    int64_t n = mc_gpt_num_params(s->model), n_first;
+    int64_t n = total_params(s), n_first;
     bool first_decay;
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
     if (!order || !o || !state || !groups)
         goto out;
-    group_order(s->model, save_scheme(s->args), order, &n_first, &first_decay);
+    group_order(s, save_scheme(s->args), order, &n_first, &first_decay);
     *step = (float)mc_opt_step_count(s->opt);
     /* torch keeps no state for a parameter before its first step */
     for (int64_t k = 0; k < n && mc_opt_step_count(s->opt) > 0; k++)
@@ -523,9 +560,14 @@ static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, flo
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
     if (!root || mc_pk_set(d, root, "args", args_namespace(d, s)) ||
         mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
-        mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)) ||
-        mc_pk_set(d, root, "model", model_dict(d, s, s->model)))
+        mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)))
         return NULL;
+    for (int c = 0; c < n_chunks(s); c++) { /* generate_state_dict: model, or model%d per chunk */
+        char key[32];
+        snprintf(key, sizeof(key), s->n_chunks > 1 ? "model%d" : "model", c);
+        if (mc_pk_set(d, root, key, model_dict(d, s, chunk(s, c))))
+            return NULL;
+    }
     if (!mc_args_bool(a, MC_A_no_save_optim) &&
         (mc_pk_set(d, root, "optimizer", optimizer_dict(d, s, step)) ||
          mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched))))
@@ -582,6 +624,29 @@ static mc_status write_tracker(const char *dir, int64_t iteration)
     return MC_OK;
 }
 
+/* distrib_optim.pt: one grad buffer per model chunk, each in its chunk's named_parameters()
+ * order. */
+static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, bool writer)
+{
+    int nc = n_chunks(s);
+    struct mc_ckpt_distopt_chunk ch[MC_CKPT_MAX_CHUNKS];
+    mc_status st = MC_OK;
+    if (nc > MC_CKPT_MAX_CHUNKS)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %d model chunks; distrib_optim.pt is written for "
+                        "at most %d", path, nc, MC_CKPT_MAX_CHUNKS);
+    memset(ch, 0, sizeof(ch));
+    for (int c = 0; c < nc && !st; c++) {
+        ch[c].o = chunk_distopt(s, c);
+        ch[c].m = chunk(s, c);
+        ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
+        st = ch[c].perm ? param_order(ch[c].m, save_scheme(s->args), ch[c].perm) : MC_ERR_NOMEM;
+    }
+    st = st ? st : mc_ckpt_distopt_save(ch, nc, path, writer);
+    for (int c = 0; c < nc; c++)
+        mc_free(ch[c].perm);
+    return st;
+}
+
 /* This rank's files: model_optim_rng.pt (writer only) and distrib_optim.pt (gathered over the
  * data-parallel group by every rank, written by the writer). */
 static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, bool writer)
@@ -598,10 +663,7 @@ static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, boo
     if (s->distopt && optim) {
         mc_status mst = st;
         strcat(path, "/distrib_optim.pt");
-        int64_t *perm = mc_alloc((size_t)mc_gpt_num_params(s->model) * sizeof(int64_t));
-        st = perm ? param_order(s->model, save_scheme(s->args), perm) : MC_ERR_NOMEM;
-        st = st ? st : mc_ckpt_distopt_save(s->distopt, s->model, perm, path, writer);
-        mc_free(perm);
+        st = save_distopt(s, path, writer);
         path[len] = 0;
         st = mst ? mst : st;
     }
@@ -739,6 +801,7 @@ struct flat_ctx {
     const struct loader *l;
     enum mc_sd_scheme scheme;
     bool tied;
+    mc_gpt_model *m; /* the chunk being loaded */
     char *seen; /* [n_params] */
 };
 
@@ -746,7 +809,7 @@ static mc_status load_entry(struct flat_ctx *c, const char *key, const struct mc
 {
     char local[512];
     bool absent;
-    mc_gpt_model *m = c->l->s->model;
+    mc_gpt_model *m = c->m;
     mc_status st = mc_sd_name_map(c->scheme, MC_SD_LOCAL, key, c->tied, local, sizeof(local), &absent);
     if (st)
         return mc_error(st, "%s: unexpected key '%s' in the model state dict (%s names; strict "
@@ -784,13 +847,13 @@ static mc_status walk_model(struct flat_ctx *c, const struct mc_pk *dict, const 
 }
 
 /* load_state_dict(strict=True): every parameter present, nothing unexpected. */
-static mc_status load_model(const struct loader *l, const struct mc_pk *model)
+static mc_status load_model(const struct loader *l, const struct mc_pk *model, mc_gpt_model *m,
+                            const char *key)
 {
-    mc_gpt_model *m = l->s->model;
     if (!model || !mc_pk_is_map(model))
-        return missing(l, "model", " (or it is not a dict)");
+        return missing(l, key, " (or it is not a dict)");
     int64_t n = mc_gpt_num_params(m);
-    struct flat_ctx c = {.l = l, .scheme = detect_scheme(model), .tied = tied_embeddings(m),
+    struct flat_ctx c = {.l = l, .scheme = detect_scheme(model), .tied = tied_embeddings(m), .m = m,
                          .seen = mc_calloc((size_t)n, 1)};
     if (!c.seen)
         return MC_ERR_NOMEM;
@@ -802,8 +865,8 @@ static mc_status load_model(const struct loader *l, const struct mc_pk *model)
             const char *local = mc_gpt_param(m, i).name;
             if (mc_sd_name_map(MC_SD_LOCAL, c.scheme, local, c.tied, name, sizeof(name), &absent))
                 snprintf(name, sizeof(name), "%s", local);
-            st = mc_error(MC_ERR_FORMAT, "%s: missing key '%s' in the model state dict (%s names)",
-                          l->path, name, mc_sd_scheme_name(c.scheme));
+            st = mc_error(MC_ERR_FORMAT, "%s: missing key '%s' in the %s state dict (%s names)",
+                          l->path, name, key, mc_sd_scheme_name(c.scheme));
         }
     mc_free(c.seen);
     return st;
@@ -812,7 +875,7 @@ static mc_status load_model(const struct loader *l, const struct mc_pk *model)
 static mc_status load_param_state(const struct loader *l, int64_t pi, const struct mc_pk *ps,
                                   double *step)
 {
-    struct mc_param_view p = mc_gpt_param(l->s->model, pi);
+    struct mc_param_view p = opt_param(l->s, pi);
     struct mc_opt_param_state os = mc_opt_param_state(l->s->opt, pi);
     char what[600];
     mc_status st;
@@ -860,11 +923,11 @@ static mc_status check_groups(const struct loader *l, const struct mc_pk *groups
  * the moments (and params) from distrib_optim.pt beside model_optim_rng.pt. */
 static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
 {
-    int64_t n = mc_gpt_num_params(l->s->model), n_first, *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    int64_t n = total_params(l->s), n_first, *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     bool first_decay;
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s->model, l->scheme, order, &n_first, &first_decay);
+    group_order(l->s, l->scheme, order, &n_first, &first_decay);
     mc_free(order);
     const struct mc_pk *inner = mc_pk_get(o, "optimizer");
     const struct mc_pk *groups = mc_pk_is_map(inner) ? mc_pk_get(inner, "param_groups") : NULL;
@@ -880,7 +943,8 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
     if (!pk_number(mc_pk_get(groups->items[0], "step"), &step))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: the optimizer param_groups have no 'step' (a "
                         "checkpoint of Apex/TE FusedAdam, which keeps it elsewhere)", l->path);
-    mc_distopt_set_step(l->s->distopt, (int64_t)step);
+    for (int c = 0; c < n_chunks(l->s); c++)
+        mc_distopt_set_step(chunk_distopt(l->s, c), (int64_t)step);
     char path[4200];
     snprintf(path, sizeof(path), "%s", l->path);
     *strrchr(path, '/') = 0;
@@ -889,16 +953,28 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         return mc_error(MC_ERR_IO, "%s: cannot read %s (the distributed optimizer's state that "
                         "--use-distributed-optimizer saves beside it): %s; add --no-load-optim to "
                         "start the optimizer afresh", l->path, path, strerror(errno));
-    int64_t *perm = mc_alloc((size_t)n * sizeof(int64_t));
-    mc_status st = perm ? param_order(l->s->model, l->scheme, perm) : MC_ERR_NOMEM;
-    st = st ? st : mc_ckpt_distopt_load(l->s->distopt, l->s->model, perm, path);
-    mc_free(perm);
+    int nc = n_chunks(l->s);
+    struct mc_ckpt_distopt_chunk ch[MC_CKPT_MAX_CHUNKS];
+    mc_status st = MC_OK;
+    if (nc > MC_CKPT_MAX_CHUNKS)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %d model chunks; distrib_optim.pt is read for "
+                        "at most %d", path, nc, MC_CKPT_MAX_CHUNKS);
+    memset(ch, 0, sizeof(ch));
+    for (int c = 0; c < nc && !st; c++) {
+        ch[c].o = chunk_distopt(l->s, c);
+        ch[c].m = chunk(l->s, c);
+        ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
+        st = ch[c].perm ? param_order(ch[c].m, l->scheme, ch[c].perm) : MC_ERR_NOMEM;
+    }
+    st = st ? st : mc_ckpt_distopt_load(ch, nc, path);
+    for (int c = 0; c < nc; c++)
+        mc_free(ch[c].perm);
     return st;
 }
 
 static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
 {
-    int64_t n = mc_gpt_num_params(l->s->model), n_first;
+    int64_t n = total_params(l->s), n_first;
     bool first_decay;
     if (l->s->distopt && mc_pk_is_map(o))
         return load_distopt(l, o);
@@ -917,7 +993,7 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s->model, l->scheme, order, &n_first, &first_decay);
+    group_order(l->s, l->scheme, order, &n_first, &first_decay);
     mc_status st = check_groups(l, mc_pk_get(o, "param_groups"), n_first, n);
     double step = 0;
     if (!st && state->n && state->n != 2 * n)
@@ -1127,6 +1203,44 @@ static mc_status read_tracker(const char *tracker, int64_t *iteration, bool *rel
     return MC_OK;
 }
 
+/* The number of model chunks saved (model, or model0 .. model{V-1}) must be this run's: a
+ * checkpoint of another virtual-pipeline layout is resharded by the converter. */
+static mc_status check_chunks(const struct loader *l, const struct mc_pk *sd)
+{
+    int saved = 0;
+    while (saved < 1000) {
+        char key[32];
+        snprintf(key, sizeof(key), "model%d", saved);
+        if (!mc_pk_get(sd, key))
+            break;
+        saved++;
+    }
+    int want = l->s->n_chunks > 1 ? l->s->n_chunks : 0;
+    if (saved == want)
+        return MC_OK;
+    const char *dir = mc_args_str(l->s->args, MC_A_load);
+    char have[96], run[96];
+    if (saved)
+        snprintf(have, sizeof(have), "--num-virtual-stages-per-pipeline-rank %d (model0 .. model%d)",
+                 saved, saved - 1);
+    else
+        snprintf(have, sizeof(have), "no virtual pipeline (one 'model' per file)");
+    if (want)
+        snprintf(run, sizeof(run), "--num-virtual-stages-per-pipeline-rank %d", want);
+    else
+        snprintf(run, sizeof(run), "no virtual pipeline");
+    int tp = tp_size(l->s), pp = pp_size(l->s);
+    return mc_error(MC_ERR_CONFIG, "--load %s: %s was saved with %s, this run uses %s; a "
+                    "torch-format checkpoint loads only into its own layout. convert_checkpoint "
+                    "--model-type GPT --loader core --saver core --load-dir %s --save-dir %s_tp%d_pp%d "
+                    "--target-tensor-parallel-size %d --target-pipeline-parallel-size %d reads it "
+                    "and writes it without virtual pipeline (as Megatron's saver does)%s", dir,
+                    l->path, have, run, dir, dir, tp, pp, tp, pp,
+                    want ? "; train that one without --num-virtual-stages-per-pipeline-rank / "
+                           "--num-layers-per-virtual-pipeline-stage, or resume from a checkpoint "
+                           "saved with this run's virtual pipeline size" : "");
+}
+
 static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool release)
 {
     struct mc_ckpt_state *s = l->s;
@@ -1153,15 +1267,17 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     } else if (l->log) {
         fprintf(l->log, "could not find arguments in the checkpoint ...\n");
     }
-    const struct mc_pk *model = mc_pk_get(sd, "model");
-    if (!model && mc_pk_get(sd, "model0"))
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: a virtual-pipeline checkpoint (model0, model1, ... "
-                        "one per chunk); interleaved pipelining is not supported by this build",
-                        l->path);
-    if (mc_pk_is_map(model))
-        l->scheme = detect_scheme(model);
-    if ((st = load_model(l, model)))
+    if ((st = check_chunks(l, sd)))
         return st;
+    for (int c = 0; c < n_chunks(s); c++) {
+        char key[32];
+        snprintf(key, sizeof(key), s->n_chunks > 1 ? "model%d" : "model", c);
+        const struct mc_pk *model = mc_pk_get(sd, key);
+        if (c == 0 && mc_pk_is_map(model))
+            l->scheme = detect_scheme(model);
+        if ((st = load_model(l, model, chunk(s, c), key)))
+            return st;
+    }
     if (l->log)
         fprintf(l->log, " checkpoint version 3.0\n");
     if (!release && !finetune && !mc_args_bool(a, MC_A_no_load_optim)) {

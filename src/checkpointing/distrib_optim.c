@@ -4,7 +4,8 @@
  *   {'buckets_coalesced': True,
  *    0: {(torch.float32, torch.float32): {'param': fp32[N], 'exp_avg': fp32[N], 'exp_avg_sq': fp32[N],
  *                                          'numel_unpadded': N}}}
- * one entry per grad buffer (one: fp32 params and grads), each tensor the concatenation over
+ * one entry per grad buffer (fp32 params and grads: one per model chunk, 0 .. V-1 with
+ * interleaved pipelining), each tensor the concatenation over
  * buckets of bucket[0:numel_unpadded] in grad-buffer coordinates (reverse parameter order,
  * 64-element aligned starts with the gaps kept as zeros, the end-of-bucket padding dropped).
  * Megatron gathers the shards on data-parallel rank 0 over gloo; here each rank contributes its
@@ -87,14 +88,14 @@ static void from_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm,
     }
 }
 
-static mc_status write_state(mc_pk_doc *d, float *world[N_KEYS], int64_t n, const char *path)
+/* Buffer `index`'s entry {(float32, float32): {param, exp_avg, exp_avg_sq, numel_unpadded}}. */
+static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *world[N_KEYS], int64_t n)
 {
-    struct mc_pk *root = mc_pk_new(d, MC_PK_DICT), *buf = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *buf = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *dtypes = mc_pk_new(d, MC_PK_TUPLE), *state = mc_pk_new(d, MC_PK_DICT);
-    if (!root || !buf || !dtypes || !state)
+    if (!buf || !dtypes || !state)
         return MC_ERR_NOMEM;
-    mc_status st = mc_pk_set(d, root, "buckets_coalesced", mc_pk_bool(d, true));
-    st = st ? st : mc_pk_append(d, root, mc_pk_int(d, 0));
+    mc_status st = mc_pk_append(d, root, mc_pk_int(d, index));
     st = st ? st : mc_pk_append(d, root, buf);
     st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", "float32"));
     st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", "float32"));
@@ -103,23 +104,23 @@ static mc_status write_state(mc_pk_doc *d, float *world[N_KEYS], int64_t n, cons
     for (int k = 0; !st && k < N_KEYS; k++)
         st = mc_pk_set(d, state, keys[k], mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, n, world[k]),
                                                        0, 1, &n, NULL));
-    st = st ? st : mc_pk_set(d, state, "numel_unpadded", mc_pk_int(d, n));
-    return st ? st : mc_torch_save(d, root, path);
+    return st ? st : mc_pk_set(d, state, "numel_unpadded", mc_pk_int(d, n));
 }
 
-mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const int64_t *perm,
-                               const char *path, bool writer)
+/* Chunk `index`'s buffer: gathered over the data-parallel group, added to root on the writer
+ * (the tensors' memory then belongs to the doc's storage until it is freed). */
+static mc_status save_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, mc_pk_doc *d,
+                            struct mc_pk *root, float **keep, const char *path, bool writer)
 {
     struct mc_distopt_shard sh;
-    mc_distopt_shard(o, &sh);
-    const struct mc_pgb_map *mp = mc_distopt_map(o);
+    mc_distopt_shard(ch->o, &sh);
+    const struct mc_pgb_map *mp = mc_distopt_map(ch->o);
     struct mc_pgb_map fm = {0};
     mc_status st = check_adam(&sh, path);
-    if (st || (st = mc_distopt_map_in_order(o, perm, &fm)))
+    if (st || (st = mc_distopt_map_in_order(ch->o, ch->perm, &fm)))
         return st;
     float *buf = mc_calloc((size_t)(2 * mp->numel), sizeof(float)), *world[N_KEYS] = {NULL};
     int64_t *woff = world_offsets(&fm), n = 0;
-    mc_pk_doc *d = NULL;
     if (!buf || !woff) {
         st = MC_ERR_NOMEM;
         goto cleanup;
@@ -131,40 +132,65 @@ mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const int64
         goto cleanup;
     if (!writer)
         goto cleanup;
-    for (int k = 0; k < N_KEYS; k++)
-        if (!(world[k] = mc_calloc((size_t)(n ? n : 1), sizeof(float)))) {
+    for (int k = 0; k < N_KEYS; k++) /* kept until the file is written */
+        if (!(world[k] = keep[k] = mc_calloc((size_t)(n ? n : 1), sizeof(float)))) {
             st = MC_ERR_NOMEM;
             goto cleanup;
         }
-    to_world(mp, &fm, woff, perm, m, buf, world);
-    if (!(st = mc_pk_doc_init(&d)))
-        st = write_state(d, world, n, path);
+    to_world(mp, &fm, woff, ch->perm, ch->m, buf, world);
+    st = add_state(d, root, index, world, n);
 cleanup:
-    mc_pk_doc_free(d);
-    for (int k = 0; k < N_KEYS; k++)
-        mc_free(world[k]);
     mc_free(woff);
     mc_free(buf);
     mc_pgb_map_free(&fm);
     return st;
 }
 
+mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path,
+                               bool writer)
+{
+    mc_pk_doc *d = NULL;
+    struct mc_pk *root = NULL;
+    float **keep = mc_calloc((size_t)(n * N_KEYS), sizeof(float *));
+    mc_status st = keep ? mc_pk_doc_init(&d) : MC_ERR_NOMEM;
+    if (!st && !(root = mc_pk_new(d, MC_PK_DICT)))
+        st = MC_ERR_NOMEM;
+    st = st ? st : mc_pk_set(d, root, "buckets_coalesced", mc_pk_bool(d, true));
+    /* every chunk's gather runs on every rank even after a failure: the others wait in it */
+    for (int c = 0; c < n; c++) {
+        mc_status cst = save_chunk(&ch[c], c, d, root, keep ? keep + c * N_KEYS : NULL, path,
+                                   writer && !st && keep);
+        st = st ? st : cst;
+    }
+    if (!st && writer)
+        st = mc_torch_save(d, root, path);
+    mc_pk_doc_free(d);
+    for (int k = 0; keep && k < n * N_KEYS; k++)
+        mc_free(keep[k]);
+    mc_free(keep);
+    return st;
+}
+
 /* ---- loading ------------------------------------------------------------------------------- */
 /* The buffer's state dict {param, exp_avg, exp_avg_sq, numel_unpadded}, checked against ours. */
-static mc_status find_state(const struct mc_pk *root, const char *path, int64_t n, const struct mc_pk **out)
+static mc_status find_state(const struct mc_pk *root, const char *path, int index, int n_buffers,
+                             int64_t n, const struct mc_pk **out)
 {
     const struct mc_pk *buf = NULL;
     for (int64_t i = 0; mc_pk_is_map(root) && i + 1 < root->n; i += 2) {
         const struct mc_pk *k = root->items[i];
-        if (k->kind == MC_PK_INT && k->i != 0)
-            return mc_error(MC_ERR_UNSUPPORTED, "%s: grad buffer %lld: more than one buffer "
-                            "(mixed dtypes or virtual pipeline chunks) is not supported", path, (long long)k->i);
-        if (k->kind == MC_PK_INT)
+        if (k->kind == MC_PK_INT && (k->i < 0 || k->i >= n_buffers))
+            return mc_error(MC_ERR_UNSUPPORTED, "%s: grad buffer %lld: this run has %d buffer(s) "
+                            "(one per model chunk; mixed dtypes are not supported, and a file of "
+                            "another virtual pipeline size does not load)", path, (long long)k->i,
+                            n_buffers);
+        if (k->kind == MC_PK_INT && k->i == index)
             buf = root->items[i + 1];
     }
     if (!buf || !mc_pk_is_map(buf) || buf->n != 2 || !mc_pk_is_map(buf->items[1]))
-        return mc_error(MC_ERR_FORMAT, "%s: expected {'buckets_coalesced': True, 0: {(dtype, "
-                        "dtype): {...}}} as Megatron's save_parameter_state writes it", path);
+        return mc_error(MC_ERR_FORMAT, "%s: expected {'buckets_coalesced': True, %d: {(dtype, "
+                        "dtype): {...}}} as Megatron's save_parameter_state writes it (one entry "
+                        "per model chunk)", path, index);
     const struct mc_pk *dt = buf->items[0];
     if (dt->kind != MC_PK_TUPLE || dt->n != 2 || dt->items[0]->kind != MC_PK_GLOBAL ||
         strcmp(dt->items[0]->s, "torch float32") || dt->items[1]->kind != MC_PK_GLOBAL ||
@@ -177,8 +203,8 @@ static mc_status find_state(const struct mc_pk *root, const char *path, int64_t 
         return mc_error(MC_ERR_UNSUPPORTED, "%s: per-bucket (not coalesced) distrib_optim.pt of "
                         "Megatron before core 0.7 is not supported", path);
     if (!nu || nu->kind != MC_PK_INT || nu->i != n)
-        return mc_error(MC_ERR_SHAPE, "%s: numel_unpadded %lld, this model's grad buffer holds "
-                        "%lld (another model, layout or --ddp-bucket-size?)", path,
+        return mc_error(MC_ERR_SHAPE, "%s: buffer %d: numel_unpadded %lld, this model's grad "
+                        "buffer holds %lld (another model, layout or --ddp-bucket-size?)", path, index,
                         (long long)(nu && nu->kind == MC_PK_INT ? nu->i : -1), (long long)n);
     for (int k = 0; k < N_KEYS; k++) {
         const struct mc_pk *t = mc_pk_get(state, keys[k]);
@@ -196,33 +222,42 @@ static const float *tensor_data(const struct mc_pk *t)
     return (const float *)t->storage->data + t->offset;
 }
 
-mc_status mc_ckpt_distopt_load(mc_distopt *o, mc_gpt_model *m, const int64_t *perm, const char *path)
+static mc_status load_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, int n_buffers,
+                             const struct mc_pk *root, const char *path)
 {
     struct mc_distopt_shard sh;
-    mc_distopt_shard(o, &sh);
-    const struct mc_pgb_map *mp = mc_distopt_map(o);
+    mc_distopt_shard(ch->o, &sh);
+    const struct mc_pgb_map *mp = mc_distopt_map(ch->o);
     struct mc_pgb_map fm = {0};
     mc_status st = check_adam(&sh, path);
-    if (st || (st = mc_distopt_map_in_order(o, perm, &fm)))
+    if (st || (st = mc_distopt_map_in_order(ch->o, ch->perm, &fm)))
         return st;
     int64_t *woff = world_offsets(&fm);
     float *buf = mc_calloc((size_t)(2 * mp->numel), sizeof(float));
-    mc_pk_doc *d = NULL;
-    struct mc_pk *root;
     const struct mc_pk *state = NULL;
     if (!woff || !buf)
         st = MC_ERR_NOMEM;
-    if (!st && !(st = mc_pk_doc_init(&d)) && !(st = mc_torch_load(d, path, &root)) &&
-        !(st = find_state(root, path, woff[fm.n_buckets], &state))) {
+    if (!st && !(st = find_state(root, path, index, n_buffers, woff[fm.n_buckets], &state))) {
         const float *w[N_KEYS];
         for (int k = 0; k < N_KEYS; k++)
             w[k] = tensor_data(mc_pk_get(state, keys[k]));
-        from_world(mp, &fm, woff, perm, m, buf, w);
+        from_world(mp, &fm, woff, ch->perm, ch->m, buf, w);
         shard_copy(mp, &sh, buf, true);
     }
-    mc_pk_doc_free(d);
     mc_free(buf);
     mc_free(woff);
     mc_pgb_map_free(&fm);
+    return st;
+}
+
+mc_status mc_ckpt_distopt_load(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path)
+{
+    mc_pk_doc *d = NULL;
+    struct mc_pk *root;
+    mc_status st = mc_pk_doc_init(&d);
+    st = st ? st : mc_torch_load(d, path, &root);
+    for (int c = 0; !st && c < n; c++)
+        st = load_chunk(&ch[c], c, n, root, path);
+    mc_pk_doc_free(d);
     return st;
 }

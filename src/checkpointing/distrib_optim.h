@@ -9,15 +9,27 @@
 #include "distributed/distrib_optimizer.h"
 #include "megatron/gpt.h"
 
-/* Gathers every data-parallel rank's Adam moments (collective over the data-parallel group:
- * every rank calls it) and, on `writer` (data-parallel rank 0), writes `path` through a
- * temporary name. perm[j] is the j-th parameter in the named_parameters() order of the model
- * whose names the checkpoint uses: the file's buffer layout is the one that model has. */
-mc_status mc_ckpt_distopt_save(mc_distopt *o, const mc_gpt_model *m, const int64_t *perm,
-                               const char *path, bool writer);
+/* One grad buffer of distrib_optim.pt: a model chunk (interleaved pipelining: one per chunk,
+ * buffer index = chunk index, as Megatron's DistributedOptimizer numbers the buffers of its
+ * per-model-chunk DDPs) and its distributed optimizer. perm[j] is the j-th parameter in the
+ * named_parameters() order of the model whose names the checkpoint uses: the file's buffer
+ * layout is the one that model has. */
+#define MC_CKPT_MAX_CHUNKS 64
+struct mc_ckpt_distopt_chunk {
+    mc_distopt *o;
+    mc_gpt_model *m;
+    int64_t *perm;
+};
+
+/* Gathers every data-parallel rank's Adam moments of each chunk (collective over the
+ * data-parallel group: every rank calls it) and, on `writer` (data-parallel rank 0), writes
+ * `path` through a temporary name, with buffers 0 .. n-1. */
+mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path,
+                               bool writer);
 
 /* Reads `path` (each rank reads the file itself: the same values Megatron scatters from
- * data-parallel rank 0) into this rank's shard of the moments and the model's parameters. */
-mc_status mc_ckpt_distopt_load(mc_distopt *o, mc_gpt_model *m, const int64_t *perm, const char *path);
+ * data-parallel rank 0) into this rank's shards of the moments and the chunks' parameters; the
+ * file must hold exactly n buffers. */
+mc_status mc_ckpt_distopt_load(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path);
 
 #endif /* MC_CHECKPOINTING_DISTRIB_OPTIM_H */

@@ -177,11 +177,6 @@ static mc_status check_parallel_support(const struct mc_args *a)
                         "pipeline rank: Megatron's interleaved schedule fails on it "
                         "(UnboundLocalError in forward_backward_pipelining_with_interleaving); "
                         "drop the option to train with the 1F1B schedule");
-    if (vpp && (!mc_args_is_none(a, MC_A_save) || !mc_args_is_none(a, MC_A_load)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--num-layers-per-virtual-pipeline-stage / "
-                        "--num-virtual-stages-per-pipeline-rank with --save/--load: checkpoints "
-                        "of interleaved (model0, model1, ...) models are not implemented by "
-                        "megatron.c yet");
     if (mc_args_int(a, MC_A_context_parallel_size) != 1)
         return mc_error(MC_ERR_UNSUPPORTED, "--context-parallel-size %lld: context parallelism "
                         "is not implemented by megatron.c",
@@ -516,6 +511,9 @@ static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
     s->barrier = t->ps.world > 1 ? ckpt_barrier : NULL;
     s->all_ok = t->ps.world > 1 ? ckpt_all_ok : NULL;
     s->distopt = t->dopt;
+    s->n_chunks = t->vp; /* interleaved: model0, model1, ... and one distopt buffer per chunk */
+    s->chunks = t->chunks;
+    s->distopts = t->dopt ? t->dopts : NULL;
 }
 
 /* setup_model_and_optimizer's load_checkpoint: resumes the iteration, the consumed samples,
@@ -555,7 +553,9 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
         mc_timer_stop(interval);
     mc_timer_start(tm);
     /* Megatron disables the forward pre-hook (forcing the param all-gather) before saving */
-    mc_status st = mc_ddp_finish_param_sync(t->ddp);
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++)
+        st = mc_ddp_finish_param_sync(t->ddps[v]);
     if (st)
         return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);

@@ -39,7 +39,17 @@ CASES = {
                            ("--data-path", CORPUS_A)),
     "gpt_legacy_pp2": (2, GPT2 + ("--pipeline-model-parallel-size", "2", "--use-legacy-models"),
                        ("--data-path", CORPUS_A)),
+    # interleaved pipelining: model0/model1 per file, one distrib_optim.pt buffer per chunk
+    "gpt_pp2vpp2": (2, GPT2 + ("--pipeline-model-parallel-size", "2",
+                               "--num-virtual-stages-per-pipeline-rank", "2"), ("--data-path", CORPUS_A)),
+    "gpt_dp2pp2vpp2_distopt": (4, GPT2 + ("--pipeline-model-parallel-size", "2",
+                                          "--num-virtual-stages-per-pipeline-rank", "2",
+                                          "--use-distributed-optimizer"), ("--data-path", CORPUS_B)),
+    "llama_pp2vpp2": (2, LLAMA + ("--pipeline-model-parallel-size", "2",
+                                  "--num-virtual-stages-per-pipeline-rank", "2"), ("--data-path", CORPUS_A)),
 }
+# the virtual-pipeline cases (test_ckpt_vpp.py; test_ckpt_parallel.py runs the others)
+VPP = ("gpt_pp2vpp2", "gpt_dp2pp2vpp2_distopt", "llama_pp2vpp2")
 
 ITERS, SAVE_AT = 6, 3
 

@@ -237,7 +237,7 @@ def test_broken(tmp, pp2_dir, tp2pp2_dir):
         sd = torch.load(p)
         sd = {("model0" if k == "model" else k): x for k, x in sd.items()}
         torch.save(sd, p)
-    broken("gpt_pp2", tmp, ("--load", v), "virtual-pipeline checkpoint", "model0/model1 chunks")
+    broken("gpt_pp2", tmp, ("--load", v), "this run uses no virtual pipeline", "model0/model1 chunks")
     # the writer cannot create its directory: every rank fails, none waits in the moments' gather
     blocker = os.path.join(tmp, "not_a_directory")
     open(blocker, "w").close()
@@ -275,7 +275,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         golden = {}
         for case in mcs.CASES:
-            golden[case] = test_continue_megatron(case, tmp)
+            if case not in mcs.VPP:  # test_ckpt_vpp.py
+                golden[case] = test_continue_megatron(case, tmp)
         test_distopt_round_trip(tmp, golden["gpt_dp2_distopt"])
         local = ("--transformer-impl", "local")
         split = {}
