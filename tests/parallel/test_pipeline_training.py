@@ -5,8 +5,7 @@ summed over the embedding group) and a Llama-style one (SwiGLU, RMSNorm, RoPE, G
 print the same 'lm loss', 'grad norm' and 'params norm' at each of 12 iterations, and the same
 validation/test losses, as the single-process run with the same global batch (within 1e-5
 relative, from the full-precision [exact] lines of MC_TEST_LOG_EXACT=1). Also: with dropout on
-(the stages before the last recompute a micro-batch's forward before its backward, so the masks
-must repeat), with --calculate-per-token-loss (token count from the last stage), reruns are
+(each in-flight micro-batch keeps its own masks in its activation slot), with --calculate-per-token-loss (token count from the last stage), reruns are
 bit-identical, the training line is printed once (by the last rank), and configurations
 Megatron refuses are refused with its message. A pp2 x dp2 run on a real indexed dataset with
 --eod-mask-loss, --reset-attention-mask and --reset-position-ids matches too."""
