@@ -136,10 +136,16 @@ def run(args, np):
         "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
         "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", EXE, *args]
     t0 = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
-    except subprocess.TimeoutExpired:
-        return None, [], [], time.time() - t0
+    # stdout to a file, not a pipe: a regular file never makes mpirun's forwarding wait on
+    # a slow reader under heavy load
+    with tempfile.TemporaryFile("w+") as out:
+        try:
+            p = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env,
+                               timeout=180)
+        except subprocess.TimeoutExpired:
+            return None, [], [], time.time() - t0
+        out.seek(0)
+        p.stdout = out.read()
     lines = p.stdout.splitlines()
     return (p, [m.groups() for m in map(EXACT.search, lines) if m],
             [m.groups() for m in map(EVAL.match, lines) if m], time.time() - t0)
