@@ -29,9 +29,11 @@
  * are gigabytes and every byte is checksummed on save and on load, so large buffers are also
  * cut into one piece per OpenMP thread whose CRCs are combined (crc_combine). */
 static uint32_t crc_table[8][256];
+static bool crc_clmul; /* the CPU folds by carry-less multiplication (crc32_clmul.c) */
 
 static void crc_init(void)
 {
+    crc_clmul = mc_crc32_clmul_usable();
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++)
@@ -46,6 +48,12 @@ static void crc_init(void)
 static uint32_t crc_serial(uint32_t crc, const uint8_t *p, size_t n)
 {
     crc = ~crc;
+    if (crc_clmul && n >= 64) { /* whole 16-byte blocks by folding, the tail by tables */
+        size_t m = n & ~(size_t)15;
+        crc = mc_crc32_clmul(crc, p, m);
+        p += m;
+        n -= m;
+    }
     for (; n >= 8; n -= 8, p += 8) {
         uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
         uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;

@@ -58,5 +58,9 @@ mc_status mc_zip_reader_find(const struct mc_zip_reader *r, const char *name, co
                              uint64_t *size);
 
 uint32_t mc_crc32_update(uint32_t crc, const void *data, size_t n);
+/* The carry-less-multiplication CRC (crc32_clmul.c): whether this CPU has it, and the fold of
+ * n bytes (n >= 64, a multiple of 16) into the running, not inverted, CRC register. */
+bool mc_crc32_clmul_usable(void);
+uint32_t mc_crc32_clmul(uint32_t crc, const uint8_t *p, size_t n);
 
 #endif
