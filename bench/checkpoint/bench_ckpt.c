@@ -152,6 +152,7 @@ int main(int argc, char **argv)
         mc_pk_doc *d;
         if (mc_pk_doc_init(&d))
             return 1;
+        remove(argv[1]); /* a new file, as in a new iter_* directory (torch's bench does too) */
         double t0 = now();
         mc_status st = mc_torch_save(d, state_dict(d, bufs), argv[1]);
         double t1 = now(), sync_s = mc_zip_last_sync_seconds();

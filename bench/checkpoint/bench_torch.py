@@ -41,6 +41,8 @@ sd = {"iteration": 10, "model": model,
 nbytes = sum(t.numel() * 4 for t in model.values()) * 3
 best_save = best_load = best_nosync = best_sync = 1e30
 for _ in range(reps):
+    if os.path.exists(path):
+        os.remove(path)  # a new file, as in a new iter_* directory (bench_ckpt.c does too)
     t0 = time.perf_counter()
     with open(path, "wb") as fh:
         torch.save(sd, fh)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Checkpoint save/load throughput: our torch.save/torch.load (bench_ckpt.c, built here with the
 # project's flags against build/libmegatron) beside torch 1.13's on the same GPT-2-124M-sized
-# state dict (model + Adam state, ~1.5 GB fp32), in one run, same disk; best of REPEATS rounds.
+# state dict (model + Adam state, ~1.5 GB fp32), in one run, same disk; best of 2 x REPEATS.
 # Usage: bench/checkpoint/run.sh [REPEATS=3]  (env: BUILD=build, CC, PYTHON, CKPT_DIR)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,17 +16,15 @@ lib=$(ls "$build"/libmegatron.* 2>/dev/null | head -n 1)
 ${CC:-cc} -std=c11 -O2 -Wall -Wextra -Werror -I"$root/include" -I"$root/src" \
     "$here/bench_ckpt.c" "$lib" -o "$dir/bench_ckpt" -lm -fopenmp
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), torch $("$py" -c 'import torch; print(torch.__version__)')"
-# Rounds alternate ours and torch's, one save + load each, so both see the same machine load;
-# the summary takes the best of the rounds for each column.
-ours="" theirs=""
-i=0
-while [ "$i" -lt "$reps" ]; do
-    rm -f "$dir/ours.pt" "$dir/torch.pt" # a new file each time, as a new iter_* directory is
-    ours="$ours $("$dir/bench_ckpt" "$dir/ours.pt" 1)"
-    theirs="$theirs $("$py" "$here/bench_torch.py" "$dir/torch.pt" 1)"
-    echo "round $((i + 1)): load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    i=$((i + 1))
-done
+# Two rounds of REPEATS saves + loads in one process each, ours first then torch's first, so
+# that both see the same machine load and neither always runs second; best of all per column.
+ours1=$("$dir/bench_ckpt" "$dir/ours.pt" "$reps")
+theirs1=$("$py" "$here/bench_torch.py" "$dir/torch.pt" "$reps")
+echo "round 1: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+theirs2=$("$py" "$here/bench_torch.py" "$dir/torch.pt" "$reps")
+ours2=$("$dir/bench_ckpt" "$dir/ours.pt" "$reps")
+echo "round 2: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+ours="$ours1 $ours2" theirs="$theirs1 $theirs2"
 rm -f "$dir/ours.pt" "$dir/torch.pt"
 "$py" - "$ours" "$theirs" <<'PY'
 import json, sys
