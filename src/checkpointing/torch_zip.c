@@ -488,7 +488,7 @@ mc_status mc_zip_reader_open(struct mc_zip_reader *r, const char *path)
     }
     r->size = (size_t)sb.st_size;
     if (r->size) {
-        void *m = mmap(NULL, r->size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        void *m = mmap(NULL, r->size, PROT_READ, MAP_SHARED, fd, 0);
         if (m == MAP_FAILED) {
             st = mc_error(MC_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
             goto out;
