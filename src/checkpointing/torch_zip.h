@@ -23,6 +23,7 @@ struct mc_zip_writer {
     FILE *f;
     char *path, *tmp;
     uint64_t pos;
+    uint64_t kicked; /* disk writes started up to here (write-behind) */
     struct mc_zip_entry_rec *e;
     int64_t n, cap;
     bool open_entry;
@@ -37,6 +38,9 @@ mc_status mc_zip_writer_end(struct mc_zip_writer *w);
 mc_status mc_zip_writer_add(struct mc_zip_writer *w, const char *name, const void *data, size_t n);
 /* Central directory, zip64 end records, fsync, rename to the final name. Frees w. */
 mc_status mc_zip_writer_close(struct mc_zip_writer *w);
+/* Seconds the last mc_zip_writer_close on this thread spent in its final flush + fsync (for
+ * benchmarks: torch.save does not fsync). */
+double mc_zip_last_sync_seconds(void);
 /* Drops the temporary file (after a failure). Frees w. */
 void mc_zip_writer_abort(struct mc_zip_writer *w);
 
@@ -58,5 +62,9 @@ mc_status mc_zip_reader_find(const struct mc_zip_reader *r, const char *name, co
                              uint64_t *size);
 
 uint32_t mc_crc32_update(uint32_t crc, const void *data, size_t n);
+/* The carry-less-multiplication CRC (crc32_clmul.c): whether this CPU has it, and the fold of
+ * n bytes (n >= 64, a multiple of 16) into the running, not inverted, CRC register. */
+bool mc_crc32_clmul_usable(void);
+uint32_t mc_crc32_clmul(uint32_t crc, const uint8_t *p, size_t n);
 
 #endif
