@@ -9,10 +9,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("MC_BUILD_DIR", os.path.join(SRC, "build"))
 EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import mpirun_cmd, run_cmd  # noqa: E402
 RUN_PRETRAIN = "/work/shared/megatron-cpu/run_pretrain.py"
 GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing")
 DATA = os.path.join(SRC, "tests", "golden", "data")
@@ -98,15 +102,13 @@ def run_megatron(case, tmp, extra=(), port=29600, iters=ITERS, variant=None, tim
 
 
 def mpirun(n):
-    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "OMP_NUM_THREADS=1"]
+    return mpirun_cmd(n, [], ("OMP_NUM_THREADS=1",))
 
 
 def run_ours(case, tmp, extra=(), iters=ITERS, timeout=600):
     world = CASES[case][0]
     cmd = ([] if world == 1 else mpirun(world)) + [EXE] + case_args(case, tmp, extra, iters)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    return r
+    return run_cmd(cmd, dict(os.environ, OMP_NUM_THREADS="1"), timeout)
 
 
 TRAIN = re.compile(r"^ \[[^]]*\] iteration +(\d+)/ +\d+ \| consumed samples: +(\d+) \| "

@@ -16,21 +16,14 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_stubs  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import mpirun_cmd, check, run_cmd, summary  # noqa: E402
+
 torch_stubs.install()
 BUILD = os.environ.get("MC_BUILD_DIR", "build")
 SRC = os.environ.get("MC_SOURCE_DIR", ".")
 EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
 GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def args(tmp, iters, extra=(), hidden=32, heads=4, seq=32, mbs=4, gbs=8, lr="1e-3", warm="2",
@@ -47,7 +40,7 @@ def args(tmp, iters, extra=(), hidden=32, heads=4, seq=32, mbs=4, gbs=8, lr="1e-
 
 def run(cmd):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    return run_cmd(cmd, env, 300)
 
 
 TRAIN = re.compile(r"^ \[[^]]*\] iteration +(\d+)/ +\d+ \| consumed samples: +(\d+) \| "
@@ -154,7 +147,7 @@ def test_resume_parallel(tmp):
     if not shutil.which("mpirun"):
         print("test_resume_parallel: skipped (no mpirun)")
         return
-    mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x", "OMP_NUM_THREADS=1"]
+    mpi = mpirun_cmd(4, [], ("OMP_NUM_THREADS=1",))
     extra = ("--tensor-model-parallel-size", "2", "--make-vocab-size-divisible-by", "64",
              "--save-interval", "100", "--eval-interval", "3", "--eval-iters", "1")
     full, part = os.path.join(tmp, "tp_full"), os.path.join(tmp, "tp_part")
@@ -391,7 +384,7 @@ def test_megatron_tp2_checkpoint(tmp):
     theirs = train_lines(outs[0] + outs[1])
     with open(os.path.join(d, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("2")
-    mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "OMP_NUM_THREADS=1"]
+    mpi = mpirun_cmd(2, [], ("OMP_NUM_THREADS=1",))
     r = run(mpi + args(tmp, 4, base + ("--load", d), **common))
     ours = train_lines(r.stdout)
     check(sorted(ours) == [3, 4] and all(procs[k].returncode == 0 for k in (0, 1)),
@@ -417,8 +410,7 @@ def main():
             test_megatron_checkpoint_continues(tmp)
         else:
             check(False, f"golden checkpoint missing: {GOLDEN}")
-    print(f"test_checkpoint: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_checkpoint")
 
 
 if __name__ == "__main__":

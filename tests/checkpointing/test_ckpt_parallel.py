@@ -27,17 +27,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import megatron_cases as mcs  # noqa: E402
 import torch_stubs  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import check, run_cmd, summary  # noqa: E402
+
 torch_stubs.install()
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def rank_dirs(case):
@@ -248,8 +241,8 @@ def test_broken(tmp, pp2_dir, tp2pp2_dir):
     broken("llama_tp2_blend", tmp, ("--load", tp2pp2_dir), want, "tp2 x pp2 checkpoint into tp2 x pp1")
     broken("llama_tp2pp2", tmp, ("--load", tp2pp2_dir, "--tensor-model-parallel-size", "1"), want,
            "tp2 x pp2 checkpoint into tp1 x pp2")
-    r = subprocess.run([mcs.EXE] + mcs.case_args("gpt_pp2", tmp, ("--load", pp2_dir, "--pipeline-model-parallel-size", "1")),
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    r = run_cmd([mcs.EXE] + mcs.case_args("gpt_pp2", tmp, ("--load", pp2_dir, "--pipeline-model-parallel-size", "1")),
+                dict(os.environ, OMP_NUM_THREADS="1"), 120)
     check(r.returncode != 0 and "--pipeline-model-parallel-size 2" in r.stderr and want in r.stderr
           and "--target-pipeline-parallel-size 1" in r.stderr, f"pp2 checkpoint into pp1: {r.stderr[-400:]}")
 
@@ -305,8 +298,7 @@ def main():
                                      mcs.train_lines(straight.stdout), variant="fixload")
         else:
             print("Megatron loading ours: skipped (set MC_MEGATRON_ROOT)")
-    print(f"test_ckpt_parallel: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_ckpt_parallel")
 
 
 if __name__ == "__main__":

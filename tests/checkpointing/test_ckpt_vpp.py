@@ -16,7 +16,6 @@ pp2 x vpp2):
   distributed-optimizer case in the helper's fixload mode, as test_ckpt_parallel.py does)."""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -24,7 +23,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import megatron_cases as mcs  # noqa: E402
-import test_ckpt_parallel as tcp  # noqa: E402  (its checks and counters)
+import test_ckpt_parallel as tcp  # noqa: E402  (its checks)
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import run_cmd, summary  # noqa: E402
 
 check, same, load, rank_dirs = tcp.check, tcp.same, tcp.load, tcp.rank_dirs
 LOCAL = ("--transformer-impl", "local")
@@ -76,14 +78,12 @@ def test_other_layout(tmp, vpp_dir, pp2_dir):
     """A vpp checkpoint into a run without vpp, and a pp2 one into a vpp run: both layouts named."""
     want = "convert_checkpoint --model-type GPT --loader core --saver core"
     args = mcs.case_args("gpt_pp2", tmp, ("--load", vpp_dir) + LOCAL)
-    r = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + args, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    r = run_cmd(mcs.mpirun(2) + [mcs.EXE] + args, dict(os.environ, OMP_NUM_THREADS="1"), 120)
     check(r.returncode != 0 and "--num-virtual-stages-per-pipeline-rank 2 (model0 .. model1)" in r.stderr
           and "this run uses no virtual pipeline" in r.stderr and want in r.stderr,
           f"vpp checkpoint into a pp2 run: {r.stderr[-500:]}")
     args = mcs.case_args("gpt_pp2vpp2", tmp, ("--load", pp2_dir, "--ckpt-step", "3") + LOCAL)
-    r = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + args, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    r = run_cmd(mcs.mpirun(2) + [mcs.EXE] + args, dict(os.environ, OMP_NUM_THREADS="1"), 120)
     check(r.returncode != 0 and "saved with no virtual pipeline" in r.stderr and
           "this run uses --num-virtual-stages-per-pipeline-rank 2" in r.stderr and want in r.stderr,
           f"pp2 checkpoint into a vpp run: {r.stderr[-500:]}")
@@ -115,8 +115,7 @@ def main():
                                              variant="fixload" if "distopt" in case else None)
         else:
             print("Megatron loading ours: skipped (set MC_MEGATRON_ROOT)")
-    print(f"test_ckpt_vpp: {tcp.passed} passed, {tcp.failed} failed")
-    return 1 if tcp.failed else 0
+    return summary("test_ckpt_vpp")
 
 
 if __name__ == "__main__":

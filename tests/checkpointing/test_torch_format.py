@@ -17,18 +17,11 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_stubs  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import check, summary  # noqa: E402
+
 BUILD = os.environ.get("MC_BUILD_DIR", "build")
 DRIVER = os.path.join(BUILD, "tests", "ckpt_driver")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def dump(path):
@@ -218,8 +211,7 @@ def main():
         test_torch_loads_ours(tmp, "write64")  # the zip64 form files past 4 GiB take
         test_we_load_torch(tmp)
         test_broken(tmp)
-    print(f"test_torch_format: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_torch_format")
 
 
 if __name__ == "__main__":

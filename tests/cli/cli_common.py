@@ -4,6 +4,10 @@ import json
 import os
 import re
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+from mc_test import Checks  # noqa: E402
 
 SRC = os.environ.get('MC_SOURCE_DIR', os.path.join(os.path.dirname(__file__), '..', '..'))
 BUILD = os.environ.get('MC_BUILD_DIR', os.path.join(SRC, 'build'))
@@ -48,21 +52,8 @@ def run(cmd, world_size=1, rank=0, extra_env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-class Checker:
-    def __init__(self, name):
-        self.name, self.passed, self.failed = name, 0, 0
+Checker = Checks  # the tests' pass/fail counter: Checker(name).check(...), .summary()
 
-    def check(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print('FAIL:', what)
-        return cond
-
-    def summary(self):
-        print('%s: %d passed, %d failed' % (self.name, self.passed, self.failed))
-        return 1 if self.failed else 0
 
 HEADER = '------------------------ arguments ------------------------'
 FOOTER = '-------------------- end of arguments ---------------------'

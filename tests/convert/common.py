@@ -1,7 +1,6 @@
 """Shared pieces of the convert_checkpoint tests: running pretrain_gpt / convert_checkpoint,
 reading torch checkpoints (any TP/PP layout) back with torch, and a pass/fail counter."""
 import os
-import subprocess
 import sys
 
 import torch
@@ -9,36 +8,25 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "checkpointing"))
 import torch_stubs  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import BUILD, SRC, Checks, gpt2, mpirun_cmd, run_cmd  # noqa: E402,F401
+
 torch_stubs.install()
 torch.set_num_threads(1)
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 PRETRAIN = os.path.join(BUILD, "bin", "pretrain_gpt")
 CONVERT = os.path.join(BUILD, "bin", "convert_checkpoint")
 
-GPT = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4"]
+GPT = gpt2(4)
 LLAMA = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "8",
          "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "48",
          "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
          "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
 
 
-class Counter:
-    def __init__(self, name):
-        self.name, self.passed, self.failed = name, 0, 0
-
-    def check(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print("FAIL:", what, flush=True)
-        return cond
-
+class Counter(Checks):
     def finish(self):
-        print("%s: %d passed, %d failed" % (self.name, self.passed, self.failed))
-        sys.exit(1 if self.failed else 0)
+        sys.exit(self.summary())
 
 
 def train_args(model, tmp, iters, tp=1, pp=1, extra=(), vocab_div=128):
@@ -55,10 +43,7 @@ def train_args(model, tmp, iters, tp=1, pp=1, extra=(), vocab_div=128):
 
 def run(cmd, np=1, timeout=300):
     env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    if np > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-               "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return run_cmd(cmd if np == 1 else mpirun_cmd(np, cmd), env, timeout)
 
 
 def convert(load, save, *opts):

@@ -10,24 +10,16 @@ the ring minimum (tp-1)/tp of its payload, the norm/row-bias grads all-reduced o
 step, pipeline messages of s/tp*b*h); without the variable nothing is printed."""
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import check, run_pretrain, summary  # noqa: E402
+
 STAT = re.compile(r"comm-stats rank=(\d+) group=(\S+) op=(\S+) calls=(\d+) "
                   r"payload_bytes=(\d+) wire_bytes=(\d+)")
 L, H, S, B, GBS, V, ITERS = 2, 32, 32, 2, 8, 4096, 3
 VPAD = 4224  # NullTokenizer's V + 1 (EOD) padded to a multiple of 128
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed, failed = passed + bool(cond), failed + (not cond)
-    if not cond:
-        print("FAIL:", what)
 
 
 def run(tmp, np, tp, pp, extra=(), stats=True, limit=None):
@@ -40,19 +32,10 @@ def run(tmp, np, tp, pp, extra=(), stats=True, limit=None):
             "--pipeline-model-parallel-size", str(pp),
             "--make-vocab-size-divisible-by", str(128 // tp),
             "--data-cache-path", os.path.join(tmp, "cache"), *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("MC_COMM_STATS", None)
-    env.pop("MC_ACTIVATION_MEMORY_LIMIT_MB", None)
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-           "OMP_NUM_THREADS=1"]
-    if limit is not None:
-        env["MC_ACTIVATION_MEMORY_LIMIT_MB"] = str(limit)
-        cmd += ["-x", "MC_ACTIVATION_MEMORY_LIMIT_MB"]
-    if stats:
-        env["MC_COMM_STATS"] = "1"
-        cmd += ["-x", "MC_COMM_STATS"]
-    p = subprocess.run(cmd + [EXE, *args], capture_output=True, text=True, env=env,
-                       timeout=240)
+    assert np > 1  # the counters are read under mpirun
+    p = run_pretrain(args, np, timeout=240, exact=False,
+                     env={"MC_ACTIVATION_MEMORY_LIMIT_MB": limit,
+                          "MC_COMM_STATS": 1 if stats else None})
     check(p.returncode == 0, f"np={np} tp={tp} pp={pp} exits 0: {p.stderr[-400:]}")
     got = {}
     for r, g, op, calls, pay, wire in STAT.findall(p.stdout):
@@ -144,8 +127,7 @@ def main():
         sp_layout(tmp, 4, 2, 2)
         sp_layout(tmp, 4, 4, 1)
         check(not run(tmp, 2, 2, 1, stats=False), "no comm-stats lines without MC_COMM_STATS")
-    print(f"test_comm_stats: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_comm_stats")
 
 
 if __name__ == "__main__":

@@ -19,20 +19,17 @@ import sys
 import textwrap
 import types
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import BUILD, SRC, check, gpt2, llama, summary  # noqa: E402
+
 DRIVER = os.path.join(BUILD, "tests", "distopt_map_driver")
 REF = os.environ.get("MEGATRON_REF", "/work/ref/Megatron-LM")
 GOLDEN = os.path.join(SRC, "tests", "golden", "distopt", "index_map.json")
-passed = failed = 0
 
 COMMON = ["--vocab-size", "4096", "--seq-length", "32", "--max-position-embeddings", "32",
           "--micro-batch-size", "2", "--make-vocab-size-divisible-by", "128"]
-GPT2 = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4"]
-LLAMA = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "8",
-         "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
-         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+GPT2 = gpt2()
+LLAMA = llama()
 MODELS = {"gpt2": GPT2, "llama": LLAMA,
           "llama_tp2": LLAMA + ["--tensor-model-parallel-size", "2"]}
 # (name, extra args, Megatron's DDP bucket_size for dp) -- None: one bucket
@@ -45,15 +42,6 @@ BUCKETS = [("none", [], lambda dp: None),
            ("overlap_3000_busbw", ["--overlap-grad-reduce", "--ddp-bucket-size", "3000",
                                    "--ddp-pad-buckets-for-high-nccl-busbw"], lambda dp: 3000)]
 DPS = [1, 2, 3, 4, 6, 8]
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def megatron_layout_fn():
@@ -184,8 +172,7 @@ def main():
             json.dump(new_golden, f, separators=(",", ":"), sort_keys=True)
         os.replace(GOLDEN + ".tmp", GOLDEN)
         print(f"wrote {GOLDEN} ({len(new_golden)} cases)")
-    print(f"test_distopt_buffer: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(summary("test_distopt_buffer"))
 
 
 if __name__ == "__main__":

@@ -9,37 +9,21 @@ and the zero count (--log-num-zeros-in-grad) match too; the optimizer state each
 writes distrib_optim.pt (tests/checkpointing/test_ckpt_parallel.py checks it against Megatron)."""
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import (check, compare_curves, gpt2, llama, parse_exact, parse_valid, run_pretrain,  # noqa: E402
+                     summary)
 
-GPT2 = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4"]
-LLAMA = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "8",
-         "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
-         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+GPT2 = gpt2()
+LLAMA = llama()
 DISTOPT = ["--use-distributed-optimizer"]
 BUCKETS = ["--overlap-grad-reduce", "--ddp-bucket-size", "5000"]
-EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
-                   r"params norm: (\S+)$")
-VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
 ZEROS = re.compile(r"\| num zeros: (\S+) \|")
 STATE = re.compile(r"^ > distributed optimizer: (\d+) buckets, buffer (\d+) elements \((\d+) "
                    r"unpadded\); optimizer state on this rank: (\d+) elements \(\S+ MB\) of "
                    r"(\d+) \(\S+ MB\) without it$")
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def run(model, tmp, np=1, tp=1, extra=()):
@@ -53,19 +37,9 @@ def run(model, tmp, np=1, tp=1, extra=()):
             "--tensor-model-parallel-size", str(tp), "--data-cache-path",
             os.path.join(tmp, "cache"), "--attention-dropout", "0", "--hidden-dropout", "0",
             *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    cmd = [EXE, *args] if np == 1 else [
-        "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-        "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", EXE, *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
-    lines = p.stdout.splitlines()
-    return (p, [m.groups() for m in map(EXACT.match, lines) if m],
-            [m.groups() for m in map(VALID.match, lines) if m],
-            [tuple(map(int, m.groups())) for m in map(STATE.match, lines) if m])
-
-
-def close(a, b, rel=1e-5):
-    return abs(float(a) - float(b)) <= rel * max(abs(float(a)), abs(float(b)))
+    p = run_pretrain(args, np, timeout=240)
+    return (p, parse_exact(p.stdout), parse_valid(p.stdout),
+            [tuple(map(int, m.groups())) for m in map(STATE.match, p.stdout.splitlines()) if m])
 
 
 def compare(name, ref, got):
@@ -73,16 +47,7 @@ def compare(name, ref, got):
     check(p.returncode == 0, f"{name}: exit 0 (got {p.returncode}: {p.stderr[-800:]})")
     check(len(exact) == 12 and len(valid) == len(ref[2]) == 4,
           f"{name}: 12 iterations, 4 validation lines (got {len(exact)}, {len(valid)})")
-    worst = 0.0
-    for (i, l, g, pn), (ri, rl, rg, rpn) in zip(exact, ref[1]):
-        check(i == ri and close(l, rl) and close(g, rg) and close(pn, rpn),
-              f"{name} iteration {i}: lm loss {l} grad norm {g} params norm {pn}, "
-              f"reference {rl} {rg} {rpn}")
-        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1),
-                    abs(float(pn) / float(rpn) - 1))
-    for (w, v), (rw, rv) in zip(valid, ref[2]):
-        check(w == rw and close(v, rv), f"{name} validation at {w}: {v} vs {rv}")
-    return worst
+    return compare_curves(name, exact, ref[1], valid, ref[2], "reference")
 
 
 def check_state(name, got, dp):
@@ -160,8 +125,7 @@ def main():
         check(p.returncode != 0 and "--optimizer sgd with --use-distributed-optimizer" in p.stderr,
               f"distopt SGD --save refused by name ({p.stderr[-400:]})")
     print("\n".join(report))
-    print(f"test_distopt_training: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_distopt_training")
 
 
 if __name__ == "__main__":

@@ -8,18 +8,11 @@ import re
 import subprocess
 import sys
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import BUILD, SRC, check, summary  # noqa: E402
+
 DRIVER = os.path.join(BUILD, "tests", "pp_in_flight")
 GOLD = os.path.join(SRC, "tests", "golden", "pipeline")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed, failed = passed + bool(cond), failed + (not cond)
-    if not cond:
-        print("FAIL:", what)
 
 
 def peaks(events, vp):
@@ -65,8 +58,7 @@ def main():
         n1 += 1
     check(n1 >= 10, f"{n1} 1F1B training schedules in the golden")
     cases += n1
-    print(f"test_in_flight_golden: {passed} passed, {failed} failed ({cases} schedules)")
-    return 1 if failed else 0
+    return summary("test_in_flight_golden", f"({cases} schedules)")
 
 
 if __name__ == "__main__":

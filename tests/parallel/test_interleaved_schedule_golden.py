@@ -6,8 +6,10 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import CHECKS, SRC as src, check_lines, summary  # noqa: E402
+
 mdir = os.environ.get("MEGATRON_DIR", "/work/ref/Megatron-LM")
-src = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 if not os.path.exists(os.path.join(mdir, "megatron", "core", "pipeline_parallel", "schedules.py")):
     print("test_interleaved_schedule_golden: skipped (no Megatron-LM at %s)" % mdir)
     sys.exit(0)
@@ -17,19 +19,8 @@ p = subprocess.run([sys.executable, os.path.join(gdir, "make_interleaved_golden.
 live = p.stdout.splitlines()
 with open(os.path.join(gdir, "interleaved_golden.txt")) as f:
     golden = f.read().splitlines()
-passed = failed = 0
 if p.returncode != 0:
-    failed += 1
+    CHECKS.failed += 1
     print("make_interleaved_golden.py failed:", p.stderr[-800:])
-for i, (a, b) in enumerate(zip(live, golden)):
-    if a == b:
-        passed += 1
-    else:
-        failed += 1
-        if failed <= 3:
-            print("line %d differs:\n  megatron %s\n  golden   %s" % (i + 1, a[:200], b[:200]))
-if len(live) != len(golden):
-    failed += 1
-    print("line counts differ: megatron %d, golden %d" % (len(live), len(golden)))
-print("test_interleaved_schedule_golden: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+check_lines(live, golden)
+sys.exit(summary("test_interleaved_schedule_golden"))

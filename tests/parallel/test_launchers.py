@@ -16,23 +16,13 @@ import sys
 import tempfile
 import time
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1",
-          "-x", "MC_TEST_LOG_EXACT=1"]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import MPIRUN as MPIRUN_BASE, PRETRAIN as EXE, check, run_cmd, summary  # noqa: E402
+
+MPIRUN = [*MPIRUN_BASE, "-x", "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1"]
 UNSET_OMPI = ["env", "-u", "OMPI_COMM_WORLD_RANK", "-u", "OMPI_COMM_WORLD_SIZE", "-u",
               "OMPI_COMM_WORLD_LOCAL_RANK"]
 EXACT = re.compile(r"^\[exact\] iteration .*$", re.M)
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def args(tmp):
@@ -50,7 +40,7 @@ def run(cmd, env_extra=None):
     env.update(OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1", **(env_extra or {}))
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=90)
+        p = run_cmd(cmd, env, 90)
     except subprocess.TimeoutExpired:
         return None, time.time() - t0, "", "timed out"
     if os.environ.get("MC_TEST_VERBOSE"):
@@ -115,8 +105,7 @@ def main():
         rc, dt, out, err = run(dry, {"SLURM_LOCALID": "3"})
         check(rc == 0 and "  local_rank ...................................... 3" in out,
               f"--local-rank default from SLURM_LOCALID (rc {rc}: {err[-300:]})")
-    print(f"test_launchers: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_launchers")
 
 
 if __name__ == "__main__":

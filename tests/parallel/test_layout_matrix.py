@@ -17,24 +17,18 @@ sequence-parallel rows (SP_ROWS) and five virtual-pipeline rows (VPP_ROWS) run t
 The model is tiny (4 layers, hidden 32, seq 32, vocab 4096 mock data, micro-batch 1, global
 batch 8) so that a whole row costs about start-up time; the summary line prints the wall time."""
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
-ITERS = 20
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import (check, gpt2, llama, parse_exact, parse_valid, rel, run_pretrain,  # noqa: E402
+                     summary)
 
-STYLES = {
-    "gpt2": ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4"],
-    "llama": ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "8",
-              "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
-              "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-              "--disable-bias-linear", "--untie-embeddings-and-output-weights"],
-}
+ITERS = 20
+
+STYLES = {"gpt2": gpt2(4), "llama": llama(4)}
 
 # One row per run: (tp, pp, dp, vpp, sp, distopt, style). vpp = virtual stages per pipeline
 # rank (1 = no interleaving), sp = --sequence-parallel, distopt = --use-distributed-optimizer.
@@ -94,21 +88,6 @@ ENABLED_ROWS = ROWS + SP_ROWS + VPP_ROWS
 RERUN = {(1, 2, 4, True, "llama"), (2, 2, 2, True, "gpt2"), (4, 2, 1, False, "llama"),
          (2, 1, 4, False, "gpt2")}
 
-# searched anywhere in a line: mpirun forwards each rank's output in pieces, and under heavy
-# load a piece of another rank's output can land at the start of the line
-EXACT = re.compile(r"\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
-                   r"params norm: (\S+)$")
-EVAL = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
-
 
 def row_args(style, tmp, tp=1, pp=1, vpp=1, sp=False, distopt=False):
     layers = int(STYLES[style][STYLES[style].index("--num-layers") + 1])
@@ -131,29 +110,12 @@ def row_args(style, tmp, tp=1, pp=1, vpp=1, sp=False, distopt=False):
 
 
 def run(args, np):
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    cmd = [EXE, *args] if np == 1 else [
-        "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-        "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", EXE, *args]
     t0 = time.time()
-    # stdout to a file, not a pipe: a regular file never makes mpirun's forwarding wait on
-    # a slow reader under heavy load
-    with tempfile.TemporaryFile("w+") as out:
-        try:
-            p = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env,
-                               timeout=180)
-        except subprocess.TimeoutExpired:
-            return None, [], [], time.time() - t0
-        out.seek(0)
-        p.stdout = out.read()
-    lines = p.stdout.splitlines()
-    return (p, [m.groups() for m in map(EXACT.search, lines) if m],
-            [m.groups() for m in map(EVAL.match, lines) if m], time.time() - t0)
-
-
-def rel(a, b):
-    a, b = float(a), float(b)
-    return abs(a - b) / max(abs(a), abs(b), 1e-30)
+    try:  # run_pretrain sends stdout to a file (see there)
+        p = run_pretrain(args, np, timeout=180)
+    except subprocess.TimeoutExpired:
+        return None, [], [], time.time() - t0
+    return p, parse_exact(p.stdout), parse_valid(p.stdout), time.time() - t0
 
 
 def check_layout(name, out, tp, pp, dp, distopt):
@@ -245,9 +207,7 @@ def main():
                   for t, p, d in want for o in ((False, True) if d > 1 else (False,))),
               "every layout with dp > 1 runs with and without the distributed optimizer")
     print("\n".join(report))
-    print(f"test_layout_matrix: {passed} passed, {failed} failed ({len(report)} runs, "
-          f"{time.time() - t_start:.0f} s)")
-    return 1 if failed else 0
+    return summary("test_layout_matrix", f"({len(report)} runs, {time.time() - t_start:.0f} s)")
 
 
 if __name__ == "__main__":

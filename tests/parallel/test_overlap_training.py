@@ -18,34 +18,23 @@ on; a checkpoint saved while the param all-gathers are in flight resumes bit-exa
 and is refused with --calculate-per-token-loss."""
 import os
 import re
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import check, close, parse_exact, parse_valid, run_pretrain, summary  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_distopt_buffer as tdb  # noqa: E402
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
 L, H, S, V, ITERS, BUCKET = 2, 32, 32, 4096, 6, 5000
 GPT2 = ["--num-layers", str(L), "--hidden-size", str(H), "--num-attention-heads", "4"]
 OVERLAP = ["--overlap-grad-reduce", "--ddp-bucket-size", str(BUCKET)]
 DISTOPT = ["--use-distributed-optimizer"]
-EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
-                   r"params norm: (\S+)$", re.M)
-VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|", re.M)
 STAT = re.compile(r"comm-stats rank=(\d+) group=(\S+) op=(\S+) calls=(\d+) "
                   r"payload_bytes=(\d+) wire_bytes=(\d+)")
 NPARAM = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank "
                     r"\((\d+), (\d+)\): (\d+)")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed, failed = passed + bool(cond), failed + (not cond)
-    if not cond:
-        print("FAIL:", what)
 
 
 def run(tmp, np=1, tp=1, pp=1, extra=(), env_extra=None, iters=ITERS, model=GPT2,
@@ -62,24 +51,14 @@ def run(tmp, np=1, tp=1, pp=1, extra=(), env_extra=None, iters=ITERS, model=GPT2
             "--hidden-dropout", "0", *extra]
     if not pnorm:
         args.remove("--log-params-norm")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1", MC_COMM_STATS="1")
-    env.pop("MC_DDP_BLOCKING", None)
-    env.update(env_extra or {})
-    cmd = [EXE, *args] if np == 1 else [
-        "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
-        *[x for k in ("OMP_NUM_THREADS", "MC_TEST_LOG_EXACT", "MC_COMM_STATS",
-                      "MC_DDP_BLOCKING") if k in env for x in ("-x", k)], EXE, *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    p = run_pretrain(args, np, timeout=240,
+                     env={"MC_COMM_STATS": "1", "MC_DDP_BLOCKING": None, **(env_extra or {})})
     stats = {}
     for r, g, op, calls, pay, wire in STAT.findall(p.stdout):
         stats[(int(r), g, op)] = (int(calls), int(pay))
-    return {"p": p, "exact": EXACT.findall(p.stdout), "valid": VALID.findall(p.stdout),
+    return {"p": p, "exact": parse_exact(p.stdout), "valid": parse_valid(p.stdout),
             "stats": stats, "nparam": {(int(t), int(s)): int(n)
                                        for t, s, n in NPARAM.findall(p.stdout)}}
-
-
-def close(a, b, rel=1e-5):
-    return abs(float(a) - float(b)) <= rel * max(abs(float(a)), abs(float(b)))
 
 
 def ok(name, r):
@@ -252,8 +231,7 @@ def main():
             json.dump(dict(sorted(live_counts.items())), f, indent=1)
         os.replace(GOLDEN + ".tmp", GOLDEN)
     print("\n".join(report))
-    print(f"test_overlap_training: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_overlap_training")
 
 
 if __name__ == "__main__":

@@ -15,20 +15,11 @@ import sys
 import tempfile
 import time
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1"]
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import MPIRUN as MPIRUN_BASE, PRETRAIN as EXE, check, run_cmd, summary  # noqa: E402
+
+MPIRUN = [*MPIRUN_BASE, "-x", "OMP_NUM_THREADS=1"]
 LIMIT = 60  # seconds; every failure must end the whole job well within this
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def args(tmp, extra=(), data=("--mock-data",)):
@@ -43,7 +34,7 @@ def run(cmd, env_extra=None):
     env = dict(os.environ, OMP_NUM_THREADS="1", **(env_extra or {}))
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=LIMIT)
+        p = run_cmd(cmd, env, LIMIT)
     except subprocess.TimeoutExpired as e:
         return None, time.time() - t0, str(e.stdout), str(e.stderr)
     return p.returncode, time.time() - t0, p.stdout, p.stderr
@@ -174,8 +165,7 @@ def main():
                                        "all-reduce"])
         test_timeout_quiet(tmp)
         test_refusals(tmp)
-    print(f"test_parallel_failures: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_parallel_failures")
 
 
 if __name__ == "__main__":

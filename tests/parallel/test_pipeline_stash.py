@@ -13,26 +13,18 @@ the indexed dataset), where each model chunk keeps what Megatron's interleaved o
 flight on it (mc_pp_in_flight). The fallback is announced once per stage that needed more than one slot,
 and only then."""
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import check, run_pretrain, summary  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_pipeline_training import GPT2, LLAMA, MOCK, REAL  # noqa: E402
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
 DROPOUT = ["--attention-dropout", "0.1", "--hidden-dropout", "0.1"]
 VPP2 = ["--num-virtual-stages-per-pipeline-rank", "2"]
 FALLBACK = "recomputing each forward before its backward"
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    passed, failed = passed + bool(cond), failed + (not cond)
-    if not cond:
-        print("FAIL:", what)
 
 
 def run(model, tmp, np, tp, pp, data, limit=None, extra=()):
@@ -44,15 +36,8 @@ def run(model, tmp, np, tp, pp, data, limit=None, extra=()):
             "--make-vocab-size-divisible-by", str(128 // tp),
             "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
             "--data-cache-path", os.path.join(tmp, "cache")]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    env.pop("MC_ACTIVATION_MEMORY_LIMIT_MB", None)
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-           "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1"]
-    if limit is not None:
-        env["MC_ACTIVATION_MEMORY_LIMIT_MB"] = str(limit)
-        cmd += ["-x", "MC_ACTIVATION_MEMORY_LIMIT_MB"]
-    p = subprocess.run(cmd + [EXE, *args], capture_output=True, text=True, env=env,
-                       timeout=240)
+    assert np > 1  # every pair runs under mpirun
+    p = run_pretrain(args, np, timeout=240, env={"MC_ACTIVATION_MEMORY_LIMIT_MB": limit})
     lines = p.stdout.splitlines()
     exact = [ln for ln in lines if ln.startswith("[exact]")]
     valid = [ln for ln in lines if "validation loss at" in ln or "lm loss value" in ln]
@@ -98,8 +83,7 @@ def main():
             sub = os.path.join(tmp, "real" if data is REAL else "mock")
             report.append(f"{name}: {pair(name, model, sub, np, tp, pp, data, extra)}")
     print("\n".join(report))
-    print(f"test_pipeline_stash: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_pipeline_stash")
 
 
 if __name__ == "__main__":

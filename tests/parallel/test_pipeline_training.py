@@ -10,35 +10,16 @@ bit-identical, the training line is printed once (by the last rank), and configu
 Megatron refuses are refused with its message. A pp2 x dp2 run on a real indexed dataset with
 --eod-mask-loss, --reset-attention-mask and --reset-position-ids matches too."""
 import os
-import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_parallel_training import EXACT, TRAIN, VALID, close  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import (SRC, check, compare_curves, gpt2, llama, parse_exact, parse_train,  # noqa: E402
+                     parse_valid, run_pretrain, summary)
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
-passed = failed = 0
-
-GPT2 = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4"]
-LLAMA = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "8",
-         "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
-         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+GPT2 = gpt2(4)
+LLAMA = llama(4)
 NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
-
-
-SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MOCK = ["--mock-data", "--vocab-size", "4096", "--seq-length", "32",
         "--max-position-embeddings", "32"]
 # a real indexed dataset with EOD-reset attention masks and position ids: every stage needs the
@@ -58,18 +39,8 @@ def run(model, tmp, np=1, tp=1, pp=1, extra=NO_DROPOUT, data=MOCK):
             "--make-vocab-size-divisible-by", str(128 // tp),
             "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
             "--data-cache-path", os.path.join(tmp, "cache"), *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    if np == 1:
-        cmd = [EXE, *args]
-    else:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-               "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", EXE, *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
-    lines = p.stdout.splitlines()
-    exact = [m.groups() for m in map(EXACT.match, lines) if m]
-    valid = [m.groups() for m in map(VALID.match, lines) if m]
-    train = [m.group(1) for m in map(TRAIN.match, lines) if m]
-    return p, exact, valid, train
+    p = run_pretrain(args, np, timeout=240)
+    return p, parse_exact(p.stdout), parse_valid(p.stdout), parse_train(p.stdout)
 
 
 def compare(name, ref, got):
@@ -78,16 +49,7 @@ def compare(name, ref, got):
     check(len(exact) == 12, f"{name}: 12 [exact] lines, printed once (got {len(exact)})")
     check(train == ref[3], f"{name}: one training line per iteration, same consumed samples")
     check(len(valid) == len(ref[2]) == 4, f"{name}: 4 validation lines (got {len(valid)})")
-    worst = 0.0
-    for (i, l, g, pn), (ri, rl, rg, rpn) in zip(exact, ref[1]):
-        ok = i == ri and close(l, rl) and close(g, rg) and close(pn, rpn)
-        check(ok, f"{name} iteration {i}: lm loss {l} grad norm {g} params norm {pn}, "
-                  f"single process {rl} {rg} {rpn}")
-        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1),
-                    abs(float(pn) / float(rpn) - 1))
-    for (w, v), (rw, rv) in zip(valid, ref[2]):
-        check(w == rw and close(v, rv), f"{name} validation at {w}: {v} vs {rv}")
-    return worst
+    return compare_curves(name, exact, ref[1], valid, ref[2])
 
 
 def refused(tmp, np, pp, extra, message):
@@ -132,8 +94,7 @@ def main():
                       f"{compare('gpt2 pp2 dp2 indexed dataset', ref, got):.1e}")
         refused(tmp, 2, 2, ["--num-layers", "3"], "divisible")
     print("\n".join(report))
-    print(f"test_pipeline_training: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_pipeline_training")
 
 
 if __name__ == "__main__":

@@ -8,24 +8,15 @@ import sys
 import megatron_rank_layout_path  # noqa: F401  (puts tests/parallel on sys.path)
 from megatron_rank_layout import layout_lines
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import SRC as src, check_lines, summary  # noqa: E402
+
 mdir = os.environ.get("MEGATRON_DIR", "/work/ref/Megatron-LM")
-src = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 if not os.path.exists(os.path.join(mdir, "megatron", "core", "parallel_state.py")):
     print("test_rank_layout_golden: skipped (no Megatron-LM at %s)" % mdir)
     sys.exit(0)
 live = layout_lines(mdir)
 with open(os.path.join(src, "tests", "golden", "parallel", "rank_layout.txt")) as f:
     golden = f.read().splitlines()
-passed = failed = 0
-for i, (a, b) in enumerate(zip(live, golden)):
-    if a == b:
-        passed += 1
-    else:
-        failed += 1
-        if failed <= 3:
-            print("line %d differs:\n  megatron %s\n  golden   %s" % (i + 1, a[:200], b[:200]))
-if len(live) != len(golden):
-    failed += 1
-    print("line counts differ: megatron %d, golden %d" % (len(live), len(golden)))
-print("test_rank_layout_golden: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+check_lines(live, golden)
+sys.exit(summary("test_rank_layout_golden"))

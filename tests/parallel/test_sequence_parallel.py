@@ -9,31 +9,17 @@ validation/test losses, as the single-process run with the same dropout
 bit-identical; --sequence-parallel with tp1 is switched off with Megatron's warning, and a
 --seq-length not divisible by the tensor-parallel size is refused with a message naming both."""
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import (check, compare_curves, gpt2, llama, parse_exact, parse_valid, run_pretrain,  # noqa: E402
+                     summary)
+
 ITERS = 20
-passed = failed = 0
 
-GPT2 = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4"]
-LLAMA = ["--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "8",
-         "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
-         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
-EXACT = re.compile(r"^\[exact\] iteration (\d+) \| lm loss: (\S+) \| grad norm: (\S+) \| "
-                   r"params norm: (\S+)$")
-VALID = re.compile(r"^ validation loss at (.*) \| lm loss value: (\S+) \|")
-
-
-def check(cond, what):
-    global passed, failed
-    passed, failed = passed + bool(cond), failed + (not cond)
-    if not cond:
-        print("FAIL:", what)
+GPT2 = gpt2()
+LLAMA = llama()
 
 
 def run(model, tmp, np=1, tp=1, pp=1, extra=(), seq=32):
@@ -46,20 +32,8 @@ def run(model, tmp, np=1, tp=1, pp=1, extra=(), seq=32):
             "--make-vocab-size-divisible-by", str(128 // tp),
             "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
             "--data-cache-path", os.path.join(tmp, "cache"), *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    cmd = [EXE, *args]
-    if np > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-               "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", *cmd]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    lines = p.stdout.splitlines()
-    exact = [m.groups() for m in map(EXACT.match, lines) if m]
-    valid = [m.groups() for m in map(VALID.match, lines) if m]
-    return p, exact, valid
-
-
-def close(a, b, rel=1e-5):
-    return abs(float(a) - float(b)) <= rel * max(abs(float(a)), abs(float(b)))
+    p = run_pretrain(args, np, timeout=300)
+    return p, parse_exact(p.stdout), parse_valid(p.stdout)
 
 
 def compare(name, ref, got):
@@ -67,16 +41,7 @@ def compare(name, ref, got):
     check(p.returncode == 0, f"{name}: exit 0 (got {p.returncode}: {p.stderr[-800:]})")
     check(len(exact) == ITERS, f"{name}: {ITERS} [exact] lines (got {len(exact)})")
     check(len(valid) == len(ref[2]) == 4, f"{name}: 4 validation/test lines (got {len(valid)})")
-    worst = 0.0
-    for (i, l, g, pn), (ri, rl, rg, rpn) in zip(exact, ref[1]):
-        check(i == ri and close(l, rl) and close(g, rg) and close(pn, rpn),
-              f"{name} iteration {i}: lm loss {l} grad norm {g} params norm {pn}, "
-              f"single process {rl} {rg} {rpn}")
-        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1),
-                    abs(float(pn) / float(rpn) - 1))
-    for (w, v), (rw, rv) in zip(valid, ref[2]):
-        check(w == rw and close(v, rv), f"{name} validation at {w}: {v} vs {rv}")
-    return worst
+    return compare_curves(name, exact, ref[1], valid, ref[2])
 
 
 NO_DROPOUT = ("--hidden-dropout", "0", "--attention-dropout", "0")
@@ -122,8 +87,7 @@ def main():
                           f"{name}: rerun bit-identical")
         errors(tmp)
     print("\n".join(report))
-    print(f"test_sequence_parallel: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_sequence_parallel")
 
 
 if __name__ == "__main__":

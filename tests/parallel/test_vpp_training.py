@@ -15,43 +15,27 @@ with --no-overlap-p2p-communication (batched exchanges), a micro-batch group of 
 --calculate-per-token-loss, and a pp2 x vpp2 x dp2 run on a real indexed dataset with
 --eod-mask-loss, --reset-attention-mask and --reset-position-ids. Configurations Megatron refuses are refused with its message."""
 import os
-import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_parallel_training import EXACT, TRAIN, VALID, close  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import (SRC, check, compare_curves, gpt2, llama, parse_exact, parse_train,  # noqa: E402
+                     parse_valid, run_pretrain, summary)
 
-BUILD = os.environ.get("MC_BUILD_DIR", "build")
-EXE = os.path.join(BUILD, "bin", "pretrain_gpt")
 ITERS = 20
-passed = failed = 0
 
-GPT2 = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4"]
-LLAMA = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "8",
-         "--group-query-attention", "--num-query-groups", "4", "--ffn-hidden-size", "64",
-         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
-         "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+GPT2 = gpt2(4)
+LLAMA = llama(4)
 NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
 VPP2 = ["--num-virtual-stages-per-pipeline-rank", "2"]
 MOCK = ["--mock-data", "--vocab-size", "4096", "--seq-length", "32",
         "--max-position-embeddings", "32"]
-SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 # a real indexed dataset with EOD-reset attention masks and position ids: each chunk's
 # backward needs its own micro-batch's mask while the chunks of a rank share one batch buffer
 REAL = ["--data-path", os.path.join(SRC, "tests", "golden", "data", "null_eod_uint16",
                                     "text_document"),
         "--split", "80,10,10", "--vocab-size", "500", "--eod-mask-loss", "--reset-attention-mask",
         "--reset-position-ids", "--seq-length", "16", "--max-position-embeddings", "16"]
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
 
 
 def run(model, tmp, np=1, tp=1, pp=1, extra=(), gbs=8, data=MOCK):
@@ -63,18 +47,8 @@ def run(model, tmp, np=1, tp=1, pp=1, extra=(), gbs=8, data=MOCK):
             "--make-vocab-size-divisible-by", str(128 // tp),
             "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
             "--data-cache-path", os.path.join(tmp, "cache"), *NO_DROPOUT, *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1")
-    if np == 1:
-        cmd = [EXE, *args]
-    else:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "-x",
-               "OMP_NUM_THREADS=1", "-x", "MC_TEST_LOG_EXACT=1", EXE, *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
-    lines = p.stdout.splitlines()
-    exact = [m.groups() for m in map(EXACT.match, lines) if m]
-    valid = [m.groups() for m in map(VALID.match, lines) if m]
-    train = [m.group(1) for m in map(TRAIN.match, lines) if m]
-    return p, exact, valid, train
+    p = run_pretrain(args, np, timeout=240)
+    return p, parse_exact(p.stdout), parse_valid(p.stdout), parse_train(p.stdout)
 
 
 def compare(name, ref, got):
@@ -83,16 +57,7 @@ def compare(name, ref, got):
     check(len(exact) == ITERS, f"{name}: {ITERS} [exact] lines, printed once (got {len(exact)})")
     check(train == ref[3], f"{name}: one training line per iteration, same consumed samples")
     check(len(valid) == len(ref[2]) == 4, f"{name}: 4 validation lines (got {len(valid)})")
-    worst = 0.0
-    for (i, l, g, pn), (ri, rl, rg, rpn) in zip(exact, ref[1]):
-        ok = i == ri and close(l, rl) and close(g, rg) and close(pn, rpn)
-        check(ok, f"{name} iteration {i}: lm loss {l} grad norm {g} params norm {pn}, "
-                  f"single process {rl} {rg} {rpn}")
-        worst = max(worst, abs(float(l) / float(rl) - 1), abs(float(g) / float(rg) - 1),
-                    abs(float(pn) / float(rpn) - 1))
-    for (w, v), (rw, rv) in zip(valid, ref[2]):
-        check(w == rw and close(v, rv), f"{name} validation at {w}: {v} vs {rv}")
-    return worst
+    return compare_curves(name, exact, ref[1], valid, ref[2])
 
 
 def refused(tmp, np, pp, extra, message, gbs=8):
@@ -184,8 +149,7 @@ def main():
         refused(tmp, 2, 2, ["--num-virtual-stages-per-pipeline-rank", "3"],
                 "--num-layers 4 is not divisible by --pipeline-model-parallel-size 2 x 3")
     print("\n".join(report))
-    print(f"test_vpp_training: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary("test_vpp_training")
 
 
 if __name__ == "__main__":
