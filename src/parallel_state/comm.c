@@ -5,6 +5,7 @@
 #include "parallel_state/parallel_state.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Communication counters (MC_COMM_STATS=1): [kind][verb] calls, payload and ring wire bytes. */
 static double g_stat[MC_COMM_KIND_NUM][MC_COMM_VERB_NUM][3];
@@ -153,6 +154,62 @@ int mc_comm_wait_request(void *mpi_request, const char *what)
     return rc;
 }
 
+/* One rank's block of an all-gather / reduce-scatter, checked against MPI's int counts. */
+static mc_status block_count(void *comm, int64_t n_local, const char *what, int *gsize)
+{
+    *gsize = 1;
+    MPI_Comm_size(*(MPI_Comm *)comm, gsize);
+    if (n_local > 0x7fffffff)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %lld elements per rank over %d ranks (MPI "
+                        "counts are int: at most 2^31-1 per rank)", what, (long long)n_local,
+                        *gsize);
+    return MC_OK;
+}
+
+mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t n_local,
+                             enum mc_comm_type type, const char *what)
+{
+    size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    if (!comm) {
+        if (full != local)
+            memcpy(full, local, (size_t)n_local * esize);
+        return MC_OK;
+    }
+    int gsize;
+    mc_status st = block_count(comm, n_local, what, &gsize);
+    if (st != MC_OK)
+        return st;
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_GATHER,
+                      (double)n_local * gsize * (double)esize, gsize);
+    mc_comm_wait_begin(what);
+    int rc = MPI_Allgather(local, (int)n_local, mpi_type(type), full, (int)n_local,
+                           mpi_type(type), *(MPI_Comm *)comm);
+    mc_comm_wait_end();
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
+}
+
+mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
+                                 enum mc_comm_type type, const char *what)
+{
+    size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    if (!comm) {
+        if (full != local)
+            memcpy(local, full, (size_t)n_local * esize);
+        return MC_OK;
+    }
+    int gsize;
+    mc_status st = block_count(comm, n_local, what, &gsize);
+    if (st != MC_OK)
+        return st;
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_REDUCE_SCATTER,
+                      (double)n_local * gsize * (double)esize, gsize);
+    mc_comm_wait_begin(what);
+    int rc = MPI_Reduce_scatter_block(full, local, (int)n_local, mpi_type(type), MPI_SUM,
+                                      *(MPI_Comm *)comm);
+    mc_comm_wait_end();
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
+}
+
 mc_status mc_comm_barrier(void *comm)
 {
     if (!comm)
@@ -247,6 +304,24 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
                              enum mc_comm_op op, const char *what)
 {
     (void)comm; (void)buf; (void)n; (void)type; (void)op; (void)what;
+    return MC_OK;
+}
+
+mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t n_local,
+                             enum mc_comm_type type, const char *what)
+{
+    (void)comm; (void)what;
+    if (full != local)
+        memcpy(full, local, (size_t)n_local * (type == MC_COMM_FLOAT ? 4 : 8));
+    return MC_OK;
+}
+
+mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
+                                 enum mc_comm_type type, const char *what)
+{
+    (void)comm; (void)what;
+    if (full != local)
+        memcpy(local, full, (size_t)n_local * (type == MC_COMM_FLOAT ? 4 : 8));
     return MC_OK;
 }
 

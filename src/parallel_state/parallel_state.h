@@ -119,6 +119,14 @@ mc_status mc_comm_world(void *world_comm, int *size, int *rank);
  * collective in the error message. */
 mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
                              enum mc_comm_op op, const char *what);
+/* All-gather: full[size * n_local] = every rank's local[n_local] in rank order; reduce-scatter
+ * (sum): local[n_local] = this rank's block of the element-wise sum of every rank's
+ * full[size * n_local]. comm NULL (one rank): a copy. Counted by MC_COMM_STATS with the full
+ * buffer as payload. A block over 2^31-1 elements is MC_ERR_UNSUPPORTED (MPI counts are int). */
+mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t n_local,
+                             enum mc_comm_type type, const char *what);
+mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
+                                 enum mc_comm_type type, const char *what);
 mc_status mc_comm_barrier(void *comm);
 /* Brings every rank down (MPI_Abort on the world); a no-op when MPI is not running. */
 void mc_comm_abort(int code);

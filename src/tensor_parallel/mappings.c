@@ -8,8 +8,6 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "parallel_state/parallel_state.h"
 
-#include <string.h>
-
 #if defined(MC_HAVE_MPI)
 #include <mpi.h>
 #endif
@@ -83,77 +81,27 @@ mc_status mc_tp_reduce_from_region_fwd(const struct mc_tp_group *g, float *y, in
     return mc_tp_all_reduce_sum(g, y, n);
 }
 
-#if defined(MC_HAVE_MPI)
-/* MPI counts are int: a block (per-rank share) beyond that is refused, not split. */
-static mc_status seq_block(const struct mc_tp_group *g, int64_t n_local, const char *what)
+/* Size-1 groups copy (the comm layer does that for a NULL communicator); larger ones need the
+ * group's communicator. */
+static void *seq_comm(const struct mc_tp_group *g)
 {
-    if (n_local > 0x7fffffff)
-        return mc_error(MC_ERR_UNSUPPORTED, "sequence-parallel %s of %lld floats per rank over "
-                        "%d ranks: more than 2^31-1 floats per rank", what, (long long)n_local,
-                        g->size);
-    return MC_OK;
+    return g->size == 1 ? NULL : g->comm;
 }
-
-static mc_status seq_fail(int rc, const char *what, int64_t n_local)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    return mc_error(MC_ERR_COMM, "sequence-parallel %s of %lld floats per rank failed: %s", what,
-                    (long long)n_local, msg);
-}
-#endif
 
 mc_status mc_tp_all_gather_seq(const struct mc_tp_group *g, float *full, const float *local,
                                int64_t n_local)
 {
-    if (g->size == 1) {
-        if (full != local)
-            memcpy(full, local, sizeof(float) * (size_t)n_local);
-        return MC_OK;
-    }
-#if defined(MC_HAVE_MPI)
-    if (g->comm) {
-        mc_status st = seq_block(g, n_local, "all-gather");
-        if (st != MC_OK)
-            return st;
-        mc_comm_stats_add(mc_comm_stats_kind(g->comm), MC_COMM_ALL_GATHER,
-                          (double)n_local * g->size * sizeof(float), g->size);
-        mc_comm_wait_begin("sequence-parallel all-gather");
-        int rc = MPI_Allgather(local, (int)n_local, MPI_FLOAT, full, (int)n_local, MPI_FLOAT,
-                               *(const MPI_Comm *)g->comm);
-        mc_comm_wait_end();
-        return rc == MPI_SUCCESS ? MC_OK : seq_fail(rc, "all-gather", n_local);
-    }
-#endif
-    (void)full;
-    (void)local;
-    return need_comm(g, "sequence-parallel all-gather");
+    if (g->size > 1 && !g->comm)
+        return need_comm(g, "sequence-parallel all-gather");
+    return mc_comm_all_gather(seq_comm(g), full, local, n_local, MC_COMM_FLOAT,
+                              "tensor-parallel sequence all-gather");
 }
 
 mc_status mc_tp_reduce_scatter_seq(const struct mc_tp_group *g, float *local, const float *full,
                                    int64_t n_local)
 {
-    if (g->size == 1) {
-        if (full != local)
-            memcpy(local, full, sizeof(float) * (size_t)n_local);
-        return MC_OK;
-    }
-#if defined(MC_HAVE_MPI)
-    if (g->comm) {
-        mc_status st = seq_block(g, n_local, "reduce-scatter");
-        if (st != MC_OK)
-            return st;
-        mc_comm_stats_add(mc_comm_stats_kind(g->comm), MC_COMM_REDUCE_SCATTER,
-                          (double)n_local * g->size * sizeof(float), g->size);
-        mc_comm_wait_begin("sequence-parallel reduce-scatter");
-        int rc = MPI_Reduce_scatter_block(full, local, (int)n_local, MPI_FLOAT, MPI_SUM,
-                                          *(const MPI_Comm *)g->comm);
-        mc_comm_wait_end();
-        return rc == MPI_SUCCESS ? MC_OK : seq_fail(rc, "reduce-scatter", n_local);
-    }
-#endif
-    (void)full;
-    (void)local;
-    return need_comm(g, "sequence-parallel reduce-scatter");
+    if (g->size > 1 && !g->comm)
+        return need_comm(g, "sequence-parallel reduce-scatter");
+    return mc_comm_reduce_scatter(seq_comm(g), local, full, n_local, MC_COMM_FLOAT,
+                                  "tensor-parallel sequence reduce-scatter");
 }

@@ -544,6 +544,7 @@ mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
     m->mp_comm = mpi_comm;
     return MC_OK;
 #else
+    (void)m;
     (void)mpi_comm;
     return mc_error(MC_ERR_UNSUPPORTED, "pipeline parallelism needs an MPI build of megatron.c");
 #endif
@@ -574,6 +575,7 @@ mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
     m->tp.comm = mpi_comm;
     return MC_OK;
 #else
+    (void)m;
     (void)mpi_comm;
     return mc_error(MC_ERR_UNSUPPORTED, "tensor parallelism needs an MPI build of megatron.c");
 #endif
