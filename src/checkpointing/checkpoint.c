@@ -731,19 +731,6 @@ struct loader {
     enum mc_sd_scheme scheme; /* the names the checkpoint's model uses */
 };
 
-static bool pk_number(const struct mc_pk *v, double *out)
-{
-    if (v && v->kind == MC_PK_INT)
-        *out = (double)v->i;
-    else if (v && v->kind == MC_PK_FLOAT)
-        *out = v->f;
-    else if (v && v->kind == MC_PK_BOOL)
-        *out = v->b;
-    else
-        return false;
-    return true;
-}
-
 static mc_status missing(const struct loader *l, const char *key, const char *hint)
 {
     return mc_error(MC_ERR_FORMAT, "%s: no '%s' in the checkpoint%s", l->path, key, hint);
@@ -885,7 +872,7 @@ static mc_status load_param_state(const struct loader *l, int64_t pi, const stru
         const struct mc_pk *sv = mc_pk_get(ps, "step");
         if (sv && sv->kind == MC_PK_TENSOR && sv->ndim == 0 && sv->dtype == MC_PKT_FLOAT)
             *step = ((const float *)sv->storage->data)[sv->offset];
-        else if (!pk_number(sv, step))
+        else if (!mc_pk_number(sv, step))
             return mc_error(MC_ERR_FORMAT, "%s: optimizer state of %s has no 'step' (a checkpoint "
                             "of an optimizer other than torch Adam?)", l->path, p.name);
         snprintf(what, sizeof(what), "optimizer exp_avg of %s", p.name);
@@ -940,7 +927,7 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
                         "(weight decay on / off) as Megatron's distributed optimizer saves them",
                         l->path, n_first < n ? 2 : 1);
     double step;
-    if (!pk_number(mc_pk_get(groups->items[0], "step"), &step))
+    if (!mc_pk_number(mc_pk_get(groups->items[0], "step"), &step))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: the optimizer param_groups have no 'step' (a "
                         "checkpoint of Apex/TE FusedAdam, which keeps it elsewhere)", l->path);
     for (int c = 0; c < n_chunks(l->s); c++)
@@ -1036,7 +1023,7 @@ static mc_status sched_value(const struct loader *l, const struct mc_pk *sd, con
 {
     double v;
     const struct mc_pk *x = mc_pk_get(sd, key);
-    if (!pk_number(x, &v))
+    if (!mc_pk_number(x, &v))
         return missing(l, key, " in opt_param_scheduler");
     mc_status st = mc_opt_sched_check_and_set(l->s->sched, name, cls, v, NULL, out);
     if (st || !l->log)
@@ -1120,8 +1107,8 @@ static mc_status load_sched(const struct loader *l, const struct mc_pk *sd)
 static void saved_layout(const struct mc_pk *ck, int *tp, int *pp)
 {
     double v;
-    *tp = pk_number(mc_pk_get(ck, "tensor_model_parallel_size"), &v) ? (int)v : 1;
-    *pp = pk_number(mc_pk_get(ck, "pipeline_model_parallel_size"), &v) ? (int)v : 1;
+    *tp = mc_pk_number(mc_pk_get(ck, "tensor_model_parallel_size"), &v) ? (int)v : 1;
+    *pp = mc_pk_number(mc_pk_get(ck, "pipeline_model_parallel_size"), &v) ? (int)v : 1;
 }
 
 /* A checkpoint of another tensor / pipeline layout: Megatron's torch format cannot be loaded
@@ -1155,7 +1142,7 @@ static mc_status check_args(const struct loader *l, const struct mc_pk *ck)
         const struct mc_pk *v = mc_pk_get(ck, name);
         if (!v && ids[k] == MC_A_add_position_embedding)
             cv = 1; /* _compare's default=True */
-        else if (!pk_number(v, &cv))
+        else if (!mc_pk_number(v, &cv))
             return missing(l, name, " in the saved args");
         if (cv != av && (ids[k] == MC_A_tensor_model_parallel_size ||
                          ids[k] == MC_A_pipeline_model_parallel_size))
@@ -1174,7 +1161,7 @@ static mc_status restore_counters(const struct loader *l, const struct mc_pk *ck
     for (size_t k = 0; k < 3; k++) {
         double v = 0;
         const struct mc_pk *x = mc_pk_get(ck, mc_arg_defs[ids[k]].dest);
-        if (x && !pk_number(x, &v))
+        if (x && !mc_pk_number(x, &v))
             return mc_error(MC_ERR_FORMAT, "%s: args.%s is not a number", l->path,
                             mc_arg_defs[ids[k]].dest);
         mc_args_set_int(l->s->args, ids[k], (int64_t)v);
@@ -1249,15 +1236,15 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     double version = 0;
     if (!mc_pk_is_map(sd))
         return mc_error(MC_ERR_FORMAT, "%s: the checkpoint is not a dict", l->path);
-    pk_number(mc_pk_get(sd, "checkpoint_version"), &version);
+    mc_pk_number(mc_pk_get(sd, "checkpoint_version"), &version);
     if (version != CKPT_VERSION)
         return mc_error(MC_ERR_UNSUPPORTED, "%s: checkpoint_version %g; this build reads version "
                         "3.0 (Megatron-LM >= 2.x torch checkpoints)", l->path, version);
     double it = 0, flops = 0;
-    if (!finetune && !release && !pk_number(mc_pk_get(sd, "iteration"), &it))
+    if (!finetune && !release && !mc_pk_number(mc_pk_get(sd, "iteration"), &it))
         return missing(l, "iteration", "");
     s->iteration = (int64_t)it;
-    pk_number(mc_pk_get(sd, "num_floating_point_operations_so_far"), &flops);
+    mc_pk_number(mc_pk_get(sd, "num_floating_point_operations_so_far"), &flops);
     s->num_floating_point_operations_so_far = flops;
     const struct mc_pk *ck = mc_pk_get(sd, "args");
     mc_status st;

@@ -83,36 +83,23 @@ struct src {
 
 static const char *pk_str(const struct mc_pk *v) { return v && v->kind == MC_PK_STR ? v->s : NULL; }
 
-static bool pk_num(const struct mc_pk *v, double *out)
-{
-    if (v && v->kind == MC_PK_INT)
-        *out = (double)v->i;
-    else if (v && v->kind == MC_PK_FLOAT)
-        *out = v->f;
-    else if (v && v->kind == MC_PK_BOOL)
-        *out = v->b;
-    else
-        return false;
-    return true;
-}
-
 static int64_t arg_int(const struct mc_pk *ns, const char *key, int64_t dflt)
 {
     double v;
-    return pk_num(mc_pk_get(ns, key), &v) ? (int64_t)v : dflt;
+    return mc_pk_number(mc_pk_get(ns, key), &v) ? (int64_t)v : dflt;
 }
 
 static double arg_float(const struct mc_pk *ns, const char *key, double dflt)
 {
     double v;
-    return pk_num(mc_pk_get(ns, key), &v) ? v : dflt;
+    return mc_pk_number(mc_pk_get(ns, key), &v) ? v : dflt;
 }
 
 static bool arg_bool(const struct mc_pk *ns, const char *key, bool dflt)
 {
     const struct mc_pk *v = mc_pk_get(ns, key);
     double x;
-    return v && v->kind != MC_PK_NONE && pk_num(v, &x) ? x != 0 : dflt;
+    return v && v->kind != MC_PK_NONE && mc_pk_number(v, &x) ? x != 0 : dflt;
 }
 
 static void arg_str(const struct mc_pk *ns, const char *key, char *buf, size_t n)
@@ -176,7 +163,7 @@ static mc_status refuse_arg(const struct src *s, const struct mc_pk *ck, const c
 {
     const struct mc_pk *v = mc_pk_get(ck, key);
     double x = 0;
-    bool set = v && v->kind != MC_PK_NONE && (!pk_num(v, &x) || x != 0);
+    bool set = v && v->kind != MC_PK_NONE && (!mc_pk_number(v, &x) || x != 0);
     if (set)
         return mc_error(MC_ERR_UNSUPPORTED, "--load-dir %s: the checkpoint was trained with %s "
                         "(args.%s); convert_checkpoint does not convert it", s->o->load_dir, what, key);
@@ -276,7 +263,7 @@ static mc_status read_meta(struct src *s, const struct mc_pk *sd)
     md->consumed_valid_samples = arg_int(ck, "consumed_valid_samples", 0);
     params_dtype(ck, &md->params_dtype);
     double it = 0;
-    md->iteration = pk_num(mc_pk_get(sd, "iteration"), &it) ? (int64_t)it : 0;
+    md->iteration = mc_pk_number(mc_pk_get(sd, "iteration"), &it) ? (int64_t)it : 0;
     if (s->tp < 1 || s->pp < 1 || s->vp < 1 || md->num_layers % (s->pp * s->vp))
         return mc_error(MC_ERR_FORMAT, "--load-dir %s: args say tp %d, pp %d, vp %d with %lld layers",
                         s->o->load_dir, s->tp, s->pp, s->vp, (long long)md->num_layers);

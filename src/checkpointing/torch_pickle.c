@@ -212,6 +212,19 @@ bool mc_pk_is_map(const struct mc_pk *v)
     return v && (v->kind == MC_PK_DICT || v->kind == MC_PK_ODICT || v->kind == MC_PK_NAMESPACE);
 }
 
+bool mc_pk_number(const struct mc_pk *v, double *out)
+{
+    if (v && v->kind == MC_PK_INT)
+        *out = (double)v->i;
+    else if (v && v->kind == MC_PK_FLOAT)
+        *out = v->f;
+    else if (v && v->kind == MC_PK_BOOL)
+        *out = v->b;
+    else
+        return false;
+    return true;
+}
+
 struct mc_pk *mc_pk_get(const struct mc_pk *map, const char *key)
 {
     if (!mc_pk_is_map(map))

@@ -83,6 +83,8 @@ mc_status mc_pk_set(mc_pk_doc *d, struct mc_pk *map, const char *key, struct mc_
 /* Value of a str key in a DICT/ODICT/NAMESPACE, or NULL. */
 struct mc_pk *mc_pk_get(const struct mc_pk *map, const char *key);
 bool mc_pk_is_map(const struct mc_pk *v);
+/* An int, float or bool as a double in *out (Python's numbers); false for anything else. */
+bool mc_pk_number(const struct mc_pk *v, double *out);
 int64_t mc_pk_tensor_numel(const struct mc_pk *t);
 bool mc_pk_tensor_contiguous(const struct mc_pk *t);
 

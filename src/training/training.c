@@ -1050,6 +1050,21 @@ static mc_status pp_run_schedule(struct trainer *t, struct pp_pass *r, bool forw
                                                                   forward_only);
 }
 
+/* The end of train_step on every path: the timed optimizer step, then the scheduler advances
+ * by the iteration's samples. */
+static mc_status step_optimizer(struct trainer *t, bool per_token, float denom,
+                                int64_t num_micro, struct mc_opt_step_result *res)
+{
+    struct mc_timer *opt = timer(t, "optimizer", 1);
+    mc_timer_start(opt);
+    mc_status st = optimizer_step(t, per_token, denom, res);
+    mc_timer_stop(opt);
+    if (st)
+        return st;
+    mc_opt_sched_step(&t->sched, num_micro * t->mbs * t->dp);
+    return MC_OK;
+}
+
 /* The lm loss report and token count live on the last stage; Megatron broadcasts the token
  * count over the pipeline for --calculate-per-token-loss. Here both go to every stage (a sum
  * with zeros from the other stages, so the value is exact) and every rank logs the same. */
@@ -1082,15 +1097,8 @@ static mc_status train_step_pipelined(struct trainer *t, int64_t iteration, floa
         !(st = pp_share_loss(t, &numer, &denom)))
         st = finalize_grads(t, per_token, denom);
     mc_timer_stop(fb);
-    if (st)
+    if (st || (st = step_optimizer(t, per_token, denom, r.num_micro, res)))
         return st;
-    struct mc_timer *opt = timer(t, "optimizer", 1);
-    mc_timer_start(opt);
-    st = optimizer_step(t, per_token, denom, res);
-    mc_timer_stop(opt);
-    if (st)
-        return st;
-    mc_opt_sched_step(&t->sched, r.num_micro * t->mbs * t->dp);
     *lm_loss = numer / denom;
     return MC_OK;
 }
@@ -1130,15 +1138,8 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     mc_status st = finalize_grads(t, per_token, denom);
     mc_timer_stop(fb);
-    if (st)
+    if (st || (st = step_optimizer(t, per_token, denom, num_micro, res)))
         return st;
-    struct mc_timer *opt = timer(t, "optimizer", 1);
-    mc_timer_start(opt);
-    st = optimizer_step(t, per_token, denom, res);
-    mc_timer_stop(opt);
-    if (st)
-        return st;
-    mc_opt_sched_step(&t->sched, num_micro * t->mbs * t->dp);
     *lm_loss = numer / denom;
     return MC_OK;
 }
