@@ -134,7 +134,7 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
                       gsize);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
-        mc_comm_wait_begin(what);
+        mc_comm_wait_begin_op("all-reduce", what);
         int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * esize, chunk,
                                mpi_type(type), op == MC_COMM_SUM ? MPI_SUM : MPI_MAX,
                                *(MPI_Comm *)comm);
@@ -181,7 +181,7 @@ mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t 
         return st;
     mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_GATHER,
                       (double)n_local * gsize * (double)esize, gsize);
-    mc_comm_wait_begin(what);
+    mc_comm_wait_begin_op("all-gather", what);
     int rc = MPI_Allgather(local, (int)n_local, mpi_type(type), full, (int)n_local,
                            mpi_type(type), *(MPI_Comm *)comm);
     mc_comm_wait_end();
@@ -203,7 +203,7 @@ mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int6
         return st;
     mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_REDUCE_SCATTER,
                       (double)n_local * gsize * (double)esize, gsize);
-    mc_comm_wait_begin(what);
+    mc_comm_wait_begin_op("reduce-scatter", what);
     int rc = MPI_Reduce_scatter_block(full, local, (int)n_local, mpi_type(type), MPI_SUM,
                                       *(MPI_Comm *)comm);
     mc_comm_wait_end();

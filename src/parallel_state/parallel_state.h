@@ -159,6 +159,8 @@ mc_status mc_launch_check(const int mpi[MC_LAUNCH_NUM_VARS]);
 mc_status mc_comm_watchdog_start(int rank, double timeout_s, const char *source);
 void mc_comm_watchdog_stop(void);
 void mc_comm_wait_begin(const char *what);
+/* The same, naming the collective too ("all-reduce"): the message says both. */
+void mc_comm_wait_begin_op(const char *op, const char *what);
 void mc_comm_wait_end(void);
 /* MPI_Wait on an MPI_Request * inside such a bracket; returns MPI's code. */
 int mc_comm_wait_request(void *mpi_request, const char *what);
