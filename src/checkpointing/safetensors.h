@@ -38,7 +38,8 @@ struct mc_st_file {
 };
 
 /* Maps the file and checks the header: length within the file, JSON object, known dtypes, shapes,
- * offsets inside the data area and matching numel x itemsize. MC_ERR_FORMAT naming the file. */
+ * offsets inside the data area and matching numel x itemsize. MC_ERR_FORMAT naming the file;
+ * on any failure f is left closed (mc_st_close on it is a no-op). */
 mc_status mc_st_open(struct mc_st_file *f, const char *path);
 void mc_st_close(struct mc_st_file *f);
 const struct mc_st_tensor *mc_st_find(const struct mc_st_file *f, const char *name);

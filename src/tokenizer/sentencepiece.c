@@ -1035,7 +1035,7 @@ static mc_status spm_decode(const mc_tokenizer *t, const int64_t *ids, int64_t n
             break;
         last = i + 1;
     }
-    return st ? st : sp_decode(m, ids + last, n - last, out);
+    return st ? st : sp_decode(m, n ? ids + last : ids, n - last, out); /* ids may be NULL when n is 0 */
 }
 
 /* _SentencePieceTokenizer._initalize: <CLS> <SEP> <EOD> <MASK> pad bos eos, each added with the
