@@ -138,7 +138,24 @@ static mc_status parse_header(const char *h, const char *path, struct mc_npy *a)
     while (*sh == ' ') sh++;
     if (*sh != ')' || a->ndim == 0)
         return mc_error(MC_ERR_FORMAT, "%s: only 1-D and 2-D arrays are supported (%s)", path, h);
+    /* the byte count must fit in int64 (a corrupt shape must not wrap to a small size) */
+    int64_t limit = INT64_MAX / (int64_t)mc_npy_itemsize(a->descr);
+    if (a->ndim == 2 && a->shape[1] > 0)
+        limit /= a->shape[1];
+    if (a->shape[0] > limit)
+        return mc_error(MC_ERR_FORMAT, "%s: shape too large in .npy header %s", path, h);
     return MC_OK;
+}
+
+/* Bytes of the open file, or -1 (with the error set). */
+static int64_t file_size(FILE *f, const char *path)
+{
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) {
+        mc_error(MC_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return (int64_t)sb.st_size;
 }
 
 /* Reads the header; leaves f positioned at the data and *data_off set to its offset. */
@@ -161,6 +178,11 @@ static mc_status read_header(FILE *f, const char *path, struct mc_npy *a, long *
         return mc_error(MC_ERR_FORMAT, "%s: .npy version %d.%d, expected 1.0, 2.0 or 3.0", path,
                         pre[6], pre[7]);
     }
+    int64_t size = file_size(f, path);
+    if (size < 0)
+        return MC_ERR_IO;
+    if ((int64_t)hlen > size - (int64_t)pre_len) /* before allocating what a corrupt length says */
+        return mc_error(MC_ERR_FORMAT, "%s: truncated .npy header (%zu bytes expected)", path, hlen);
     if (!(h = mc_alloc(hlen + 1)))
         return MC_ERR_NOMEM;
     if (fread(h, 1, hlen, f) != hlen) {
@@ -187,7 +209,13 @@ mc_status mc_npy_load(const char *path, struct mc_npy *a)
     if (!f)
         return mc_error(MC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     mc_status st = read_header(f, path, a, &off);
-    size_t bytes = (size_t)mc_npy_count(a) * mc_npy_itemsize(a->descr);
+    size_t bytes = st ? 0 : (size_t)mc_npy_count(a) * mc_npy_itemsize(a->descr);
+    int64_t size = st ? 0 : file_size(f, path);
+    if (!st && size < 0)
+        st = MC_ERR_IO;
+    if (!st && (uint64_t)size < (uint64_t)off + bytes) /* checked before allocating */
+        st = mc_error(MC_ERR_FORMAT, "%s: %lld bytes, but its header's shape needs %zu", path,
+                      (long long)size, (size_t)off + bytes);
     if (!st && !(a->data = mc_alloc(bytes ? bytes : 1)))
         st = MC_ERR_NOMEM;
     if (!st && bytes && fread(a->data, 1, bytes, f) != bytes)
@@ -213,7 +241,7 @@ mc_status mc_npy_map(const char *path, struct mc_npy *a)
     struct stat sb;
     if (!st && fstat(fileno(f), &sb) != 0)
         st = mc_error(MC_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-    size_t bytes = (size_t)mc_npy_count(a) * mc_npy_itemsize(a->descr);
+    size_t bytes = st ? 0 : (size_t)mc_npy_count(a) * mc_npy_itemsize(a->descr);
     if (!st && (size_t)sb.st_size < (size_t)off + bytes)
         st = mc_error(MC_ERR_FORMAT, "%s: %lld bytes, but its header's shape needs %zu", path,
                       (long long)sb.st_size, (size_t)off + bytes);
