@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything megatron.c needs on a fresh Debian 12 machine: the C toolchain, CMake,
-# OpenMP, MPI, the GEMM libraries, and Debian's CPU PyTorch for the parity tests.
+# OpenMP, MPI, the GEMM libraries, clang with libFuzzer for tests/fuzz, and Debian's CPU PyTorch
+# for the parity tests.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libblis-dev libdnnl-dev libopenmpi-dev openmpi-bin
-      python3 python3-numpy python3-torch python3-regex python3-pip python3-venv)
+      python3 python3-numpy python3-torch python3-regex python3-pybind11 python3-pip python3-venv
+      clang libclang-rt-dev)  # clang + libFuzzer: the tests/fuzz targets (fuzz_build test)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,8 +1,9 @@
-/* Replays the libFuzzer corpus (tests/fuzz/corpus/, kept by tests/fuzz/run.sh) through the
- * torch.load-equivalent reader with the normal build: every file must come back as MC_OK or
- * an error status with a message, never a crash (this also runs under ASan/UBSan), and
- * accepted files are walked, touching every tensor's first and last element. The corpus holds
- * real torch.save files (torch 1.13 and ours) and their mutations, so both outcomes occur. */
+/* Replays fuzz_torch_load's libFuzzer corpus (tests/fuzz/corpus/torch_load/, kept by
+ * tests/fuzz/make_corpus.sh) through the torch.load-equivalent reader with the normal build:
+ * every file must come back as MC_OK or an error status with a message, never a crash (this
+ * also runs under ASan/UBSan), and accepted files are walked, touching every tensor's first and
+ * last element. The corpus holds real torch.save files (torch 1.13 and ours) and their
+ * mutations, so both outcomes occur. */
 #define _DEFAULT_SOURCE
 #include <dirent.h>
 #include <stdio.h>
@@ -44,7 +45,7 @@ int main(void)
     check_forged_views();
     const char *src = getenv("MC_SOURCE_DIR");
     char dir[4096], path[4400];
-    snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus", src ? src : "..");
+    snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus/torch_load", src ? src : "..");
     DIR *dp = opendir(dir);
     CHECK(dp != NULL);
     int files = 0, ok = 0, errors = 0;
