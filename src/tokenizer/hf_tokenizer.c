@@ -350,6 +350,19 @@ static mc_status load_model(struct hf *h, const struct mc_json *m, const struct 
             (st = mc_bpe_symbol(h->bpe, bb, (size_t)nb, &sb)) ||
             (st = mc_bpe_add_merge(h->bpe, sa, sb, (int32_t)r)))
             return st;
+        /* HF's BPE builder refuses a merge whose parts or product are not in the vocab
+         * (MergeTokenOutOfVocabulary); without the check such a token would encode as unk */
+        char cat[1024];
+        memcpy(cat, ba, (size_t)na);
+        memcpy(cat + na, bb, (size_t)nb);
+        int32_t res = mc_bpe_find_symbol(h->bpe, cat, (size_t)(na + nb));
+        const char *miss = mc_bpe_get_id(h->bpe, sa) < 0 ? "the first part"
+                           : mc_bpe_get_id(h->bpe, sb) < 0 ? "the second part"
+                           : res < 0 || mc_bpe_get_id(h->bpe, res) < 0 ? "the product" : NULL;
+        if (miss)
+            return mc_error(MC_ERR_FORMAT, "%s: merge %lld (%.*s %.*s): %s is not in the model's "
+                            "vocab (HuggingFace tokenizers refuses this file too: Merge token out "
+                            "of vocabulary)", path, (long long)r, (int)la, a, (int)lb, b, miss);
     }
     const char *unk = str_field(m, "unk_token");
     h->unk_id = -1;
