@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -683,6 +684,37 @@ static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, boo
     return st;
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) ? -1 : 0;
+}
+
+/* After a failed save: the iteration directory it was writing is removed unless the tracker
+ * names that iteration (then it is the last good checkpoint, which is never touched). Else a
+ * save that failed for lack of room would leave a copy behind and the retry need room for two. */
+static void drop_unreferenced(const char *dir, int64_t iteration)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, TRACKER);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char buf[64] = {0};
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *end;
+        errno = 0;
+        long long it = strtoll(buf, &end, 10);
+        if (!errno && end != buf && it == iteration)
+            return;
+    }
+    snprintf(path, sizeof(path), "%s/iter_%07lld", dir, (long long)iteration);
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* best effort: the save already failed */
+}
+
 /* Combines every rank's outcome; also the barrier before the tracker is written. */
 static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *what)
 {
@@ -711,10 +743,13 @@ mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
                 (long long)s->iteration, dir);
     mc_status st = write_files(s, dir, one || s->writer);
     /* every rank gets here, so a failed write cannot leave the others waiting */
-    if ((st = agree(s, st, "saving the checkpoint")))
+    bool owner = one || s->write_tracker; /* writes the tracker, so cleans up after a failure */
+    if ((st = agree(s, st, "saving the checkpoint")) ||
+        (owner && (st = write_tracker(dir, s->iteration)))) {
+        if (owner)
+            drop_unreferenced(dir, s->iteration); /* sets no error: the save's message stays */
         return st;
-    if ((one || s->write_tracker) && (st = write_tracker(dir, s->iteration)))
-        return st;
+    }
     if (log) {
         fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p %d/%d ]\n",
                 (long long)s->iteration, dir, s->tp_rank + 1, tp_size(s), s->pp_rank + 1, pp_size(s));
@@ -1183,7 +1218,11 @@ static mc_status read_tracker(const char *tracker, int64_t *iteration, bool *rel
     while (e > s && strchr(" \t\r\n", e[-1])) *--e = 0;
     *release = !strcmp(s, "release");
     char *end;
+    errno = 0;
     *iteration = *release ? 0 : strtoll(s, &end, 10);
+    if (!*release && errno == ERANGE)
+        return mc_error(MC_ERR_FORMAT, "ERROR: Invalid metadata file %s: '%s' is not a valid "
+                        "iteration number (it does not fit in 64 bits)", tracker, s);
     if (!*release && (end == s || *end || *iteration <= 0))
         return mc_error(MC_ERR_FORMAT, "ERROR: Invalid metadata file %s: '%s' (expected an "
                         "iteration > 0 or 'release')", tracker, s);
