@@ -288,6 +288,10 @@ static double now_s(void)
 
 /* ---- input: lines with Python's universal newlines (\n, \r\n, lone \r) --------------------- */
 
+#define READ_CAP ((size_t)1 << 20)
+#define BATCH_LINES 1024
+#define BATCH_BYTES ((size_t)16 << 20)
+
 struct reader {
     FILE *f;
     const char *name;
@@ -304,7 +308,7 @@ static int reader_open(struct reader *r, const char *name)
     if (!r->f)
         return -1;
     r->name = name;
-    r->cap = 1 << 20;
+    r->cap = READ_CAP;
     r->buf = malloc(r->cap);
     if (!r->buf)
         die("out of memory");
@@ -385,6 +389,18 @@ static int reader_line(struct reader *r, char **text, size_t *len, size_t *cap, 
     *raw = n + term;
     r->pos = scan + term;
     r->line_no++;
+    /* a giant line grew the buffer: give the room back now that the line is copied out, so
+     * the tokenizer does not run beside two copies of it */
+    if (r->cap > READ_CAP * 4 && r->end - r->pos <= READ_CAP) {
+        memmove(r->buf, r->buf + r->pos, r->end - r->pos);
+        r->end -= r->pos;
+        r->pos = 0;
+        unsigned char *b = realloc(r->buf, READ_CAP);
+        if (b) {
+            r->buf = b;
+            r->cap = READ_CAP;
+        }
+    }
     return 1;
 }
 
@@ -626,6 +642,11 @@ static void write_batch(struct run *r)
     }
     r->b.n = 0;
     r->b.text_len = 0;
+    if (r->b.text_cap > 2 * BATCH_BYTES) { /* as release_big: no slot keeps a giant line's room */
+        free(r->b.text);
+        r->b.text = NULL;
+        r->b.text_cap = 0;
+    }
     check_stop();
 }
 
@@ -651,8 +672,6 @@ static struct line *batch_add(struct run *r)
     return ln;
 }
 
-#define BATCH_LINES 1024
-#define BATCH_BYTES ((size_t)16 << 20)
 
 /* Streams one input file; keeps line i (0-based over all files) when i % every == pick. */
 static void run_file(struct run *r, const char *name, int64_t *global, int64_t every,
