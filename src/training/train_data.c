@@ -13,6 +13,7 @@ struct mc_train_data {
     struct mc_blend blend, per_split[3];
     char vocab_buf[32];
     mc_megatron_dataset *ds[3];
+    int64_t token_limit; /* 0: no check */
 };
 
 /* The strings of a list-valued option (nargs='*'), or n = 0 when it is None or empty. */
@@ -170,6 +171,29 @@ void mc_micro_batch_free(struct mc_micro_batch *mb)
     memset(mb, 0, sizeof(*mb));
 }
 
+/* An id the model has no embedding row for: name the data file it came from, which the
+ * forward pass (and Megatron's embedding lookup) cannot. */
+static mc_status check_sample(const mc_train_data *d, int split, int id, int64_t idx,
+                              const struct mc_gpt_sample *smp, int64_t s)
+{
+    static const char *const names[3] = {"train", "valid", "test"};
+    for (int64_t i = 0; i < s; i++) {
+        int64_t t = smp->tokens[i], l = smp->labels[i];
+        bool bt = t < 0 || t >= d->token_limit, bl = l < 0 || l >= d->token_limit;
+        if (!bt && !bl)
+            continue;
+        int64_t bad = bt ? t : l;
+        const struct mc_blend *b = d->cfg.blend ? d->cfg.blend : d->cfg.blend_per_split[split];
+        const char *file = b && id >= 0 && id < b->n ? b->prefixes[id] : NULL;
+        return mc_error(MC_ERR_FORMAT, "%s%s: token id %lld (position %lld of %s sample %lld) is "
+                        "outside the model's padded vocabulary [0, %lld): the data was made "
+                        "with another tokenizer than --tokenizer-type/--vocab-file say",
+                        file ? file : "--mock-data", file ? ".bin" : "", (long long)bad,
+                        (long long)i, names[split], (long long)idx, (long long)d->token_limit);
+    }
+    return MC_OK;
+}
+
 mc_status mc_train_data_get(const mc_train_data *d, int split, int64_t first,
                             struct mc_micro_batch *mb)
 {
@@ -183,9 +207,14 @@ mc_status mc_train_data_get(const mc_train_data *d, int split, int64_t first,
             .position_ids = mb->position_ids + j * s,
             .attention_mask = mb->attention_mask ? mb->attention_mask + j * s * s : NULL,
         };
-        mc_status st = mc_megatron_dataset_get(ds, (first + j) % len, &smp, NULL);
+        int id = 0;
+        mc_status st = mc_megatron_dataset_get(ds, (first + j) % len, &smp, &id);
         if (st)
+            return st;
+        if (d->token_limit && (st = check_sample(d, split, id, (first + j) % len, &smp, s)))
             return st;
     }
     return MC_OK;
 }
+
+void mc_train_data_set_token_limit(mc_train_data *d, int64_t limit) { d->token_limit = limit; }

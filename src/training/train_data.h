@@ -34,6 +34,10 @@ bool mc_train_data_has(const mc_train_data *d, int split);
 mc_status mc_micro_batch_init(struct mc_micro_batch *mb, int64_t b, int64_t s, bool with_mask);
 void mc_micro_batch_free(struct mc_micro_batch *mb);
 
+/* Token ids at or above limit (the padded vocabulary) make mc_train_data_get fail naming the
+ * data file they came from; 0, the default, checks nothing. */
+void mc_train_data_set_token_limit(mc_train_data *d, int64_t limit);
+
 /* Fills mb with samples [first, first + mb->b) of the split, wrapping around the split's
  * length (Megatron sizes the splits so that training never wraps). */
 mc_status mc_train_data_get(const mc_train_data *d, int split, int64_t first,

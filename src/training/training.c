@@ -1578,6 +1578,8 @@ static mc_status build_train_data(struct trainer *t)
         return st;
     if (t->ps.rank != 0)
         st = mc_train_data_init(t->a, mc_tok_eod(t->tok), NULL, &t->data);
+    if (!st)
+        mc_train_data_set_token_limit(t->data, t->padded_vocab);
     return st;
 }
 
