@@ -12,7 +12,7 @@ if len(rows) < 10:
     raise SystemExit("report.py: only %d samples in %s" % (len(rows), out))
 last_it = max(r["iteration"] for r in rows)
 warm = [r for r in rows if r["iteration"] >= warm_frac * last_it] or rows
-metrics = [("rss_kb", "resident memory (VmRSS)", "MiB", 1 / 1024), ("fds", "open file descriptors", "", 1),
+metrics = [("rss_kb", "resident memory (VmRSS)", "KiB", 1), ("fds", "open file descriptors", "", 1),
            ("threads", "threads", "", 1)]
 
 
@@ -30,10 +30,10 @@ lines = ["| metric | at warm-up end (iteration %d) | final (iteration %d) | min 
 for key, name, unit, scale in metrics:
     v = [r[key] * scale for r in warm]
     its = [r["iteration"] for r in warm]
-    fmt = (lambda x: "%.1f %s" % (x, unit)) if unit else (lambda x: "%d" % round(x))
+    fmt = (lambda x: "%d %s" % (round(x), unit)) if unit else (lambda x: "%d" % round(x))
     tr = slope(its, v) * 1000
-    lines.append("| %s | %s | %s | %s / %s | %+.1f%s | %+.2f%s |" % (
-        name, fmt(v[0]), fmt(v[-1]), fmt(min(v)), fmt(max(v)), v[-1] - v[0], " " + unit if unit else "",
+    lines.append("| %s | %s | %s | %s / %s | %+d%s | %+.2f%s |" % (
+        name, fmt(v[0]), fmt(v[-1]), fmt(min(v)), fmt(max(v)), round(v[-1] - v[0]), " " + unit if unit else "",
         tr, " " + unit if unit else ""))
 lines.append("")
 lines.append("%d samples over %.0f s; warm-up: the first %d%% of the iterations." % (
@@ -62,8 +62,7 @@ for k, (key, name, unit, scale) in enumerate(metrics):
     svg.append('<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="%s"/>' % pts)
     svg.append('<text x="%d" y="%d">%s%s</text>' % (PAD + 4, top + 14, name, " (%s)" % unit if unit else ""))
     for y in (lo, (lo + hi) / 2, hi):
-        svg.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (PAD - 4, py(y) + 4,
-                   ("%.1f" % y) if unit else ("%d" % round(y))))
+        svg.append('<text x="%d" y="%.1f" text-anchor="end">%d</text>' % (PAD - 4, py(y) + 4, round(y)))
     for it in (0, x_max // 2, x_max):
         svg.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (px(it), top + H + 13, it))
 svg.append('<text x="%d" y="%d" text-anchor="middle">iteration (shaded: warm-up)</text>' % (W // 2, 3 * (H + GAP) + 12))
