@@ -124,9 +124,10 @@ int main(int argc, char **argv)
     if (world) { /* whole lines, so the ranks' output does not interleave mid-line */
         setvbuf(stdout, NULL, _IOLBF, 0);
         mc_log_set_rank((int)mc_args_int(a, MC_A_rank));
-        if (!rank0) /* info once, from rank 0 (Megatron's log_single_rank); warnings from all */
-            mc_log_set_level(MC_LOG_WARN);
     }
+    mc_launch_set_threads(); /* every rank says how many threads on which cores */
+    if (world && !rank0) /* info once, from rank 0 (Megatron's log_single_rank); warnings from all */
+        mc_log_set_level(MC_LOG_WARN);
     if (mc_pretrain_gpt(a, t0) != MC_OK) {
         fflush(stdout);
         if (world)
