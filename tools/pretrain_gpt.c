@@ -11,7 +11,9 @@
  * the rank and world size are MPI's (the launcher's variables are cross-checked); a rank that
  * fails prints its error and brings every rank down with MPI_Abort (exit status 1, or 2 for a
  * command-line error), so a failure never leaves the other ranks waiting in a collective. A
- * single process, and --dry-run, never touch MPI. */
+ * single process, and --dry-run, never touch MPI. Without OMP_NUM_THREADS each rank runs its
+ * share of its cores (parallel_state/threads.c); build/bin/torchrun starts ranks from a
+ * torchrun command line (tools/torchrun). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
