@@ -109,6 +109,25 @@ def main():
             check(re.search(f"^{var}$", env_dump.stdout, re.M),
                   f"a rank's environment has {var} (rc {env_dump.returncode})")
 
+        # inside a Slurm allocation: srun. No Slurm here: a stand-in srun records its options
+        # and runs the tasks one after another with SLURM_PROCID set, as srun would
+        fake = os.path.join(tmp, "fake-bin")
+        os.makedirs(fake)
+        with open(os.path.join(fake, "srun"), "w") as f:
+            f.write('#!/bin/sh\necho "srun $*" > "$SRUN_LOG"\nn=${1#--ntasks=}\n'
+                    'shift 4\ni=0\nwhile [ $i -lt $n ]; do SLURM_PROCID=$i "$@" || exit; '
+                    'i=$((i + 1)); done\n')
+        os.chmod(os.path.join(fake, "srun"), 0o755)
+        e = env()
+        e.update(PATH=fake + ":" + e["PATH"], SLURM_JOB_ID="42", SRUN_LOG=os.path.join(tmp, "s"))
+        p = run_cmd([TORCHRUN, "--nproc-per-node", "2", "--no-python", "/usr/bin/env"], e, 30)
+        with open(os.path.join(tmp, "s")) as f:
+            srun_line = f.read()
+        check(p.returncode == 0 and srun_line.startswith(
+            "srun --ntasks=2 --nodes=1 --kill-on-bad-exit=1 --cpu-bind=none sh -c") and
+            re.search("^RANK=1$", p.stdout, re.M) and re.search("^LOCAL_RANK=1$", p.stdout, re.M),
+            f"in a Slurm allocation the ranks start through srun ({srun_line}, rc {p.returncode})")
+
         if run(["unshare", "--uts", "true"]).returncode != 0:
             print("SKIP: unshare --uts is not permitted here: no 2-node run")
         else:
