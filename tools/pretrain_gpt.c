@@ -1,5 +1,6 @@
 /* pretrain_gpt: Megatron-LM's pretrain_gpt.py (core_v0.12.1). Parses and validates the
- * arguments exactly as Megatron does, refuses the options megatron.c does not implement, then
+ * arguments exactly as Megatron does, refuses the options megatron.c does not implement (all of
+ * them, printed once by rank 0; the same list --dry-run reports, training/refusals.h), then
  * trains (src/training/training.c). With --dry-run it prints the start-up report instead
  * (layout, arguments dump, micro-batches, vocab padding, initialization lines), the theoretical
  * memory per rank and the FLOPs per iteration, without MPI.
@@ -19,6 +20,7 @@
 #include "parallel_state/parallel_state.h"
 #include "training/args.h"
 #include "training/dry_run.h"
+#include "training/refusals.h"
 #include "training/training.h"
 #include "training/validate.h"
 #include "training/yaml_cfg.h"
@@ -70,6 +72,7 @@ int main(int argc, char **argv)
     struct mc_args *a = NULL;
     void *world = NULL;
     int rc = 1, mpi[MC_LAUNCH_NUM_VARS];
+    bool all_stop = false; /* every rank fails the same way: finalize instead of aborting */
     if (mc_args_init(&a) != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
         return 1;
@@ -103,11 +106,6 @@ int main(int argc, char **argv)
     if (rank0 && a->notes[0])
         fputs(a->notes, stdout);
     bool dry = mc_args_bool(a, MC_A_dry_run);
-    if (!dry && mc_args_check_support(a) != MC_OK) {
-        print_failure(a, prog);
-        rc = 1;
-        goto out;
-    }
     if (mc_args_validate(a, defaults, rank0 ? stdout : NULL, stderr) != MC_OK) {
         fflush(stdout);
         if (a->exit_code)
@@ -115,10 +113,31 @@ int main(int argc, char **argv)
         rc = a->exit_code;
         goto out;
     }
+    /* Megatron's own checks first (above), then what this build refuses: the same list for
+     * the dry run and the real run, printed whole, once, by rank 0. */
+    static struct mc_refusals refused;
+    mc_args_refusals(a, &refused);
     if (dry) {
         rc = mc_dry_run_report(a, rank0 ? stdout : NULL, t0) == MC_OK ? 0 : 1;
+        fflush(stdout);
         if (rc)
             print_failure(a, prog);
+        else if (refused.n && rank0)
+            mc_refusals_print(stderr, &refused);
+        if (refused.n)
+            rc = 1;
+        goto out;
+    }
+    if (refused.n) {
+        fflush(stdout);
+        if (rank0)
+            mc_refusals_print(stderr, &refused);
+        fflush(stderr);
+        /* Every rank found the same list: no rank waits on another, so all of them stop
+         * together after rank 0's lines, with no MPI_Abort. */
+        if (world && mc_comm_barrier(world) == MC_OK)
+            all_stop = true;
+        rc = 1;
         goto out;
     }
     if (world) { /* whole lines, so the ranks' output does not interleave mid-line */
@@ -140,7 +159,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     fflush(stdout);
-    if (rc) { /* the other ranks may be waiting for this one: bring them down too */
+    if (rc && !all_stop) { /* the other ranks may be waiting for this one: bring them down too */
         fflush(stderr);
         mc_comm_abort(rc);
     }

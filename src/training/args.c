@@ -825,9 +825,9 @@ done:
     return st;
 }
 
-/* ---- support check -------------------------------------------------------------------------- */
+/* ---- support check (the refusal list itself is in refusals.c) ------------------------------- */
 
-static bool equals_default(const struct mc_args *a, int id)
+bool mc_args_is_default(const struct mc_args *a, enum mc_arg_id id)
 {
     struct mc_val dv = {0};
     if (set_default(&dv, &mc_arg_defs[id]) != MC_OK)
@@ -837,69 +837,6 @@ static bool equals_default(const struct mc_args *a, int id)
     mc_py_str(y, sizeof(y), &dv);
     val_clear(&dv);
     return !strcmp(x, y);
-}
-
-static mc_status unsupported(struct mc_args *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static mc_status unsupported(struct mc_args *a, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(a->err, sizeof(a->err), fmt, ap);
-    va_end(ap);
-    a->exit_code = 1;
-    a->err_kind = "NotImplementedError";
-    return mc_error(MC_ERR_UNSUPPORTED, "%s", a->err);
-}
-
-/* Values of supported options that megatron.c still lacks. */
-static mc_status check_values(struct mc_args *a)
-{
-    const char *pe = mc_args_str(a, MC_A_position_embedding_type);
-    if (pe && (!strcmp(pe, "mrope") || !strcmp(pe, "relative")))
-        return unsupported(a, "--position-embedding-type %s is not supported by megatron.c yet "
-                           "(learned_absolute, rope and none are)", pe);
-    if (mc_args_int(a, MC_A_context_parallel_size) > 1)
-        return unsupported(a, "--context-parallel-size %lld is not supported by megatron.c yet "
-                           "(context parallelism)",
-                           (long long)mc_args_int(a, MC_A_context_parallel_size));
-    if (!mc_args_is_none(a, MC_A_num_experts) && mc_args_int(a, MC_A_num_experts) > 0)
-        return unsupported(a, "--num-experts %lld is not supported by megatron.c yet "
-                           "(mixture of experts)", (long long)mc_args_int(a, MC_A_num_experts));
-    if (mc_args_int(a, MC_A_expert_model_parallel_size) > 1)
-        return unsupported(a, "--expert-model-parallel-size is not supported by megatron.c yet "
-                           "(mixture of experts)");
-    if (mc_args_int(a, MC_A_encoder_pipeline_model_parallel_size) > 0 ||
-        mc_args_int(a, MC_A_encoder_tensor_model_parallel_size) > 0)
-        return unsupported(a, "encoder model parallelism (--encoder-tensor-model-parallel-size, "
-                           "--encoder-pipeline-model-parallel-size) is not supported by megatron.c");
-    const char *strat = mc_args_str(a, MC_A_data_parallel_sharding_strategy);
-    if (strcmp(strat, "no_shard") && strcmp(strat, "optim"))
-        return unsupported(a, "--data-parallel-sharding-strategy %s is not supported by "
-                           "megatron.c yet (FSDP)", strat);
-    if (mc_args_int(a, MC_A_num_distributed_optimizer_instances) != 1)
-        return unsupported(a, "--num-distributed-optimizer-instances is not supported by "
-                           "megatron.c yet");
-    if (a->given[MC_A_moe_layer_freq] && !mc_args_is_none(a, MC_A_num_experts))
-        return unsupported(a, "--moe-layer-freq is not supported by megatron.c yet "
-                           "(mixture of experts)");
-    return MC_OK;
-}
-
-mc_status mc_args_check_support(struct mc_args *a)
-{
-    /* Whole features first (MoE, context parallelism), so the message names the feature
-     * rather than one of its tuning options. */
-    mc_status st = check_values(a);
-    if (st != MC_OK)
-        return st;
-    for (int id = 0; id < MC_A_NUM_OPTIONS; id++) {
-        const struct mc_arg_def *d = &mc_arg_defs[id];
-        if (d->support == MC_ARG_UNSUPPORTED && a->given[id] && !equals_default(a, id))
-            return unsupported(a, "%s is not supported by megatron.c yet", d->opt);
-    }
-    return MC_OK;
 }
 
 /* ---- usage, help, dump ---------------------------------------------------------------------- */

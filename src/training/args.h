@@ -98,9 +98,11 @@ MC_API void mc_args_free(struct mc_args *a);
  * a->exit_code / a->err / a->err_kind set (2 for argparse errors). */
 MC_API mc_status mc_args_parse(struct mc_args *a, int argc, char **argv);
 
-/* Refuses options megatron.c does not implement (given with a non-default value), naming them;
- * MC_ERR_UNSUPPORTED with a->err set. */
+/* The first entry of the refusal list (training/refusals.h: every option or value this build
+ * refuses) as the namespace's error: MC_ERR_UNSUPPORTED with a->err / a->err_kind set. */
 MC_API mc_status mc_args_check_support(struct mc_args *a);
+/* The option holds its default value (compared as str(), as the arguments dump prints it). */
+MC_API bool mc_args_is_default(const struct mc_args *a, enum mc_arg_id id);
 
 /* argparse-style "usage: prog [-h] [--num-layers NUM_LAYERS] ..." wrapped at 78 columns. */
 MC_API void mc_args_print_usage(FILE *f, const char *prog);
