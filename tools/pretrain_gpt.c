@@ -39,12 +39,36 @@ static void print_failure(const struct mc_args *a, const char *prog)
 {
     if (!a->err_kind) {
         mc_args_print_usage(stderr, prog);
+        /* The hint before argparse's own line, which stays the last one, as in Megatron. */
+        for (const char *h = a->hint; *h;) {
+            size_t n = strcspn(h, "\n");
+            fprintf(stderr, "%s: hint: %.*s\n", prog, (int)n, h);
+            h += n + (h[n] == '\n');
+        }
         fprintf(stderr, "%s: error: %s\n", prog, a->err);
     } else if (a->err[0]) {
         fprintf(stderr, "%s: %s\n", a->err_kind, a->err);
     } else {
         fprintf(stderr, "%s\n", a->err_kind);
     }
+}
+
+/* No option at all (--dry-run aside): Megatron would stop on a bare AssertionError about the
+ * micro-batch size; name what a run needs instead, in argparse's words for required options. */
+static bool nothing_given(const struct mc_args *a)
+{
+    for (int id = 0; id < MC_A_COUNT; id++)
+        if (a->given[id] && id != MC_A_dry_run)
+            return false;
+    return true;
+}
+
+static void print_required(const char *prog)
+{
+    mc_args_print_usage(stderr, prog);
+    fprintf(stderr, "%s: error: the following arguments are required: --num-layers, --hidden-size, "
+            "--num-attention-heads, --max-position-embeddings, --seq-length, --micro-batch-size, "
+            "--train-iters (or --train-samples); %s --help describes every option\n", prog, prog);
 }
 
 /* MPI when the launcher started several processes (mpi[] gets MPI's rank, world size and
@@ -85,6 +109,11 @@ int main(int argc, char **argv)
     if (a->help) {
         mc_args_print_help(stdout, prog);
         rc = 0;
+        goto out;
+    }
+    if (nothing_given(a)) {
+        print_required(prog);
+        rc = 2;
         goto out;
     }
     if (!mc_args_bool(a, MC_A_dry_run) && start_mpi(a, &argc, &argv, &world, mpi) != MC_OK) {

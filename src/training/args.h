@@ -68,6 +68,8 @@ struct mc_arg_def {
     struct mc_arg_default def;
     enum mc_arg_support support;
     const char *note;              /* extensions: what the option does in megatron.c */
+    const char *help;              /* one line for --help (scripts/args_help.txt) */
+    const char *limit;             /* values of a supported option that are refused, or NULL */
 };
 
 extern const struct mc_arg_def mc_arg_defs[MC_A_COUNT];
@@ -85,6 +87,7 @@ struct mc_args {
     const char *err_kind;     /* "AssertionError", "RuntimeError", ...; NULL for argparse errors */
     char err[2048];           /* the message after "error: " / "<Kind>: "; "" for a bare assert */
     char notes[2048];         /* one line per accepted MindSpeed option, printed by rank 0 */
+    char hint[1024];          /* after an unknown option: "did you mean ..." lines, or "" */
 };
 
 /* Namespace holding every default (Megatron's parser before reading argv). LOCAL_RANK sets the
