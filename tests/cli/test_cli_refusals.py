@@ -156,8 +156,30 @@ def check_mpirun(c, tmp):
             'mpirun: one dump, no refusal inside it, no abort: %s' % p.stderr[-300:])
 
 
+def check_help(c):
+    """--help describes every option; unknown options get the closest real one; no arguments
+    names what a run needs."""
+    rc, out, err = run([PRETRAIN, '--help'])
+    described = [l for l in out.splitlines() if '(default: ' in l and not l.strip().startswith('(')]
+    c.check(rc == 0 and len(described) >= 455, '--help: %d described options' % len(described))
+    rc, out, err = run([PRETRAIN, '--tensor-parallel-size', '2', '--num-layer', '2'])
+    lines = err.splitlines()
+    c.check(rc == 2 and lines[-1] == 'pretrain_gpt.py: error: unrecognized arguments: '
+            '--tensor-parallel-size 2 --num-layer 2' and
+            'pretrain_gpt.py: hint: --tensor-parallel-size: did you mean '
+            '--tensor-model-parallel-size?' in lines and
+            'pretrain_gpt.py: hint: --num-layer: did you mean --num-layers?' in lines,
+            'did you mean: %s' % lines[-3:])
+    for argv in ([], ['--dry-run']):
+        rc, out, err = run([PRETRAIN] + argv)
+        c.check(rc == 2 and err.splitlines()[-1].startswith(
+            'pretrain_gpt.py: error: the following arguments are required: --num-layers, '
+            '--hidden-size'), 'no arguments %s: %d %s' % (argv, rc, err[-200:]))
+
+
 def main():
     c = Checker('test_cli_refusals')
+    check_help(c)
     with tempfile.TemporaryDirectory() as tmp:
         check_values(c, tmp)
         check_table(c)
