@@ -137,9 +137,13 @@ int main(int argc, char **argv)
     bool dry = mc_args_bool(a, MC_A_dry_run);
     if (mc_args_validate(a, defaults, rank0 ? stdout : NULL, stderr) != MC_OK) {
         fflush(stdout);
-        if (a->exit_code)
+        if (a->exit_code && rank0)
             print_failure(a, prog);
         rc = a->exit_code;
+        /* The same arguments fail the same way on every rank: rank 0's line once, then all
+         * ranks stop together. */
+        if (world && mc_comm_barrier(world) == MC_OK)
+            all_stop = true;
         goto out;
     }
     /* Megatron's own checks first (above), then what this build refuses: the same list for

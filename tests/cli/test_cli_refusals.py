@@ -154,6 +154,13 @@ def check_mpirun(c, tmp):
     c.check(out.count('------------------------ arguments ------------------------') == 1 and
             'NotImplementedError' not in out and 'MPI_ABORT' not in p.stderr,
             'mpirun: one dump, no refusal inside it, no abort: %s' % p.stderr[-300:])
+    # A validate_args failure (hidden size not divisible by the heads) is printed once too.
+    bad = [a if a != '4' or i != TINY.index('--num-attention-heads') + 1 else '3'
+           for i, a in enumerate(TINY)]
+    p = subprocess.run(mpirun_cmd(2, [PRETRAIN] + bad), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, env=env, universal_newlines=True, timeout=120)
+    c.check(p.returncode != 0 and p.stderr.splitlines().count('AssertionError') == 1 and
+            'MPI_ABORT' not in p.stderr, 'mpirun: validate_args error once: %s' % p.stderr[-300:])
 
 
 def check_help(c):
