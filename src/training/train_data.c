@@ -203,7 +203,7 @@ static mc_status check_sample(const mc_train_data *d, int split, int id, int64_t
         if (!bt && !bl)
             continue;
         int64_t bad = bt ? t : l;
-        const struct mc_blend *b = d->cfg.blend ? d->cfg.blend : d->cfg.blend_per_split[split];
+        const struct mc_blend *b = d->c.cfg.blend ? d->c.cfg.blend : d->c.cfg.blend_per_split[split];
         const char *file = b && id >= 0 && id < b->n ? b->prefixes[id] : NULL;
         return mc_error(MC_ERR_FORMAT, "%s%s: token id %lld (position %lld of %s sample %lld) is "
                         "outside the model's padded vocabulary [0, %lld): the data was made "
