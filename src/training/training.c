@@ -194,14 +194,19 @@ static mc_status check_supported(const struct mc_args *a)
     mc_status st = check_parallel_support(a);
     if (st)
         return st;
-    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
-     * says; saving still uses --ckpt-format. */
+    /* Loading reads what the directory holds: torch_dist (metadata.json) or torch files, in
+     * any layout for torch_dist. Saving writes --ckpt-format torch only so far. */
+    const char *fmt = mc_args_str(a, MC_A_ckpt_format);
     bool save = !mc_args_is_none(a, MC_A_save), load = !mc_args_is_none(a, MC_A_load);
-    if ((save || (load && !mc_args_bool(a, MC_A_auto_detect_ckpt_format))) &&
-        strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
-        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
-                        "supported; add --ckpt-format torch to --save/--load (Megatron's default "
-                        "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
+    if (save && strcmp(fmt, "torch"))
+        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: megatron.c saves --ckpt-format torch "
+                        "only (it loads torch_dist checkpoints; writing them is not implemented "
+                        "yet); add --ckpt-format torch to --save (Megatron's default is torch_dist)",
+                        fmt);
+    if (load && strcmp(fmt, "torch") && strcmp(fmt, "torch_dist") &&
+        !mc_args_bool(a, MC_A_auto_detect_ckpt_format))
+        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: megatron.c loads torch and torch_dist "
+                        "checkpoints only", fmt);
     if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
         return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
                                             "in this build yet; train in fp32");
