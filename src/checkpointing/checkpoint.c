@@ -1332,10 +1332,11 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
 static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
                            int64_t iteration, bool release)
 {
-    if (s->distopt)
-        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading it "
-                        "with --use-distributed-optimizer is not implemented yet (load it without "
-                        "that option, or add --no-load-optim)", dir, iter_dir);
+    if (s->distopt && !release && !mc_args_bool(s->args, MC_A_no_load_optim) &&
+        !mc_args_bool(s->args, MC_A_finetune))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
+                        "optimizer state with --use-distributed-optimizer is not implemented yet "
+                        "(load it without that option, or add --no-load-optim)", dir, iter_dir);
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

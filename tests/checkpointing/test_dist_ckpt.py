@@ -106,6 +106,14 @@ def test_broken(save, tmp):
     r = mcs.run_ours("gpt_tp1", tmp, ("--load", save, "--ckpt-format", "torch", "--auto-detect-ckpt-format"))
     check(r.returncode == 0 and sorted(mcs.train_lines(r.stdout)) == [4, 5, 6],
           f"--auto-detect-ckpt-format loads torch_dist: {r.stderr[-300:]}")
+    # the distributed optimizer's state from torch_dist: not implemented, refused by name; the
+    # weights alone (--no-load-optim) load
+    mcs.ALL_CASES.setdefault("gpt_dp2", (2, mcs.GPT2, ("--data-path", mcs.CORPUS_A)))
+    expect_error("gpt_dp2", save, tmp, ["--use-distributed-optimizer", "--no-load-optim", "torch_dist"],
+                 "distributed optimizer", extra=("--use-distributed-optimizer",))
+    r = mcs.run_ours("gpt_dp2", tmp, ("--load", save, "--use-distributed-optimizer", "--no-load-optim") + DIST)
+    ours = mcs.train_lines(r.stdout)
+    check(r.returncode == 0 and sorted(ours) == [4, 5, 6], f"distopt --no-load-optim: {r.stderr[-300:]}")
     # saving torch_dist is refused, naming the option
     r = mcs.run_ours("gpt_tp1", tmp, DIST + ("--save", os.path.join(tmp, "s"), "--save-interval", "3"),
                     timeout=120)
