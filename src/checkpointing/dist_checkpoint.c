@@ -231,7 +231,7 @@ static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int
 
 /* Reads the region [o, o+z) of the global tensor `key` into dst. */
 static mc_status read_region(struct reader *r, const char *key, const struct mc_pk *tm, int nd,
-                             const int64_t *o, const int64_t *z, float *dst)
+                             const int64_t *g, const int64_t *o, const int64_t *z, float *dst)
 {
     const struct mc_pk *chunks = mc_pk_get(tm, "chunks");
     if (!chunks || chunks->kind != MC_PK_LIST)
@@ -246,6 +246,11 @@ static mc_status read_region(struct reader *r, const char *key, const struct mc_
             !int_tuple(mc_pk_get(chunks->items[c], "sizes"), MC_PK_MAX_DIM, &n2, cs) || n1 != nd || n2 != nd)
             return mc_error(MC_ERR_FORMAT, "%s: a chunk of %s is not (offsets, sizes) of its %d "
                             "dimensions", r->meta_path, key, nd);
+        for (int k = 0; k < nd; k++)
+            if (co[k] > g[k] || cs[k] > g[k] - co[k])
+                return mc_error(MC_ERR_FORMAT, "%s: a chunk of %s reaches [%lld, %lld) in dimension "
+                                "%d, outside the tensor's size %lld", r->meta_path, key,
+                                (long long)co[k], (long long)(co[k] + cs[k]), k, (long long)g[k]);
         mc_status st = copy_chunk(r, key, nd, co, cs, o, z, dst, &copied);
         if (st)
             return st;
@@ -350,7 +355,7 @@ static mc_status read_param_tensor(struct reader *r, const mc_gpt_model *m, cons
         o[pre + k] = (int64_t)tr * shape[k];
     }
     if (!swiglu_fc1 || split < 0)
-        return read_region(r, key, tm, nd, o, z, dst);
+        return read_region(r, key, tm, nd, g, o, z, dst);
     /* [gate; up] of the whole layer, each rank holding its rows of both halves */
     if (split != 0 || shape[0] % 2)
         return mc_error(MC_ERR_FORMAT, "%s: %s: SwiGLU fc1 is not split along its rows",
@@ -358,9 +363,9 @@ static mc_status read_param_tensor(struct reader *r, const mc_gpt_model *m, cons
     int64_t half = shape[0] / 2, ghalf = g[pre] / 2;
     z[pre] = half;
     o[pre] = (int64_t)tr * half;
-    mc_status st = read_region(r, key, tm, nd, o, z, dst);
+    mc_status st = read_region(r, key, tm, nd, g, o, z, dst);
     o[pre] = ghalf + (int64_t)tr * half;
-    return st ? st : read_region(r, key, tm, nd, o, z, dst + numel / 2);
+    return st ? st : read_region(r, key, tm, nd, g, o, z, dst + numel / 2);
 }
 
 /* A float32 tensor of the local shape, read from the checkpoint, owned by the doc. */

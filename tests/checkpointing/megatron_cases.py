@@ -58,6 +58,8 @@ DIST_CASES = {
     "gpt_tp1": (1, GPT2, ("--data-path", CORPUS_A)),
     "gpt_tp2pp2": (4, GPT2 + ("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"),
                    ("--data-path", CORPUS_A)),
+    "llama_tp2": (2, LLAMA + ("--tensor-model-parallel-size", "2"),
+                  ("--data-path", "0.3", CORPUS_A, "0.7", CORPUS_B)),
 }
 ALL_CASES = {**CASES, **DIST_CASES}
 # the virtual-pipeline cases (test_ckpt_vpp.py; test_ckpt_parallel.py runs the others)

@@ -1,15 +1,17 @@
 """torch_dist checkpoints (Megatron-LM core_v0.12.1's default --ckpt-format) against Megatron itself:
-- Megatron saves torch_dist at iteration 3 (GPT-2 style tp1, and tp2 x pp2); pretrain_gpt loads it
+- Megatron saves torch_dist at iteration 3 (GPT-2 style tp1 and tp2 x pp2, Llama style tp2 on a
+  blended dataset); pretrain_gpt loads it
   with the same layout and continues: lm loss within 1e-5 relative of Megatron's own iterations 4-6,
   learning rate and consumed samples identical. The checkpoints are the goldens in
   tests/golden/checkpointing/dist_<case>/ (README there), or made live with MC_MEGATRON_ROOT set and
   PyPI's torch 2.x from bench/setup_torch.sh (build/bench-venv, or MC_TORCH2_PYTHON).
 - Layout-free: the tp1 save loads at pp2, tp2 and tp2 x pp2 (each rank reads only its slices), with
-  the same losses.
+  the same losses; the Llama tp2 save loads at tp1 and pp2.
 - Broken input: a truncated .distcp, a missing rank file, a .metadata naming a class outside the
   whitelist, a padded vocabulary of another size: a clear error naming the file, on every rank.
 - Saving with --ckpt-format torch_dist (not implemented yet) is refused, naming the option."""
 import os
+import pickletools
 import shutil
 import sys
 import tempfile
@@ -67,6 +69,15 @@ RELAYOUTS = {
 }
 mcs.ALL_CASES.setdefault("gpt_tp2", (2, mcs.GPT2 + ("--tensor-model-parallel-size", "2"),
                                      ("--data-path", mcs.CORPUS_A)))
+# the Llama tp2 save (GQA, SwiGLU's fc1 stored as [gate; up] of the whole layer) at tp1 and pp2;
+# tp2 padded the vocabulary to a multiple of 128 (640 rows)
+LLAMA_DATA = mcs.DIST_CASES["llama_tp2"][2]
+mcs.ALL_CASES.setdefault("llama_tp1", (1, mcs.LLAMA, LLAMA_DATA))
+mcs.ALL_CASES.setdefault("llama_pp2", (2, mcs.LLAMA + ("--pipeline-model-parallel-size", "2"), LLAMA_DATA))
+LLAMA_RELAYOUTS = {
+    "tp1": ("llama_tp1", ("--make-vocab-size-divisible-by", "128")),
+    "pp2": ("llama_pp2", ("--make-vocab-size-divisible-by", "128")),
+}
 
 
 def expect_error(case, save, tmp, want, tag, extra=()):
@@ -98,6 +109,23 @@ def test_broken(save, tmp):
     check(b"_StorageInfo" in data, ".metadata names _StorageInfo")
     open(m, "wb").write(data.replace(b"_StorageInfo", b"_StorageInfZ", 1))
     expect_error("gpt_tp1", bad, tmp, [".metadata", "_StorageInfZ", "runs no code"], "unexpected class")
+    # a chunk outside the tensor: decoder.final_layernorm.weight's (size 16) chunk made 17 long
+    bad = os.path.join(tmp, "badsize")
+    shutil.copytree(save, bad)
+    m = os.path.join(bad, "iter_0000003", ".metadata")
+    data = bytearray(open(m, "rb").read())
+    after, seen = 0, 0
+    for op, arg, pos in pickletools.genops(bytes(data)):
+        if op.name == "SHORT_BINUNICODE" and arg == "decoder.final_layernorm.weight" and not after:
+            after = pos
+        elif after and op.name == "BININT1" and arg == 16:
+            seen += 1
+            if seen == 2:  # size (16,), then the chunk's sizes (16,)
+                data[pos + 1] = 17
+                break
+    open(m, "wb").write(bytes(data))
+    expect_error("gpt_tp1", bad, tmp, [".metadata", "decoder.final_layernorm.weight", "outside the tensor"],
+                 "chunk outside the tensor")
     # tp2 with the default padding: 640 vocabulary rows against the checkpoint's 576
     expect_error("gpt_tp2", save, tmp, ["word_embeddings", "padded vocabulary", ".metadata"], "padded vocab")
     # --ckpt-format torch does not read torch_dist (as Megatron), --auto-detect-ckpt-format does
@@ -132,6 +160,9 @@ def main():
         save, theirs = saves["gpt_tp1"]
         for tag, (case, extra) in RELAYOUTS.items():
             continue_from(case, save, theirs, tmp, extra, tag=f" (tp1 save loaded at {tag})")
+        lsave, ltheirs = saves["llama_tp2"]
+        for tag, (case, extra) in LLAMA_RELAYOUTS.items():
+            continue_from(case, lsave, ltheirs, tmp, extra, tag=f" (Llama tp2 save loaded at {tag})")
         test_broken(save, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
