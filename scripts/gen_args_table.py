@@ -159,8 +159,8 @@ MINDSPEED_REFUSED_VALUES = [
 LIMITS = {
     'bf16': 'refused: mixed precision is not available yet',
     'fp16': 'refused: mixed precision is not available yet',
-    'ckpt_format': 'only torch is supported with --save/--load; the default torch_dist is refused',
-    'use_dist_ckpt_deprecated': 'refused with --save/--load (torch_dist)',
+    'ckpt_format': '--save writes torch only (the default torch_dist is refused for --save); --load reads torch and torch_dist',
+    'use_dist_ckpt_deprecated': 'refused with --save (torch_dist)',
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'refused: mixture of experts',
     'expert_model_parallel_size': 'values above 1 refused',

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/distrib_optim.h"
 #include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
@@ -1364,6 +1366,37 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
     return MC_OK;
 }
 
+/* A torch_dist checkpoint (any layout): this rank's state dict from dist_checkpoint.c, then the
+ * same loading as the torch format's. */
+static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
+                           int64_t iteration, bool release)
+{
+    if (s->distopt && !release && !mc_args_bool(s->args, MC_A_no_load_optim) &&
+        !mc_args_bool(s->args, MC_A_finetune))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
+                        "optimizer state with --use-distributed-optimizer is not implemented yet "
+                        "(load it without that option, or add --no-load-optim)", dir, iter_dir);
+    if (log) {
+        if (release)
+            fprintf(log, " loading release distributed checkpoint from %s\n", dir);
+        else
+            fprintf(log, " loading distributed checkpoint from %s at iteration %lld\n", dir,
+                    (long long)iteration);
+    }
+    mc_pk_doc *d;
+    mc_status st = mc_pk_doc_init(&d);
+    if (st)
+        return st;
+    struct mc_pk *sd;
+    char what[4200];
+    snprintf(what, sizeof(what), "%s/common.pt", iter_dir);
+    struct loader l = {.s = s, .path = what, .log = log};
+    if (!(st = mc_dist_ckpt_read(d, s, iter_dir, &sd)))
+        st = load_state(&l, sd, release);
+    mc_pk_doc_free(d);
+    return st;
+}
+
 /* This rank's part of load_checkpoint once the iteration is known. */
 static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *tracker,
                            int64_t iteration, bool release)
@@ -1371,6 +1404,19 @@ static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, 
     char path[4096];
     ckpt_name(s, path, sizeof(path), dir, iteration, release);
     mc_status st;
+    char iter_dir[4096];
+    snprintf(iter_dir, sizeof(iter_dir), "%s", path);
+    *strrchr(iter_dir, '/') = 0;
+    *strrchr(iter_dir, '/') = 0;
+    /* Megatron reads a torch_dist directory with --ckpt-format torch_dist (the default) or
+     * --auto-detect-ckpt-format; --ckpt-format torch alone looks for mp_rank_* files */
+    if (mc_dist_ckpt_is(iter_dir) && strcmp(mc_args_str(s->args, MC_A_ckpt_format), "torch_dist") &&
+        !mc_args_bool(s->args, MC_A_auto_detect_ckpt_format))
+        return mc_error(MC_ERR_CONFIG, "--load %s: %s is a torch_dist checkpoint, which --ckpt-format "
+                        "%s does not read; use --ckpt-format torch_dist (Megatron's default) or add "
+                        "--auto-detect-ckpt-format", dir, iter_dir, mc_args_str(s->args, MC_A_ckpt_format));
+    if (mc_dist_ckpt_is(iter_dir))
+        return load_dist(s, log, dir, iter_dir, iteration, release);
     if (access(path, R_OK) && (st = explain_missing(s, dir, path)))
         return st;
     if (access(path, R_OK))
@@ -1434,3 +1480,19 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
 /* ---- helpers for the checkpoint converter (src/checkpointing/convert_args.c) ----------------- */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration) { return rerun_dict(d, iteration); }
 struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v) { return val_to_pk(d, v); }
+
+/* ---- helpers for the torch_dist reader (src/checkpointing/dist_checkpoint.c) ----------------- */
+int64_t mc_ckpt_total_params(const struct mc_ckpt_state *s) { return total_params(s); }
+struct mc_param_view mc_ckpt_opt_param(const struct mc_ckpt_state *s, int64_t gi) { return opt_param(s, gi); }
+const mc_gpt_model *mc_ckpt_opt_param_model(const struct mc_ckpt_state *s, int64_t gi)
+{
+    int c = 0;
+    while (gi >= mc_gpt_num_params(chunk(s, c)))
+        gi -= mc_gpt_num_params(chunk(s, c++));
+    return chunk(s, c);
+}
+void mc_ckpt_group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
+                         int64_t *n_first, bool *first_decay)
+{
+    group_order(s, scheme, order, n_first, first_decay);
+}
