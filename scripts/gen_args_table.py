@@ -122,13 +122,21 @@ EXTENSIONS = [
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
     ('--coc-fused-kernel', 'coc_fused_kernel', 'flag(store_true)',
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
+    # MindSpeed-LLM options megatron.c implements (mindspeed_llm/features_manager/tokenizer/
+    # build_tokenizer.py): value-taking, default None, used (no "accepted" note).
+    ('--tokenizer-name-or-path', 'tokenizer_name_or_path', 'str',
+     'MindSpeed-LLM: local HuggingFace tokenizer directory for --tokenizer-type '
+     'PretrainedFromHF (tokenizer.json, tokenizer_config.json)'),
+    ('--padded-vocab-size', 'padded_vocab_size', 'int',
+     'MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up '
+     'to --make-vocab-size-divisible-by x tp'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features
 # megatron.c lacks). Value-taking ones list how many values follow (the parser skips nothing:
 # the run stops at the first one).
 MINDSPEED_REFUSED = '''
---context-parallel-algo --use-cp-send-recv-overlap --tokenizer-name-or-path --padded-vocab-size
+--context-parallel-algo --use-cp-send-recv-overlap
 --first-k-dense-replace --moe-permutation-async-comm --no-shared-storage --n-shared-experts
 --moe-intermediate-size --multi-head-latent-attention --qk-rope-head-dim --qk-nope-head-dim
 --rope-scaling-type --rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
@@ -144,13 +152,13 @@ MINDSPEED_REFUSED = '''
 --original-max-position-embeddings --num-layer-list --norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
---longrope-freqs-type --long-factor --short-factor --sliding-window
+--longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs
 '''.split()
 
 # Values that MindSpeed-LLM adds to the choices of Megatron options: refused by name (exit 2)
 # instead of argparse's "invalid choice" (option and value as the user wrote them).
 MINDSPEED_REFUSED_VALUES = [
-    ('--tokenizer-type', 'PretrainedFromHF'), ('--tokenizer-type', 'MagistralTokenizer'),
+    ('--tokenizer-type', 'MagistralTokenizer'),
     ('--position-embedding-type', 'alibi'),
 ]
 
@@ -198,6 +206,8 @@ def choices_of(a):
     ch = ['None' if x is None else x for x in (a['choices'] or [])]
     if a['dest'] == 'distributed_backend':
         ch += ['hccl', 'mpi']
+    if a['dest'] == 'tokenizer_type':
+        ch += ['PretrainedFromHF']  # MindSpeed-LLM's AutoTokenizer over a local directory
     return ch
 
 
@@ -307,7 +317,7 @@ def main():
         rows.append((a, sup, None))
     for opt, dest, typ, note in EXTENSIONS:
         rows.append(({'options': [opt], 'dest': dest, 'type': typ, 'nargs': 0,
-                      'default': False, 'choices': None,
+                      'default': False if typ.startswith('flag') else None, 'choices': None,
                       'group': 'megatron.c extensions'}, 'MC_ARG_EXTENSION', note))
     for a, sup, note in rows:
         d = a['dest']

@@ -30,7 +30,7 @@ static const char *const ch_dist_ckpt_strictness[] = {"assume_ok_unexpected", "l
 static const char *const ch_distributed_backend[] = {"nccl", "gloo", "hccl", "mpi", NULL};
 static const char *const ch_data_parallel_sharding_strategy[] = {"no_shard", "optim", "optim_grads", "optim_grads_params", NULL};
 static const char *const dl_cp_comm_type[] = {"p2p"};
-static const char *const ch_tokenizer_type[] = {"BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer", NULL};
+static const char *const ch_tokenizer_type[] = {"BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer", "PretrainedFromHF", NULL};
 static const char *const dl_retriever_report_topk_accuracies[] = {NULL};
 static const char *const ch_vision_pretraining_type[] = {"classify", "inpaint", "dino", NULL};
 static const char *const ch_vision_backbone_type[] = {"vit", "mit", "swin", NULL};
@@ -522,6 +522,8 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_use_fused_moe_token_permute_and_unpermute] = {"--use-fused-moe-token-permute-and-unpermute", NULL, "use_fused_moe_token_permute_and_unpermute", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed fused kernel: same results, no effect in megatron.c"},
     [MC_A_use_ascend_coc] = {"--use-ascend-coc", NULL, "use_ascend_coc", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed compute-communication overlap: same results, no effect in megatron.c"},
     [MC_A_coc_fused_kernel] = {"--coc-fused-kernel", NULL, "coc_fused_kernel", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed compute-communication overlap: same results, no effect in megatron.c"},
+    [MC_A_tokenizer_name_or_path] = {"--tokenizer-name-or-path", NULL, "tokenizer_name_or_path", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: local HuggingFace tokenizer directory for --tokenizer-type PretrainedFromHF (tokenizer.json, tokenizer_config.json)"},
+    [MC_A_padded_vocab_size] = {"--padded-vocab-size", NULL, "padded_vocab_size", "megatron.c extensions", MC_ARGT_INT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up to --make-vocab-size-divisible-by x tp"},
     [MC_A_rank] = {NULL, NULL, "rank", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL},
     [MC_A_world_size] = {NULL, NULL, "world_size", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL},
     [MC_A_data_parallel_size] = {NULL, NULL, "data_parallel_size", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL},
@@ -539,8 +541,6 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
 const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--context-parallel-algo",
     "--use-cp-send-recv-overlap",
-    "--tokenizer-name-or-path",
-    "--padded-vocab-size",
     "--first-k-dense-replace",
     "--moe-permutation-async-comm",
     "--no-shared-storage",
@@ -604,10 +604,10 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--long-factor",
     "--short-factor",
     "--sliding-window",
+    "--tokenizer-kwargs",
 };
 /* MindSpeed-LLM values of Megatron options, refused by name: {option, value}. */
 const char *const mc_mindspeed_refused_values[MC_NUM_MINDSPEED_REFUSED_VALUES][2] = {
-    {"--tokenizer-type", "PretrainedFromHF"},
     {"--tokenizer-type", "MagistralTokenizer"},
     {"--position-embedding-type", "alibi"},
 };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "megatron/gpt_dataset.h"
+#include "training/dry_run.h"
 
 struct mc_train_data {
     struct mc_gpt_dataset_config cfg; /* GPTDatasetConfig */
@@ -47,7 +48,8 @@ static mc_status blend_from_option(const struct mc_args *a, enum mc_arg_id id, s
     return st;
 }
 
-static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int64_t eod)
+static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int64_t eod,
+                                  int64_t pad)
 {
     struct mc_gpt_dataset_config *c = &d->cfg;
     c->random_seed = mc_args_int(a, MC_A_seed);
@@ -61,11 +63,13 @@ static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int
     c->add_extra_token_to_sequence = true;
     c->mmap_bin_files = mc_args_bool(a, MC_A_mmap_bin_files);
     c->eod = eod;
-    c->pad = -1;
+    c->pad = pad;
     int64_t vocab = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size);
+    struct mc_tokenizer_args ta; /* the tokenizer's files, as build_tokenizer reads them */
+    mc_tokenizer_args_from(a, &ta);
     mc_status st = mc_gpt_tokenizer_desc_from_args(
-        &c->tokenizer, mc_args_str(a, MC_A_tokenizer_type), mc_args_str(a, MC_A_vocab_file),
-        mc_args_str(a, MC_A_merge_file), mc_args_str(a, MC_A_tokenizer_model), vocab, d->vocab_buf);
+        &c->tokenizer, ta.tokenizer_type, ta.vocab_file, ta.merge_file, ta.tokenizer_model, vocab,
+        d->vocab_buf);
     if (st)
         return st;
     bool have;
@@ -89,12 +93,13 @@ static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int
     return mc_gpt_dataset_config_finalize(c);
 }
 
-mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret)
+mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, int64_t pad, FILE *out,
+                             mc_train_data **ret)
 {
     mc_train_data *d = mc_calloc(1, sizeof(*d));
     if (!d)
         return MC_ERR_NOMEM;
-    mc_status st = config_from_args(d, a, eod);
+    mc_status st = config_from_args(d, a, eod, pad);
     if (st)
         goto fail;
     int64_t gbs = mc_args_int(a, MC_A_global_batch_size);

@@ -25,6 +25,9 @@ def check_usage(c):
     """argparse's usage text, line for line, apart from our extensions."""
     want = load_golden()['usage'].replace('[--distributed-backend {nccl,gloo}]',
                                           '[--distributed-backend {nccl,gloo,hccl,mpi}]')
+    # MindSpeed-LLM adds PretrainedFromHF to the choices (as its parser does)
+    want = want.replace('NullTokenizer,NullMultimodalTokenizer}',
+                        'NullTokenizer,NullMultimodalTokenizer,PretrainedFromHF}')
     rc, out, err = run([PRETRAIN, '--lr', 'x'], extra_env={'COLUMNS': '80'})
     lines = err.splitlines()
     k = [i for i, l in enumerate(lines) if '[--dry-run]' in l]
