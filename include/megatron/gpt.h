@@ -42,6 +42,8 @@ struct mc_gpt_config {
 
     enum mc_normalization normalization;
     float norm_epsilon;              /* 1e-5 */
+    bool layernorm_zero_centered_gamma; /* --apply-layernorm-1p: norms scale by (1 + weight), the
+                                           weight initialized to 0 (TE / FusedLayerNorm) */
     enum mc_position_embedding position_embedding_type;
     float rotary_percent;            /* 1.0 */
     float rotary_base;               /* 10000 */

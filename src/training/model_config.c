@@ -41,9 +41,9 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     memset(cfg, 0, sizeof(*cfg));
     if (mc_args_bool(a, A(openai_gelu)))
         return mc_error(MC_ERR_UNSUPPORTED, "--openai-gelu is not supported by megatron.c yet");
-    if (mc_args_bool(a, A(apply_layernorm_1p)) || mc_args_bool(a, A(qk_layernorm)) ||
+    if (mc_args_bool(a, A(qk_layernorm)) ||
         mc_args_bool(a, A(apply_residual_connection_post_layernorm)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--apply-layernorm-1p, --qk-layernorm and "
+        return mc_error(MC_ERR_UNSUPPORTED, "--qk-layernorm and "
                         "--apply-residual-connection-post-layernorm are not supported by "
                         "megatron.c yet");
     mc_status st = position_type(a, &cfg->position_embedding_type);
@@ -62,6 +62,7 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->max_position_embeddings = mc_args_int(a, A(max_position_embeddings));
     cfg->seq_length = mc_args_int(a, A(seq_length));
     cfg->micro_batch_size = mc_args_int(a, A(micro_batch_size));
+    cfg->layernorm_zero_centered_gamma = mc_args_bool(a, A(apply_layernorm_1p));
     cfg->normalization = !strcmp(mc_args_str(a, A(normalization)), "RMSNorm") ? MC_NORM_RMSNORM
                                                                               : MC_NORM_LAYERNORM;
     cfg->norm_epsilon = (float)mc_args_float(a, A(norm_epsilon));

@@ -101,6 +101,7 @@ static void read_config(const mc_dump *in, struct mc_gpt_config *c)
     get_int(in, "normalization", &e);
     c->normalization = (enum mc_normalization)e;
     get_f32(in, "norm_epsilon", &c->norm_epsilon);
+    get_bool(in, "layernorm_zero_centered_gamma", &c->layernorm_zero_centered_gamma);
     e = (int)c->position_embedding_type;
     get_int(in, "position_embedding_type", &e);
     c->position_embedding_type = (enum mc_position_embedding)e;

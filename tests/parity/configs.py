@@ -43,6 +43,9 @@ CONFIGS = {
                              rope_scaling_factor=8.0, rotary_base=1000000.0), {}),
     'rmsnorm': (variant(GPT2, normalization=NORM_RMSNORM, norm_epsilon=1e-3), {}),
     'layernorm_eps': (variant(GPT2, norm_epsilon=1e-2), {}),
+    # --apply-layernorm-1p: zero-centered norm weights (LayerNorm, and TENorm's RMSNorm)
+    'layernorm_1p': (variant(GPT2, layernorm_zero_centered_gamma=1), {}),
+    'rmsnorm_1p': (variant(LLAMA, layernorm_zero_centered_gamma=1), {}),
     'gelu_erf': (variant(GPT2, activation=ACT_GELU_ERF), {}),
     'swiglu': (variant(GPT2, activation=ACT_SWIGLU, ffn_hidden_size=40), {}),
     'squared_relu': (variant(GPT2, activation=ACT_SQUARED_RELU), {}),
