@@ -130,6 +130,17 @@ EXTENSIONS = [
     ('--padded-vocab-size', 'padded_vocab_size', 'int',
      'MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up '
      'to --make-vocab-size-divisible-by x tp'),
+    # mindspeed_llm/features_manager/common/rotary.py: Llama-3.x RoPE scaling with its constants
+    ('--rope-scaling-type', 'rope_scaling_type', 'str',
+     'MindSpeed-LLM: RoPE scaling variant; llama3 (with --rope-scaling-factor, '
+     '--low-freq-factor, --high-freq-factor, --original-max-position-embeddings) is '
+     'implemented, yarn / longrope / plm are refused'),
+    ('--low-freq-factor', 'low_freq_factor', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, low-frequency factor (Megatron fixes 1)'),
+    ('--high-freq-factor', 'high_freq_factor', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)'),
+    ('--original-max-position-embeddings', 'original_max_position_embeddings', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features
@@ -139,7 +150,7 @@ MINDSPEED_REFUSED = '''
 --context-parallel-algo --use-cp-send-recv-overlap
 --first-k-dense-replace --moe-permutation-async-comm --no-shared-storage --n-shared-experts
 --moe-intermediate-size --multi-head-latent-attention --qk-rope-head-dim --qk-nope-head-dim
---rope-scaling-type --rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
+--rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
 --rope-scaling-mscale-all-dim --rope-scaling-original-max-position-embeddings --shape-order
 --reuse-fp32-param --handler-name --enable-hf2mg-convert --model-type-hf --prompt-type
 --tokenizer-not-use-fast --use-deter-comp --sparse-mode --use-distributed-optimizer-swap
@@ -148,8 +159,8 @@ MINDSPEED_REFUSED = '''
 --gemm-gradient-accumulation-fusion --noop-layers --input-layernorm-in-fp32 --o2-optimizer
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
---jit-compile --use-flash-attn-mindspeed --low-freq-factor --high-freq-factor
---original-max-position-embeddings --num-layer-list --norm-topk-prob --square-alibi-mask
+--jit-compile --use-flash-attn-mindspeed
+--num-layer-list --norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
 --longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs

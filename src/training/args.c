@@ -896,6 +896,11 @@ mc_status mc_args_check_support(struct mc_args *a)
     mc_status st = check_values(a);
     if (st != MC_OK)
         return st;
+    /* MindSpeed-LLM's RoPE variants: llama3 is implemented (model_config.c), not the others */
+    const char *rope = mc_args_str(a, MC_A_rope_scaling_type);
+    if (rope && strcmp(rope, "llama3"))
+        return unsupported(a, "--rope-scaling-type %s is not supported by megatron.c yet (only "
+                           "llama3)", rope);
     for (int id = 0; id < MC_A_NUM_OPTIONS; id++) {
         const struct mc_arg_def *d = &mc_arg_defs[id];
         if (d->support == MC_ARG_UNSUPPORTED && a->given[id] && !equals_default(a, id))

@@ -91,6 +91,22 @@ def megatron_model(c):
         cfg.layernorm_zero_centered_gamma = True
         restore = use_fused_layer_norm()
     spec = get_gpt_layer_local_spec(normalization=norm)
+    if c['rope_low_freq_factor'] or c['rope_high_freq_factor'] or c['rope_original_max_position']:
+        # MindSpeed-LLM's llama3 constants: Megatron's own _apply_scaling, given them
+        from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+        orig_scaling = RotaryEmbedding._apply_scaling
+
+        def scaling(self, freqs, factor=8):
+            return orig_scaling(self, freqs, factor=factor,
+                                low_freq_factor=c['rope_low_freq_factor'] or 1,
+                                high_freq_factor=c['rope_high_freq_factor'] or 4,
+                                original_max_position_embeddings=c['rope_original_max_position'] or 8192)
+        RotaryEmbedding._apply_scaling = scaling
+        outer_restore = restore
+
+        def restore():
+            RotaryEmbedding._apply_scaling = orig_scaling
+            outer_restore()
     try:
         return GPTModel(cfg, spec, vocab_size=c['padded_vocab_size'],
                         max_sequence_length=c['max_position_embeddings'],
