@@ -12,7 +12,9 @@
  * the rank and world size are MPI's (the launcher's variables are cross-checked); a rank that
  * fails prints its error and brings every rank down with MPI_Abort (exit status 1, or 2 for a
  * command-line error), so a failure never leaves the other ranks waiting in a collective. A
- * single process, and --dry-run, never touch MPI. */
+ * single process, and --dry-run, never touch MPI. Without OMP_NUM_THREADS each rank runs its
+ * share of its cores (parallel_state/threads.c); build/bin/torchrun starts ranks from a
+ * torchrun command line (tools/torchrun). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,9 +178,10 @@ int main(int argc, char **argv)
     if (world) { /* whole lines, so the ranks' output does not interleave mid-line */
         setvbuf(stdout, NULL, _IOLBF, 0);
         mc_log_set_rank((int)mc_args_int(a, MC_A_rank));
-        if (!rank0) /* info once, from rank 0 (Megatron's log_single_rank); warnings from all */
-            mc_log_set_level(MC_LOG_WARN);
     }
+    mc_launch_set_threads(); /* every rank says how many threads on which cores */
+    if (world && !rank0) /* info once, from rank 0 (Megatron's log_single_rank); warnings from all */
+        mc_log_set_level(MC_LOG_WARN);
     if (mc_pretrain_gpt(a, t0) != MC_OK) {
         fflush(stdout);
         if (world)
