@@ -35,6 +35,8 @@ mc_status mc_tok_read_file(const char *path, const char *what, char **out, size_
 mc_status mc_tok_gpt2_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_null_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
+/* MindSpeed-LLM's PretrainedFromHF: the directory is args->tokenizer_model */
+mc_status mc_tok_hf_auto_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_tiktoken_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 /* kind: 0 SentencePieceTokenizer, 1 GPTSentencePieceTokenizer, 2 Llama2Tokenizer */
 mc_status mc_tok_spm_init(const struct mc_tokenizer_args *args, int kind, mc_tokenizer *t);

@@ -51,6 +51,10 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
         refuse(r, "--num-distributed-optimizer-instances is not supported by megatron.c yet");
     if (a->given[A(moe_layer_freq)] && !mc_args_is_none(a, A(num_experts)))
         refuse(r, "--moe-layer-freq is not supported by megatron.c yet (mixture of experts)");
+    /* MindSpeed-LLM's RoPE variants: llama3 is implemented (model_config.c), not the others */
+    const char *rope = mc_args_str(a, A(rope_scaling_type));
+    if (rope && !str_is(rope, "llama3"))
+        refuse(r, "--rope-scaling-type %s is not supported by megatron.c yet (only llama3)", rope);
 }
 
 /* 2. The support class of the option table. */

@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "training/dry_run.h"
 
 struct mc_train_data {
     struct mc_train_data_config c;
@@ -68,9 +69,11 @@ mc_status mc_train_data_config_init(struct mc_train_data_config *d, const struct
     c->eod = eod;
     c->pad = -1;
     int64_t vocab = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size);
+    struct mc_tokenizer_args ta; /* the tokenizer's files, as build_tokenizer reads them */
+    mc_tokenizer_args_from(a, &ta);
     mc_status st = mc_gpt_tokenizer_desc_from_args(
-        &c->tokenizer, mc_args_str(a, MC_A_tokenizer_type), mc_args_str(a, MC_A_vocab_file),
-        mc_args_str(a, MC_A_merge_file), mc_args_str(a, MC_A_tokenizer_model), vocab, d->vocab_buf);
+        &c->tokenizer, ta.tokenizer_type, ta.vocab_file, ta.merge_file, ta.tokenizer_model, vocab,
+        d->vocab_buf);
     if (st)
         return st;
     bool have;
@@ -117,7 +120,8 @@ void mc_train_data_num_samples(const struct mc_args *a, int64_t sizes[3])
                                         mc_args_int(a, MC_A_eval_iters), sizes);
 }
 
-mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret)
+mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, int64_t pad, FILE *out,
+                             mc_train_data **ret)
 {
     mc_train_data *d = mc_calloc(1, sizeof(*d));
     if (!d)
@@ -125,6 +129,7 @@ mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc
     mc_status st = mc_train_data_config_init(&d->c, a, eod, NULL);
     if (st)
         goto fail;
+    d->c.cfg.pad = pad; /* GPTDataset reads tokenizer.pad (no option of its own) */
     int64_t sizes[3];
     mc_train_data_num_samples(a, sizes);
     if (out) {

@@ -51,8 +51,10 @@ struct mc_micro_batch {
 };
 
 /* Builds the three splits with Megatron's target sizes (printing its "> building train,
- * validation, and test datasets ..." lines to out, NULL = silent). eod is the tokenizer's. */
-mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret);
+ * validation, and test datasets ..." lines to out, NULL = silent). eod and pad are the
+ * tokenizer's (mc_tok_eod, mc_tok_pad: GPTDataset masks the loss of labels equal to pad). */
+mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, int64_t pad, FILE *out,
+                             mc_train_data **ret);
 void mc_train_data_free(mc_train_data *d);
 bool mc_train_data_has(const mc_train_data *d, int split);
 
