@@ -38,7 +38,7 @@ save save_interval no_save_optim no_save_rng load no_load_optim no_load_rng fine
 exit_on_missing_checkpoint ckpt_format use_dist_ckpt_deprecated dist_ckpt_format_deprecated
 ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_step perform_initialization
 fp16 bf16 loss_scale initial_loss_scale min_loss_scale loss_scale_window hysteresis
-fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32
+fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32 apply_layernorm_1p
 accumulate_allreduce_grads_in_fp32 grad_reduce_in_bf16
 tensor_model_parallel_size encoder_tensor_model_parallel_size pipeline_model_parallel_size
 encoder_pipeline_model_parallel_size model_parallel_size use_distributed_optimizer
@@ -122,16 +122,35 @@ EXTENSIONS = [
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
     ('--coc-fused-kernel', 'coc_fused_kernel', 'flag(store_true)',
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
+    # MindSpeed-LLM options megatron.c implements (mindspeed_llm/features_manager/tokenizer/
+    # build_tokenizer.py): value-taking, default None, used (no "accepted" note).
+    ('--tokenizer-name-or-path', 'tokenizer_name_or_path', 'str',
+     'MindSpeed-LLM: local HuggingFace tokenizer directory for --tokenizer-type '
+     'PretrainedFromHF (tokenizer.json, tokenizer_config.json)'),
+    ('--padded-vocab-size', 'padded_vocab_size', 'int',
+     'MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up '
+     'to --make-vocab-size-divisible-by x tp'),
+    # mindspeed_llm/features_manager/common/rotary.py: Llama-3.x RoPE scaling with its constants
+    ('--rope-scaling-type', 'rope_scaling_type', 'str',
+     'MindSpeed-LLM: RoPE scaling variant; llama3 (with --rope-scaling-factor, '
+     '--low-freq-factor, --high-freq-factor, --original-max-position-embeddings) is '
+     'implemented, yarn / longrope / plm are refused'),
+    ('--low-freq-factor', 'low_freq_factor', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, low-frequency factor (Megatron fixes 1)'),
+    ('--high-freq-factor', 'high_freq_factor', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)'),
+    ('--original-max-position-embeddings', 'original_max_position_embeddings', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features
 # megatron.c lacks). Value-taking ones list how many values follow (the parser skips nothing:
 # the run stops at the first one).
 MINDSPEED_REFUSED = '''
---context-parallel-algo --use-cp-send-recv-overlap --tokenizer-name-or-path --padded-vocab-size
+--context-parallel-algo --use-cp-send-recv-overlap
 --first-k-dense-replace --moe-permutation-async-comm --no-shared-storage --n-shared-experts
 --moe-intermediate-size --multi-head-latent-attention --qk-rope-head-dim --qk-nope-head-dim
---rope-scaling-type --rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
+--rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
 --rope-scaling-mscale-all-dim --rope-scaling-original-max-position-embeddings --shape-order
 --reuse-fp32-param --handler-name --enable-hf2mg-convert --model-type-hf --prompt-type
 --tokenizer-not-use-fast --use-deter-comp --sparse-mode --use-distributed-optimizer-swap
@@ -140,19 +159,56 @@ MINDSPEED_REFUSED = '''
 --gemm-gradient-accumulation-fusion --noop-layers --input-layernorm-in-fp32 --o2-optimizer
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
---jit-compile --use-flash-attn-mindspeed --low-freq-factor --high-freq-factor
---original-max-position-embeddings --num-layer-list --norm-topk-prob --square-alibi-mask
+--jit-compile --use-flash-attn-mindspeed
+--num-layer-list --norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
---longrope-freqs-type --long-factor --short-factor --sliding-window
+--longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs
 '''.split()
 
 # Values that MindSpeed-LLM adds to the choices of Megatron options: refused by name (exit 2)
 # instead of argparse's "invalid choice" (option and value as the user wrote them).
 MINDSPEED_REFUSED_VALUES = [
-    ('--tokenizer-type', 'PretrainedFromHF'), ('--tokenizer-type', 'MagistralTokenizer'),
+    ('--tokenizer-type', 'MagistralTokenizer'),
     ('--position-embedding-type', 'alibi'),
 ]
+
+# Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
+# the checks; this is the note --help prints next to the option). Keep the two in step.
+LIMITS = {
+    'bf16': 'refused: mixed precision is not available yet',
+    'fp16': 'refused: mixed precision is not available yet',
+    'ckpt_format': '--save writes torch only (the default torch_dist is refused for --save); --load reads torch and torch_dist',
+    'use_dist_ckpt_deprecated': 'refused with --save (torch_dist)',
+    'context_parallel_size': 'values above 1 refused',
+    'num_experts': 'refused: mixture of experts',
+    'expert_model_parallel_size': 'values above 1 refused',
+    'encoder_tensor_model_parallel_size': 'values above 0 refused',
+    'encoder_pipeline_model_parallel_size': 'values above 0 refused',
+    'data_parallel_sharding_strategy': 'only no_shard and optim',
+    'num_distributed_optimizer_instances': 'only 1',
+    'position_embedding_type': 'mrope and relative refused',
+    'tokenizer_type': 'BertWordPiece* and *MultimodalTokenizer refused',
+    'num_layers_per_virtual_pipeline_stage': 'at most 64 chunks; 1 chunk refused',
+    'num_virtual_stages_per_pipeline_rank': 'at most 64; 1 refused',
+}
+
+HELP_FILE = os.path.join(HERE, 'args_help.txt')
+
+
+def read_help():
+    """{option: one-line description} from args_help.txt ('--option<TAB>text'; '#' comments)."""
+    out = {}
+    with open(HELP_FILE) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip() or line.startswith('#'):
+                continue
+            opt, sep, text = line.rstrip('\n').partition('\t')
+            assert sep and text.strip(), '%s:%d: want "--option<TAB>description"' % (HELP_FILE, n)
+            assert opt not in out, '%s:%d: %s twice' % (HELP_FILE, n, opt)
+            out[opt] = text.strip()
+    return out
+
 
 KIND = {'int': 'MC_ARGT_INT', 'float': 'MC_ARGT_FLOAT', 'str': 'MC_ARGT_STR',
         'flag(store_true)': 'MC_ARGT_STORE_TRUE', 'flag(store_false)': 'MC_ARGT_STORE_FALSE',
@@ -198,6 +254,8 @@ def choices_of(a):
     ch = ['None' if x is None else x for x in (a['choices'] or [])]
     if a['dest'] == 'distributed_backend':
         ch += ['hccl', 'mpi']
+    if a['dest'] == 'tokenizer_type':
+        ch += ['PretrainedFromHF']  # MindSpeed-LLM's AutoTokenizer over a local directory
     return ch
 
 
@@ -212,8 +270,14 @@ def support_of(a):
     return 'MC_ARG_UNSUPPORTED'
 
 
-def write_options_doc(rows):
-    """docs/cli-options.md: every option with its support class, grouped by class."""
+SUPPORT_WORDS = {'MC_ARG_SUPPORTED': 'supported', 'MC_ARG_NOOP': 'accepted, no effect',
+                 'MC_ARG_UNUSED': 'accepted, not used by GPT', 'MC_ARG_UNSUPPORTED': '**refused**',
+                 'MC_ARG_EXTENSION': 'megatron.c extension'}
+
+
+def write_options_doc(rows, helps):
+    """docs/cli-options.md: every option with its support class, grouped by class, then every
+    option with its description, grouped as Megatron's argparse groups them (as --help)."""
     titles = [
         ('MC_ARG_SUPPORTED', 'Supported',
          'Parsed, validated and (where it applies) used by the front end: dry run, memory and '
@@ -226,9 +290,11 @@ def write_options_doc(rows):
         ('MC_ARG_UNUSED', 'Accepted, not used by GPT pretraining',
          "Megatron's own pretrain_gpt.py does not read them either (BERT/ICT, vision, inference)."),
         ('MC_ARG_UNSUPPORTED', 'Not supported yet: refused at start-up',
-         'Given with a value other than the default, pretrain_gpt stops with '
-         '"NotImplementedError: --<option> is not supported by megatron.c yet" (exit 1). '
-         '--dry-run lists the first one and carries on.'),
+         'Given with a value other than the default, pretrain_gpt stops before training with '
+         '"NotImplementedError: --<option> is not supported by megatron.c yet" (exit 1), one '
+         'line per refused option, all of them at once (rank 0 only under mpirun). --dry-run '
+         'reports the same list (src/training/refusals.c) and exits 1. Some values of '
+         'supported options are refused too (the "megatron.c" column below).'),
         ('MC_ARG_EXTENSION', 'megatron.c extensions',
          'Not in Megatron\'s parser: --dry-run, and MindSpeed fused-kernel flags accepted with a '
          'one-line note.'),
@@ -246,6 +312,23 @@ def write_options_doc(rows):
               'MindSpeed-LLM values of Megatron options refused by name (exit 2, '
               '"--x y is a MindSpeed option value that megatron.c does not support yet"):', '',
               ', '.join('`%s %s`' % ov for ov in MINDSPEED_REFUSED_VALUES), '']
+    lines += ['## Every option, by group', '',
+              'The groups and their order are those of Megatron\'s argparse parser '
+              '(`pretrain_gpt --help` prints the same). The descriptions are megatron.c\'s own '
+              '(scripts/args_help.txt).', '']
+    group = None
+    for a, sup, note in rows:
+        if a['group'] != group:
+            group = a['group']
+            lines += ['', '### %s' % group, '', '| option | what it does | megatron.c |',
+                      '|---|---|---|']
+        text = note or helps[a['options'][0]]
+        status = SUPPORT_WORDS[sup]
+        if LIMITS.get(a['dest']):
+            status += '; ' + LIMITS[a['dest']]
+        lines.append('| `%s` | %s | %s |' % ('`, `'.join(a['options']), text.replace('|', '\\|'),
+                                               status))
+    lines.append('')
     path = os.path.join(ROOT, 'docs', 'cli-options.md')
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + '.tmp', 'w') as f:
@@ -267,6 +350,13 @@ def main():
         assert not unknown, unknown
     ids = dests + DERIVED + [e[1] for e in EXTENSIONS]
     assert len(set(ids)) == len(ids)
+    helps = read_help()
+    missing = [a['options'][0] for a in args if a['options'][0] not in helps]
+    assert not missing, 'no description in args_help.txt for %s' % missing
+    extra = set(helps) - {a['options'][0] for a in args}
+    assert not extra, 'args_help.txt describes unknown options %s' % sorted(extra)
+    unknown_limits = set(LIMITS) - set(dests)
+    assert not unknown_limits, unknown_limits
 
     h = []
     h.append('/* GENERATED by scripts/gen_args_table.py from megatron_argument_catalog.json '
@@ -307,7 +397,7 @@ def main():
         rows.append((a, sup, None))
     for opt, dest, typ, note in EXTENSIONS:
         rows.append(({'options': [opt], 'dest': dest, 'type': typ, 'nargs': 0,
-                      'default': False, 'choices': None,
+                      'default': False if typ.startswith('flag') else None, 'choices': None,
                       'group': 'megatron.c extensions'}, 'MC_ARG_EXTENSION', note))
     for a, sup, note in rows:
         d = a['dest']
@@ -326,15 +416,18 @@ def main():
         opts = a['options']
         kind, iv, fv, sv, lst = default_fields(a['default'])
         nargs = {None: "0", 0: "0", '*': "'*'", '+': "'+'"}[a['nargs']]
-        c.append('    [MC_A_%s] = {%s, %s, %s, %s, %s, %s, %s, {%s, %d, %s, %s, %s, %d}, %s, %s},' % (
+        c.append('    [MC_A_%s] = {%s, %s, %s, %s, %s, %s, %s, {%s, %d, %s, %s, %s, %d}, %s, %s, '
+                 '%s, %s},' % (
             d, cstr(opts[0]), cstr(opts[1] if len(opts) > 1 else None), cstr(d),
             cstr(a['group']), KIND[a['type']], nargs,
             'ch_%s' % d if choices_of(a) else 'NULL',
             kind, iv, fv, cstr(sv), ('dl_%s' % d) if lst is not None else 'NULL',
-            len(lst) if lst else 0, sup, cstr(note)))
+            len(lst) if lst else 0, sup, cstr(note),
+            cstr(note if note else helps[opts[0]]), cstr(LIMITS.get(d))))
     for d in DERIVED:
         c.append('    [MC_A_%s] = {NULL, NULL, %s, NULL, MC_ARGT_DERIVED, 0, NULL, '
-                 '{MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL},' % (d, cstr(d)))
+                 '{MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},' % (
+                     d, cstr(d)))
     c.append('};\n')
     c.append('/* MindSpeed / MindSpeed-LLM options that megatron.c refuses by name. */')
     c.append('const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {')
@@ -346,7 +439,7 @@ def main():
     for o, v in MINDSPEED_REFUSED_VALUES:
         c.append('    {%s, %s},' % (cstr(o), cstr(v)))
     c.append('};')
-    write_options_doc(rows)
+    write_options_doc(rows, helps)
     out_dir = os.path.join(ROOT, 'src', 'training')
     for name, lines in (('args_table.h', h), ('args_table.c', c)):
         tmp = os.path.join(out_dir, name + '.tmp')
