@@ -162,8 +162,18 @@ void mc_comm_wait_begin(const char *what);
 /* The same, naming the collective too ("all-reduce"): the message says both. */
 void mc_comm_wait_begin_op(const char *op, const char *what);
 void mc_comm_wait_end(void);
-/* MPI_Wait on an MPI_Request * inside such a bracket; returns MPI's code. */
+/* Idle waiting (comm.c): MPI_Waitall on n MPI_Requests (mpi_requests is an MPI_Request *)
+ * inside such a bracket, op and what naming the wait. It spins on MPI_Testall while the wait
+ * is short (1 ms after the last test that moved data), then sleeps between tests (10 us
+ * doubling to 1 ms), so a rank waiting for a stopped or slow peer uses next to no CPU.
+ * Every blocking MPI operation of megatron.c is its non-blocking form plus this wait.
+ * Returns MPI's code. */
+int mc_comm_wait_requests(int n, void *mpi_requests, const char *op, const char *what);
+/* The same for one request. */
 int mc_comm_wait_request(void *mpi_request, const char *what);
+/* This rank's waits so far: [0] count, [1] seconds waited, [2] waits that slept, [3] seconds
+ * asleep (MC_COMM_STATS prints them as comm-wait lines). */
+void mc_comm_wait_totals(double out[4]);
 
 /* ---- comm.c: per-rank communication counters (MC_COMM_STATS=1) ----------------------------
  * Private to megatron.c: every wrapper that moves data (all-reduce, reduce-scatter,
