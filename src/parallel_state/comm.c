@@ -9,9 +9,16 @@
 
 /* Communication counters (MC_COMM_STATS=1): [kind][verb] calls, payload and ring wire bytes. */
 static double g_stat[MC_COMM_KIND_NUM][MC_COMM_VERB_NUM][3];
-enum { STAT_REGISTRY = 32 };
-static struct { const void *comm; enum mc_comm_kind kind; } g_reg[STAT_REGISTRY];
+enum { STAT_REGISTRY = 32, PEERS_MAX = 160 };
+/* Each registered communicator's kind, and its other members for the watchdog's message
+ * ("world rank 1 on host-b"), written once when the group is made. */
+static struct {
+    const void *comm;
+    enum mc_comm_kind kind;
+    char peers[PEERS_MAX];
+} g_reg[STAT_REGISTRY];
 static int g_nreg;
+static void describe_peers(const void *comm, char *buf, size_t n);
 
 void mc_comm_stats_register(const void *comm, enum mc_comm_kind kind)
 {
@@ -20,12 +27,22 @@ void mc_comm_stats_register(const void *comm, enum mc_comm_kind kind)
     for (int i = 0; i < g_nreg; i++)
         if (g_reg[i].comm == comm) { /* a freed and reused handle: the newest group wins */
             g_reg[i].kind = kind;
+            describe_peers(comm, g_reg[i].peers, PEERS_MAX);
             return;
         }
     if (g_nreg < STAT_REGISTRY) {
         g_reg[g_nreg].comm = comm;
-        g_reg[g_nreg++].kind = kind;
+        g_reg[g_nreg].kind = kind;
+        describe_peers(comm, g_reg[g_nreg++].peers, PEERS_MAX);
     }
+}
+
+const char *mc_comm_peers(const void *comm)
+{
+    for (int i = 0; comm && i < g_nreg; i++)
+        if (g_reg[i].comm == comm)
+            return g_reg[i].peers[0] ? g_reg[i].peers : NULL;
+    return NULL;
 }
 
 enum mc_comm_kind mc_comm_stats_kind(const void *comm)
@@ -92,10 +109,10 @@ static double now_s(void)
 #define WAIT_SLEEP_MIN_NS 10000L
 #define WAIT_SLEEP_MAX_NS 1000000L
 
-static int wait_all(int n, MPI_Request *req, const char *op, const char *what)
+static int wait_all(int n, MPI_Request *req, const void *comm, const char *op, const char *what)
 {
     int done = 0;
-    mc_comm_wait_begin_op(op, what);
+    mc_comm_wait_begin_on(comm, op, what);
     double t0 = now_s(), busy = t0, slept = 0;
     long sleep_ns = WAIT_SLEEP_MIN_NS;
     int rc;
@@ -124,13 +141,69 @@ static int wait_all(int n, MPI_Request *req, const char *op, const char *what)
     return rc;
 }
 
-int mc_comm_wait_requests(int n, void *mpi_requests, const char *op, const char *what)
+int mc_comm_wait_requests(int n, void *mpi_requests, const void *comm, const char *op,
+                          const char *what)
 {
-    return wait_all(n, (MPI_Request *)mpi_requests, op, what);
+    return wait_all(n, (MPI_Request *)mpi_requests, comm, op, what);
 }
 
 static MPI_Comm g_world = MPI_COMM_NULL;
 static bool g_we_initialized;
+static mc_status comm_error(int rc, const char *what);
+
+/* Every world rank's host (MPI_Get_processor_name, cut to HOST_MAX - 1 bytes), gathered once
+ * at mc_comm_init so that a timed-out wait can name the ranks and hosts it waited for. */
+enum { HOST_MAX = 48 };
+static char (*g_hosts)[HOST_MAX];
+static int g_world_size;
+
+static mc_status gather_hosts(void)
+{
+    char me[MPI_MAX_PROCESSOR_NAME] = "", mine[HOST_MAX] = "";
+    int len = 0, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &g_world_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Get_processor_name(me, &len);
+    snprintf(mine, sizeof(mine), "%s", me);
+    g_hosts = mc_alloc(sizeof(*g_hosts) * (size_t)g_world_size);
+    if (!g_hosts)
+        return mc_error(MC_ERR_NOMEM, "host names of %d ranks", g_world_size);
+    int rc = MPI_Allgather(mine, HOST_MAX, MPI_CHAR, g_hosts, HOST_MAX, MPI_CHAR,
+                           MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "gathering the ranks' host names");
+}
+
+/* "world rank 1 on hostB", "world ranks 1 on hostB, 3 on hostC", ... (the other members of
+ * comm; "..." when they do not fit). Local calls only (no communication). */
+static void describe_peers(const void *comm, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (!comm || !g_hosts || *(const MPI_Comm *)comm == MPI_COMM_NULL)
+        return;
+    MPI_Comm c = *(const MPI_Comm *)comm;
+    MPI_Group g, w;
+    int size = 0, me = 0;
+    MPI_Comm_size(c, &size);
+    MPI_Comm_rank(c, &me);
+    if (MPI_Comm_group(c, &g) != MPI_SUCCESS)
+        return;
+    MPI_Comm_group(MPI_COMM_WORLD, &w);
+    size_t used = (size_t)snprintf(buf, n, "world rank%s", size > 2 ? "s" : "");
+    for (int i = 0, k = 0; i < size && used < n; i++) {
+        int wr = MPI_UNDEFINED;
+        MPI_Group_translate_ranks(g, 1, &i, w, &wr);
+        if (i == me || wr == MPI_UNDEFINED || wr >= g_world_size)
+            continue;
+        int m = snprintf(buf + used, n - used, "%s %d on %s", k++ ? "," : "", wr, g_hosts[wr]);
+        if (m < 0 || used + (size_t)m >= n - 4) {
+            snprintf(buf + used, n - used, ", ...");
+            break;
+        }
+        used += (size_t)m;
+    }
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+}
 
 static mc_status comm_error(int rc, const char *what)
 {
@@ -164,6 +237,8 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
     if (mpi[MC_LAUNCH_WORLD_SIZE] != world_size) /* not from a variable mc_launch_check saw */
         return mc_error(MC_ERR_COMM, "the launcher's world size (%lld) differs from MPI's (%d)",
                         (long long)world_size, mpi[MC_LAUNCH_WORLD_SIZE]);
+    if ((st = gather_hosts()))
+        return st;
     g_world = MPI_COMM_WORLD;
     *world_comm = &g_world;
     mc_comm_stats_register(&g_world, MC_COMM_KIND_WORLD);
@@ -207,7 +282,7 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
                                 mpi_type(type), op == MC_COMM_SUM ? MPI_SUM : MPI_MAX,
                                 *(MPI_Comm *)comm, &r);
         if (rc == MPI_SUCCESS)
-            rc = wait_all(1, &r, "all-reduce", what);
+            rc = wait_all(1, &r, comm, "all-reduce", what);
         if (rc != MPI_SUCCESS)
             return comm_error(rc, what);
         done += chunk;
@@ -217,7 +292,7 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
 
 int mc_comm_wait_request(void *mpi_request, const char *what)
 {
-    return wait_all(1, (MPI_Request *)mpi_request, NULL, what);
+    return wait_all(1, (MPI_Request *)mpi_request, NULL, NULL, what);
 }
 
 /* One rank's block of an all-gather / reduce-scatter, checked against MPI's int counts. */
@@ -251,7 +326,7 @@ mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t 
     int rc = MPI_Iallgather(local, (int)n_local, mpi_type(type), full, (int)n_local,
                             mpi_type(type), *(MPI_Comm *)comm, &r);
     if (rc == MPI_SUCCESS)
-        rc = wait_all(1, &r, "all-gather", what);
+        rc = wait_all(1, &r, comm, "all-gather", what);
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
 }
 
@@ -274,7 +349,7 @@ mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int6
     int rc = MPI_Ireduce_scatter_block(full, local, (int)n_local, mpi_type(type), MPI_SUM,
                                        *(MPI_Comm *)comm, &r);
     if (rc == MPI_SUCCESS)
-        rc = wait_all(1, &r, "reduce-scatter", what);
+        rc = wait_all(1, &r, comm, "reduce-scatter", what);
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
 }
 
@@ -285,7 +360,7 @@ mc_status mc_comm_barrier(void *comm)
     MPI_Request r;
     int rc = MPI_Ibarrier(*(MPI_Comm *)comm, &r);
     if (rc == MPI_SUCCESS)
-        rc = wait_all(1, &r, NULL, "barrier");
+        rc = wait_all(1, &r, comm, NULL, "barrier");
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "barrier");
 }
 
@@ -324,7 +399,7 @@ static void stats_print(void)
     MPI_Request r;
     int rc = MPI_Igather(mine, n + 4, MPI_DOUBLE, all, n + 4, MPI_DOUBLE, 0, g_world, &r);
     if (rc == MPI_SUCCESS)
-        rc = wait_all(1, &r, "gather", "MC_COMM_STATS counters");
+        rc = wait_all(1, &r, &g_world, "gather", "MC_COMM_STATS counters");
     if (rc == MPI_SUCCESS && rank == 0) {
         for (int r = 0; r < size; r++)
             for (int k = 0; k < MC_COMM_KIND_NUM; k++)
@@ -356,9 +431,18 @@ void mc_comm_finalize(void)
     if (g_we_initialized && !fin)
         MPI_Finalize();
     g_world = MPI_COMM_NULL;
+    mc_free(g_hosts);
+    g_hosts = NULL;
 }
 
 #else /* no MPI: one process */
+
+static void describe_peers(const void *comm, char *buf, size_t n)
+{
+    (void)comm;
+    if (n)
+        buf[0] = 0;
+}
 
 mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm)
 {

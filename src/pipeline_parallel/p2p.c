@@ -100,7 +100,7 @@ mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
     mc_status st = mc_pp_post(p, send_next, send_prev, recv_prev, recv_next, &h);
     if (st)
         return st;
-    int rc = mc_comm_wait_requests(4, h.req, NULL, "pipeline send/recv");
+    int rc = mc_comm_wait_requests(4, h.req, p->comm, NULL, "pipeline send/recv");
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
 
