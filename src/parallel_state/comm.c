@@ -411,7 +411,8 @@ static void stats_print(void)
                                "wire_bytes=%.0f\n", r, kind_name[k], verb_name[v], c[0], c[1],
                                c[2]);
                 }
-        for (int r = 0; r < size; r++) { /* comm-wait rank=R waits=N wait_s=S slept_waits=M slept_s=T */
+        /* comm-wait rank=R waits=N wait_s=S slept_waits=M slept_s=T */
+        for (int r = 0; r < size; r++) {
             const double *w = all + (size_t)r * (size_t)(n + 4) + n;
             printf("comm-wait rank=%d waits=%.0f wait_s=%.6f slept_waits=%.0f slept_s=%.6f\n", r,
                    w[0], w[1], w[2], w[3]);

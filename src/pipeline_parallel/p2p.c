@@ -89,7 +89,7 @@ mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active)
     if (!*active)
         return MC_OK;
     *active = false;
-    int rc = mc_comm_wait_request(r, "pipeline send/recv");
+    int rc = mc_comm_wait_requests(1, r, p->comm, NULL, "pipeline send/recv");
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
 

@@ -32,7 +32,7 @@ static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, MP
         MPI_Request r; /* non-blocking plus an idle wait (parallel_state/comm.c) */
         int rc = MPI_Iallreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm, &r);
         if (rc == MPI_SUCCESS)
-            rc = mc_comm_wait_request(&r, "tensor-parallel all-reduce");
+            rc = mc_comm_wait_requests(1, &r, g->comm, "all-reduce", "tensor-parallel all-reduce");
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;
