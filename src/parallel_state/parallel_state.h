@@ -160,8 +160,8 @@ void mc_launch_set_threads(void);
  * mc_comm_wait_requests, or by hand) with mc_comm_wait_begin(what) / mc_comm_wait_end() (two
  * atomic increments; what is a static string naming the call). Once mc_comm_watchdog_start
  * has run, a thread aborts the whole job (message naming this rank, the call, the peers and
- * source, then MPI_Abort) when one wait lasts longer than timeout_s. source says where the limit came from ("--distributed-timeout-minutes 10").
- * mc_comm_finalize stops the thread. */
+ * source, then MPI_Abort) when one wait lasts longer than timeout_s. source says where the
+ * limit came from ("--distributed-timeout-minutes 10"). mc_comm_finalize stops the thread. */
 mc_status mc_comm_watchdog_start(int rank, double timeout_s, const char *source);
 void mc_comm_watchdog_stop(void);
 void mc_comm_wait_begin(const char *what);
@@ -175,7 +175,8 @@ void mc_comm_wait_end(void);
  * inside such a bracket, op and what naming the wait, comm (an MPI_Comm * registered with
  * mc_comm_stats_register, or NULL) the group whose other members the watchdog names. It
  * spins on MPI_Testall while the wait is short (1 ms after the last test that moved data),
- * then sleeps between tests (10 us doubling to 1 ms), so a rank waiting for a stopped or slow peer uses next to no CPU.
+ * then sleeps between tests (10 us doubling to 1 ms), so a rank waiting for a stopped or
+ * slow peer uses next to no CPU.
  * Every blocking MPI operation of megatron.c is its non-blocking form plus this wait.
  * Returns MPI's code. */
 int mc_comm_wait_requests(int n, void *mpi_requests, const void *comm, const char *op,
