@@ -3,7 +3,7 @@
 # OpenMP, MPI, the GEMM libraries, and Debian's CPU PyTorch for the parity tests.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libblis-dev libdnnl-dev libopenmpi-dev openmpi-bin
-      python3 python3-numpy python3-torch python3-regex python3-pip python3-venv)
+      python3 python3-numpy python3-torch python3-regex python3-pybind11 python3-pip python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
