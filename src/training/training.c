@@ -203,6 +203,12 @@ static mc_status check_supported(const struct mc_args *a)
         return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
                         "supported; add --ckpt-format torch to --save/--load (Megatron's default "
                         "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
+    /* Megatron takes iteration % N: 0 dies with ZeroDivisionError after the first step. */
+    int hash_id = MC_A_check_weight_hash_across_dp_replicas_interval;
+    if (!mc_args_is_none(a, hash_id) && mc_args_int(a, hash_id) <= 0)
+        return mc_error(MC_ERR_CONFIG, "--check-weight-hash-across-dp-replicas-interval %lld: "
+                        "expected a positive number of iterations",
+                        (long long)mc_args_int(a, hash_id));
     /* --test-mode: Megatron's only real-time test (Attention.run_realtime_tests) compares the
      * Q/K layernorm parameters across TP/DP ranks and returns at once without --qk-layernorm;
      * with it, the check is not implemented here. */
@@ -1512,8 +1518,9 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     struct mc_timer *interval = timer(t, "interval-time", 0);
     mc_timer_start(interval);
     print_datetime("before the start of training step");
-    bool hash_check = !mc_args_is_none(a, MC_A_check_weight_hash_across_dp_replicas_interval);
-    int64_t hash_interval = hash_check ? mc_args_int(a, MC_A_check_weight_hash_across_dp_replicas_interval) : 0;
+    int hash_id = MC_A_check_weight_hash_across_dp_replicas_interval;
+    bool hash_check = !mc_args_is_none(a, hash_id);
+    int64_t hash_interval = hash_check ? mc_args_int(a, hash_id) : 0;
     if (hash_check) {
         mc_status st = check_weight_hashes(t, *iteration);
         if (st)
@@ -1557,7 +1564,8 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             mc_timer_stop(eval_time);
             mc_timer_start(interval); /* evaluation is not iteration time */
         }
-        if (hash_check && *iteration % hash_interval == 0 && (st = check_weight_hashes(t, *iteration)))
+        if (hash_check && *iteration % hash_interval == 0 &&
+            (st = check_weight_hashes(t, *iteration)))
             return st;
         if ((st = decide_exit(t, *iteration, exited)))
             return st;

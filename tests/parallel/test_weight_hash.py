@@ -9,7 +9,8 @@ tp2 x dp2 (4 ranks), interval 2, 4 iterations:
      world rank 3 just before the check of iteration 2): the run stops with Megatron's per-
      parameter log line and assertion text, after the check of iteration 0 passed;
   3. the same corruption without the option trains on to the end (what the check is for), its
-     first two iterations equal to run 1's (the check itself changes nothing)."""
+     first two iterations equal to run 1's (the check itself changes nothing);
+  4. an interval of 0 is refused at start-up (COMPATIBILITY.md)."""
 import re
 
 from mc_test import Checks, parse_exact, run_pretrain
@@ -53,6 +54,12 @@ def main():
             "without the option the corruption goes unnoticed (exit %d)" % unchecked.returncode)
     c.check(parse_exact(unchecked.stdout)[:2] == parse_exact(good.stdout)[:2],
             "the check changes no value: iterations 1-2 equal with and without it")
+
+    # Megatron's iteration % 0 dies after the first step: refused before any work instead.
+    zero = run_pretrain(A[:-4] + ["--check-weight-hash-across-dp-replicas-interval", "0"])
+    c.check(zero.returncode == 1 and "--check-weight-hash-across-dp-replicas-interval 0: "
+            "expected a positive number of iterations" in zero.stderr,
+            "interval 0 refused (exit %d): %s" % (zero.returncode, zero.stderr[-300:]))
     return c.summary()
 
 
