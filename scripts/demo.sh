@@ -24,7 +24,7 @@ build/bin/preprocess_data --input "$out/corpus.jsonl" --output-prefix "$out/corp
     --merge-file "$out/tokenizer/merges.txt" --append-eod --workers 2
 
 echo "== 4/4 pretrain_gpt"
-mpirun=(mpirun -np 1)
+mpirun=(mpirun -np 1 --bind-to none)  # Open MPI would bind the rank to one core
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 GPT_ARGS=(
     --num-layers 4 --hidden-size 256 --num-attention-heads 8

@@ -158,6 +158,43 @@ MINDSPEED_REFUSED_VALUES = [
     ('--position-embedding-type', 'alibi'),
 ]
 
+# Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
+# the checks; this is the note --help prints next to the option). Keep the two in step.
+LIMITS = {
+    'bf16': 'refused: mixed precision is not available yet',
+    'fp16': 'refused: mixed precision is not available yet',
+    'ckpt_format': 'only torch is supported with --save/--load; the default torch_dist is refused',
+    'use_dist_ckpt_deprecated': 'refused with --save/--load (torch_dist)',
+    'context_parallel_size': 'values above 1 refused',
+    'num_experts': 'refused: mixture of experts',
+    'expert_model_parallel_size': 'values above 1 refused',
+    'encoder_tensor_model_parallel_size': 'values above 0 refused',
+    'encoder_pipeline_model_parallel_size': 'values above 0 refused',
+    'data_parallel_sharding_strategy': 'only no_shard and optim',
+    'num_distributed_optimizer_instances': 'only 1',
+    'position_embedding_type': 'mrope and relative refused',
+    'tokenizer_type': 'BertWordPiece* and *MultimodalTokenizer refused',
+    'num_layers_per_virtual_pipeline_stage': 'at most 64 chunks; 1 chunk refused',
+    'num_virtual_stages_per_pipeline_rank': 'at most 64; 1 refused',
+}
+
+HELP_FILE = os.path.join(HERE, 'args_help.txt')
+
+
+def read_help():
+    """{option: one-line description} from args_help.txt ('--option<TAB>text'; '#' comments)."""
+    out = {}
+    with open(HELP_FILE) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip() or line.startswith('#'):
+                continue
+            opt, sep, text = line.rstrip('\n').partition('\t')
+            assert sep and text.strip(), '%s:%d: want "--option<TAB>description"' % (HELP_FILE, n)
+            assert opt not in out, '%s:%d: %s twice' % (HELP_FILE, n, opt)
+            out[opt] = text.strip()
+    return out
+
+
 KIND = {'int': 'MC_ARGT_INT', 'float': 'MC_ARGT_FLOAT', 'str': 'MC_ARGT_STR',
         'flag(store_true)': 'MC_ARGT_STORE_TRUE', 'flag(store_false)': 'MC_ARGT_STORE_FALSE',
         'bool': 'MC_ARGT_BOOL', '<lambda>': 'MC_ARGT_ATTN_BACKEND',
@@ -216,8 +253,14 @@ def support_of(a):
     return 'MC_ARG_UNSUPPORTED'
 
 
-def write_options_doc(rows):
-    """docs/cli-options.md: every option with its support class, grouped by class."""
+SUPPORT_WORDS = {'MC_ARG_SUPPORTED': 'supported', 'MC_ARG_NOOP': 'accepted, no effect',
+                 'MC_ARG_UNUSED': 'accepted, not used by GPT', 'MC_ARG_UNSUPPORTED': '**refused**',
+                 'MC_ARG_EXTENSION': 'megatron.c extension'}
+
+
+def write_options_doc(rows, helps):
+    """docs/cli-options.md: every option with its support class, grouped by class, then every
+    option with its description, grouped as Megatron's argparse groups them (as --help)."""
     titles = [
         ('MC_ARG_SUPPORTED', 'Supported',
          'Parsed, validated and (where it applies) used by the front end: dry run, memory and '
@@ -230,9 +273,11 @@ def write_options_doc(rows):
         ('MC_ARG_UNUSED', 'Accepted, not used by GPT pretraining',
          "Megatron's own pretrain_gpt.py does not read them either (BERT/ICT, vision, inference)."),
         ('MC_ARG_UNSUPPORTED', 'Not supported yet: refused at start-up',
-         'Given with a value other than the default, pretrain_gpt stops with '
-         '"NotImplementedError: --<option> is not supported by megatron.c yet" (exit 1). '
-         '--dry-run lists the first one and carries on.'),
+         'Given with a value other than the default, pretrain_gpt stops before training with '
+         '"NotImplementedError: --<option> is not supported by megatron.c yet" (exit 1), one '
+         'line per refused option, all of them at once (rank 0 only under mpirun). --dry-run '
+         'reports the same list (src/training/refusals.c) and exits 1. Some values of '
+         'supported options are refused too (the "megatron.c" column below).'),
         ('MC_ARG_EXTENSION', 'megatron.c extensions',
          'Not in Megatron\'s parser: --dry-run, and MindSpeed fused-kernel flags accepted with a '
          'one-line note.'),
@@ -250,6 +295,23 @@ def write_options_doc(rows):
               'MindSpeed-LLM values of Megatron options refused by name (exit 2, '
               '"--x y is a MindSpeed option value that megatron.c does not support yet"):', '',
               ', '.join('`%s %s`' % ov for ov in MINDSPEED_REFUSED_VALUES), '']
+    lines += ['## Every option, by group', '',
+              'The groups and their order are those of Megatron\'s argparse parser '
+              '(`pretrain_gpt --help` prints the same). The descriptions are megatron.c\'s own '
+              '(scripts/args_help.txt).', '']
+    group = None
+    for a, sup, note in rows:
+        if a['group'] != group:
+            group = a['group']
+            lines += ['', '### %s' % group, '', '| option | what it does | megatron.c |',
+                      '|---|---|---|']
+        text = note or helps[a['options'][0]]
+        status = SUPPORT_WORDS[sup]
+        if LIMITS.get(a['dest']):
+            status += '; ' + LIMITS[a['dest']]
+        lines.append('| `%s` | %s | %s |' % ('`, `'.join(a['options']), text.replace('|', '\\|'),
+                                               status))
+    lines.append('')
     path = os.path.join(ROOT, 'docs', 'cli-options.md')
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + '.tmp', 'w') as f:
@@ -271,6 +333,13 @@ def main():
         assert not unknown, unknown
     ids = dests + DERIVED + [e[1] for e in EXTENSIONS]
     assert len(set(ids)) == len(ids)
+    helps = read_help()
+    missing = [a['options'][0] for a in args if a['options'][0] not in helps]
+    assert not missing, 'no description in args_help.txt for %s' % missing
+    extra = set(helps) - {a['options'][0] for a in args}
+    assert not extra, 'args_help.txt describes unknown options %s' % sorted(extra)
+    unknown_limits = set(LIMITS) - set(dests)
+    assert not unknown_limits, unknown_limits
 
     h = []
     h.append('/* GENERATED by scripts/gen_args_table.py from megatron_argument_catalog.json '
@@ -330,15 +399,18 @@ def main():
         opts = a['options']
         kind, iv, fv, sv, lst = default_fields(a['default'])
         nargs = {None: "0", 0: "0", '*': "'*'", '+': "'+'"}[a['nargs']]
-        c.append('    [MC_A_%s] = {%s, %s, %s, %s, %s, %s, %s, {%s, %d, %s, %s, %s, %d}, %s, %s},' % (
+        c.append('    [MC_A_%s] = {%s, %s, %s, %s, %s, %s, %s, {%s, %d, %s, %s, %s, %d}, %s, %s, '
+                 '%s, %s},' % (
             d, cstr(opts[0]), cstr(opts[1] if len(opts) > 1 else None), cstr(d),
             cstr(a['group']), KIND[a['type']], nargs,
             'ch_%s' % d if choices_of(a) else 'NULL',
             kind, iv, fv, cstr(sv), ('dl_%s' % d) if lst is not None else 'NULL',
-            len(lst) if lst else 0, sup, cstr(note)))
+            len(lst) if lst else 0, sup, cstr(note),
+            cstr(note if note else helps[opts[0]]), cstr(LIMITS.get(d))))
     for d in DERIVED:
         c.append('    [MC_A_%s] = {NULL, NULL, %s, NULL, MC_ARGT_DERIVED, 0, NULL, '
-                 '{MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL},' % (d, cstr(d)))
+                 '{MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},' % (
+                     d, cstr(d)))
     c.append('};\n')
     c.append('/* MindSpeed / MindSpeed-LLM options that megatron.c refuses by name. */')
     c.append('const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {')
@@ -350,7 +422,7 @@ def main():
     for o, v in MINDSPEED_REFUSED_VALUES:
         c.append('    {%s, %s},' % (cstr(o), cstr(v)))
     c.append('};')
-    write_options_doc(rows)
+    write_options_doc(rows, helps)
     out_dir = os.path.join(ROOT, 'src', 'training')
     for name, lines in (('args_table.h', h), ('args_table.c', c)):
         tmp = os.path.join(out_dir, name + '.tmp')

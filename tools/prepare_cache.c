@@ -1,20 +1,24 @@
-/* prepare_cache: builds Megatron's GPT dataset index caches offline, from the same data
- * arguments as pretrain_gpt.py (the work BlendedMegatronDatasetBuilder does on rank 0 at the
- * start of training). The files (description.txt, document/sample/shuffle_index.npy,
- * dataset_index.npy, dataset_sample_index.npy) are byte-identical to Megatron's, so Megatron
- * and megatron.c both start without rebuilding. Documented in docs/formats/gpt_dataset_cache.md.
+/* prepare_cache: builds Megatron's GPT dataset index caches offline (the work
+ * BlendedMegatronDatasetBuilder does on rank 0 at the start of training), as Megatron's
+ * tools/prepare_cache.py does. It takes pretrain_gpt's whole command line: the same parser and
+ * validate_args (training/args.c, training/validate.c) read it, so a user runs it with the
+ * training script's arguments unchanged. The files (description.txt,
+ * document/sample/shuffle_index.npy, dataset_index.npy, dataset_sample_index.npy) are
+ * byte-identical to Megatron's, so Megatron and megatron.c both start without rebuilding.
+ * Documented in docs/formats/gpt_dataset_cache.md.
  *
- *   prepare_cache --data-path [W1] P1 [W2 P2 ...] --split 969,30,1 --seq-length 1024
- *                 --train-iters N | --train-samples N --global-batch-size B
- *                 [--eval-iters 100] [--eval-interval 1000] [--seed 1234]
- *                 [--data-cache-path DIR] [--tokenizer-type T --vocab-file V --merge-file M
- *                  | --tokenizer-model F | --vocab-size N] [--mock-data]
- *                 [--train-data-path ... --valid-data-path ... --test-data-path ...]
- *                 [--data-args-path F | --per-split-data-args-path F.json]
- *                 [--prepare-cache-world-size N] [--dump-samples N --dump-path P]
+ *   prepare_cache PRETRAIN_GPT_ARGS... --data-cache-path DIR [--prepare-cache-world-size N]
+ *
+ * As in Megatron, --data-cache-path is required and --mock-data is refused (ValueError, exit 1).
+ * megatron.c additions, for tests against Megatron's GPTDatasetConfig fields that have no
+ * command-line option: --dump-samples N --dump-path P (write the first N samples of each split),
+ * --eod-id N, --pad-id N, --no-add-extra-token-to-sequence, --keep-partial-validation-sequence.
  */
 #include "core/json.h"
 #include "megatron/gpt_dataset.h"
+#include "training/args.h"
+#include "training/train_data.h"
+#include "training/validate.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -22,139 +26,109 @@
 #include <string.h>
 
 #define MAX_PATHS 4096
+#define PROG "prepare_cache.py"
 
-struct args {
+/* What prepare_cache adds to pretrain_gpt's arguments. */
+struct extras {
+    int64_t world_size;   /* --prepare-cache-world-size, 0 = not given */
+    int64_t dump_samples, eod, pad;
+    const char *dump_path;
+    bool no_extra_token, keep_partial_valid;
+};
+
+/* Blend lists read from --data-args-path / --per-split-data-args-path. */
+struct files {
     const char *data[MAX_PATHS];
     int n_data;
     const char *per_split[3][MAX_PATHS];
     int n_per_split[3];
-    const char *data_args_path, *per_split_args_path;
     char *args_text;              /* --data-args-path contents, tokens point into it */
     mc_json_doc *per_split_doc;   /* --per-split-data-args-path, tokens point into it */
-    const char *split, *cache, *tok_type, *vocab_file, *merge_file, *tok_model, *dump_path;
-    int64_t seq, seed, train_iters, train_samples, gbs, eval_iters, eval_interval, vocab_size;
-    int64_t world_size, dump_samples, eod, pad;
-    bool no_extra_token, keep_partial_valid;
-    bool mock, reset_pos, reset_attn, eod_mask, no_attn_mask;
 };
-
-static void usage(void)
-{
-    fprintf(stderr,
-            "usage: prepare_cache --data-path [W] PREFIX ... | --train-data-path ... "
-            "--valid-data-path ... --test-data-path ... | --mock-data\n"
-            "       --seq-length N (--train-iters N | --train-samples N) --global-batch-size N\n"
-            "       [--split S] [--seed N] [--eval-iters N] [--eval-interval N] "
-            "[--data-cache-path DIR]\n"
-            "       [--tokenizer-type T] [--vocab-file F] [--merge-file F] [--tokenizer-model F] "
-            "[--vocab-size N]\n"
-            "       [--data-args-path F] [--per-split-data-args-path F]\n"
-            "       [--prepare-cache-world-size N] [--dump-samples N --dump-path P]\n");
-}
-
-static int die(const char *msg, const char *opt, const char *val)
-{
-    fprintf(stderr, "prepare_cache: %s %s%s%s\n", opt, msg, val ? ": " : "", val ? val : "");
-    return 2;
-}
 
 static int parse_int(const char *opt, const char *v, int64_t *out)
 {
     char *e;
-    if (!v)
-        return die("needs a value", opt, NULL);
+    if (!v) {
+        fprintf(stderr, "%s: error: argument %s: expected one argument\n", PROG, opt);
+        return 2;
+    }
     long long x = strtoll(v, &e, 10);
-    if (*e || e == v)
-        return die("expects an integer", opt, v);
+    if (*e || e == v) {
+        fprintf(stderr, "%s: error: argument %s: invalid int value: '%s'\n", PROG, opt, v);
+        return 2;
+    }
     *out = x;
     return 0;
 }
 
-/* Collects the values of a list option up to the next "--" flag. */
-static int take_list(int argc, char **argv, int *i, const char **dst, int *n, const char *opt)
+/* Takes prepare_cache's own options out of argv (compacted in place); the rest is
+ * pretrain_gpt's command line. */
+static int take_extras(int *argc, char **argv, struct extras *x)
 {
-    while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
-        if (*n == MAX_PATHS)
-            return die("has too many values", opt, NULL);
-        dst[(*n)++] = argv[++*i];
-    }
-    return *n ? 0 : die("needs at least one value", opt, NULL);
-}
-
-static int parse(int argc, char **argv, struct args *a)
-{
-    memset(a, 0, sizeof(*a));
-    a->seed = 1234;
-    a->eval_iters = 100;
-    a->eval_interval = 1000;
-    a->world_size = 1;
-    a->eod = -1;
-    a->pad = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    memset(x, 0, sizeof(*x));
+    x->eod = -1;
+    x->pad = -1;
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *o = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
         int rc = 0;
-#define INT_OPT(name, field) else if (!strcmp(o, name)) { rc = parse_int(o, v, &a->field); i++; }
-#define STR_OPT(name, field) else if (!strcmp(o, name)) { if (!v) return die("needs a value", o, NULL); a->field = v; i++; }
-        if (!strcmp(o, "--data-path")) rc = take_list(argc, argv, &i, a->data, &a->n_data, o);
-        else if (!strcmp(o, "--train-data-path")) rc = take_list(argc, argv, &i, a->per_split[0], &a->n_per_split[0], o);
-        else if (!strcmp(o, "--valid-data-path")) rc = take_list(argc, argv, &i, a->per_split[1], &a->n_per_split[1], o);
-        else if (!strcmp(o, "--test-data-path")) rc = take_list(argc, argv, &i, a->per_split[2], &a->n_per_split[2], o);
-        INT_OPT("--seq-length", seq)
-        INT_OPT("--seed", seed)
-        INT_OPT("--train-iters", train_iters)
-        INT_OPT("--train-samples", train_samples)
-        INT_OPT("--global-batch-size", gbs)
-        INT_OPT("--eval-iters", eval_iters)
-        INT_OPT("--eval-interval", eval_interval)
-        INT_OPT("--vocab-size", vocab_size)
-        INT_OPT("--prepare-cache-world-size", world_size)
-        INT_OPT("--dump-samples", dump_samples)
-        INT_OPT("--eod-id", eod)
-        INT_OPT("--pad-id", pad)
-        else if (!strcmp(o, "--no-add-extra-token-to-sequence")) a->no_extra_token = true;
-        else if (!strcmp(o, "--keep-partial-validation-sequence")) a->keep_partial_valid = true;
-        STR_OPT("--split", split)
-        STR_OPT("--data-args-path", data_args_path)
-        STR_OPT("--per-split-data-args-path", per_split_args_path)
-        STR_OPT("--data-cache-path", cache)
-        STR_OPT("--tokenizer-type", tok_type)
-        STR_OPT("--vocab-file", vocab_file)
-        STR_OPT("--merge-file", merge_file)
-        STR_OPT("--tokenizer-model", tok_model)
-        STR_OPT("--dump-path", dump_path)
-        else if (!strcmp(o, "--mock-data")) a->mock = true;
-        else if (!strcmp(o, "--reset-position-ids")) a->reset_pos = true;
-        else if (!strcmp(o, "--reset-attention-mask")) a->reset_attn = true;
-        else if (!strcmp(o, "--eod-mask-loss")) a->eod_mask = true;
-        else if (!strcmp(o, "--no-create-attention-mask-in-dataloader")) a->no_attn_mask = true;
-        else if (!strcmp(o, "-h") || !strcmp(o, "--help")) { usage(); exit(0); }
-        else { usage(); return die("is not an option prepare_cache knows", o, NULL); }
-#undef INT_OPT
-#undef STR_OPT
+        if (!strcmp(o, "--prepare-cache-world-size")) {
+            rc = parse_int(o, v, &x->world_size);
+            i++;
+            if (!rc && x->world_size <= 0) {
+                fprintf(stderr, "ValueError: --prepare-cache-world-size must be positive\n");
+                return 1;
+            }
+        } else if (!strcmp(o, "--dump-samples")) {
+            rc = parse_int(o, v, &x->dump_samples);
+            i++;
+        } else if (!strcmp(o, "--eod-id")) {
+            rc = parse_int(o, v, &x->eod);
+            i++;
+        } else if (!strcmp(o, "--pad-id")) {
+            rc = parse_int(o, v, &x->pad);
+            i++;
+        } else if (!strcmp(o, "--dump-path")) {
+            if (!v)
+                return parse_int(o, NULL, NULL);
+            x->dump_path = v;
+            i++;
+        } else if (!strcmp(o, "--no-add-extra-token-to-sequence")) {
+            x->no_extra_token = true;
+        } else if (!strcmp(o, "--keep-partial-validation-sequence")) {
+            x->keep_partial_valid = true;
+        } else {
+            argv[out++] = argv[i];
+        }
         if (rc)
             return rc;
     }
-    if (a->data_args_path && a->n_data)
-        return die("cannot be combined with --data-path", "--data-args-path", NULL);
-    if (a->per_split_args_path && (a->n_per_split[0] || a->n_per_split[1] || a->n_per_split[2]))
-        return die("cannot be combined with --train/valid/test-data-path",
-                   "--per-split-data-args-path", NULL);
-    bool per = a->n_per_split[0] || a->n_per_split[1] || a->n_per_split[2] || a->per_split_args_path;
-    if ((a->n_data > 0 || a->data_args_path) + per + a->mock != 1)
-        return die("exactly one of them is required", "--data-path / --*-data-path / --mock-data", NULL);
-    if (a->seq < 2)
-        return die("is required and must be at least 2", "--seq-length", NULL);
-    if (a->gbs <= 0)
-        return die("is required and must be positive", "--global-batch-size", NULL);
-    if ((a->train_iters > 0) == (a->train_samples > 0))
-        return die("exactly one of them is required", "--train-iters / --train-samples", NULL);
-    if (a->eval_interval <= 0 || a->eval_iters < 0 || a->world_size <= 0)
-        return die("must be positive", "--eval-interval / --eval-iters / --prepare-cache-world-size", NULL);
-    if (a->dump_samples > 0 && !a->dump_path)
-        return die("is required with --dump-samples", "--dump-path", NULL);
-    if (a->n_data && !a->split) /* not with --data-args-path: Megatron then requires --split */
-        a->split = "969, 30, 1"; /* Megatron's default string, spaces included (it is hashed) */
+    *argc = out;
+    argv[out] = NULL;
+    if (x->dump_samples > 0 && !x->dump_path) {
+        fprintf(stderr, "%s: error: --dump-samples needs --dump-path\n", PROG);
+        return 2;
+    }
     return 0;
+}
+
+/* Python prints "Kind: message", or just "Kind" for a bare assertion; argparse its usage. */
+static void print_failure(const struct mc_args *a)
+{
+    if (!a->err_kind) {
+        mc_args_print_usage(stderr, PROG);
+        for (const char *h = a->hint; *h;) {
+            size_t n = strcspn(h, "\n");
+            fprintf(stderr, "%s: hint: %.*s\n", PROG, (int)n, h);
+            h += n + (h[n] == '\n');
+        }
+        fprintf(stderr, "%s: error: %s\n", PROG, a->err);
+    } else if (a->err[0]) {
+        fprintf(stderr, "%s: %s\n", a->err_kind, a->err);
+    } else {
+        fprintf(stderr, "%s\n", a->err_kind);
+    }
 }
 
 /* Python str.split() of a whole file into dst (pointers into *text, which the caller frees). */
@@ -200,17 +174,17 @@ static mc_status read_text_file(const char *path, char **out)
 }
 
 /* --data-args-path: the blend list is the file's whitespace-separated words. */
-static mc_status load_data_args(struct args *a)
+static mc_status load_data_args(struct files *a, const char *path)
 {
-    mc_status st = read_text_file(a->data_args_path, &a->args_text);
-    return st ? st : split_words(a->args_text, a->data, &a->n_data, a->data_args_path);
+    mc_status st = read_text_file(path, &a->args_text);
+    return st ? st : split_words(a->args_text, a->data, &a->n_data, path);
 }
 
 /* --per-split-data-args-path: {"train": [...] | "w p ...", "valid": ..., "test": ...}. */
-static mc_status load_per_split_args(struct args *a)
+static mc_status load_per_split_args(struct files *a, const char *path)
 {
     static const char *keys[3] = {"train", "valid", "test"};
-    mc_status st = mc_json_parse_file(a->per_split_args_path, &a->per_split_doc);
+    mc_status st = mc_json_parse_file(path, &a->per_split_doc);
     if (st)
         return st;
     const struct mc_json *root = mc_json_doc_root(a->per_split_doc);
@@ -218,22 +192,22 @@ static mc_status load_per_split_args(struct args *a)
         const struct mc_json *v = mc_json_get(root, keys[i]);
         if (!v)
             return mc_error(MC_ERR_CONFIG, "%s: no \"%s\" key (Megatron needs train, valid and test)",
-                            a->per_split_args_path, keys[i]);
+                            path, keys[i]);
         if (v->type == MC_JSON_NULL)
             continue;
         if (v->type == MC_JSON_STRING) {
             if ((st = split_words((char *)v->str, a->per_split[i], &a->n_per_split[i],
-                                  a->per_split_args_path)))
+                                  path)))
                 return st;
             continue;
         }
         if (v->type != MC_JSON_ARRAY || v->len == 0 || v->len > MAX_PATHS)
             return mc_error(MC_ERR_CONFIG, "%s: \"%s\" must be a non-empty list of strings or a "
-                            "string", a->per_split_args_path, keys[i]);
+                            "string", path, keys[i]);
         for (int64_t k = 0; k < v->len; k++) {
             if (v->items[k].type != MC_JSON_STRING)
                 return mc_error(MC_ERR_CONFIG, "%s: \"%s\"[%lld] is a %s, expected a string",
-                                a->per_split_args_path, keys[i], (long long)k,
+                                path, keys[i], (long long)k,
                                 mc_json_type_name(v->items[k].type));
             a->per_split[i][a->n_per_split[i]++] = v->items[k].str;
         }
@@ -242,19 +216,22 @@ static mc_status load_per_split_args(struct args *a)
 }
 
 /* eod / pad as the datasets see them (spec 3.7); only the samples use them, not the caches. */
-static void tokenizer_ids(const struct args *a, int64_t *eod, int64_t *pad)
+static void tokenizer_ids(const struct mc_args *a, const struct extras *x, int64_t *eod,
+                          int64_t *pad)
 {
-    *pad = a->pad;
-    *eod = a->eod;
+    *pad = x->pad;
+    *eod = x->eod;
     if (*eod >= 0)
         return;
-    if (a->tok_type && !strcmp(a->tok_type, "NullTokenizer"))
-        *eod = a->vocab_size;
+    const char *t = mc_args_str(a, MC_A_tokenizer_type);
+    if (t && !strcmp(t, "NullTokenizer") && !mc_args_is_none(a, MC_A_vocab_size))
+        *eod = mc_args_int(a, MC_A_vocab_size);
     else
         *eod = 50256; /* GPT2BPETokenizer's <|endoftext|> */
 }
 
-static int dump(const struct args *a, const struct mc_gpt_dataset_config *c, mc_megatron_dataset *ds[3])
+static int dump(const struct extras *a, const struct mc_gpt_dataset_config *c,
+                mc_megatron_dataset *ds[3])
 {
     int64_t seq = c->sequence_length;
     int64_t *tok = malloc(sizeof(int64_t) * (size_t)seq), *lab = malloc(sizeof(int64_t) * (size_t)seq);
@@ -302,55 +279,89 @@ static int dump(const struct args *a, const struct mc_gpt_dataset_config *c, mc_
     return rc;
 }
 
+/* _validate_prepare_cache_args of Megatron's tools/prepare_cache.py. */
+static int check_prepare_cache_args(const struct mc_args *a)
+{
+    if (mc_args_is_none(a, MC_A_data_cache_path)) {
+        fprintf(stderr, "ValueError: --data-cache-path must be provided for cache preparation\n");
+        return 1;
+    }
+    if (mc_args_bool(a, MC_A_mock_data)) {
+        fprintf(stderr, "ValueError: --mock-data is not supported by tools/prepare_cache.py\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* parse_args + _normalize_prepare_cache_args + validate_args, as Megatron's main() runs them;
+ * validate_args' report (the arguments dump) goes to stdout as in Megatron. */
+static int parse_and_validate(int argc, char **argv, const struct extras *x, struct mc_args **out)
+{
+    static const char *const defaults[] = {"tokenizer_type", "GPT2BPETokenizer", NULL};
+    struct mc_args *a = NULL;
+    if (mc_args_init(&a) != MC_OK) {
+        fprintf(stderr, "prepare_cache: %s\n", mc_last_error());
+        return 1;
+    }
+    *out = a;
+    if (mc_args_parse(a, argc, argv) != MC_OK) {
+        print_failure(a);
+        return a->exit_code ? a->exit_code : 1;
+    }
+    if (a->help) {
+        mc_args_print_help(stdout, PROG);
+        printf("\nprepare cache:\n  --prepare-cache-world-size PREPARE_CACHE_WORLD_SIZE\n"
+               "                        world size that sets the data-parallel size and the "
+               "sample counts (default: None)\n");
+        exit(0);
+    }
+    mc_args_set_int(a, MC_A_rank, 0);
+    if (x->world_size > 0)
+        mc_args_set_int(a, MC_A_world_size, x->world_size);
+    if (mc_args_validate(a, defaults, stdout, stderr) != MC_OK) {
+        fflush(stdout);
+        if (a->exit_code)
+            print_failure(a);
+        return a->exit_code ? a->exit_code : 1;
+    }
+    fflush(stdout);
+    return check_prepare_cache_args(a);
+}
+
 int main(int argc, char **argv)
 {
-    struct args a;
-    int rc = parse(argc, argv, &a);
+    struct extras x;
+    struct files f;
+    struct mc_args *a = NULL;
+    struct mc_train_data_config dc;
+    mc_megatron_dataset *ds[3] = {NULL, NULL, NULL};
+    mc_status st = MC_OK;
+    memset(&f, 0, sizeof(f));
+    memset(&dc, 0, sizeof(dc));
+    int rc = take_extras(&argc, argv, &x);
     if (rc)
         return rc;
+    if ((rc = parse_and_validate(argc, argv, &x, &a)))
+        goto out;
     mc_log_set_level(MC_LOG_WARN);
-    struct mc_blend blend = {0}, per[3] = {{0}};
-    struct mc_gpt_dataset_config c = {0};
-    mc_megatron_dataset *ds[3] = {NULL, NULL, NULL};
-    char vocab_buf[32];
-    mc_status st;
-    c.random_seed = a.seed;
-    c.sequence_length = a.seq;
-    c.split = a.mock ? NULL : a.split;
-    c.path_to_cache = a.cache;
-    c.reset_position_ids = a.reset_pos;
-    c.reset_attention_mask = a.reset_attn;
-    c.eod_mask_loss = a.eod_mask;
-    c.create_attention_mask = !a.no_attn_mask;
-    c.drop_last_partial_validation_sequence = !a.keep_partial_valid;
-    c.add_extra_token_to_sequence = !a.no_extra_token;
-    c.mmap_bin_files = true;
-    tokenizer_ids(&a, &c.eod, &c.pad);
-    if ((a.data_args_path && (st = load_data_args(&a))) ||
-        (a.per_split_args_path && (st = load_per_split_args(&a))))
+    const char *args_path = mc_args_str(a, MC_A_data_args_path);
+    const char *split_path = mc_args_str(a, MC_A_per_split_data_args_path);
+    if ((args_path && (st = load_data_args(&f, args_path))) ||
+        (split_path && (st = load_per_split_args(&f, split_path))))
         goto fail;
-    if ((st = mc_gpt_tokenizer_desc_from_args(&c.tokenizer, a.tok_type, a.vocab_file, a.merge_file,
-                                              a.tok_model, a.vocab_size, vocab_buf)))
+    struct mc_data_lists lists = {f.data, f.n_data, {f.per_split[0], f.per_split[1], f.per_split[2]},
+                                  {f.n_per_split[0], f.n_per_split[1], f.n_per_split[2]}};
+    int64_t eod, pad;
+    tokenizer_ids(a, &x, &eod, &pad);
+    if ((st = mc_train_data_config_init(&dc, a, eod, args_path || split_path ? &lists : NULL)))
         goto fail;
-    if (a.n_data) {
-        if ((st = mc_blend_from_list(a.data, a.n_data, &blend)))
-            goto fail;
-        c.blend = &blend;
-    }
-    for (int i = 0; i < 3; i++) {
-        if (!a.n_per_split[i])
-            continue;
-        if ((st = mc_blend_from_list(a.per_split[i], a.n_per_split[i], &per[i])))
-            goto fail;
-        c.blend_per_split[i] = &per[i];
-    }
-    if ((st = mc_gpt_dataset_config_finalize(&c)))
-        goto fail;
-    int64_t train_iters = a.train_iters > 0 ? a.train_iters : a.train_samples / a.gbs;
+    /* GPTDatasetConfig fields with no option of their own (megatron.c test additions). */
+    dc.cfg.pad = pad;
+    dc.cfg.drop_last_partial_validation_sequence = !x.keep_partial_valid;
+    dc.cfg.add_extra_token_to_sequence = !x.no_extra_token;
     int64_t sizes[3];
-    mc_gpt_train_valid_test_num_samples(train_iters, a.train_samples, a.gbs, a.eval_interval,
-                                        a.eval_iters, sizes);
-    if ((st = mc_gpt_build_datasets(&c, sizes, ds)))
+    mc_train_data_num_samples(a, sizes);
+    if ((st = mc_gpt_build_datasets(&dc.cfg, sizes, ds)))
         goto fail;
     for (int i = 0; i < 3; i++) {
         if (!ds[i]) {
@@ -362,19 +373,18 @@ int main(int argc, char **argv)
                mc_megatron_dataset_is_blended(ds[i]) ? "BlendedDataset" : "GPTDataset",
                mc_megatron_dataset_hash(ds[i]));
     }
-    if (a.dump_samples > 0)
-        rc = dump(&a, &c, ds);
+    if (x.dump_samples > 0)
+        rc = dump(&x, &dc.cfg, ds);
     goto out;
 fail:
     fprintf(stderr, "prepare_cache: %s: %s\n", mc_status_str(st), mc_last_error());
     rc = 1;
 out:
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++)
         mc_megatron_dataset_free(ds[i]);
-        mc_blend_free(&per[i]);
-    }
-    mc_blend_free(&blend);
-    free(a.args_text);
-    mc_json_doc_free(a.per_split_doc);
+    mc_train_data_config_free(&dc);
+    free(f.args_text);
+    mc_json_doc_free(f.per_split_doc);
+    mc_args_free(a);
     return rc;
 }

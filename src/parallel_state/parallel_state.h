@@ -149,6 +149,12 @@ mc_status mc_comm_launch_info(void *world_comm, int out[MC_LAUNCH_NUM_VARS]);
  * that started this process, disagree with MPI's values mpi[] (MC_ERR_CONFIG: not a number). */
 mc_status mc_launch_check(const int mpi[MC_LAUNCH_NUM_VARS]);
 
+/* threads.c: without OMP_NUM_THREADS, sets this rank's OpenMP threads to its share of the cores
+ * it may run on (its affinity mask when bound to part of the node, else the node's cores over
+ * the ranks on this node, at least 1); logs the count and the cores, and warns when a rank has
+ * more threads than cores. Call once, before the first parallel region. */
+void mc_launch_set_threads(void);
+
 /* ---- watchdog.c: --distributed-timeout-minutes ------------------------------------------
  * MPI has no timeout on a blocking call. Every wrapper that blocks in MPI brackets the call
  * with mc_comm_wait_begin(what) / mc_comm_wait_end() (two atomic increments; what is a static

@@ -756,12 +756,63 @@ static mc_status env_int(struct mc_args *a, const char *var, const char *dflt, e
     return MC_OK;
 }
 
+/* Similarity of two option names as 2 * (longest common subsequence) / (total length), case
+ * folded: 1 for equal names; a misremembered option of Megatron's scores well above 0.6. */
+static double similarity(const char *x, size_t nx, const char *y)
+{
+    size_t ny = strlen(y);
+    if (nx > 96 || ny > 96)
+        return 0.0;
+    int prev[97] = {0}, cur[97] = {0};
+    for (size_t i = 1; i <= nx; i++) {
+        for (size_t j = 1; j <= ny; j++) {
+            int up = prev[j], left = cur[j - 1];
+            cur[j] = tolower((unsigned char)x[i - 1]) == tolower((unsigned char)y[j - 1])
+                         ? prev[j - 1] + 1 : (up > left ? up : left);
+        }
+        memcpy(prev, cur, sizeof(prev));
+    }
+    return 2.0 * prev[ny] / (double)(nx + ny);
+}
+
+/* "did you mean" for each unknown token that looks like an option: the closest real one. */
+static void suggest(struct mc_args *a, char **extras, int n_extras)
+{
+    size_t at = 0;
+    a->hint[0] = '\0';
+    for (int k = 0; k < n_extras; k++) {
+        const char *tok = extras[k];
+        size_t len = strcspn(tok, "=");
+        if (!looks_like_option(tok) || len < 3)
+            continue;
+        double best = 0.6;
+        const char *pick = NULL;
+        for (int id = 0; id < MC_A_COUNT; id++) {
+            const char *names[2] = {mc_arg_defs[id].opt, mc_arg_defs[id].opt2};
+            for (int n = 0; n < 2; n++) {
+                double s = names[n] ? similarity(tok, len, names[n]) : 0.0;
+                if (s > best) {
+                    best = s;
+                    pick = names[n];
+                }
+            }
+        }
+        if (pick) {
+            char line[400];
+            snprintf(line, sizeof(line), "%.*s: did you mean %s?\n", (int)(len < 200 ? len : 200),
+                     tok, pick);
+            at = put(a->hint, sizeof(a->hint), at, line);
+        }
+    }
+}
+
 static mc_status finish_extras(struct mc_args *a, char **extras, int n_extras)
 {
     for (int k = 0; k < n_extras; k++)
         if (is_mindspeed_refused(extras[k]))
             return parse_fail(a, 2, NULL, "%.*s is a MindSpeed option that megatron.c does not "
                               "support yet", (int)strcspn(extras[k], "="), extras[k]);
+    suggest(a, extras, n_extras);
     size_t at = put(a->err, sizeof(a->err), 0, "unrecognized arguments:");
     for (int k = 0; k < n_extras; k++) {
         at = put(a->err, sizeof(a->err), at, " ");
@@ -825,9 +876,9 @@ done:
     return st;
 }
 
-/* ---- support check -------------------------------------------------------------------------- */
+/* ---- support check (the refusal list itself is in refusals.c) ------------------------------- */
 
-static bool equals_default(const struct mc_args *a, int id)
+bool mc_args_is_default(const struct mc_args *a, enum mc_arg_id id)
 {
     struct mc_val dv = {0};
     if (set_default(&dv, &mc_arg_defs[id]) != MC_OK)
@@ -837,69 +888,6 @@ static bool equals_default(const struct mc_args *a, int id)
     mc_py_str(y, sizeof(y), &dv);
     val_clear(&dv);
     return !strcmp(x, y);
-}
-
-static mc_status unsupported(struct mc_args *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static mc_status unsupported(struct mc_args *a, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(a->err, sizeof(a->err), fmt, ap);
-    va_end(ap);
-    a->exit_code = 1;
-    a->err_kind = "NotImplementedError";
-    return mc_error(MC_ERR_UNSUPPORTED, "%s", a->err);
-}
-
-/* Values of supported options that megatron.c still lacks. */
-static mc_status check_values(struct mc_args *a)
-{
-    const char *pe = mc_args_str(a, MC_A_position_embedding_type);
-    if (pe && (!strcmp(pe, "mrope") || !strcmp(pe, "relative")))
-        return unsupported(a, "--position-embedding-type %s is not supported by megatron.c yet "
-                           "(learned_absolute, rope and none are)", pe);
-    if (mc_args_int(a, MC_A_context_parallel_size) > 1)
-        return unsupported(a, "--context-parallel-size %lld is not supported by megatron.c yet "
-                           "(context parallelism)",
-                           (long long)mc_args_int(a, MC_A_context_parallel_size));
-    if (!mc_args_is_none(a, MC_A_num_experts) && mc_args_int(a, MC_A_num_experts) > 0)
-        return unsupported(a, "--num-experts %lld is not supported by megatron.c yet "
-                           "(mixture of experts)", (long long)mc_args_int(a, MC_A_num_experts));
-    if (mc_args_int(a, MC_A_expert_model_parallel_size) > 1)
-        return unsupported(a, "--expert-model-parallel-size is not supported by megatron.c yet "
-                           "(mixture of experts)");
-    if (mc_args_int(a, MC_A_encoder_pipeline_model_parallel_size) > 0 ||
-        mc_args_int(a, MC_A_encoder_tensor_model_parallel_size) > 0)
-        return unsupported(a, "encoder model parallelism (--encoder-tensor-model-parallel-size, "
-                           "--encoder-pipeline-model-parallel-size) is not supported by megatron.c");
-    const char *strat = mc_args_str(a, MC_A_data_parallel_sharding_strategy);
-    if (strcmp(strat, "no_shard") && strcmp(strat, "optim"))
-        return unsupported(a, "--data-parallel-sharding-strategy %s is not supported by "
-                           "megatron.c yet (FSDP)", strat);
-    if (mc_args_int(a, MC_A_num_distributed_optimizer_instances) != 1)
-        return unsupported(a, "--num-distributed-optimizer-instances is not supported by "
-                           "megatron.c yet");
-    if (a->given[MC_A_moe_layer_freq] && !mc_args_is_none(a, MC_A_num_experts))
-        return unsupported(a, "--moe-layer-freq is not supported by megatron.c yet "
-                           "(mixture of experts)");
-    return MC_OK;
-}
-
-mc_status mc_args_check_support(struct mc_args *a)
-{
-    /* Whole features first (MoE, context parallelism), so the message names the feature
-     * rather than one of its tuning options. */
-    mc_status st = check_values(a);
-    if (st != MC_OK)
-        return st;
-    for (int id = 0; id < MC_A_NUM_OPTIONS; id++) {
-        const struct mc_arg_def *d = &mc_arg_defs[id];
-        if (d->support == MC_ARG_UNSUPPORTED && a->given[id] && !equals_default(a, id))
-            return unsupported(a, "%s is not supported by megatron.c yet", d->opt);
-    }
-    return MC_OK;
 }
 
 /* ---- usage, help, dump ---------------------------------------------------------------------- */
@@ -965,16 +953,46 @@ static const char *support_text(enum mc_arg_support s)
     case MC_ARG_SUPPORTED: return "";
     case MC_ARG_NOOP: return " [accepted, no effect in megatron.c: CUDA/performance option]";
     case MC_ARG_UNUSED: return " [accepted, not used by GPT pretraining]";
-    case MC_ARG_UNSUPPORTED: return " [not supported by megatron.c yet: refused unless default]";
+    case MC_ARG_UNSUPPORTED: return " [refused: not supported by megatron.c yet]";
     case MC_ARG_EXTENSION: return "";
     }
     return "";
+}
+
+/* argparse's layout: the option with its metavar, then the description indented to column 24
+ * (on the same line when the option is short enough). */
+static void print_option_help(FILE *f, const struct mc_arg_def *d)
+{
+    char mv[1100], dv[512], head[1200];
+    metavar(d, mv, sizeof(mv));
+    snprintf(head, sizeof(head), "  %s%s%s", mv, d->opt2 ? ", " : "", d->opt2 ? d->opt2 : "");
+    if (strlen(head) <= 22)
+        fprintf(f, "%-24s", head);
+    else
+        fprintf(f, "%s\n%24s", head, "");
+    if (d->support == MC_ARG_EXTENSION) {
+        fprintf(f, "%s\n", d->note);
+        return;
+    }
+    struct mc_val tmp = {0};
+    set_default(&tmp, d);
+    mc_py_str(dv, sizeof(dv), &tmp);
+    val_clear(&tmp);
+    fprintf(f, "%s (default: %s)%s", d->help ? d->help : "", dv, support_text(d->support));
+    if (d->limit)
+        fprintf(f, " [megatron.c: %s]", d->limit);
+    fputc('\n', f);
 }
 
 void mc_args_print_help(FILE *f, const char *prog)
 {
     mc_args_print_usage(f, prog);
     fprintf(f, "\nMegatron-LM Arguments (megatron.c, compatible with Megatron-LM core_v0.12.1)\n"
+               "\nThe options of Megatron's pretrain_gpt.py, in Megatron's groups. Options marked "
+               "[refused] stop a real\nrun before training; --dry-run checks a whole command line "
+               "and lists every refusal.\nMost runs need --num-layers, --hidden-size, "
+               "--num-attention-heads, --seq-length,\n--max-position-embeddings, "
+               "--micro-batch-size, --lr, --train-iters, data and tokenizer options.\n"
                "\noptions:\n  -h, --help            show this help message and exit\n");
     const char *group = NULL;
     for (int id = 0; id < MC_A_COUNT; id++) {
@@ -985,17 +1003,7 @@ void mc_args_print_help(FILE *f, const char *prog)
             group = d->group;
             fprintf(f, "\n%s:\n", group);
         }
-        char mv[1100], dv[512];
-        metavar(d, mv, sizeof(mv));
-        struct mc_val tmp = {0};
-        set_default(&tmp, d);
-        mc_py_str(dv, sizeof(dv), &tmp);
-        val_clear(&tmp);
-        fprintf(f, "  %s%s%s\n", mv, d->opt2 ? ", " : "", d->opt2 ? d->opt2 : "");
-        if (d->note)
-            fprintf(f, "                        %s\n", d->note);
-        else
-            fprintf(f, "                        (default: %s)%s\n", dv, support_text(d->support));
+        print_option_help(f, d);
     }
 }
 

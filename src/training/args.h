@@ -68,6 +68,8 @@ struct mc_arg_def {
     struct mc_arg_default def;
     enum mc_arg_support support;
     const char *note;              /* extensions: what the option does in megatron.c */
+    const char *help;              /* one line for --help (scripts/args_help.txt) */
+    const char *limit;             /* values of a supported option that are refused, or NULL */
 };
 
 extern const struct mc_arg_def mc_arg_defs[MC_A_COUNT];
@@ -85,6 +87,7 @@ struct mc_args {
     const char *err_kind;     /* "AssertionError", "RuntimeError", ...; NULL for argparse errors */
     char err[2048];           /* the message after "error: " / "<Kind>: "; "" for a bare assert */
     char notes[2048];         /* one line per accepted MindSpeed option, printed by rank 0 */
+    char hint[1024];          /* after an unknown option: "did you mean ..." lines, or "" */
 };
 
 /* Namespace holding every default (Megatron's parser before reading argv). LOCAL_RANK sets the
@@ -98,9 +101,11 @@ MC_API void mc_args_free(struct mc_args *a);
  * a->exit_code / a->err / a->err_kind set (2 for argparse errors). */
 MC_API mc_status mc_args_parse(struct mc_args *a, int argc, char **argv);
 
-/* Refuses options megatron.c does not implement (given with a non-default value), naming them;
- * MC_ERR_UNSUPPORTED with a->err set. */
+/* The first entry of the refusal list (training/refusals.h: every option or value this build
+ * refuses) as the namespace's error: MC_ERR_UNSUPPORTED with a->err / a->err_kind set. */
 MC_API mc_status mc_args_check_support(struct mc_args *a);
+/* The option holds its default value (compared as str(), as the arguments dump prints it). */
+MC_API bool mc_args_is_default(const struct mc_args *a, enum mc_arg_id id);
 
 /* argparse-style "usage: prog [-h] [--num-layers NUM_LAYERS] ..." wrapped at 78 columns. */
 MC_API void mc_args_print_usage(FILE *f, const char *prog);

@@ -12,6 +12,7 @@
 #include "training/flops.h"
 #include "training/log_format.h"
 #include "training/microbatches.h"
+#include "training/refusals.h"
 #include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
 #include "training/theoretical_memory.h"
@@ -86,18 +87,15 @@ static mc_status fail(struct mc_args *a, const char *kind)
     return MC_ERR_CONFIG;
 }
 
-static void list_refused(struct mc_args *a, FILE *out)
+/* The refusal list a real run stops on (refusals.c), every entry, in the run's report. */
+static void list_refused(const struct mc_args *a, FILE *out)
 {
-    /* Re-use the start-up support check: report, not fail. */
-    char saved_err[sizeof(a->err)];
-    memcpy(saved_err, a->err, sizeof(saved_err));
-    const char *kind = a->err_kind;
-    int code = a->exit_code;
-    if (mc_args_check_support(a) != MC_OK && out)
-        fprintf(out, "megatron.c: a real run would stop here: %s\n", a->err);
-    memcpy(a->err, saved_err, sizeof(saved_err));
-    a->err_kind = kind;
-    a->exit_code = code;
+    static struct mc_refusals r;
+    mc_args_refusals(a, &r);
+    for (int k = 0; k < r.kept; k++)
+        fprintf(out, "megatron.c: a real run would stop here: %s\n", r.msg[k]);
+    if (r.n > r.kept)
+        fprintf(out, "megatron.c: a real run would stop here: ... and %d more\n", r.n - r.kept);
 }
 
 /* initialize_megatron after set_global_variables: logging level, distributed and model-parallel

@@ -6,12 +6,9 @@
 
 #include <string.h>
 
-#include "megatron/gpt_dataset.h"
 
 struct mc_train_data {
-    struct mc_gpt_dataset_config cfg; /* GPTDatasetConfig */
-    struct mc_blend blend, per_split[3];
-    char vocab_buf[32];
+    struct mc_train_data_config c;
     mc_megatron_dataset *ds[3];
 };
 
@@ -33,9 +30,14 @@ static mc_status list_strings(const struct mc_args *a, enum mc_arg_id id, const 
     return MC_OK;
 }
 
-static mc_status blend_from_option(const struct mc_args *a, enum mc_arg_id id, struct mc_blend *b,
-                                   bool *present)
+/* The blend of one list: the caller's words when given, else the option's values. */
+static mc_status blend_of(const struct mc_args *a, enum mc_arg_id id, const char **words,
+                          int n_words, bool use_words, struct mc_blend *b, bool *present)
 {
+    if (use_words) {
+        *present = n_words > 0;
+        return n_words ? mc_blend_from_list(words, n_words, b) : MC_OK;
+    }
     const char **toks;
     int n;
     mc_status st = list_strings(a, id, &toks, &n);
@@ -47,8 +49,10 @@ static mc_status blend_from_option(const struct mc_args *a, enum mc_arg_id id, s
     return st;
 }
 
-static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int64_t eod)
+mc_status mc_train_data_config_init(struct mc_train_data_config *d, const struct mc_args *a,
+                                    int64_t eod, const struct mc_data_lists *lists)
 {
+    memset(d, 0, sizeof(*d));
     struct mc_gpt_dataset_config *c = &d->cfg;
     c->random_seed = mc_args_int(a, MC_A_seed);
     c->sequence_length = mc_args_int(a, MC_A_seq_length);
@@ -69,7 +73,8 @@ static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int
     if (st)
         return st;
     bool have;
-    if ((st = blend_from_option(a, MC_A_data_path, &d->blend, &have)))
+    if ((st = blend_of(a, MC_A_data_path, lists ? lists->data : NULL, lists ? lists->n_data : 0,
+                       lists != NULL, &d->blend, &have)))
         return st;
     if (have) {
         c->blend = &d->blend;
@@ -78,7 +83,9 @@ static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int
     static const enum mc_arg_id per[3] = {MC_A_train_data_path, MC_A_valid_data_path,
                                           MC_A_test_data_path};
     for (int i = 0; i < 3; i++) {
-        if ((st = blend_from_option(a, per[i], &d->per_split[i], &have)))
+        if ((st = blend_of(a, per[i], lists ? lists->per_split[i] : NULL,
+                           lists ? lists->n_per_split[i] : 0, lists != NULL, &d->per_split[i],
+                           &have)))
             return st;
         if (have)
             c->blend_per_split[i] = &d->per_split[i];
@@ -89,21 +96,36 @@ static mc_status config_from_args(mc_train_data *d, const struct mc_args *a, int
     return mc_gpt_dataset_config_finalize(c);
 }
 
+void mc_train_data_config_free(struct mc_train_data_config *d)
+{
+    mc_blend_free(&d->blend);
+    for (int i = 0; i < 3; i++)
+        mc_blend_free(&d->per_split[i]);
+}
+
+void mc_train_data_num_samples(const struct mc_args *a, int64_t sizes[3])
+{
+    int64_t gbs = mc_args_int(a, MC_A_global_batch_size);
+    int64_t train_samples = mc_args_is_none(a, MC_A_train_samples) ? 0
+                                                                     : mc_args_int(a, MC_A_train_samples);
+    /* update_train_iters without a batch-size ramp: whole global batches of the samples */
+    int64_t iters = mc_args_is_none(a, MC_A_train_iters) ? train_samples / gbs
+                                                          : mc_args_int(a, MC_A_train_iters);
+    mc_gpt_train_valid_test_num_samples(iters, train_samples, gbs,
+                                        mc_args_int(a, MC_A_eval_interval),
+                                        mc_args_int(a, MC_A_eval_iters), sizes);
+}
+
 mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret)
 {
     mc_train_data *d = mc_calloc(1, sizeof(*d));
     if (!d)
         return MC_ERR_NOMEM;
-    mc_status st = config_from_args(d, a, eod);
+    mc_status st = mc_train_data_config_init(&d->c, a, eod, NULL);
     if (st)
         goto fail;
-    int64_t gbs = mc_args_int(a, MC_A_global_batch_size);
-    int64_t train_samples = mc_args_is_none(a, MC_A_train_samples) ? 0
-                                                                     : mc_args_int(a, MC_A_train_samples);
     int64_t sizes[3];
-    mc_gpt_train_valid_test_num_samples(mc_args_int(a, MC_A_train_iters), train_samples, gbs,
-                                        mc_args_int(a, MC_A_eval_interval),
-                                        mc_args_int(a, MC_A_eval_iters), sizes);
+    mc_train_data_num_samples(a, sizes);
     if (out) {
         fprintf(out, "> building train, validation, and test datasets ...\n");
         fprintf(out, " > datasets target sizes (minimum size):\n");
@@ -111,7 +133,7 @@ mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc
         fprintf(out, "    validation: %lld\n", (long long)sizes[1]);
         fprintf(out, "    test:       %lld\n", (long long)sizes[2]);
     }
-    if ((st = mc_gpt_build_datasets(&d->cfg, sizes, d->ds)))
+    if ((st = mc_gpt_build_datasets(&d->c.cfg, sizes, d->ds)))
         goto fail;
     if (out)
         fprintf(out, "> finished creating GPT datasets ...\n");
@@ -128,9 +150,7 @@ void mc_train_data_free(mc_train_data *d)
         return;
     for (int i = 0; i < 3; i++)
         mc_megatron_dataset_free(d->ds[i]);
-    mc_blend_free(&d->blend);
-    for (int i = 0; i < 3; i++)
-        mc_blend_free(&d->per_split[i]);
+    mc_train_data_config_free(&d->c);
     mc_free(d);
 }
 

@@ -8,9 +8,35 @@
 
 #include <stdio.h>
 
+#include "megatron/gpt_dataset.h"
 #include "training/args.h"
 
 typedef struct mc_train_data mc_train_data;
+
+/* The blend lists of the command line as words ("[w1] p1 [w2 p2 ...]"), for a caller that read
+ * them from elsewhere (prepare_cache: --data-args-path / --per-split-data-args-path files).
+ * n = 0 for a list that is absent. Borrowed. */
+struct mc_data_lists {
+    const char **data;
+    int n_data;
+    const char **per_split[3];
+    int n_per_split[3];
+};
+
+/* core_gpt_dataset_config_from_args: the GPTDatasetConfig of a validated namespace, finalized,
+ * with the blends it points to (owned here). lists replaces the --data-path /
+ * --*-data-path values when non-NULL. eod is the tokenizer's. Free with
+ * mc_train_data_config_free. */
+struct mc_train_data_config {
+    struct mc_gpt_dataset_config cfg;
+    struct mc_blend blend, per_split[3];
+    char vocab_buf[32];
+};
+mc_status mc_train_data_config_init(struct mc_train_data_config *c, const struct mc_args *a,
+                                    int64_t eod, const struct mc_data_lists *lists);
+void mc_train_data_config_free(struct mc_train_data_config *c);
+/* get_train_valid_test_num_samples: the target sizes of the three splits. */
+void mc_train_data_num_samples(const struct mc_args *a, int64_t sizes[3]);
 
 /* The three splits, in Megatron's order (same values as the datasets' enum mc_split). */
 enum { MC_TRAIN_SPLIT_TRAIN = 0, MC_TRAIN_SPLIT_VALID = 1, MC_TRAIN_SPLIT_TEST = 2 };

@@ -32,10 +32,11 @@
 #include "training/schedule_args.h"
 #include "training/tensorboard.h"
 #include "training/timers.h"
+#include "training/refusals.h"
 #include "training/train_data.h"
 
 enum { MC_PP_MAX_SLOTS = 64 }; /* activation slots per stage (in-flight micro-batches) */
-enum { MC_MAX_VP = 64 }; /* model chunks per pipeline rank */
+enum { MC_MAX_VP = MC_MAX_VP_CHUNKS }; /* model chunks per pipeline rank (refusals.h) */
 
 struct trainer {
     struct mc_args *a;
@@ -162,64 +163,13 @@ static mc_status log_timers(struct trainer *t, const char *const *names, int n, 
     return st;
 }
 
-/* The parallelism this build trains with: tensor, data and pipeline parallelism (interleaved
- * too). The others are refused by name before any work is done. */
-static mc_status check_parallel_support(const struct mc_args *a)
-{
-    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
-    if (vpp && mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) > MC_MAX_VP)
-        return mc_error(MC_ERR_UNSUPPORTED, "--num-virtual-stages-per-pipeline-rank %lld: at most "
-                        "%d model chunks per pipeline rank",
-                        (long long)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size),
-                        MC_MAX_VP);
-    if (vpp && mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) == 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--num-virtual-stages-per-pipeline-rank / "
-                        "--num-layers-per-virtual-pipeline-stage giving 1 model chunk per "
-                        "pipeline rank: Megatron's interleaved schedule fails on it "
-                        "(UnboundLocalError in forward_backward_pipelining_with_interleaving); "
-                        "drop the option to train with the 1F1B schedule");
-    if (mc_args_int(a, MC_A_context_parallel_size) != 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--context-parallel-size %lld: context parallelism "
-                        "is not implemented by megatron.c",
-                        (long long)mc_args_int(a, MC_A_context_parallel_size));
-    if (mc_args_int(a, MC_A_expert_model_parallel_size) != 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--expert-model-parallel-size %lld: expert "
-                        "parallelism is not implemented by megatron.c",
-                        (long long)mc_args_int(a, MC_A_expert_model_parallel_size));
-    return MC_OK;
-}
-
-/* What this build cannot do yet fails loudly, before any work is done. */
+/* What this build cannot do yet fails loudly, before any work is done: the first entry of the
+ * refusal list (pretrain_gpt prints all of them and stops before it gets here). */
 static mc_status check_supported(const struct mc_args *a)
 {
-    mc_status st = check_parallel_support(a);
-    if (st)
-        return st;
-    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
-     * says; saving still uses --ckpt-format. */
-    bool save = !mc_args_is_none(a, MC_A_save), load = !mc_args_is_none(a, MC_A_load);
-    if ((save || (load && !mc_args_bool(a, MC_A_auto_detect_ckpt_format))) &&
-        strcmp(mc_args_str(a, MC_A_ckpt_format), "torch"))
-        return mc_error(MC_ERR_UNSUPPORTED, "--ckpt-format %s: only --ckpt-format torch is "
-                        "supported; add --ckpt-format torch to --save/--load (Megatron's default "
-                        "is torch_dist)", mc_args_str(a, MC_A_ckpt_format));
-    /* Megatron takes iteration % N: 0 dies with ZeroDivisionError after the first step. */
-    int hash_id = MC_A_check_weight_hash_across_dp_replicas_interval;
-    if (!mc_args_is_none(a, hash_id) && mc_args_int(a, hash_id) <= 0)
-        return mc_error(MC_ERR_CONFIG, "--check-weight-hash-across-dp-replicas-interval %lld: "
-                        "expected a positive number of iterations",
-                        (long long)mc_args_int(a, hash_id));
-    /* --test-mode: Megatron's only real-time test (Attention.run_realtime_tests) compares the
-     * Q/K layernorm parameters across TP/DP ranks and returns at once without --qk-layernorm;
-     * with it, the check is not implemented here. */
-    if (mc_args_bool(a, MC_A_test_mode) && mc_args_bool(a, MC_A_qk_layernorm))
-        return mc_error(MC_ERR_UNSUPPORTED, "--test-mode with --qk-layernorm: Megatron's real-time "
-                        "check of the Q/K layernorm parameters across ranks is not implemented "
-                        "in megatron.c yet");
-    if (mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16))
-        return mc_error(MC_ERR_UNSUPPORTED, "--bf16/--fp16: mixed precision is not available "
-                                            "in this build yet; train in fp32");
-    return MC_OK;
+    static struct mc_refusals r;
+    mc_args_refusals(a, &r);
+    return r.n ? mc_error(MC_ERR_UNSUPPORTED, "%s", r.msg[0]) : MC_OK;
 }
 
 static mc_status build_tokenizer(struct trainer *t)

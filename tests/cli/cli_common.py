@@ -77,3 +77,25 @@ def split_stdout(text):
 def dump_line(name, value):
     """Megatron's _print_args entry: two spaces, name, dots up to column 48, value."""
     return '  {} {} {}'.format(name, '.' * (48 - len(name)), value)
+
+
+REFUSAL = 'NotImplementedError: '
+REPORTED = 'megatron.c: a real run would stop here: '
+
+
+def refusals(out, err):
+    """(refusal messages on stderr, refusal messages the dry-run report lists on stdout)."""
+    on_err = [l[len(REFUSAL):] for l in err.splitlines() if l.startswith(REFUSAL)]
+    on_out = [l[len(REPORTED):] for l in out.splitlines() if l.startswith(REPORTED)]
+    return on_err, on_out
+
+
+def megatron_rc(rc, out, err):
+    """The exit status Megatron's parse_args + validate_args would give for a --dry-run of
+    megatron.c: a dry run that stops only on megatron.c's own refusals (exit 1, stderr nothing
+    but the refusal lines, each of them listed by the report) is one Megatron accepts (0)."""
+    on_err, on_out = refusals(out, err)
+    lines = [l for l in err.splitlines() if l.strip() and not l.startswith('UserWarning')]
+    if rc == 1 and on_err and on_err == on_out and len(lines) == len(on_err):
+        return 0
+    return rc

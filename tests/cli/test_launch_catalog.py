@@ -195,6 +195,7 @@ def dry_refusals(opts, world):
                and not l.startswith(' ') and not l.startswith('usage:')]
         msg = err[-1] if err else 'exit %d' % p.returncode
         msg = re.sub(r'^pretrain_gpt(\.py)?: (error: )?', '', msg)
+        msg = re.sub(r'^NotImplementedError: ', '', msg)
         key = reason_of(msg) if 'megatron.c' in msg else 'error: ' + msg
         if 'unrecognized arguments' in msg:
             key = 'error: ' + msg
@@ -280,6 +281,8 @@ def train_shrunk(opts, world, tmp):
 def real_refusal(out):
     """The refusal line of a failed real run (pretrain_gpt: ... / pretrain_gpt.py: error: ...)."""
     for l in out.split('\n'):
+        if l.startswith('NotImplementedError: '):  # the refusal list of a real run
+            return l[len('NotImplementedError: '):]
         m = re.search(r'pretrain_gpt(?:\.py)?: (?:rank \d+: )?(?:error: )?(.*)', l)
         if m and not l.startswith('usage'):
             return re.sub(r'^[\w/]+\.c:\d+: ', '', m.group(1))  # the source location

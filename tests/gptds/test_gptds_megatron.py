@@ -69,8 +69,19 @@ def run_megatron(jobs):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# prepare_cache takes pretrain_gpt's whole command line (validate_args needs a model shape).
+MODEL = ['--num-layers', '1', '--hidden-size', '8', '--num-attention-heads', '1',
+         '--max-position-embeddings', '4096', '--micro-batch-size', '1']
+
+
+# Mock data, which prepare_cache refuses as Megatron's does, goes through the dataset driver.
+DRIVER = os.path.abspath(os.path.join(BUILD, 'tests', 'gptds_driver'))
+
+
 def run_c(args):
-    return subprocess.run([TOOL] + args, capture_output=True, text=True)
+    if '--mock-data' in args:
+        return subprocess.run([DRIVER] + args, capture_output=True, text=True)
+    return subprocess.run([TOOL] + MODEL + args, capture_output=True, text=True)
 
 
 def snapshot(d):
@@ -111,6 +122,8 @@ def verify(name, work, c_args, job, n_dump, ref):
         return
     got = {}
     for line in r.stdout.splitlines():
+        if not line.startswith(('train:', 'valid:', 'test:')):
+            continue  # validate_args' report
         split, rest = line.split(':', 1)
         got[split] = None if 'not built' in rest else (int(rest.split()[0]), rest.split()[-1])
     for i, split in enumerate(['train', 'valid', 'test']):
@@ -275,6 +288,23 @@ def main():
         case('mock', work, ['--mock-data', '--seq-length', '16', '--seed', '1234', '--train-iters', '10',
                             '--global-batch-size', '4', '--eval-interval', '5', '--eval-iters', '2'] + gpt2,
              job, n_dump=8)
+        # prepare_cache refuses mock data and a missing cache path with Megatron's messages
+        # (main's tools/prepare_cache.py), after parsing and validating the whole command line
+        r = subprocess.run([TOOL] + MODEL + ['--mock-data', '--seq-length', '16', '--train-iters', '10',
+                            '--data-cache-path', 'mc'] + gpt2, capture_output=True, text=True)
+        check(r.returncode == 1 and r.stderr.splitlines()[-1:] ==
+              ['ValueError: --mock-data is not supported by tools/prepare_cache.py'],
+              f'--mock-data refused: rc {r.returncode}, stderr {r.stderr[-300:]!r}')
+        r = subprocess.run([TOOL] + MODEL + ['--data-path', 'e', '--seq-length', '16', '--train-iters',
+                            '10'] + gpt2, capture_output=True, text=True)
+        check(r.returncode == 1 and r.stderr.splitlines()[-1:] ==
+              ['ValueError: --data-cache-path must be provided for cache preparation'],
+              f'--data-cache-path required: rc {r.returncode}, stderr {r.stderr[-300:]!r}')
+        r = subprocess.run([TOOL, '--data-path', 'e', '--seq-length', '16', '--train-iters', '10',
+                            '--data-cache-path', 'mc'] + gpt2, capture_output=True, text=True)
+        # (without a model shape: validate_args' first check, Megatron's bare micro-batch assert)
+        check(r.returncode == 1 and r.stderr.splitlines()[-1:] == ['AssertionError'],
+              f'validate_args runs: rc {r.returncode}, stderr {r.stderr[-300:]!r}')
         # an empty split (round(0.999 * 300) == 300): Megatron hangs, we stop with an error
         e = 'e'
         write_indexed(e, [10] * 300, rng)

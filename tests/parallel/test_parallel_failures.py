@@ -140,7 +140,10 @@ def test_timeout_quiet(tmp):
 
 
 def test_refusals(tmp):
-    for extra, what in ((["--expert-model-parallel-size", "2"], "--expert-model-parallel-size"),
+    # (with --num-experts: validate_args requires it for expert parallelism, and Megatron's own
+    # checks come before megatron.c's refusals)
+    for extra, what in ((["--expert-model-parallel-size", "2", "--num-experts", "2"],
+                         "--expert-model-parallel-size"),
                         (["--context-parallel-size", "2"], "--context-parallel-size 2")):
         rc, dt, out, err = run([*MPIRUN, "-np", "2", EXE, *args(tmp, extra)])
         check(rc is not None and rc != 0 and what in err and ("not implemented" in err or "not supported" in err),

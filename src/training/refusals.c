@@ -1,0 +1,164 @@
+/* The options and values megatron.c refuses, collected in one pass (see refusals.h). A real
+ * run stops on them before any work is done; --dry-run lists them and exits 1. Messages name
+ * the option as the user wrote it, and what to do instead where there is something. */
+#include "training/refusals.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#define A(x) MC_A_##x
+
+static void refuse(struct mc_refusals *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void refuse(struct mc_refusals *r, const char *fmt, ...)
+{
+    if (r->kept < MC_MAX_REFUSALS) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->msg[r->kept++], MC_REFUSAL_LEN, fmt, ap);
+        va_end(ap);
+    }
+    r->n++;
+}
+
+static bool str_is(const char *s, const char *want) { return s && !strcmp(s, want); }
+
+/* 1. Whole features, named as the feature rather than by one of its tuning options. */
+static void features(const struct mc_args *a, struct mc_refusals *r)
+{
+    const char *pe = mc_args_str(a, A(position_embedding_type));
+    if (str_is(pe, "mrope") || str_is(pe, "relative"))
+        refuse(r, "--position-embedding-type %s is not supported by megatron.c yet "
+               "(learned_absolute, rope and none are)", pe);
+    if (mc_args_int(a, A(context_parallel_size)) > 1)
+        refuse(r, "--context-parallel-size %lld is not supported by megatron.c yet (context "
+               "parallelism)", (long long)mc_args_int(a, A(context_parallel_size)));
+    if (!mc_args_is_none(a, A(num_experts)) && mc_args_int(a, A(num_experts)) > 0)
+        refuse(r, "--num-experts %lld is not supported by megatron.c yet (mixture of experts)",
+               (long long)mc_args_int(a, A(num_experts)));
+    if (mc_args_int(a, A(expert_model_parallel_size)) > 1)
+        refuse(r, "--expert-model-parallel-size is not supported by megatron.c yet (mixture of "
+               "experts)");
+    if (mc_args_int(a, A(encoder_pipeline_model_parallel_size)) > 0 ||
+        mc_args_int(a, A(encoder_tensor_model_parallel_size)) > 0)
+        refuse(r, "encoder model parallelism (--encoder-tensor-model-parallel-size, "
+               "--encoder-pipeline-model-parallel-size) is not supported by megatron.c");
+    const char *strat = mc_args_str(a, A(data_parallel_sharding_strategy));
+    if (!str_is(strat, "no_shard") && !str_is(strat, "optim"))
+        refuse(r, "--data-parallel-sharding-strategy %s is not supported by megatron.c yet "
+               "(FSDP)", strat);
+    if (mc_args_int(a, A(num_distributed_optimizer_instances)) != 1)
+        refuse(r, "--num-distributed-optimizer-instances is not supported by megatron.c yet");
+    if (a->given[A(moe_layer_freq)] && !mc_args_is_none(a, A(num_experts)))
+        refuse(r, "--moe-layer-freq is not supported by megatron.c yet (mixture of experts)");
+    /* --test-mode: Megatron's only real-time test (Attention.run_realtime_tests) compares the
+     * Q/K layernorm parameters across TP/DP ranks and returns at once without --qk-layernorm. */
+    if (mc_args_bool(a, A(test_mode)) && mc_args_bool(a, A(qk_layernorm)))
+        refuse(r, "--test-mode with --qk-layernorm is not supported by megatron.c yet (Megatron's "
+               "real-time check of the Q/K layernorm parameters across ranks)");
+    /* Megatron takes iteration % N: 0 dies with ZeroDivisionError after the first step. */
+    if (!mc_args_is_none(a, A(check_weight_hash_across_dp_replicas_interval)) &&
+        mc_args_int(a, A(check_weight_hash_across_dp_replicas_interval)) <= 0)
+        refuse(r, "--check-weight-hash-across-dp-replicas-interval %lld: expected a positive "
+               "number of iterations",
+               (long long)mc_args_int(a, A(check_weight_hash_across_dp_replicas_interval)));
+}
+
+/* 2. The support class of the option table. */
+static void table(const struct mc_args *a, struct mc_refusals *r)
+{
+    for (int id = 0; id < MC_A_NUM_OPTIONS; id++) {
+        const struct mc_arg_def *d = &mc_arg_defs[id];
+        if (d->support == MC_ARG_UNSUPPORTED && a->given[id] &&
+            !mc_args_is_default(a, (enum mc_arg_id)id))
+            refuse(r, "%s is not supported by megatron.c yet", d->opt);
+    }
+}
+
+static void pipeline(const struct mc_args *a, struct mc_refusals *r)
+{
+    if (mc_args_is_none(a, A(virtual_pipeline_model_parallel_size)))
+        return;
+    int64_t vp = mc_args_int(a, A(virtual_pipeline_model_parallel_size));
+    if (vp > MC_MAX_VP_CHUNKS)
+        refuse(r, "--num-virtual-stages-per-pipeline-rank %lld: at most %d model chunks per "
+               "pipeline rank", (long long)vp, MC_MAX_VP_CHUNKS);
+    if (vp == 1)
+        refuse(r, "--num-virtual-stages-per-pipeline-rank / --num-layers-per-virtual-pipeline-stage "
+               "giving 1 model chunk per pipeline rank: Megatron's interleaved schedule fails on "
+               "it (UnboundLocalError in forward_backward_pipelining_with_interleaving); drop the "
+               "option to train with the 1F1B schedule");
+}
+
+/* The checkpoint formats this build writes and reads. */
+static bool ckpt_format_supported(const char *fmt) { return str_is(fmt, "torch"); }
+
+static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
+{
+    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
+     * says; saving still uses --ckpt-format. */
+    bool save = !mc_args_is_none(a, A(save));
+    bool load = !mc_args_is_none(a, A(load)) && !mc_args_bool(a, A(auto_detect_ckpt_format));
+    const char *fmt = mc_args_str(a, A(ckpt_format));
+    if ((!save && !load) || ckpt_format_supported(fmt))
+        return;
+    const char *which = save && load ? "--save/--load" : save ? "--save" : "--load";
+    if (!a->given[A(ckpt_format)] && !a->given[A(use_dist_ckpt_deprecated)])
+        refuse(r, "%s without --ckpt-format: Megatron's default checkpoint format %s is not "
+               "supported by megatron.c yet; add --ckpt-format torch", which, fmt);
+    else
+        refuse(r, "--ckpt-format %s is not supported by megatron.c yet (%s): use --ckpt-format "
+               "torch", fmt, which);
+}
+
+static void precision(const struct mc_args *a, struct mc_refusals *r)
+{
+    bool bf16 = mc_args_bool(a, A(bf16)), fp16 = mc_args_bool(a, A(fp16));
+    if (bf16 || fp16)
+        refuse(r, "%s: mixed precision is not available in megatron.c yet; train in fp32 "
+               "(drop the option)", bf16 ? "--bf16" : "--fp16");
+}
+
+/* Megatron tokenizers megatron.c has no implementation of (tokenizer/tokenizer.c). */
+static void tokenizer(const struct mc_args *a, struct mc_refusals *r)
+{
+    static const char *const missing[] = {"BertWordPieceLowerCase", "BertWordPieceCase",
+                                          "MultimodalTokenizer", "NullMultimodalTokenizer"};
+    const char *t = mc_args_str(a, A(tokenizer_type));
+    for (size_t k = 0; k < sizeof(missing) / sizeof(missing[0]); k++)
+        if (str_is(t, missing[k]))
+            refuse(r, "--tokenizer-type %s is a Megatron tokenizer that megatron.c does not "
+                   "implement yet", t);
+}
+
+void mc_args_refusals(const struct mc_args *a, struct mc_refusals *out)
+{
+    out->n = out->kept = 0;
+    features(a, out);
+    table(a, out);
+    pipeline(a, out);
+    checkpoint_format(a, out);
+    precision(a, out);
+    tokenizer(a, out);
+}
+
+void mc_refusals_print(FILE *f, const struct mc_refusals *r)
+{
+    for (int k = 0; k < r->kept; k++)
+        fprintf(f, "NotImplementedError: %s\n", r->msg[k]);
+    if (r->n > r->kept)
+        fprintf(f, "NotImplementedError: ... and %d more options megatron.c does not support\n",
+                r->n - r->kept);
+}
+
+mc_status mc_args_check_support(struct mc_args *a)
+{
+    static struct mc_refusals r; /* 18 KB: not on the stack; start-up is single-threaded */
+    mc_args_refusals(a, &r);
+    if (!r.n)
+        return MC_OK;
+    snprintf(a->err, sizeof(a->err), "%s", r.msg[0]);
+    a->exit_code = 1;
+    a->err_kind = "NotImplementedError";
+    return mc_error(MC_ERR_UNSUPPORTED, "%s", a->err);
+}
