@@ -38,7 +38,7 @@ save save_interval no_save_optim no_save_rng load no_load_optim no_load_rng fine
 exit_on_missing_checkpoint ckpt_format use_dist_ckpt_deprecated dist_ckpt_format_deprecated
 ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_step perform_initialization
 fp16 bf16 loss_scale initial_loss_scale min_loss_scale loss_scale_window hysteresis
-fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32
+fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32 apply_layernorm_1p
 accumulate_allreduce_grads_in_fp32 grad_reduce_in_bf16
 tensor_model_parallel_size encoder_tensor_model_parallel_size pipeline_model_parallel_size
 encoder_pipeline_model_parallel_size model_parallel_size use_distributed_optimizer
@@ -126,16 +126,35 @@ EXTENSIONS = [
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
     ('--coc-fused-kernel', 'coc_fused_kernel', 'flag(store_true)',
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
+    # MindSpeed-LLM options megatron.c implements (mindspeed_llm/features_manager/tokenizer/
+    # build_tokenizer.py): value-taking, default None, used (no "accepted" note).
+    ('--tokenizer-name-or-path', 'tokenizer_name_or_path', 'str',
+     'MindSpeed-LLM: local HuggingFace tokenizer directory for --tokenizer-type '
+     'PretrainedFromHF (tokenizer.json, tokenizer_config.json)'),
+    ('--padded-vocab-size', 'padded_vocab_size', 'int',
+     'MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up '
+     'to --make-vocab-size-divisible-by x tp'),
+    # mindspeed_llm/features_manager/common/rotary.py: Llama-3.x RoPE scaling with its constants
+    ('--rope-scaling-type', 'rope_scaling_type', 'str',
+     'MindSpeed-LLM: RoPE scaling variant; llama3 (with --rope-scaling-factor, '
+     '--low-freq-factor, --high-freq-factor, --original-max-position-embeddings) is '
+     'implemented, yarn / longrope / plm are refused'),
+    ('--low-freq-factor', 'low_freq_factor', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, low-frequency factor (Megatron fixes 1)'),
+    ('--high-freq-factor', 'high_freq_factor', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)'),
+    ('--original-max-position-embeddings', 'original_max_position_embeddings', 'float',
+     'MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features
 # megatron.c lacks). Value-taking ones list how many values follow (the parser skips nothing:
 # the run stops at the first one).
 MINDSPEED_REFUSED = '''
---context-parallel-algo --use-cp-send-recv-overlap --tokenizer-name-or-path --padded-vocab-size
+--context-parallel-algo --use-cp-send-recv-overlap
 --first-k-dense-replace --moe-permutation-async-comm --no-shared-storage --n-shared-experts
 --moe-intermediate-size --multi-head-latent-attention --qk-rope-head-dim --qk-nope-head-dim
---rope-scaling-type --rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
+--rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
 --rope-scaling-mscale-all-dim --rope-scaling-original-max-position-embeddings --shape-order
 --reuse-fp32-param --handler-name --enable-hf2mg-convert --model-type-hf --prompt-type
 --tokenizer-not-use-fast --use-deter-comp --sparse-mode --use-distributed-optimizer-swap
@@ -144,17 +163,17 @@ MINDSPEED_REFUSED = '''
 --gemm-gradient-accumulation-fusion --noop-layers --input-layernorm-in-fp32 --o2-optimizer
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
---jit-compile --use-flash-attn-mindspeed --low-freq-factor --high-freq-factor
---original-max-position-embeddings --num-layer-list --norm-topk-prob --square-alibi-mask
+--jit-compile --use-flash-attn-mindspeed
+--num-layer-list --norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
---longrope-freqs-type --long-factor --short-factor --sliding-window
+--longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs
 '''.split()
 
 # Values that MindSpeed-LLM adds to the choices of Megatron options: refused by name (exit 2)
 # instead of argparse's "invalid choice" (option and value as the user wrote them).
 MINDSPEED_REFUSED_VALUES = [
-    ('--tokenizer-type', 'PretrainedFromHF'), ('--tokenizer-type', 'MagistralTokenizer'),
+    ('--tokenizer-type', 'MagistralTokenizer'),
     ('--position-embedding-type', 'alibi'),
 ]
 
@@ -163,8 +182,8 @@ MINDSPEED_REFUSED_VALUES = [
 LIMITS = {
     'bf16': 'refused: mixed precision is not available yet',
     'fp16': 'refused: mixed precision is not available yet',
-    'ckpt_format': 'only torch is supported with --save/--load; the default torch_dist is refused',
-    'use_dist_ckpt_deprecated': 'refused with --save/--load (torch_dist)',
+    'ckpt_format': '--save writes torch only (the default torch_dist is refused for --save); --load reads torch and torch_dist',
+    'use_dist_ckpt_deprecated': 'refused with --save (torch_dist)',
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'refused: mixture of experts',
     'expert_model_parallel_size': 'values above 1 refused',
@@ -239,6 +258,8 @@ def choices_of(a):
     ch = ['None' if x is None else x for x in (a['choices'] or [])]
     if a['dest'] == 'distributed_backend':
         ch += ['hccl', 'mpi']
+    if a['dest'] == 'tokenizer_type':
+        ch += ['PretrainedFromHF']  # MindSpeed-LLM's AutoTokenizer over a local directory
     return ch
 
 
@@ -380,7 +401,7 @@ def main():
         rows.append((a, sup, None))
     for opt, dest, typ, note in EXTENSIONS:
         rows.append(({'options': [opt], 'dest': dest, 'type': typ, 'nargs': 0,
-                      'default': False, 'choices': None,
+                      'default': False if typ.startswith('flag') else None, 'choices': None,
                       'group': 'megatron.c extensions'}, 'MC_ARG_EXTENSION', note))
     for a, sup, note in rows:
         d = a['dest']

@@ -34,36 +34,39 @@ struct opt {
     const char *name, *metavar;
     enum kind kind;
     int required;
+    int hidden; /* a MindSpeed-LLM option: parsed, absent from Megatron's usage line */
 };
 
 static const struct opt OPTS[] = {
-    {"--vocab-size", "VOCAB_SIZE", INT, 0},
-    {"--vocab-file", "VOCAB_FILE", STR, 0},
-    {"--merge-file", "MERGE_FILE", STR, 0},
-    {"--vocab-extra-ids", "VOCAB_EXTRA_IDS", INT, 0},
+    {"--vocab-size", "VOCAB_SIZE", INT, 0, 0},
+    {"--vocab-file", "VOCAB_FILE", STR, 0, 0},
+    {"--merge-file", "MERGE_FILE", STR, 0, 0},
+    {"--vocab-extra-ids", "VOCAB_EXTRA_IDS", INT, 0, 0},
     {"--tokenizer-type", "{BertWordPieceLowerCase,BertWordPieceCase,GPT2BPETokenizer,"
      "SentencePieceTokenizer,GPTSentencePieceTokenizer,HuggingFaceTokenizer,Llama2Tokenizer,"
-     "TikTokenizer,MultimodalTokenizer,NullTokenizer,NullMultimodalTokenizer}", STR, 0},
-    {"--tokenizer-model", "TOKENIZER_MODEL", STR, 0},
-    {"--tiktoken-pattern", "TIKTOKEN_PATTERN", STR, 0},
-    {"--tiktoken-num-special-tokens", "TIKTOKEN_NUM_SPECIAL_TOKENS", INT, 0},
-    {"--tiktoken-special-tokens", "TIKTOKEN_SPECIAL_TOKENS", LIST, 0},
-    {"--input", "INPUT", STR, 1},
-    {"--json-keys", "JSON_KEYS", LIST, 0},
-    {"--split-sentences", NULL, FLAG, 0},
-    {"--keep-newlines", NULL, FLAG, 0},
-    {"--append-eod", NULL, FLAG, 0},
-    {"--lang", "LANG", STR, 0},
-    {"--output-prefix", "OUTPUT_PREFIX", STR, 1},
-    {"--workers", "WORKERS", INT, 1},
-    {"--partitions", "PARTITIONS", INT, 0},
-    {"--log-interval", "LOG_INTERVAL", INT, 0},
-    {"--keep-sequential-samples", NULL, FLAG, 0},
+     "TikTokenizer,MultimodalTokenizer,NullTokenizer,NullMultimodalTokenizer}", STR, 0, 0},
+    {"--tokenizer-model", "TOKENIZER_MODEL", STR, 0, 0},
+    {"--tiktoken-pattern", "TIKTOKEN_PATTERN", STR, 0, 0},
+    {"--tiktoken-num-special-tokens", "TIKTOKEN_NUM_SPECIAL_TOKENS", INT, 0, 0},
+    {"--tiktoken-special-tokens", "TIKTOKEN_SPECIAL_TOKENS", LIST, 0, 0},
+    {"--input", "INPUT", STR, 1, 0},
+    {"--json-keys", "JSON_KEYS", LIST, 0, 0},
+    {"--split-sentences", NULL, FLAG, 0, 0},
+    {"--keep-newlines", NULL, FLAG, 0, 0},
+    {"--append-eod", NULL, FLAG, 0, 0},
+    {"--lang", "LANG", STR, 0, 0},
+    {"--output-prefix", "OUTPUT_PREFIX", STR, 1, 0},
+    {"--workers", "WORKERS", INT, 1, 0},
+    {"--partitions", "PARTITIONS", INT, 0, 0},
+    {"--log-interval", "LOG_INTERVAL", INT, 0, 0},
+    {"--keep-sequential-samples", NULL, FLAG, 0, 0},
+    {"--tokenizer-name-or-path", "TOKENIZER_NAME_OR_PATH", STR, 0, 1},
 };
 #define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
 enum { O_VOCAB_SIZE, O_VOCAB_FILE, O_MERGE_FILE, O_EXTRA_IDS, O_TOK_TYPE, O_TOK_MODEL,
        O_TT_PATTERN, O_TT_NUM, O_TT_SPECIAL, O_INPUT, O_JSON_KEYS, O_SPLIT, O_KEEP_NL,
-       O_APPEND_EOD, O_LANG, O_OUTPUT, O_WORKERS, O_PARTITIONS, O_LOG_INTERVAL, O_KEEP_SEQ };
+       O_APPEND_EOD, O_LANG, O_OUTPUT, O_WORKERS, O_PARTITIONS, O_LOG_INTERVAL, O_KEEP_SEQ,
+       O_TOK_NAME };
 
 static const char *TOKENIZER_TYPES[] = {
     "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer",
@@ -84,6 +87,8 @@ static void print_usage(FILE *f)
     for (int k = 0; k < N_OPTS; k++) {
         const struct opt *o = &OPTS[k];
         const char *mv = k == O_TOK_TYPE ? "TOKENIZER_TYPE" : o->metavar;
+        if (o->hidden)
+            continue;
         if (o->kind == FLAG)
             fprintf(f, " [%s]", o->name);
         else if (o->kind == LIST)
@@ -192,6 +197,8 @@ static void parse_args(int argc, char **argv, struct args *a)
         int ok = 0;
         for (size_t t = 0; t < sizeof(TOKENIZER_TYPES) / sizeof(*TOKENIZER_TYPES); t++)
             ok |= strcmp(a->str[O_TOK_TYPE], TOKENIZER_TYPES[t]) == 0;
+        /* MindSpeed-LLM's preprocess_data: a local HF directory in --tokenizer-name-or-path */
+        ok |= strcmp(a->str[O_TOK_TYPE], "PretrainedFromHF") == 0;
         if (!ok)
             usage_error("argument --tokenizer-type: invalid choice: '%s' (choose from "
                         "'BertWordPieceLowerCase', 'BertWordPieceCase', 'GPT2BPETokenizer', "
@@ -288,6 +295,10 @@ static double now_s(void)
 
 /* ---- input: lines with Python's universal newlines (\n, \r\n, lone \r) --------------------- */
 
+#define READ_CAP ((size_t)1 << 20)
+#define BATCH_LINES 1024
+#define BATCH_BYTES ((size_t)16 << 20)
+
 struct reader {
     FILE *f;
     const char *name;
@@ -304,7 +315,7 @@ static int reader_open(struct reader *r, const char *name)
     if (!r->f)
         return -1;
     r->name = name;
-    r->cap = 1 << 20;
+    r->cap = READ_CAP;
     r->buf = malloc(r->cap);
     if (!r->buf)
         die("out of memory");
@@ -385,6 +396,18 @@ static int reader_line(struct reader *r, char **text, size_t *len, size_t *cap, 
     *raw = n + term;
     r->pos = scan + term;
     r->line_no++;
+    /* a giant line grew the buffer: give the room back now that the line is copied out, so
+     * the tokenizer does not run beside two copies of it */
+    if (r->cap > READ_CAP * 4 && r->end - r->pos <= READ_CAP) {
+        memmove(r->buf, r->buf + r->pos, r->end - r->pos);
+        r->end -= r->pos;
+        r->pos = 0;
+        unsigned char *b = realloc(r->buf, READ_CAP);
+        if (b) {
+            r->buf = b;
+            r->cap = READ_CAP;
+        }
+    }
     return 1;
 }
 
@@ -626,6 +649,11 @@ static void write_batch(struct run *r)
     }
     r->b.n = 0;
     r->b.text_len = 0;
+    if (r->b.text_cap > 2 * BATCH_BYTES) { /* as release_big: no slot keeps a giant line's room */
+        free(r->b.text);
+        r->b.text = NULL;
+        r->b.text_cap = 0;
+    }
     check_stop();
 }
 
@@ -651,8 +679,6 @@ static struct line *batch_add(struct run *r)
     return ln;
 }
 
-#define BATCH_LINES 1024
-#define BATCH_BYTES ((size_t)16 << 20)
 
 /* Streams one input file; keeps line i (0-based over all files) when i % every == pick. */
 static void run_file(struct run *r, const char *name, int64_t *global, int64_t every,
@@ -762,7 +788,8 @@ static void init_tokenizer(struct run *r)
         .tokenizer_type = a->str[O_TOK_TYPE],
         .vocab_file = a->str[O_VOCAB_FILE],
         .merge_file = a->str[O_MERGE_FILE],
-        .tokenizer_model = a->str[O_TOK_MODEL],
+        .tokenizer_model = strcmp(a->str[O_TOK_TYPE], "PretrainedFromHF") ? a->str[O_TOK_MODEL]
+                                                                          : a->str[O_TOK_NAME],
         .vocab_size = a->given[O_VOCAB_SIZE] ? a->num[O_VOCAB_SIZE] : 0,
     };
     ta.tiktoken_pattern = a->str[O_TT_PATTERN];

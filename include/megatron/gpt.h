@@ -42,12 +42,16 @@ struct mc_gpt_config {
 
     enum mc_normalization normalization;
     float norm_epsilon;              /* 1e-5 */
+    bool layernorm_zero_centered_gamma; /* --apply-layernorm-1p: norms scale by (1 + weight), the
+                                           weight initialized to 0 (TE / FusedLayerNorm) */
     enum mc_position_embedding position_embedding_type;
     float rotary_percent;            /* 1.0 */
     float rotary_base;               /* 10000 */
     bool rotary_interleaved;
     bool use_rope_scaling;           /* Llama 3.x: factor, low 1, high 4, old context 8192 */
     float rope_scaling_factor;       /* 8.0 */
+    /* MindSpeed-LLM's --rope-scaling-type llama3 constants; 0 = Megatron's fixed 1 / 4 / 8192 */
+    float rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position;
     enum mc_activation activation;
     bool add_bias_linear;            /* true */
     bool add_qkv_bias;               /* false; true re-adds only the QKV bias */

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/distrib_optim.h"
 #include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
@@ -683,6 +686,37 @@ static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, boo
     return st;
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) ? -1 : 0;
+}
+
+/* After a failed save: the iteration directory it was writing is removed unless the tracker
+ * names that iteration (then it is the last good checkpoint, which is never touched). Else a
+ * save that failed for lack of room would leave a copy behind and the retry need room for two. */
+static void drop_unreferenced(const char *dir, int64_t iteration)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, TRACKER);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char buf[64] = {0};
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *end;
+        errno = 0;
+        long long it = strtoll(buf, &end, 10);
+        if (!errno && end != buf && it == iteration)
+            return;
+    }
+    snprintf(path, sizeof(path), "%s/iter_%07lld", dir, (long long)iteration);
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* best effort: the save already failed */
+}
+
 /* Combines every rank's outcome; also the barrier before the tracker is written. */
 static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *what)
 {
@@ -711,10 +745,13 @@ mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
                 (long long)s->iteration, dir);
     mc_status st = write_files(s, dir, one || s->writer);
     /* every rank gets here, so a failed write cannot leave the others waiting */
-    if ((st = agree(s, st, "saving the checkpoint")))
+    bool owner = one || s->write_tracker; /* writes the tracker, so cleans up after a failure */
+    if ((st = agree(s, st, "saving the checkpoint")) ||
+        (owner && (st = write_tracker(dir, s->iteration)))) {
+        if (owner)
+            drop_unreferenced(dir, s->iteration); /* sets no error: the save's message stays */
         return st;
-    if ((one || s->write_tracker) && (st = write_tracker(dir, s->iteration)))
-        return st;
+    }
     if (log) {
         fprintf(log, "  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p %d/%d ]\n",
                 (long long)s->iteration, dir, s->tp_rank + 1, tp_size(s), s->pp_rank + 1, pp_size(s));
@@ -1183,7 +1220,11 @@ static mc_status read_tracker(const char *tracker, int64_t *iteration, bool *rel
     while (e > s && strchr(" \t\r\n", e[-1])) *--e = 0;
     *release = !strcmp(s, "release");
     char *end;
+    errno = 0;
     *iteration = *release ? 0 : strtoll(s, &end, 10);
+    if (!*release && errno == ERANGE)
+        return mc_error(MC_ERR_FORMAT, "ERROR: Invalid metadata file %s: '%s' is not a valid "
+                        "iteration number (it does not fit in 64 bits)", tracker, s);
     if (!*release && (end == s || *end || *iteration <= 0))
         return mc_error(MC_ERR_FORMAT, "ERROR: Invalid metadata file %s: '%s' (expected an "
                         "iteration > 0 or 'release')", tracker, s);
@@ -1325,6 +1366,37 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
     return MC_OK;
 }
 
+/* A torch_dist checkpoint (any layout): this rank's state dict from dist_checkpoint.c, then the
+ * same loading as the torch format's. */
+static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
+                           int64_t iteration, bool release)
+{
+    if (s->distopt && !release && !mc_args_bool(s->args, MC_A_no_load_optim) &&
+        !mc_args_bool(s->args, MC_A_finetune))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
+                        "optimizer state with --use-distributed-optimizer is not implemented yet "
+                        "(load it without that option, or add --no-load-optim)", dir, iter_dir);
+    if (log) {
+        if (release)
+            fprintf(log, " loading release distributed checkpoint from %s\n", dir);
+        else
+            fprintf(log, " loading distributed checkpoint from %s at iteration %lld\n", dir,
+                    (long long)iteration);
+    }
+    mc_pk_doc *d;
+    mc_status st = mc_pk_doc_init(&d);
+    if (st)
+        return st;
+    struct mc_pk *sd;
+    char what[4200];
+    snprintf(what, sizeof(what), "%s/common.pt", iter_dir);
+    struct loader l = {.s = s, .path = what, .log = log};
+    if (!(st = mc_dist_ckpt_read(d, s, iter_dir, &sd)))
+        st = load_state(&l, sd, release);
+    mc_pk_doc_free(d);
+    return st;
+}
+
 /* This rank's part of load_checkpoint once the iteration is known. */
 static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *tracker,
                            int64_t iteration, bool release)
@@ -1332,6 +1404,19 @@ static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, 
     char path[4096];
     ckpt_name(s, path, sizeof(path), dir, iteration, release);
     mc_status st;
+    char iter_dir[4096];
+    snprintf(iter_dir, sizeof(iter_dir), "%s", path);
+    *strrchr(iter_dir, '/') = 0;
+    *strrchr(iter_dir, '/') = 0;
+    /* Megatron reads a torch_dist directory with --ckpt-format torch_dist (the default) or
+     * --auto-detect-ckpt-format; --ckpt-format torch alone looks for mp_rank_* files */
+    if (mc_dist_ckpt_is(iter_dir) && strcmp(mc_args_str(s->args, MC_A_ckpt_format), "torch_dist") &&
+        !mc_args_bool(s->args, MC_A_auto_detect_ckpt_format))
+        return mc_error(MC_ERR_CONFIG, "--load %s: %s is a torch_dist checkpoint, which --ckpt-format "
+                        "%s does not read; use --ckpt-format torch_dist (Megatron's default) or add "
+                        "--auto-detect-ckpt-format", dir, iter_dir, mc_args_str(s->args, MC_A_ckpt_format));
+    if (mc_dist_ckpt_is(iter_dir))
+        return load_dist(s, log, dir, iter_dir, iteration, release);
     if (access(path, R_OK) && (st = explain_missing(s, dir, path)))
         return st;
     if (access(path, R_OK))
@@ -1395,3 +1480,19 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
 /* ---- helpers for the checkpoint converter (src/checkpointing/convert_args.c) ----------------- */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration) { return rerun_dict(d, iteration); }
 struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v) { return val_to_pk(d, v); }
+
+/* ---- helpers for the torch_dist reader (src/checkpointing/dist_checkpoint.c) ----------------- */
+int64_t mc_ckpt_total_params(const struct mc_ckpt_state *s) { return total_params(s); }
+struct mc_param_view mc_ckpt_opt_param(const struct mc_ckpt_state *s, int64_t gi) { return opt_param(s, gi); }
+const mc_gpt_model *mc_ckpt_opt_param_model(const struct mc_ckpt_state *s, int64_t gi)
+{
+    int c = 0;
+    while (gi >= mc_gpt_num_params(chunk(s, c)))
+        gi -= mc_gpt_num_params(chunk(s, c++));
+    return chunk(s, c);
+}
+void mc_ckpt_group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
+                         int64_t *n_first, bool *first_decay)
+{
+    group_order(s, scheme, order, n_first, first_decay);
+}

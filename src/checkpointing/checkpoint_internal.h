@@ -4,11 +4,23 @@
 #define MC_CHECKPOINTING_CHECKPOINT_INTERNAL_H
 
 #include "checkpointing/torch_pickle.h"
+#include "checkpointing/state_dict_names.h"
+#include "megatron/checkpoint.h"
 #include "training/args.h"
 
 /* RerunStateMachine.state_dict() of a disabled machine at `iteration`. */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration);
 /* One argument value as it pickles in the args Namespace (torch dtypes, AttnBackend enums). */
 struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v);
+
+/* The optimizer's parameters as the torch format numbers them (dist_checkpoint.c builds the
+ * same numbering): their count over every model chunk, the parameter (and its chunk's model) of
+ * an optimizer index, and group_order: order[k] (k < total; order needs 2 x total entries) is
+ * the optimizer index of state index k, the first *n_first in the first param group. */
+int64_t mc_ckpt_total_params(const struct mc_ckpt_state *s);
+struct mc_param_view mc_ckpt_opt_param(const struct mc_ckpt_state *s, int64_t gi);
+const mc_gpt_model *mc_ckpt_opt_param_model(const struct mc_ckpt_state *s, int64_t gi);
+void mc_ckpt_group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
+                         int64_t *n_first, bool *first_decay);
 
 #endif

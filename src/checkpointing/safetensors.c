@@ -109,14 +109,23 @@ static mc_status parse_entry(struct mc_st_file *f, const struct mc_json *e, stru
                         e->key, (long long)sh->len, MC_ST_MAX_DIM);
     t->dtype = (enum mc_st_dtype)d;
     t->ndim = (int)sh->len;
-    t->numel = 1;
+    /* the element count must fit the file (checked arithmetic: a hostile shape must not
+     * overflow int64); a zero dimension anywhere makes it 0 whatever the others are */
+    bool zero = false, over = false;
+    int64_t numel = 1, room = (int64_t)(f->size / sizes[d]);
     for (int k = 0; k < t->ndim; k++) {
         const struct mc_json *x = &sh->items[k];
         if (x->type != MC_JSON_NUMBER || !x->is_int || x->inum < 0 || x->inum > (1ll << 40))
             return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': bad shape entry", f->path, e->key);
         t->shape[k] = x->inum;
-        t->numel *= x->inum;
+        zero = zero || x->inum == 0;
+        if (!over && (__builtin_mul_overflow(numel, x->inum, &numel) || numel > room))
+            over = true;
     }
+    if (over && !zero)
+        return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': its shape has more elements of %s than "
+                        "the %zu-byte file can hold", f->path, e->key, names[d], f->size);
+    t->numel = zero ? 0 : numel;
     const struct mc_json *b = &off->items[0], *en = &off->items[1];
     if (b->type != MC_JSON_NUMBER || !b->is_int || en->type != MC_JSON_NUMBER || !en->is_int ||
         b->inum < 0 || en->inum < b->inum || data_start + (uint64_t)en->inum > f->size)
@@ -130,6 +139,49 @@ static mc_status parse_entry(struct mc_st_file *f, const struct mc_json *e, stru
         return MC_ERR_NOMEM;
     memcpy(t->name, e->key, e->key_len + 1);
     return MC_OK;
+}
+
+/* qsort order of tensors by where their data starts, then by size */
+static int by_offset(const void *x, const void *y)
+{
+    const struct mc_st_tensor *a = *(const struct mc_st_tensor *const *)x,
+                              *b = *(const struct mc_st_tensor *const *)y;
+    if (a->data != b->data)
+        return a->data < b->data ? -1 : 1;
+    return (a->numel * sizes[a->dtype] > b->numel * sizes[b->dtype]) -
+           (a->numel * sizes[a->dtype] < b->numel * sizes[b->dtype]);
+}
+
+/* Two tensors whose data_offsets overlap would alias each other's bytes: refuse, naming both
+ * (the safetensors library refuses them too). Empty tensors overlap nothing. */
+static mc_status check_overlaps(const struct mc_st_file *f)
+{
+    if (f->n < 2)
+        return MC_OK;
+    const struct mc_st_tensor **order = mc_alloc((size_t)f->n * sizeof(*order));
+    if (!order)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < f->n; i++)
+        order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof(*order), by_offset);
+    mc_status st = MC_OK;
+    const struct mc_st_tensor *last = NULL; /* the non-empty tensor reaching furthest so far */
+    for (int64_t i = 0; i < f->n && st == MC_OK; i++) {
+        const struct mc_st_tensor *t = order[i];
+        size_t nb = (size_t)t->numel * sizes[t->dtype];
+        if (nb == 0)
+            continue;
+        if (last && t->data < last->data + (size_t)last->numel * sizes[last->dtype])
+            st = mc_error(MC_ERR_FORMAT, "%s: tensors '%s' (data_offsets [%zu, %zu]) and '%s' "
+                          "([%zu, %zu]) overlap", f->path, last->name,
+                          (size_t)(last->data - f->data0),
+                          (size_t)(last->data - f->data0) + (size_t)last->numel * sizes[last->dtype],
+                          t->name, (size_t)(t->data - f->data0), (size_t)(t->data - f->data0) + nb);
+        if (!last || t->data + nb > last->data + (size_t)last->numel * sizes[last->dtype])
+            last = t;
+    }
+    mc_free(order);
+    return st;
 }
 
 static mc_status parse_header(struct mc_st_file *f)
@@ -165,6 +217,8 @@ static mc_status parse_header(struct mc_st_file *f)
             goto out;
         f->n++;
     }
+    f->data0 = f->map + 8 + hlen;
+    st = check_overlaps(f);
 out:
     mc_json_doc_free(doc);
     return st;

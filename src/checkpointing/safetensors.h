@@ -32,6 +32,7 @@ struct mc_st_tensor {
 struct mc_st_file {
     char *path;
     const uint8_t *map;
+    const uint8_t *data0; /* start of the data area (data_offsets count from here) */
     size_t size;
     struct mc_st_tensor *t;
     int64_t n;

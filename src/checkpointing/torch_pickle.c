@@ -227,7 +227,7 @@ bool mc_pk_number(const struct mc_pk *v, double *out)
 
 struct mc_pk *mc_pk_get(const struct mc_pk *map, const char *key)
 {
-    if (!mc_pk_is_map(map))
+    if (!mc_pk_is_map(map) && !(map && map->kind == MC_PK_OBJECT))
         return NULL;
     for (int64_t i = 0; i + 1 < map->n; i += 2)
         if (map->items[i]->kind == MC_PK_STR && !strcmp(map->items[i]->s, key))
@@ -634,7 +634,34 @@ static const char *const known_globals[] = {
     "megatron.core.rerun_state_machine RerunDiagnostic",
     "__builtin__ getattr", "builtins getattr", /* Enum members by name (Python >= 3.11) */
     "_io BytesIO", /* Transformer Engine's serialized _extra_state (fp8 metadata) */
+    /* torch_dist checkpoints: DCP's .metadata (dist_checkpoint.c) */
+    "torch Size", "torch.serialization _get_layout", "pathlib PosixPath",
+    "torch.distributed.checkpoint.metadata _MEM_FORMAT_ENCODING",
+    "torch.distributed.checkpoint.planner WriteItemType",
     NULL};
+
+/* Classes whose instances are rebuilt as MC_PK_OBJECT (NEWOBJ + BUILD of plain attributes). */
+static const char *const object_classes[] = {
+    "torch.distributed.checkpoint.metadata Metadata",
+    "torch.distributed.checkpoint.metadata TensorStorageMetadata",
+    "torch.distributed.checkpoint.metadata BytesStorageMetadata",
+    "torch.distributed.checkpoint.metadata ChunkStorageMetadata",
+    "torch.distributed.checkpoint.metadata TensorProperties",
+    "torch.distributed.checkpoint.metadata MetadataIndex",
+    "torch.distributed.checkpoint.metadata StorageMeta",
+    "torch.distributed.checkpoint.filesystem _StorageInfo",
+    "torch.distributed.checkpoint.planner WriteItem",
+    "torch.distributed.checkpoint.planner TensorWriteData",
+    "megatron.core.dist_checkpointing.strategies.torch MCoreSavePlan",
+    NULL};
+
+static bool is_object_class(const char *full)
+{
+    for (int k = 0; object_classes[k]; k++)
+        if (!strcmp(full, object_classes[k]))
+            return true;
+    return false;
+}
 
 static mc_status global(struct in *r, const char *mod, const char *name)
 {
@@ -643,6 +670,7 @@ static mc_status global(struct in *r, const char *mod, const char *name)
     bool ok = false;
     for (int k = 0; known_globals[k] && !ok; k++)
         ok = !strcmp(full, known_globals[k]);
+    ok = ok || is_object_class(full);
     if (!strcmp(mod, "torch")) /* dtypes and storage classes */
         for (int t = 0; t < MC_PKT_COUNT && !ok; t++)
             ok = !strcmp(name, dtypes[t].torch) || !strcmp(name, dtypes[t].storage);
@@ -762,7 +790,29 @@ static mc_status reduce(struct in *r)
         v = mc_pk_enum(r->d, "", "", args->items[1]);
         if (v)
             v->s = args->items[0]->s, v->len = args->items[0]->len, v->b = true;
-    } else if (!strncmp(fn->s, "megatron.", 9) && args->n == 1) {
+    } else if (is_global(fn, "torch Size")) { /* torch.Size((...)): the tuple */
+        if (args->n != 1 || args->items[0]->kind != MC_PK_TUPLE)
+            return corrupt(r, "torch.Size of something other than a tuple");
+        v = args->items[0];
+    } else if (is_global(fn, "torch.serialization _get_layout")) {
+        if (args->n != 1 || args->items[0]->kind != MC_PK_STR)
+            return corrupt(r, "_get_layout of a non-str");
+        v = text(r->d, MC_PK_GLOBAL, args->items[0]->s, args->items[0]->len);
+    } else if (is_global(fn, "pathlib PosixPath")) { /* the path's parts joined */
+        char buf[4096];
+        size_t m = 0;
+        for (int64_t k = 0; k < args->n; k++) {
+            if (args->items[k]->kind != MC_PK_STR)
+                return corrupt(r, "PosixPath of a non-str");
+            m += (size_t)snprintf(buf + m, sizeof(buf) - m, "%s%s", k && m && buf[m - 1] != '/' ? "/" : "",
+                                  args->items[k]->s);
+            if (m >= sizeof(buf))
+                return corrupt(r, "PosixPath too long");
+        }
+        v = text(r->d, MC_PK_STR, buf, m);
+    } else if ((!strncmp(fn->s, "megatron.", 9) ||
+                is_global(fn, "torch.distributed.checkpoint.metadata _MEM_FORMAT_ENCODING") ||
+                is_global(fn, "torch.distributed.checkpoint.planner WriteItemType")) && args->n == 1) {
         v = mc_pk_enum(r->d, "", "", args->items[0]);
         if (v)
             v->s = fn->s, v->len = fn->len;
@@ -790,6 +840,21 @@ static mc_status build(struct in *r)
             return corrupt(r, "io.BytesIO state is not (bytes, position, dict)");
         obj->s = state->items[0]->s;
         obj->len = state->items[0]->len;
+    } else if (obj->kind == MC_PK_OBJECT) {
+        /* a dataclass: __dict__ (or (None, slots) for slotted ones), else a __setstate__ value */
+        struct mc_pk *attrs = state;
+        if (state->kind == MC_PK_TUPLE && state->n == 2 && state->items[1]->kind == MC_PK_DICT &&
+            state->items[0]->kind == MC_PK_NONE)
+            attrs = state->items[1];
+        if (attrs->kind == MC_PK_DICT) {
+            for (int64_t k = 0; k < attrs->n; k++)
+                if ((st = mc_pk_append(r->d, obj, attrs->items[k])))
+                    return st;
+        } else {
+            struct mc_pk *key = mc_pk_str(r->d, "__state__");
+            if (!key || (st = mc_pk_append(r->d, obj, key)) || (st = mc_pk_append(r->d, obj, state)))
+                return st ? st : MC_ERR_NOMEM;
+        }
     } else if (obj->kind == MC_PK_ODICT) {
         /* state_dict()'s `_metadata` attribute (module versions): not needed, dropped */
     } else if (obj->kind == MC_PK_NPDTYPE) {
@@ -839,6 +904,8 @@ static mc_status persistent(struct in *r)
     if (pid->items[4]->i < 0 || strlen(key) >= sizeof(((struct mc_pk *)0)->key))
         return corrupt(r, "bad storage key or size");
     const void *data;
+    if (!r->storage)
+        return corrupt(r, "a persistent id (tensor storage) where none can be");
     if ((st = r->storage(r->ctx, key, (enum mc_pk_dtype)t, pid->items[4]->i, &data)))
         return st;
     struct mc_pk *s = mc_pk_storage(r->d, (enum mc_pk_dtype)t, pid->items[4]->i, data);
@@ -1018,12 +1085,26 @@ static mc_status step(struct in *r, uint8_t c, bool *stop)
     case 'j': if ((st = need(r, 4))) return st; r->p += 4; return memo_get(r, le(r->p - 4, 4));
     case 0x94: return memo_put(r, (uint64_t)r->nmemo_next++); /* MEMOIZE (protocol 4) */
     case 'c': return read_global(r);
+    case 0x93: /* STACK_GLOBAL (protocol 4): module and name from the stack */
+        if ((st = pop(r, &v)) || (st = pop(r, &w)))
+            return st;
+        if (v->kind != MC_PK_STR || w->kind != MC_PK_STR || v->len > 120 || w->len > 120)
+            return corrupt(r, "STACK_GLOBAL of other than two short strings");
+        return global(r, w->s, v->s);
     case 'R': return reduce(r);
     case 0x81: /* NEWOBJ */
         if ((st = pop(r, &v)) || (st = pop(r, &w)))
             return st;
         if (is_global(w, "_io BytesIO")) /* its bytes arrive with BUILD */
             return push(r, mc_pk_new(r->d, MC_PK_BYTES));
+        if (w->kind == MC_PK_GLOBAL && is_object_class(w->s)) { /* its attributes arrive with BUILD */
+            struct mc_pk *o = mc_pk_new(r->d, MC_PK_OBJECT);
+            if (o && !(o->s = arena_str(r->d, w->s, w->len)))
+                return MC_ERR_NOMEM;
+            if (o)
+                o->len = w->len;
+            return push(r, o);
+        }
         if (!is_global(w, "argparse Namespace"))
             return corrupt(r, "NEWOBJ of a class other than argparse.Namespace or io.BytesIO");
         return push(r, mc_pk_new(r->d, MC_PK_NAMESPACE));

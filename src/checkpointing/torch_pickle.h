@@ -18,6 +18,9 @@ enum mc_pk_kind {
                       member name (getattr(Class, 'name'), as Python 3.11 pickles enums) */
     MC_PK_STORAGE, MC_PK_TENSOR,
     MC_PK_NDARRAY, MC_PK_NPDTYPE,
+    MC_PK_OBJECT,  /* an instance of a known class (the dataclasses of a torch.distributed.checkpoint
+                      .metadata pickle): s = "module Class", items = its attributes as key/value
+                      pairs (BUILD's dict); a __setstate__ tuple is kept as the pair "__state__" */
 };
 
 /* torch storage element types (the *Storage classes). */
@@ -108,5 +111,9 @@ mc_status mc_torch_save(mc_pk_doc *d, const struct mc_pk *v, const char *path);
 mc_status mc_torch_save_ex(mc_pk_doc *d, const struct mc_pk *v, const char *path, bool force_zip64);
 /* torch.load(path): the tree's storages point into the file mapping kept by the doc. */
 mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out);
+/* torch.load of a torch.save archive held in memory (borrowed: it must outlive the doc), as
+ * torch_dist's .distcp files hold one per tensor chunk; `what` names it in errors. */
+mc_status mc_torch_load_mem(mc_pk_doc *d, const char *what, const uint8_t *data, size_t size,
+                            struct mc_pk **out);
 
 #endif

@@ -81,12 +81,13 @@ static mc_status load_storage(void *ctx, const char *key, enum mc_pk_dtype t, in
     return MC_OK;
 }
 
-mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out)
+static mc_status load_zip(mc_pk_doc *d, const char *path, const uint8_t *mem, size_t size,
+                          struct mc_pk **out)
 {
     struct load_ctx c = {0};
     if (!(c.z = mc_calloc(1, sizeof(*c.z))))
         return MC_ERR_NOMEM;
-    mc_status st = mc_zip_reader_open(c.z, path);
+    mc_status st = mem ? mc_zip_reader_open_mem(c.z, path, mem, size) : mc_zip_reader_open(c.z, path);
     if (st) {
         mc_free(c.z);
         return st;
@@ -107,4 +108,17 @@ mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out)
     if ((st = mc_zip_reader_find(c.z, name, &pkl, &n)))
         return st;
     return mc_pk_load(d, pkl, (size_t)n, path, load_storage, &c, out);
+}
+
+mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out)
+{
+    return load_zip(d, path, NULL, 0, out);
+}
+
+mc_status mc_torch_load_mem(mc_pk_doc *d, const char *what, const uint8_t *data, size_t size,
+                            struct mc_pk **out)
+{
+    if (!data || size < 22)
+        return mc_error(MC_ERR_FORMAT, "%s: %zu bytes, too short for a torch.save archive", what, size);
+    return load_zip(d, what, data, size, out);
 }

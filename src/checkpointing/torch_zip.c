@@ -474,6 +474,8 @@ static mc_status read_entry(struct mc_zip_reader *r, const uint8_t **pp, const u
     return MC_OK;
 }
 
+static mc_status parse_directory(struct mc_zip_reader *r);
+
 mc_status mc_zip_reader_open(struct mc_zip_reader *r, const char *path)
 {
     memset(r, 0, sizeof(*r));
@@ -495,23 +497,7 @@ mc_status mc_zip_reader_open(struct mc_zip_reader *r, const char *path)
         }
         r->map = m;
     }
-    uint64_t cd_off = 0, cd_size = 0, count = 0;
-    if ((st = find_directory(r, &cd_off, &cd_size, &count)))
-        goto out;
-    if (count > cd_size / 46 + 1) {
-        st = bad(r, "entry count larger than the central directory can hold");
-        goto out;
-    }
-    r->e = mc_calloc((size_t)count + 1, sizeof(*r->e));
-    r->data_off = mc_calloc((size_t)count + 1, sizeof(uint64_t));
-    if (!r->e || !r->data_off) {
-        st = MC_ERR_NOMEM;
-        goto out;
-    }
-    const uint8_t *p = r->map + cd_off, *end = p + cd_size;
-    for (r->n = 0; r->n < (int64_t)count; r->n++)
-        if ((st = read_entry(r, &p, end, r->n)))
-            goto out;
+    st = parse_directory(r);
 out:
     if (fd >= 0)
         close(fd);
@@ -520,9 +506,44 @@ out:
     return st;
 }
 
+mc_status mc_zip_reader_open_mem(struct mc_zip_reader *r, const char *what, const uint8_t *data,
+                                 size_t size)
+{
+    memset(r, 0, sizeof(*r));
+    if (!(r->path = dup_str(what)))
+        return MC_ERR_NOMEM;
+    r->map = data;
+    r->size = size;
+    r->borrowed = true;
+    mc_status st = parse_directory(r);
+    if (st)
+        mc_zip_reader_close(r);
+    return st;
+}
+
+/* The end records, the central directory and every local header of the mapped archive. */
+static mc_status parse_directory(struct mc_zip_reader *r)
+{
+    mc_status st;
+    uint64_t cd_off = 0, cd_size = 0, count = 0;
+    if ((st = find_directory(r, &cd_off, &cd_size, &count)))
+        return st;
+    if (count > cd_size / 46 + 1)
+        return bad(r, "entry count larger than the central directory can hold");
+    r->e = mc_calloc((size_t)count + 1, sizeof(*r->e));
+    r->data_off = mc_calloc((size_t)count + 1, sizeof(uint64_t));
+    if (!r->e || !r->data_off)
+        return MC_ERR_NOMEM;
+    const uint8_t *p = r->map + cd_off, *end = p + cd_size;
+    for (r->n = 0; r->n < (int64_t)count; r->n++)
+        if ((st = read_entry(r, &p, end, r->n)))
+            return st;
+    return MC_OK;
+}
+
 void mc_zip_reader_close(struct mc_zip_reader *r)
 {
-    if (r->map)
+    if (r->map && !r->borrowed)
         munmap((void *)r->map, r->size);
     for (int64_t i = 0; r->e && i <= r->n; i++) /* [n] may hold a half-read entry's name */
         mc_free(r->e[i].name);

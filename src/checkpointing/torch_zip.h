@@ -52,10 +52,15 @@ struct mc_zip_reader {
     struct mc_zip_entry_rec *e;
     int64_t n;
     uint64_t *data_off; /* [n] where each entry's bytes start */
+    bool borrowed;      /* map is the caller's memory (mc_zip_reader_open_mem), not unmapped */
 };
 /* Maps the file, parses the end records and the central directory and checks every local
  * header; MC_ERR_FORMAT naming the file and what is wrong. */
 mc_status mc_zip_reader_open(struct mc_zip_reader *r, const char *path);
+/* The same over `size` bytes at `data` (borrowed: they must outlive the reader), e.g. a
+ * torch.save blob inside a torch_dist .distcp file; `what` names it in errors. */
+mc_status mc_zip_reader_open_mem(struct mc_zip_reader *r, const char *what, const uint8_t *data,
+                                 size_t size);
 void mc_zip_reader_close(struct mc_zip_reader *r);
 /* Entry by full name; MC_ERR_FORMAT when absent. Checks the CRC-32 of the entry. */
 mc_status mc_zip_reader_find(const struct mc_zip_reader *r, const char *name, const uint8_t **data,

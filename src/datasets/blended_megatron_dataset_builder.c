@@ -58,8 +58,9 @@ mc_status mc_gpt_tokenizer_desc_from_args(struct mc_gpt_tokenizer_desc *d, const
             return MC_OK;
         }
     }
-    if (!strcmp(type, "HuggingFaceTokenizer")) {
-        d->class_name = "_HuggingFaceTokenizer";
+    if (!strcmp(type, "HuggingFaceTokenizer") || !strcmp(type, "PretrainedFromHF")) {
+        /* MegatronTokenizer(name): {"class", "tokenizer_path": [name]} for both */
+        d->class_name = type[0] == 'H' ? "_HuggingFaceTokenizer" : "_AutoTokenizer";
         d->n_paths = 1;
         d->paths[0] = model;
         return MC_OK;
@@ -67,7 +68,7 @@ mc_status mc_gpt_tokenizer_desc_from_args(struct mc_gpt_tokenizer_desc *d, const
     return mc_error(MC_ERR_UNSUPPORTED, "--tokenizer-type %s: the dataset cache description of this "
                     "tokenizer is not implemented (supported: GPT2BPETokenizer, NullTokenizer, "
                     "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
-                    "HuggingFaceTokenizer)", type);
+                    "HuggingFaceTokenizer, PretrainedFromHF)", type);
 }
 
 /* ---- config ------------------------------------------------------------------------------ */

@@ -66,6 +66,16 @@ static mc_status put_token(unsigned char *p, int code, int64_t v)
     return MC_OK;
 }
 
+/* A float32/float64 token as numpy's astype(int64) would give it (truncation), when it has one:
+ * NaN, infinities and values outside int64 have none (converting them is undefined in C). */
+static bool float_token(double x, int64_t *v)
+{
+    if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0))
+        return false;
+    *v = (int64_t)x;
+    return true;
+}
+
 static int64_t get_token(const unsigned char *p, int code)
 {
     switch (code) {
@@ -75,8 +85,7 @@ static int64_t get_token(const unsigned char *p, int code)
     case 8: { uint16_t x; memcpy(&x, p, 2); return x; }
     case 4: { int32_t x; memcpy(&x, p, 4); return x; }
     case 5: { int64_t x; memcpy(&x, p, 8); return x; }
-    case 6: { double x; memcpy(&x, p, 8); return (int64_t)x; }
-    case 7: { float x; memcpy(&x, p, 4); return (int64_t)x; }
+    case 6: case 7: return 0; /* float dtypes go through float_token */
     default: return 0;
     }
 }
@@ -132,6 +141,7 @@ static void fmap_close(struct fmap *m)
 
 struct mc_indexed_dataset {
     struct fmap bin;
+    char *bin_path;     /* for messages */
     int dtype_code;
     size_t itemsize;
     int64_t n, d;
@@ -264,6 +274,8 @@ mc_status mc_ds_open(const char *path_prefix, mc_indexed_dataset **out)
         goto out_free;
     if ((s = check_sequences(idx_path, bin_path, ds)) != MC_OK)
         goto out_free;
+    ds->bin_path = bin_path;
+    bin_path = NULL;
     *out = ds;
     ds = NULL;
 out_free:
@@ -279,6 +291,7 @@ void mc_ds_close(mc_indexed_dataset *ds)
     if (!ds)
         return;
     fmap_close(&ds->bin);
+    mc_free(ds->bin_path);
     mc_free(ds->lengths);
     mc_free(ds->pointers);
     mc_free(ds->doc_idx);
@@ -307,6 +320,25 @@ mc_status mc_ds_get(const mc_indexed_dataset *ds, int64_t idx, int64_t offset, i
                         "length %lld", (long long)offset, (long long)offset, (long long)length,
                         (long long)idx, (long long)len);
     const unsigned char *p = ds->bin.data + ds->pointers[idx] + offset * (int64_t)ds->itemsize;
+    if (ds->dtype_code == 6 || ds->dtype_code == 7) {
+        for (int64_t i = 0; i < length; i++) {
+            const unsigned char *q = p + i * (int64_t)ds->itemsize;
+            double x;
+            if (ds->dtype_code == 6) {
+                memcpy(&x, q, 8);
+            } else {
+                float f;
+                memcpy(&f, q, 4);
+                x = f;
+            }
+            if (!float_token(x, &out[i]))
+                return mc_error(MC_ERR_FORMAT, "%s: token %lld of sequence %lld is %g, which is "
+                                "not a token id (a %s .bin holds integer ids)", ds->bin_path,
+                                (long long)(offset + i), (long long)idx, x,
+                                ds->dtype_code == 6 ? "float64" : "float32");
+        }
+        return MC_OK;
+    }
     for (int64_t i = 0; i < length; i++)
         out[i] = get_token(p + i * (int64_t)ds->itemsize, ds->dtype_code);
     return MC_OK;

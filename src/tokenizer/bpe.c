@@ -441,11 +441,35 @@ static int64_t merge_loop(const mc_bpe *b, int32_t *sym, int32_t *rank, int32_t 
  * (rank, position). Each round pops *all* entries of the lowest rank first (ranks are unique
  * per pair, so they are the occurrences of one pair, in position order) and merges the ones
  * still valid left to right; the pairs this creates go on the heap only afterwards. That is
- * GPT-2's round exactly: all occurrences of the best pair, before any newly formed pair. */
+ * GPT-2's round exactly: all occurrences of the best pair, before any newly formed pair.
+ *
+ * Memory is what bounds preprocess_data on a giant word (a 50 MB run of letters is one piece),
+ * so the working set is kept small: no link arrays (a merged-away symbol is marked -1 and the
+ * neighbours are found by stepping over the marks, at most the length of one vocab token), a
+ * heap that starts at one entry per pair and drops its stale entries when it fills up (instead
+ * of room for every push), and a round buffer that grows only as far as the largest round.
+ * About 12 bytes per input symbol. */
 struct heap64 {
     uint64_t *h;
-    int64_t n;
+    int64_t n, cap;
 };
+
+static void h64_sift_down(struct heap64 *q, int64_t i)
+{
+    uint64_t v = q->h[i];
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && q->h[c + 1] < q->h[c])
+            c++;
+        if (q->h[c] >= v)
+            break;
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    q->h[i] = v;
+}
 
 static void h64_push(struct heap64 *q, uint64_t v)
 {
@@ -459,85 +483,155 @@ static void h64_push(struct heap64 *q, uint64_t v)
 
 static uint64_t h64_pop(struct heap64 *q)
 {
-    uint64_t top = q->h[0], last = q->h[--q->n];
-    int64_t i = 0;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= q->n)
-            break;
-        if (c + 1 < q->n && q->h[c + 1] < q->h[c])
-            c++;
-        if (q->h[c] >= last)
-            break;
-        q->h[i] = q->h[c];
-        i = c;
-    }
+    uint64_t top = q->h[0];
+    q->h[0] = q->h[--q->n];
     if (q->n)
-        q->h[i] = last;
+        h64_sift_down(q, 0);
     return top;
+}
+
+struct long_word {
+    const mc_bpe *b;
+    int32_t *sym; /* -1: merged into the symbol on its left */
+    int32_t n;
+    struct heap64 q;
+};
+
+/* The live symbols right and left of position p; -1 at either end. */
+static int32_t next_live(const struct long_word *w, int32_t p)
+{
+    do
+        p++;
+    while (p < w->n && w->sym[p] == -1);
+    return p < w->n ? p : -1;
+}
+
+static int32_t prev_live(const struct long_word *w, int32_t p)
+{
+    do
+        p--;
+    while (p >= 0 && w->sym[p] == -1);
+    return p;
+}
+
+/* Is heap entry v = (rank, pos) still the pair at pos? */
+static bool entry_live(const struct long_word *w, uint64_t v)
+{
+    int32_t p = (int32_t)(v & 0xffffffffu), res, nx;
+    return w->sym[p] >= 0 && (nx = next_live(w, p)) >= 0 &&
+           merge_rank(w->b, w->sym[p], w->sym[nx], &res) == (int32_t)(v >> 32);
+}
+
+/* Room for one more entry: first drop the stale ones (re-heapify), grow only if that is not
+ * enough to leave a quarter free, so the cost stays amortized O(1) per push. */
+static mc_status heap_room(struct long_word *w)
+{
+    struct heap64 *q = &w->q;
+    if (q->n < q->cap)
+        return MC_OK;
+    int64_t k = 0;
+    for (int64_t i = 0; i < q->n; i++)
+        if (entry_live(w, q->h[i]))
+            q->h[k++] = q->h[i];
+    q->n = k;
+    for (int64_t i = k / 2 - 1; i >= 0; i--)
+        h64_sift_down(q, i);
+    if (q->n <= q->cap - q->cap / 4)
+        return MC_OK;
+    int64_t cap = q->cap + q->cap / 2 + 16;
+    uint64_t *h = mc_alloc((size_t)cap * sizeof(uint64_t));
+    if (!h)
+        return MC_ERR_NOMEM;
+    memcpy(h, q->h, (size_t)q->n * sizeof(uint64_t));
+    mc_free(q->h);
+    q->h = h;
+    q->cap = cap;
+    return MC_OK;
+}
+
+static mc_status push_pair(struct long_word *w, int32_t p, int32_t nx)
+{
+    int32_t res, r = merge_rank(w->b, w->sym[p], w->sym[nx], &res);
+    if (r == NO_RANK)
+        return MC_OK;
+    mc_status st = heap_room(w);
+    if (st == MC_OK)
+        h64_push(&w->q, (uint64_t)r << 32 | (uint64_t)(uint32_t)p);
+    return st;
+}
+
+static mc_status round_put(int32_t **round, int64_t *cap, int64_t nr, int32_t p)
+{
+    if (nr == *cap) {
+        int64_t nc = *cap * 2;
+        int32_t *r = mc_alloc((size_t)nc * sizeof(int32_t));
+        if (!r)
+            return MC_ERR_NOMEM;
+        memcpy(r, *round, (size_t)nr * sizeof(int32_t));
+        mc_free(*round);
+        *round = r;
+        *cap = nc;
+    }
+    (*round)[nr] = p;
+    return MC_OK;
 }
 
 static mc_status merge_loop_long(const mc_bpe *b, int32_t *sym, int64_t n, int64_t *n_out)
 {
-    /* next/prev links, the heap (each merge pushes at most 2), and the positions of one round */
-    int64_t *next = mc_alloc((size_t)n * sizeof(int64_t)), *prev = mc_alloc((size_t)n * sizeof(int64_t));
-    int64_t *round = mc_alloc((size_t)n * sizeof(int64_t));
-    struct heap64 q = {mc_alloc((size_t)(3 * n + 1) * sizeof(uint64_t)), 0};
-    if (!next || !prev || !round || !q.h) {
-        mc_free(next);
-        mc_free(prev);
-        mc_free(round);
-        mc_free(q.h);
-        return MC_ERR_NOMEM;
+    if (n >= INT32_MAX)
+        return mc_error(MC_ERR_UNSUPPORTED, "a single pre-tokenized piece of %lld symbols is longer "
+                        "than the BPE supports (2^31 - 1)", (long long)n);
+    struct long_word w = {b, sym, (int32_t)n, {NULL, 0, n + 16}};
+    int64_t round_cap = 1024;
+    int32_t *round = mc_alloc((size_t)round_cap * sizeof(int32_t));
+    w.q.h = mc_alloc((size_t)w.q.cap * sizeof(uint64_t));
+    mc_status st = MC_OK;
+    if (!round || !w.q.h) {
+        st = MC_ERR_NOMEM;
+        goto out_free;
     }
+    for (int64_t i = 0; i + 1 < n && st == MC_OK; i++)
+        st = push_pair(&w, (int32_t)i, (int32_t)(i + 1));
     int32_t res = -1;
-    for (int64_t i = 0; i < n; i++) {
-        next[i] = i + 1 < n ? i + 1 : -1;
-        prev[i] = i - 1;
-        int32_t r = i + 1 < n ? merge_rank(b, sym[i], sym[i + 1], &res) : NO_RANK;
-        if (r != NO_RANK)
-            h64_push(&q, (uint64_t)r << 32 | (uint64_t)i);
-    }
-    while (q.n) {
-        uint32_t r0 = (uint32_t)(q.h[0] >> 32);
+    while (st == MC_OK && w.q.n) {
+        uint32_t r0 = (uint32_t)(w.q.h[0] >> 32);
         int64_t nr = 0;
-        while (q.n && (uint32_t)(q.h[0] >> 32) == r0) {
-            int64_t pos = (int64_t)(h64_pop(&q) & 0xffffffffu);
+        while (st == MC_OK && w.q.n && (uint32_t)(w.q.h[0] >> 32) == r0) {
+            int32_t pos = (int32_t)(h64_pop(&w.q) & 0xffffffffu);
             if (nr == 0 || round[nr - 1] != pos)
-                round[nr++] = pos;
+                st = round_put(&round, &round_cap, nr++, pos);
         }
         int64_t nt = 0;
-        for (int64_t k = 0; k < nr; k++) {
-            int64_t p = round[k], nx = sym[p] >= 0 ? next[p] : -1;
+        for (int64_t k = 0; st == MC_OK && k < nr; k++) {
+            int32_t p = round[k], nx = sym[p] >= 0 ? next_live(&w, p) : -1;
             if (nx < 0 || merge_rank(b, sym[p], sym[nx], &res) != (int32_t)r0)
                 continue; /* stale: this occurrence was consumed by an overlapping one */
             sym[p] = res;
-            next[p] = next[nx];
-            if (next[nx] >= 0)
-                prev[next[nx]] = p;
             sym[nx] = -1;
             round[nt++] = p; /* reuse the array: merged positions, in order */
         }
-        for (int64_t k = 0; k < nt; k++) {
-            int64_t p = round[k];
+        for (int64_t k = 0; st == MC_OK && k < nt; k++) {
+            int32_t p = round[k];
             if (sym[p] < 0)
                 continue;
-            int32_t r;
-            if (prev[p] >= 0 && (r = merge_rank(b, sym[prev[p]], sym[p], &res)) != NO_RANK)
-                h64_push(&q, (uint64_t)r << 32 | (uint64_t)prev[p]);
-            if (next[p] >= 0 && (r = merge_rank(b, sym[p], sym[next[p]], &res)) != NO_RANK)
-                h64_push(&q, (uint64_t)r << 32 | (uint64_t)p);
+            int32_t pv = prev_live(&w, p), nx = next_live(&w, p);
+            if (pv >= 0 && sym[pv] >= 0)
+                st = push_pair(&w, pv, p);
+            if (st == MC_OK && nx >= 0)
+                st = push_pair(&w, p, nx);
         }
     }
-    int64_t w = 0;
-    for (int64_t i = 0; i >= 0; i = next[i])
-        sym[w++] = sym[i];
-    *n_out = w;
-    mc_free(next);
-    mc_free(prev);
+    if (st == MC_OK) {
+        int64_t k = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (sym[i] != -1)
+                sym[k++] = sym[i];
+        *n_out = k;
+    }
+out_free:
     mc_free(round);
-    mc_free(q.h);
-    return MC_OK;
+    mc_free(w.q.h);
+    return st;
 }
 
 #define LONG_WORD 64

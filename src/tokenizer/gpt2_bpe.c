@@ -3,8 +3,11 @@
  * GPT-2's printable byte alphabet), --merge-file the ranked merges; eod is <|endoftext|>.
  * Loading follows Megatron's quirks: the merges file drops its first line (#version) and its
  * last \n-separated element, a line that does not split into exactly two tokens never
- * matches, a repeated pair keeps its last rank, and a symbol missing from the vocab gives id 0
- * (encoder.get(token, 0)). No special tokens: "<|endoftext|>" in text is ordinary text. */
+ * matches, a repeated pair keeps its last rank. Megatron gives id 0 for a symbol missing from the
+ * vocab (encoder.get(token, 0)), which silently corrupts the data when the vocab and merges do
+ * not belong together; we refuse such files at load time instead: every one of the 256 byte
+ * symbols, and both parts and the product of every merge that can apply, must be in the vocab
+ * (COMPATIBILITY.md). No special tokens: "<|endoftext|>" in text is ordinary text. */
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/unicode.h"
 
@@ -67,8 +70,55 @@ static mc_status check_utf8(const char *s, size_t n, const char *path)
     return MC_OK;
 }
 
-/* Merges file: Python's read().split('\n')[1:-1], then tuple(line.split()) ranked by position. */
-mc_status mc_tok_load_merges(mc_bpe *bpe, const char *text, size_t n, const char *path)
+/* Writes raw bytes s[0..n) as vocab.json spells them (GPT-2's printable byte alphabet), cut
+ * with "..." after 64 bytes; o needs room for 2 * 64 + 4 bytes. For error messages. */
+static void spell(char *o, const char *s, size_t n)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n && i < 64; i++)
+        w += (size_t)mc_utf8_encode(o + w, mc_bpe_byte_to_cp((uint8_t)s[i]));
+    if (n > 64) {
+        memcpy(o + w, "...", 3);
+        w += 3;
+    }
+    o[w] = '\0';
+}
+
+/* A merge (line `line` of the merges file) whose part or product has no vocab id would make
+ * Megatron emit id 0 for it: refuse the pair of files, naming the missing token. */
+static mc_status check_merge(const mc_bpe *bpe, int32_t a, int32_t b, const char *path,
+                             const char *vocab_path, int64_t line)
+{
+    size_t la, lb;
+    const char *pa = mc_bpe_symbol_bytes(bpe, a, &la), *pb = mc_bpe_symbol_bytes(bpe, b, &lb);
+    char cat[512];
+    memcpy(cat, pa, la); /* both parts are at most 256 bytes (see the caller) */
+    memcpy(cat + la, pb, lb);
+    int32_t res = mc_bpe_find_symbol(bpe, cat, la + lb);
+    const char *what = NULL, *s = NULL;
+    size_t n = 0;
+    if (mc_bpe_get_id(bpe, a) < 0)
+        what = "the first part", s = pa, n = la;
+    else if (mc_bpe_get_id(bpe, b) < 0)
+        what = "the second part", s = pb, n = lb;
+    else if (res < 0 || mc_bpe_get_id(bpe, res) < 0)
+        what = "the product", s = cat, n = la + lb;
+    if (!what)
+        return MC_OK;
+    char tok[2 * 64 + 4], sa[2 * 64 + 4], sb[2 * 64 + 4];
+    spell(tok, s, n);
+    spell(sa, pa, la);
+    spell(sb, pb, lb);
+    return mc_error(MC_ERR_FORMAT, "%s: the vocab has no token \"%s\", %s of the merge \"%s %s\" "
+                    "(line %lld of %s): the vocab and merges files do not belong together "
+                    "(Megatron would silently write id 0 for it)", vocab_path, tok, what, sa, sb,
+                    (long long)line, path);
+}
+
+/* Merges file: Python's read().split('\n')[1:-1], then tuple(line.split()) ranked by position.
+ * With vocab_path, every merge that can apply is checked against the vocab ids already set. */
+mc_status mc_tok_load_merges(mc_bpe *bpe, const char *text, size_t n, const char *path,
+                             const char *vocab_path)
 {
     mc_status st = check_utf8(text, n, path);
     if (st)
@@ -96,7 +146,8 @@ mc_status mc_tok_load_merges(mc_bpe *bpe, const char *text, size_t n, const char
             if (la > 0 && lb > 0) { /* tokens outside the byte alphabet can never match */
                 if ((st = mc_bpe_symbol(bpe, stackbuf[0], (size_t)la, &a)) ||
                     (st = mc_bpe_symbol(bpe, stackbuf[1], (size_t)lb, &b)) ||
-                    (st = mc_bpe_add_merge(bpe, a, b, rank)))
+                    (st = mc_bpe_add_merge(bpe, a, b, rank)) ||
+                    (vocab_path && (st = check_merge(bpe, a, b, path, vocab_path, rank + 2))))
                     return st;
             }
         }
@@ -193,6 +244,16 @@ static mc_status load_vocab(struct gpt2 *g, const struct mc_json *root, const ch
     if (*eod < 0)
         return mc_error(MC_ERR_FORMAT, "%s: vocab has no \"<|endoftext|>\" token (Megatron's "
                         "GPT2BPETokenizer takes its eod from it)", path);
+    /* every byte must have a symbol, or text holding it would become id 0 */
+    for (int c = 0; c < 256; c++) {
+        if (mc_bpe_get_id(g->bpe, c) < 0) {
+            char ch = (char)c, tok[8];
+            spell(tok, &ch, 1);
+            return mc_error(MC_ERR_FORMAT, "%s: the vocab has no token \"%s\" for the byte 0x%02x: "
+                            "a byte-level BPE vocab needs all 256 byte symbols (Megatron would "
+                            "silently write id 0 for text holding that byte)", path, tok, c);
+        }
+    }
     return MC_OK;
 }
 
@@ -271,7 +332,7 @@ mc_status mc_tok_gpt2_init(const struct mc_tokenizer_args *args, mc_tokenizer *t
     mc_json_doc_free(doc);
     doc = NULL;
     if ((st = mc_tok_read_file(args->merge_file, "merge file", &merges, &merges_len)) ||
-        (st = mc_tok_load_merges(g->bpe, merges, merges_len, args->merge_file)))
+        (st = mc_tok_load_merges(g->bpe, merges, merges_len, args->merge_file, args->vocab_file)))
         goto fail;
     mc_free(merges);
     t->ops = &gpt2_ops;

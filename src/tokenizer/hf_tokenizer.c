@@ -350,6 +350,19 @@ static mc_status load_model(struct hf *h, const struct mc_json *m, const struct 
             (st = mc_bpe_symbol(h->bpe, bb, (size_t)nb, &sb)) ||
             (st = mc_bpe_add_merge(h->bpe, sa, sb, (int32_t)r)))
             return st;
+        /* HF's BPE builder refuses a merge whose parts or product are not in the vocab
+         * (MergeTokenOutOfVocabulary); without the check such a token would encode as unk */
+        char cat[1024];
+        memcpy(cat, ba, (size_t)na);
+        memcpy(cat + na, bb, (size_t)nb);
+        int32_t res = mc_bpe_find_symbol(h->bpe, cat, (size_t)(na + nb));
+        const char *miss = mc_bpe_get_id(h->bpe, sa) < 0 ? "the first part"
+                           : mc_bpe_get_id(h->bpe, sb) < 0 ? "the second part"
+                           : res < 0 || mc_bpe_get_id(h->bpe, res) < 0 ? "the product" : NULL;
+        if (miss)
+            return mc_error(MC_ERR_FORMAT, "%s: merge %lld (%.*s %.*s): %s is not in the model's "
+                            "vocab (HuggingFace tokenizers refuses this file too: Merge token out "
+                            "of vocabulary)", path, (long long)r, (int)la, a, (int)lb, b, miss);
     }
     const char *unk = str_field(m, "unk_token");
     h->unk_id = -1;
@@ -453,10 +466,60 @@ static mc_status config_post(struct hf *h, const struct mc_json *p, const char *
 }
 
 /* eos token from tokenizer_config.json ("eos_token": "..." or {"content": "..."}). */
+/* The id of special token `tok` (a string, or an AddedToken object with "content") of a
+ * tokenizer_config / special_tokens_map entry: an added token first, then the vocab; -1 if the
+ * entry is absent or null. */
+static mc_status special_id(const struct hf *h, const struct mc_json *vocab,
+                            const struct mc_json *tok, const char *key, const char *path,
+                            int64_t *id)
+{
+    *id = -1;
+    const char *name = tok && tok->type == MC_JSON_STRING ? tok->str : str_field(tok, "content");
+    if (!name)
+        return MC_OK;
+    for (int i = 0; i < h->n_added && *id < 0; i++)
+        if (strcmp(h->added[i].content, name) == 0)
+            *id = h->added[i].id;
+    const struct mc_json *v = *id < 0 ? mc_json_get(vocab, name) : NULL;
+    if (v)
+        *id = v->inum;
+    if (*id < 0)
+        return mc_error(MC_ERR_FORMAT, "%s: %s %s is not a token of the tokenizer", path, key,
+                        name);
+    return MC_OK;
+}
+
+/* pad_token_id as transformers' AutoTokenizer reads it: tokenizer_config.json's pad_token,
+ * else special_tokens_map.json's (next to it); -1 if neither names one. */
+static mc_status load_pad(const struct hf *h, const struct mc_json *vocab,
+                          const struct mc_json *config, const char *config_path, int64_t *pad)
+{
+    mc_status st = special_id(h, vocab, mc_json_get(config, "pad_token"), "pad_token",
+                              config_path, pad);
+    if (st || *pad >= 0)
+        return st;
+    char path[4096];
+    const char *slash = strrchr(config_path, '/');
+    snprintf(path, sizeof(path), "%.*sspecial_tokens_map.json",
+             slash ? (int)(slash - config_path + 1) : 0, config_path);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return MC_OK;
+    mc_json_doc *doc;
+    if ((st = mc_json_parse_file(path, &doc)))
+        return st;
+    st = special_id(h, vocab, mc_json_get(mc_json_doc_root(doc), "pad_token"), "pad_token", path,
+                    pad);
+    mc_json_doc_free(doc);
+    return st;
+}
+
 static mc_status load_eos(struct hf *h, const struct mc_json *vocab, const char *config_path,
-                          int64_t *eod)
+                          int64_t *eod, int64_t *pad /* NULL: not wanted */)
 {
     *eod = -1;
+    if (pad)
+        *pad = -1;
     struct stat sb;
     if (stat(config_path, &sb) != 0)
         return MC_OK; /* no config: Megatron's eod would be None */
@@ -464,19 +527,10 @@ static mc_status load_eos(struct hf *h, const struct mc_json *vocab, const char 
     mc_status st = mc_json_parse_file(config_path, &doc);
     if (st)
         return st;
-    const struct mc_json *root = mc_json_doc_root(doc), *eos = mc_json_get(root, "eos_token");
-    const char *name = eos && eos->type == MC_JSON_STRING ? eos->str : str_field(eos, "content");
-    if (name) {
-        for (int i = 0; i < h->n_added && *eod < 0; i++)
-            if (strcmp(h->added[i].content, name) == 0)
-                *eod = h->added[i].id;
-        const struct mc_json *v = *eod < 0 ? mc_json_get(vocab, name) : NULL;
-        if (v)
-            *eod = v->inum;
-        if (*eod < 0)
-            st = mc_error(MC_ERR_FORMAT, "%s: eos_token %s is not a token of the tokenizer",
-                          config_path, name);
-    }
+    const struct mc_json *root = mc_json_doc_root(doc);
+    st = special_id(h, vocab, mc_json_get(root, "eos_token"), "eos_token", config_path, eod);
+    if (st == MC_OK && pad)
+        st = load_pad(h, vocab, root, config_path, pad);
     /* transformers' Llama-family fast tokenizers rebuild the post-processor from add_bos_token /
      * add_eos_token (defaults true / false): only the default, matching tokenizer.json, is done */
     const char *cls = str_field(root, "tokenizer_class");
@@ -701,17 +755,30 @@ static const struct mc_tok_ops hf_ops = {
     .free_impl = hf_free,
 };
 
-mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
+/* MindSpeed-LLM's _AutoTokenizer (mindspeed_llm/training/tokenizer/tokenizer.py): the same
+ * AutoTokenizer, encode(text) = tokenizer(text).input_ids, len(tokenizer) as vocab size. */
+static const struct mc_tok_ops auto_ops = {
+    .class_name = "_AutoTokenizer",
+    .encode = hf_encode,
+    .decode = hf_decode,
+    .free_impl = hf_free,
+};
+
+static mc_status hf_init(const struct mc_tokenizer_args *args, bool auto_tok, mc_tokenizer *t)
 {
     const char *model = args->tokenizer_model;
+    if (!model && auto_tok) /* MindSpeed-LLM's words */
+        return mc_error(MC_ERR_CONFIG, "Missing tokenizer_name_or_path while building "
+                        "PretrainFromHF tokenizer (give --tokenizer-name-or-path DIR)");
     if (!model)
         return mc_error(MC_ERR_CONFIG, "HuggingFaceTokenizer needs --tokenizer-model (a directory "
                         "with tokenizer.json, or a tokenizer.json file)");
     char path[4096], config[4096];
     struct stat sb;
     if (stat(model, &sb) != 0)
-        return mc_error(MC_ERR_IO, "--tokenizer-model %s does not exist (megatron.c reads local "
-                        "files only, it does not download from the Hub)", model);
+        return mc_error(MC_ERR_IO, "%s %s does not exist (megatron.c reads local files only, "
+                        "it does not download from the Hub)",
+                        auto_tok ? "--tokenizer-name-or-path" : "--tokenizer-model", model);
     if (S_ISDIR(sb.st_mode)) {
         snprintf(path, sizeof(path), "%s/tokenizer.json", model);
         snprintf(config, sizeof(config), "%s/tokenizer_config.json", model);
@@ -730,7 +797,7 @@ mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
         goto fail;
     const struct mc_json *root = mc_json_doc_root(doc), *m = mc_json_get(root, "model");
     const struct mc_json *added = mc_json_get(root, "added_tokens");
-    int64_t n_distinct = 0;
+    int64_t n_distinct = 0, pad = -1;
     if (!m)
         st = mc_error(MC_ERR_FORMAT, "%s: no \"model\" (is this a tokenizer.json?)", path);
     if (st || (st = config_normalizer(h, mc_json_get(root, "normalizer"), path)) ||
@@ -739,16 +806,29 @@ mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
         (st = load_added(h, added, mc_json_get(m, "vocab"), path, &n_distinct)) ||
         (st = config_post(h, mc_json_get(root, "post_processor"), path)) ||
         (st = mc_hf_decoder_config(&h->decoder, mc_json_get(root, "decoder"), path)) ||
-        (st = load_eos(h, mc_json_get(m, "vocab"), config, &t->eod)))
+        (st = load_eos(h, mc_json_get(m, "vocab"), config, &t->eod, auto_tok ? &pad : NULL)))
         goto fail;
     mc_json_doc_free(doc);
-    t->ops = &hf_ops;
+    t->ops = auto_tok ? &auto_ops : &hf_ops;
     t->impl = h;
     t->vocab_size = n_distinct; /* len(tokenizer): vocab plus added tokens not in it */
-    t->pad = -1;                /* Megatron's _HuggingFaceTokenizer has no pad property */
+    /* Megatron's _HuggingFaceTokenizer has no pad property (GPTDataset sees -1); MindSpeed's
+     * _AutoTokenizer sets pad_token_id = eos_token_id when the tokenizer has no pad token, so
+     * GPTDataset masks the loss of those labels (and maps them to id 0) */
+    t->pad = auto_tok ? (pad >= 0 ? pad : t->eod) : -1;
     return MC_OK;
 fail:
     mc_json_doc_free(doc);
     hf_free(h);
     return st;
+}
+
+mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
+{
+    return hf_init(args, false, t);
+}
+
+mc_status mc_tok_hf_auto_init(const struct mc_tokenizer_args *args, mc_tokenizer *t)
+{
+    return hf_init(args, true, t);
 }

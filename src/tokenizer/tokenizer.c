@@ -85,6 +85,8 @@ mc_status mc_tok_init(const struct mc_tokenizer_args *args, mc_tokenizer **out)
         st = mc_tok_null_init(args, t);
     else if (strcmp(type, "HuggingFaceTokenizer") == 0)
         st = mc_tok_hf_init(args, t);
+    else if (strcmp(type, "PretrainedFromHF") == 0)
+        st = mc_tok_hf_auto_init(args, t);
     else if (strcmp(type, "SentencePieceTokenizer") == 0)
         st = mc_tok_spm_init(args, 0, t);
     else if (strcmp(type, "GPTSentencePieceTokenizer") == 0)
@@ -99,7 +101,8 @@ mc_status mc_tok_init(const struct mc_tokenizer_args *args, mc_tokenizer **out)
         st = mc_error(MC_ERR_UNSUPPORTED, "--tokenizer-type %s is a Megatron tokenizer that "
                       "megatron.c does not implement yet (supported: GPT2BPETokenizer, "
                       "HuggingFaceTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, "
-                      "Llama2Tokenizer, TikTokenizer, NullTokenizer)", type);
+                      "Llama2Tokenizer, TikTokenizer, NullTokenizer, and MindSpeed-LLM's "
+                      "PretrainedFromHF)", type);
     else
         st = mc_error(MC_ERR_CONFIG, "--tokenizer-type %s: unknown tokenizer type (Megatron's "
                       "are BertWordPieceLowerCase, BertWordPieceCase, GPT2BPETokenizer, "

@@ -35,6 +35,8 @@ mc_status mc_tok_read_file(const char *path, const char *what, char **out, size_
 mc_status mc_tok_gpt2_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_null_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_hf_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
+/* MindSpeed-LLM's PretrainedFromHF: the directory is args->tokenizer_model */
+mc_status mc_tok_hf_auto_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 mc_status mc_tok_tiktoken_init(const struct mc_tokenizer_args *args, mc_tokenizer *t);
 /* kind: 0 SentencePieceTokenizer, 1 GPTSentencePieceTokenizer, 2 Llama2Tokenizer */
 mc_status mc_tok_spm_init(const struct mc_tokenizer_args *args, int kind, mc_tokenizer *t);
@@ -60,8 +62,10 @@ void mc_bpe_set_id(mc_bpe *b, int32_t sym, int64_t id);
 int64_t mc_bpe_get_id(const mc_bpe *b, int32_t sym); /* -1 if none */
 /* Adds merge (a, b) -> a+b with this rank; an existing pair takes the new rank (Python dict). */
 mc_status mc_bpe_add_merge(mc_bpe *b, int32_t a, int32_t bb, int32_t rank);
-/* Loads a GPT-2 merges.txt text into b the way Megatron does (see gpt2_bpe.c). */
-mc_status mc_tok_load_merges(mc_bpe *b, const char *text, size_t n, const char *path);
+/* Loads a GPT-2 merges.txt text into b the way Megatron does (see gpt2_bpe.c). With vocab_path
+ * (the file that set the symbol ids), a merge whose parts or product has no id is refused. */
+mc_status mc_tok_load_merges(mc_bpe *b, const char *text, size_t n, const char *path,
+                             const char *vocab_path);
 /* Encodes one pre-tokenized piece (raw bytes) with GPT-2's merge loop; appends vocab ids.
  * A symbol without a vocab id gives unknown_id, or the error MC_ERR_FORMAT if unknown_id < 0.
  * Thread-safe; results for short pieces are cached. */

@@ -861,7 +861,9 @@ mc_status mc_args_parse(struct mc_args *a, int argc, char **argv)
         st = take_option(a, id, eq ? eq + 1 : NULL, argc, argv, &i);
         if (st != MC_OK)
             goto done;
-        if (mc_arg_defs[id].support == MC_ARG_EXTENSION && id != MC_A_dry_run)
+        /* flags accepted for a fused kernel get a note; implemented value options do not */
+        if (mc_arg_defs[id].support == MC_ARG_EXTENSION && id != MC_A_dry_run &&
+            mc_arg_defs[id].type == MC_ARGT_STORE_TRUE)
             add_note(a, &mc_arg_defs[id]);
     }
     if (n_extras) {

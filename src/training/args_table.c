@@ -30,7 +30,7 @@ static const char *const ch_dist_ckpt_strictness[] = {"assume_ok_unexpected", "l
 static const char *const ch_distributed_backend[] = {"nccl", "gloo", "hccl", "mpi", NULL};
 static const char *const ch_data_parallel_sharding_strategy[] = {"no_shard", "optim", "optim_grads", "optim_grads_params", NULL};
 static const char *const dl_cp_comm_type[] = {"p2p"};
-static const char *const ch_tokenizer_type[] = {"BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer", NULL};
+static const char *const ch_tokenizer_type[] = {"BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer", "PretrainedFromHF", NULL};
 static const char *const dl_retriever_report_topk_accuracies[] = {NULL};
 static const char *const ch_vision_pretraining_type[] = {"classify", "inpaint", "dino", NULL};
 static const char *const ch_vision_backbone_type[] = {"vit", "mit", "swin", NULL};
@@ -83,7 +83,7 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_make_vocab_size_divisible_by] = {"--make-vocab-size-divisible-by", NULL, "make_vocab_size_divisible_by", "network size", MC_ARGT_INT, 0, NULL, {MC_V_INT, 128, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "pad the vocabulary to a multiple of this (times tensor parallel size)", NULL},
     [MC_A_normalization] = {"--normalization", NULL, "normalization", "network size", MC_ARGT_STR, 0, ch_normalization, {MC_V_STR, 0, 0.0, "LayerNorm", NULL, 0}, MC_ARG_SUPPORTED, NULL, "normalization layer: LayerNorm or RMSNorm", NULL},
     [MC_A_norm_epsilon] = {"--norm-epsilon", NULL, "norm_epsilon", "network size", MC_ARGT_FLOAT, 0, NULL, {MC_V_FLOAT, 0, 1e-05, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "epsilon added inside the normalization", NULL},
-    [MC_A_apply_layernorm_1p] = {"--apply-layernorm-1p", NULL, "apply_layernorm_1p", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "store LayerNorm weight as (weight - 1), centred on zero", NULL},
+    [MC_A_apply_layernorm_1p] = {"--apply-layernorm-1p", NULL, "apply_layernorm_1p", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "store LayerNorm weight as (weight - 1), centred on zero", NULL},
     [MC_A_apply_residual_connection_post_layernorm] = {"--apply-residual-connection-post-layernorm", NULL, "apply_residual_connection_post_layernorm", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "take the residual after the layer norm (original BERT order)", NULL},
     [MC_A_openai_gelu] = {"--openai-gelu", NULL, "openai_gelu", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "use the GELU formula of the original OpenAI GPT code", NULL},
     [MC_A_squared_relu] = {"--squared-relu", NULL, "squared_relu", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "use squared ReLU as the MLP activation", NULL},
@@ -223,11 +223,11 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_use_mp_args_from_checkpoint_args] = {"--use-mp-args-from-checkpoint-args", NULL, "use_mp_args_from_checkpoint_args", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "take parallel sizes from the checkpoint", NULL},
     [MC_A_use_tokenizer_model_from_checkpoint_args] = {"--no-use-tokenizer-model-from-checkpoint-args", NULL, "use_tokenizer_model_from_checkpoint_args", "checkpointing", MC_ARGT_STORE_FALSE, 0, NULL, {MC_V_BOOL, 1, 0.0, NULL, NULL, 0}, MC_ARG_NOOP, NULL, "do not take the tokenizer model path from the checkpoint", NULL},
     [MC_A_exit_on_missing_checkpoint] = {"--exit-on-missing-checkpoint", NULL, "exit_on_missing_checkpoint", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "stop if --load finds no checkpoint", NULL},
-    [MC_A_use_dist_ckpt_deprecated] = {"--use-dist-ckpt", NULL, "use_dist_ckpt_deprecated", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "old spelling of --ckpt-format torch_dist", "refused with --save/--load (torch_dist)"},
+    [MC_A_use_dist_ckpt_deprecated] = {"--use-dist-ckpt", NULL, "use_dist_ckpt_deprecated", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "old spelling of --ckpt-format torch_dist", "refused with --save (torch_dist)"},
     [MC_A_use_persistent_ckpt_worker] = {"--use-persistent-ckpt-worker", NULL, "use_persistent_ckpt_worker", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_NOOP, NULL, "keep one background process for asynchronous saves", NULL},
     [MC_A_auto_detect_ckpt_format] = {"--auto-detect-ckpt-format", NULL, "auto_detect_ckpt_format", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_NOOP, NULL, "load whatever format the checkpoint has", NULL},
     [MC_A_dist_ckpt_format_deprecated] = {"--dist-ckpt-format", NULL, "dist_ckpt_format_deprecated", "checkpointing", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "old spelling of --ckpt-format", NULL},
-    [MC_A_ckpt_format] = {"--ckpt-format", NULL, "ckpt_format", "checkpointing", MC_ARGT_STR, 0, ch_ckpt_format, {MC_V_STR, 0, 0.0, "torch_dist", NULL, 0}, MC_ARG_SUPPORTED, NULL, "checkpoint format: torch (one file per rank), torch_dist, zarr", "only torch is supported with --save/--load; the default torch_dist is refused"},
+    [MC_A_ckpt_format] = {"--ckpt-format", NULL, "ckpt_format", "checkpointing", MC_ARGT_STR, 0, ch_ckpt_format, {MC_V_STR, 0, 0.0, "torch_dist", NULL, 0}, MC_ARG_SUPPORTED, NULL, "checkpoint format: torch (one file per rank), torch_dist, zarr", "--save writes torch only (the default torch_dist is refused for --save); --load reads torch and torch_dist"},
     [MC_A_ckpt_convert_format] = {"--ckpt-convert-format", NULL, "ckpt_convert_format", "checkpointing", MC_ARGT_STR, 0, ch_ckpt_convert_format, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "convert the loaded checkpoint to this format", NULL},
     [MC_A_ckpt_convert_save] = {"--ckpt-convert-save", NULL, "ckpt_convert_save", "checkpointing", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "where to write the converted checkpoint", NULL},
     [MC_A_ckpt_convert_update_legacy_dist_opt_format] = {"--ckpt-convert-update-legacy-dist-opt-format", NULL, "ckpt_convert_update_legacy_dist_opt_format", "checkpointing", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_UNSUPPORTED, NULL, "rewrite old distributed-optimizer checkpoints in the new layout", NULL},
@@ -523,6 +523,12 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_trust_remote_code] = {"--trust-remote-code", NULL, "trust_remote_code", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed: lets transformers run a model repository's own Python code; megatron.c never executes remote code (its HF tokenizer reads only tokenizer.json/tokenizer_config.json)", "MindSpeed: lets transformers run a model repository's own Python code; megatron.c never executes remote code (its HF tokenizer reads only tokenizer.json/tokenizer_config.json)", NULL},
     [MC_A_use_ascend_coc] = {"--use-ascend-coc", NULL, "use_ascend_coc", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed compute-communication overlap: same results, no effect in megatron.c", "MindSpeed compute-communication overlap: same results, no effect in megatron.c", NULL},
     [MC_A_coc_fused_kernel] = {"--coc-fused-kernel", NULL, "coc_fused_kernel", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed compute-communication overlap: same results, no effect in megatron.c", "MindSpeed compute-communication overlap: same results, no effect in megatron.c", NULL},
+    [MC_A_tokenizer_name_or_path] = {"--tokenizer-name-or-path", NULL, "tokenizer_name_or_path", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: local HuggingFace tokenizer directory for --tokenizer-type PretrainedFromHF (tokenizer.json, tokenizer_config.json)", "MindSpeed-LLM: local HuggingFace tokenizer directory for --tokenizer-type PretrainedFromHF (tokenizer.json, tokenizer_config.json)", NULL},
+    [MC_A_padded_vocab_size] = {"--padded-vocab-size", NULL, "padded_vocab_size", "megatron.c extensions", MC_ARGT_INT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up to --make-vocab-size-divisible-by x tp", "MindSpeed-LLM: the padded vocabulary size itself, used as given instead of rounding up to --make-vocab-size-divisible-by x tp", NULL},
+    [MC_A_rope_scaling_type] = {"--rope-scaling-type", NULL, "rope_scaling_type", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: RoPE scaling variant; llama3 (with --rope-scaling-factor, --low-freq-factor, --high-freq-factor, --original-max-position-embeddings) is implemented, yarn / longrope / plm are refused", "MindSpeed-LLM: RoPE scaling variant; llama3 (with --rope-scaling-factor, --low-freq-factor, --high-freq-factor, --original-max-position-embeddings) is implemented, yarn / longrope / plm are refused", NULL},
+    [MC_A_low_freq_factor] = {"--low-freq-factor", NULL, "low_freq_factor", "megatron.c extensions", MC_ARGT_FLOAT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: llama3 RoPE scaling, low-frequency factor (Megatron fixes 1)", "MindSpeed-LLM: llama3 RoPE scaling, low-frequency factor (Megatron fixes 1)", NULL},
+    [MC_A_high_freq_factor] = {"--high-freq-factor", NULL, "high_freq_factor", "megatron.c extensions", MC_ARGT_FLOAT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)", "MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)", NULL},
+    [MC_A_original_max_position_embeddings] = {"--original-max-position-embeddings", NULL, "original_max_position_embeddings", "megatron.c extensions", MC_ARGT_FLOAT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)", "MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)", NULL},
     [MC_A_rank] = {NULL, NULL, "rank", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},
     [MC_A_world_size] = {NULL, NULL, "world_size", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},
     [MC_A_data_parallel_size] = {NULL, NULL, "data_parallel_size", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},
@@ -540,8 +546,6 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
 const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--context-parallel-algo",
     "--use-cp-send-recv-overlap",
-    "--tokenizer-name-or-path",
-    "--padded-vocab-size",
     "--first-k-dense-replace",
     "--moe-permutation-async-comm",
     "--no-shared-storage",
@@ -550,7 +554,6 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--multi-head-latent-attention",
     "--qk-rope-head-dim",
     "--qk-nope-head-dim",
-    "--rope-scaling-type",
     "--rope-scaling-beta-fast",
     "--rope-scaling-beta-slow",
     "--rope-scaling-mscale",
@@ -586,9 +589,6 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--load-checkpoint-loosely",
     "--jit-compile",
     "--use-flash-attn-mindspeed",
-    "--low-freq-factor",
-    "--high-freq-factor",
-    "--original-max-position-embeddings",
     "--num-layer-list",
     "--norm-topk-prob",
     "--square-alibi-mask",
@@ -605,10 +605,10 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--long-factor",
     "--short-factor",
     "--sliding-window",
+    "--tokenizer-kwargs",
 };
 /* MindSpeed-LLM values of Megatron options, refused by name: {option, value}. */
 const char *const mc_mindspeed_refused_values[MC_NUM_MINDSPEED_REFUSED_VALUES][2] = {
-    {"--tokenizer-type", "PretrainedFromHF"},
     {"--tokenizer-type", "MagistralTokenizer"},
     {"--position-embedding-type", "alibi"},
 };

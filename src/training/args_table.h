@@ -480,11 +480,17 @@ enum mc_arg_id {
     MC_A_trust_remote_code,
     MC_A_use_ascend_coc,
     MC_A_coc_fused_kernel,
+    MC_A_tokenizer_name_or_path,
+    MC_A_padded_vocab_size,
+    MC_A_rope_scaling_type,
+    MC_A_low_freq_factor,
+    MC_A_high_freq_factor,
+    MC_A_original_max_position_embeddings,
     MC_A_COUNT
 };
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */
 #define MC_A_FIRST_DERIVED MC_A_rank
 #define MC_A_FIRST_EXTENSION MC_A_dry_run
-#define MC_NUM_MINDSPEED_REFUSED 67
-#define MC_NUM_MINDSPEED_REFUSED_VALUES 3
+#define MC_NUM_MINDSPEED_REFUSED 62
+#define MC_NUM_MINDSPEED_REFUSED_VALUES 2
 #endif

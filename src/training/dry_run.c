@@ -23,6 +23,62 @@ int64_t mc_vocab_padded(int64_t orig, int64_t divisible_by, int64_t tp)
     return mc_tok_padded_vocab_size(orig, divisible_by, tp);
 }
 
+static mc_status fail(struct mc_args *a, const char *kind);
+
+static bool is_pretrained_from_hf(const struct mc_args *a)
+{
+    const char *t = mc_args_str(a, MC_A_tokenizer_type);
+    return t && !strcmp(t, "PretrainedFromHF");
+}
+
+void mc_tokenizer_args_from(const struct mc_args *a, struct mc_tokenizer_args *ta)
+{
+    *ta = (struct mc_tokenizer_args){
+        .tokenizer_type = mc_args_str(a, MC_A_tokenizer_type),
+        .vocab_file = mc_args_str(a, MC_A_vocab_file),
+        .merge_file = mc_args_str(a, MC_A_merge_file),
+        .tokenizer_model = mc_args_str(a, is_pretrained_from_hf(a) ? MC_A_tokenizer_name_or_path
+                                                                   : MC_A_tokenizer_model),
+        .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size),
+    };
+}
+
+void mc_tokenizer_print_building(FILE *f, const struct mc_args *a)
+{
+    if (!f || !mc_args_str(a, MC_A_tokenizer_type))
+        return;
+    if (is_pretrained_from_hf(a)) /* mindspeed_llm/training/tokenizer/tokenizer.py */
+        fprintf(f, " > building PretrainFromHF tokenizer. Vocab file is un-used, loading "
+                   "tokenizer from pre-trained model\n");
+    else
+        fprintf(f, "> building %s tokenizer ...\n", mc_args_str(a, MC_A_tokenizer_type));
+}
+
+mc_status mc_vocab_padded_from_args(const struct mc_args *a, int64_t orig, FILE *f,
+                                    int64_t *out)
+{
+    int64_t tp = mc_args_int(a, MC_A_tensor_model_parallel_size);
+    if (mc_args_is_none(a, MC_A_padded_vocab_size)) {
+        *out = mc_vocab_padded(orig, mc_args_int(a, MC_A_make_vocab_size_divisible_by), tp);
+        if (f)
+            fprintf(f, " > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
+                    (long long)orig, (long long)(*out - orig), (long long)*out);
+        return MC_OK;
+    }
+    int64_t p = mc_args_int(a, MC_A_padded_vocab_size);
+    /* MindSpeed-LLM checks neither; a smaller table fails at the first large token id and an
+     * uneven split at VocabParallelEmbedding's divide(): both are reported here instead. */
+    if (p < orig)
+        return mc_error(MC_ERR_CONFIG, "--padded-vocab-size %lld is smaller than the "
+                        "tokenizer's vocabulary (%lld tokens)", (long long)p, (long long)orig);
+    if (p % tp)
+        return mc_error(MC_ERR_CONFIG, "--padded-vocab-size %lld is not divisible by "
+                        "--tensor-model-parallel-size %lld (each rank holds an equal slice of "
+                        "the vocabulary)", (long long)p, (long long)tp);
+    *out = p;
+    return MC_OK;
+}
+
 /* Entries of a GPT-2 vocab.json (top-level "key": value pairs): the fallback when the
  * tokenizer cannot be built (e.g. no merges file). */
 static int64_t count_json_entries(const char *path)
@@ -54,11 +110,8 @@ int64_t mc_dry_run_vocab_size(const struct mc_args *a, bool *assumed)
     const char *t = mc_args_str(a, MC_A_tokenizer_type);
     *assumed = false;
     /* Build the real tokenizer when its files are there: its size is Megatron's. */
-    struct mc_tokenizer_args ta = {
-        .tokenizer_type = t, .vocab_file = mc_args_str(a, MC_A_vocab_file),
-        .merge_file = mc_args_str(a, MC_A_merge_file),
-        .tokenizer_model = mc_args_str(a, MC_A_tokenizer_model),
-        .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size)};
+    struct mc_tokenizer_args ta;
+    mc_tokenizer_args_from(a, &ta);
     mc_tokenizer *tok = NULL;
     if (t && mc_tok_init(&ta, &tok) == MC_OK) {
         int64_t n = mc_tok_vocab_size(tok);
@@ -168,15 +221,9 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
     bool assumed;
     int64_t vocab = mc_dry_run_vocab_size(a, &assumed);
     int64_t padded = -1;
-    if (out && mc_args_str(a, MC_A_tokenizer_type))
-        fprintf(out, "> building %s tokenizer ...\n", mc_args_str(a, MC_A_tokenizer_type));
-    if (vocab > 0) {
-        padded = mc_vocab_padded(vocab, mc_args_int(a, MC_A_make_vocab_size_divisible_by),
-                                 mc_args_int(a, MC_A_tensor_model_parallel_size));
-        if (out)
-            fprintf(out, " > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
-                    (long long)vocab, (long long)(padded - vocab), (long long)padded);
-    }
+    mc_tokenizer_print_building(out, a);
+    if (vocab > 0 && mc_vocab_padded_from_args(a, vocab, out, &padded) != MC_OK)
+        return fail(a, "ValueError");
     int log_level = 20;
     st = initialize(a, out, &log_level);
     if (st == MC_OK && out) { /* pretrain(): then the model, optimizer and scheduler */

@@ -24,6 +24,44 @@ static mc_status position_type(const struct mc_args *a, enum mc_position_embeddi
     return MC_OK;
 }
 
+/* MindSpeed-LLM's --rope-scaling-type llama3 (rotary_embedding_init_wrapper ->
+ * apply_llama3_scaling): Megatron's Llama-3 bands with the script's own constants. The other
+ * variants (yarn, longrope, plm) are refused; a missing constant (a TypeError in MindSpeed) and
+ * --use-rope-scaling on top (MindSpeed would scale Megatron's already-scaled frequencies
+ * again) are refused with the option named. */
+static mc_status mindspeed_rope_scaling(const struct mc_args *a, struct mc_gpt_config *cfg)
+{
+    const char *type = mc_args_str(a, A(rope_scaling_type));
+    if (!type)
+        return MC_OK;
+    if (strcmp(type, "llama3"))
+        return mc_error(MC_ERR_UNSUPPORTED, "--rope-scaling-type %s: only llama3 is supported by "
+                        "megatron.c yet (MindSpeed-LLM also has yarn, longrope, plm)", type);
+    if (cfg->position_embedding_type != MC_POS_ROPE)
+        return mc_error(MC_ERR_CONFIG, "--rope-scaling-type llama3 needs "
+                        "--position-embedding-type rope");
+    if (mc_args_bool(a, A(use_rope_scaling)))
+        return mc_error(MC_ERR_CONFIG, "--rope-scaling-type llama3 with --use-rope-scaling: "
+                        "MindSpeed-LLM would apply the Llama-3 scaling twice; give one of them");
+    static const enum mc_arg_id need[3] = {A(low_freq_factor), A(high_freq_factor),
+                                           A(original_max_position_embeddings)};
+    for (int i = 0; i < 3; i++)
+        if (mc_args_is_none(a, need[i]))
+            return mc_error(MC_ERR_CONFIG, "--rope-scaling-type llama3 needs %s",
+                            mc_arg_defs[need[i]].opt);
+    double lo = mc_args_float(a, need[0]), hi = mc_args_float(a, need[1]);
+    double old = mc_args_float(a, need[2]);
+    if (!(lo > 0.0) || !(hi > lo) || !(old > 0.0))
+        return mc_error(MC_ERR_CONFIG, "--low-freq-factor %g, --high-freq-factor %g, "
+                        "--original-max-position-embeddings %g: need 0 < low < high and a "
+                        "positive length", lo, hi, old);
+    cfg->use_rope_scaling = true;
+    cfg->rope_low_freq_factor = (float)lo;
+    cfg->rope_high_freq_factor = (float)hi;
+    cfg->rope_original_max_position = (float)old;
+    return MC_OK;
+}
+
 static enum mc_activation activation(const struct mc_args *a)
 {
     if (mc_args_bool(a, A(swiglu)))
@@ -41,9 +79,9 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     memset(cfg, 0, sizeof(*cfg));
     if (mc_args_bool(a, A(openai_gelu)))
         return mc_error(MC_ERR_UNSUPPORTED, "--openai-gelu is not supported by megatron.c yet");
-    if (mc_args_bool(a, A(apply_layernorm_1p)) || mc_args_bool(a, A(qk_layernorm)) ||
+    if (mc_args_bool(a, A(qk_layernorm)) ||
         mc_args_bool(a, A(apply_residual_connection_post_layernorm)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--apply-layernorm-1p, --qk-layernorm and "
+        return mc_error(MC_ERR_UNSUPPORTED, "--qk-layernorm and "
                         "--apply-residual-connection-post-layernorm are not supported by "
                         "megatron.c yet");
     mc_status st = position_type(a, &cfg->position_embedding_type);
@@ -62,6 +100,7 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->max_position_embeddings = mc_args_int(a, A(max_position_embeddings));
     cfg->seq_length = mc_args_int(a, A(seq_length));
     cfg->micro_batch_size = mc_args_int(a, A(micro_batch_size));
+    cfg->layernorm_zero_centered_gamma = mc_args_bool(a, A(apply_layernorm_1p));
     cfg->normalization = !strcmp(mc_args_str(a, A(normalization)), "RMSNorm") ? MC_NORM_RMSNORM
                                                                               : MC_NORM_LAYERNORM;
     cfg->norm_epsilon = (float)mc_args_float(a, A(norm_epsilon));
@@ -70,6 +109,8 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->rotary_interleaved = mc_args_bool(a, A(rotary_interleaved));
     cfg->use_rope_scaling = mc_args_bool(a, A(use_rope_scaling));
     cfg->rope_scaling_factor = (float)mc_args_float(a, A(rope_scaling_factor));
+    if ((st = mindspeed_rope_scaling(a, cfg)) != MC_OK)
+        return st;
     cfg->activation = activation(a);
     cfg->add_bias_linear = mc_args_bool(a, A(add_bias_linear));
     cfg->add_qkv_bias = mc_args_bool(a, A(add_qkv_bias));

@@ -62,6 +62,10 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
         refuse(r, "--check-weight-hash-across-dp-replicas-interval %lld: expected a positive "
                "number of iterations",
                (long long)mc_args_int(a, A(check_weight_hash_across_dp_replicas_interval)));
+    /* MindSpeed-LLM's RoPE variants: llama3 is implemented (model_config.c), not the others */
+    const char *rope = mc_args_str(a, A(rope_scaling_type));
+    if (rope && !str_is(rope, "llama3"))
+        refuse(r, "--rope-scaling-type %s is not supported by megatron.c yet (only llama3)", rope);
 }
 
 /* 2. The support class of the option table. */
@@ -90,25 +94,27 @@ static void pipeline(const struct mc_args *a, struct mc_refusals *r)
                "option to train with the 1F1B schedule");
 }
 
-/* The checkpoint formats this build writes and reads. */
-static bool ckpt_format_supported(const char *fmt) { return str_is(fmt, "torch"); }
+/* The checkpoint formats this build writes (torch) and reads (torch, torch_dist: the loader
+ * reads what the directory holds, as Megatron does with torch_dist or --auto-detect-ckpt-format). */
+static bool ckpt_format_writable(const char *fmt) { return str_is(fmt, "torch"); }
+static bool ckpt_format_readable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
 
 static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
 {
-    /* --auto-detect-ckpt-format lets Megatron load a torch checkpoint whatever --ckpt-format
-     * says; saving still uses --ckpt-format. */
-    bool save = !mc_args_is_none(a, A(save));
-    bool load = !mc_args_is_none(a, A(load)) && !mc_args_bool(a, A(auto_detect_ckpt_format));
+    bool save = !mc_args_is_none(a, A(save)) && !ckpt_format_writable(mc_args_str(a, A(ckpt_format)));
+    bool load = !mc_args_is_none(a, A(load)) && !mc_args_bool(a, A(auto_detect_ckpt_format)) &&
+                !ckpt_format_readable(mc_args_str(a, A(ckpt_format)));
     const char *fmt = mc_args_str(a, A(ckpt_format));
-    if ((!save && !load) || ckpt_format_supported(fmt))
+    if (!save && !load)
         return;
     const char *which = save && load ? "--save/--load" : save ? "--save" : "--load";
     if (!a->given[A(ckpt_format)] && !a->given[A(use_dist_ckpt_deprecated)])
-        refuse(r, "%s without --ckpt-format: Megatron's default checkpoint format %s is not "
-               "supported by megatron.c yet; add --ckpt-format torch", which, fmt);
+        refuse(r, "%s without --ckpt-format: megatron.c reads Megatron's default checkpoint format "
+               "%s but does not write it yet; add --ckpt-format torch", which, fmt);
     else
         refuse(r, "--ckpt-format %s is not supported by megatron.c yet (%s): use --ckpt-format "
-               "torch", fmt, which);
+               "torch%s", fmt, which, save && str_is(fmt, "torch_dist") ? " to save (torch_dist "
+               "checkpoints are read, not yet written)" : "");
 }
 
 static void precision(const struct mc_args *a, struct mc_refusals *r)

@@ -6,10 +6,12 @@
 
 #include <string.h>
 
+#include "training/dry_run.h"
 
 struct mc_train_data {
     struct mc_train_data_config c;
     mc_megatron_dataset *ds[3];
+    int64_t token_limit; /* 0: no check */
 };
 
 /* The strings of a list-valued option (nargs='*'), or n = 0 when it is None or empty. */
@@ -67,9 +69,11 @@ mc_status mc_train_data_config_init(struct mc_train_data_config *d, const struct
     c->eod = eod;
     c->pad = -1;
     int64_t vocab = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size);
+    struct mc_tokenizer_args ta; /* the tokenizer's files, as build_tokenizer reads them */
+    mc_tokenizer_args_from(a, &ta);
     mc_status st = mc_gpt_tokenizer_desc_from_args(
-        &c->tokenizer, mc_args_str(a, MC_A_tokenizer_type), mc_args_str(a, MC_A_vocab_file),
-        mc_args_str(a, MC_A_merge_file), mc_args_str(a, MC_A_tokenizer_model), vocab, d->vocab_buf);
+        &c->tokenizer, ta.tokenizer_type, ta.vocab_file, ta.merge_file, ta.tokenizer_model, vocab,
+        d->vocab_buf);
     if (st)
         return st;
     bool have;
@@ -116,7 +120,8 @@ void mc_train_data_num_samples(const struct mc_args *a, int64_t sizes[3])
                                         mc_args_int(a, MC_A_eval_iters), sizes);
 }
 
-mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret)
+mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, int64_t pad, FILE *out,
+                             mc_train_data **ret)
 {
     mc_train_data *d = mc_calloc(1, sizeof(*d));
     if (!d)
@@ -124,6 +129,7 @@ mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc
     mc_status st = mc_train_data_config_init(&d->c, a, eod, NULL);
     if (st)
         goto fail;
+    d->c.cfg.pad = pad; /* GPTDataset reads tokenizer.pad (no option of its own) */
     int64_t sizes[3];
     mc_train_data_num_samples(a, sizes);
     if (out) {
@@ -190,6 +196,29 @@ void mc_micro_batch_free(struct mc_micro_batch *mb)
     memset(mb, 0, sizeof(*mb));
 }
 
+/* An id the model has no embedding row for: name the data file it came from, which the
+ * forward pass (and Megatron's embedding lookup) cannot. */
+static mc_status check_sample(const mc_train_data *d, int split, int id, int64_t idx,
+                              const struct mc_gpt_sample *smp, int64_t s)
+{
+    static const char *const names[3] = {"train", "valid", "test"};
+    for (int64_t i = 0; i < s; i++) {
+        int64_t t = smp->tokens[i], l = smp->labels[i];
+        bool bt = t < 0 || t >= d->token_limit, bl = l < 0 || l >= d->token_limit;
+        if (!bt && !bl)
+            continue;
+        int64_t bad = bt ? t : l;
+        const struct mc_blend *b = d->c.cfg.blend ? d->c.cfg.blend : d->c.cfg.blend_per_split[split];
+        const char *file = b && id >= 0 && id < b->n ? b->prefixes[id] : NULL;
+        return mc_error(MC_ERR_FORMAT, "%s%s: token id %lld (position %lld of %s sample %lld) is "
+                        "outside the model's padded vocabulary [0, %lld): the data was made "
+                        "with another tokenizer than --tokenizer-type/--vocab-file say",
+                        file ? file : "--mock-data", file ? ".bin" : "", (long long)bad,
+                        (long long)i, names[split], (long long)idx, (long long)d->token_limit);
+    }
+    return MC_OK;
+}
+
 mc_status mc_train_data_get(const mc_train_data *d, int split, int64_t first,
                             struct mc_micro_batch *mb)
 {
@@ -203,9 +232,14 @@ mc_status mc_train_data_get(const mc_train_data *d, int split, int64_t first,
             .position_ids = mb->position_ids + j * s,
             .attention_mask = mb->attention_mask ? mb->attention_mask + j * s * s : NULL,
         };
-        mc_status st = mc_megatron_dataset_get(ds, (first + j) % len, &smp, NULL);
+        int id = 0;
+        mc_status st = mc_megatron_dataset_get(ds, (first + j) % len, &smp, &id);
         if (st)
+            return st;
+        if (d->token_limit && (st = check_sample(d, split, id, (first + j) % len, &smp, s)))
             return st;
     }
     return MC_OK;
 }
+
+void mc_train_data_set_token_limit(mc_train_data *d, int64_t limit) { d->token_limit = limit; }

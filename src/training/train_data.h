@@ -51,14 +51,20 @@ struct mc_micro_batch {
 };
 
 /* Builds the three splits with Megatron's target sizes (printing its "> building train,
- * validation, and test datasets ..." lines to out, NULL = silent). eod is the tokenizer's. */
-mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, FILE *out, mc_train_data **ret);
+ * validation, and test datasets ..." lines to out, NULL = silent). eod and pad are the
+ * tokenizer's (mc_tok_eod, mc_tok_pad: GPTDataset masks the loss of labels equal to pad). */
+mc_status mc_train_data_init(const struct mc_args *a, int64_t eod, int64_t pad, FILE *out,
+                             mc_train_data **ret);
 void mc_train_data_free(mc_train_data *d);
 bool mc_train_data_has(const mc_train_data *d, int split);
 
 /* Micro-batch buffers for b x s; free with mc_micro_batch_free. */
 mc_status mc_micro_batch_init(struct mc_micro_batch *mb, int64_t b, int64_t s, bool with_mask);
 void mc_micro_batch_free(struct mc_micro_batch *mb);
+
+/* Token ids at or above limit (the padded vocabulary) make mc_train_data_get fail naming the
+ * data file they came from; 0, the default, checks nothing. */
+void mc_train_data_set_token_limit(mc_train_data *d, int64_t limit);
 
 /* Fills mb with samples [first, first + mb->b) of the split, wrapping around the split's
  * length (Megatron sizes the splits so that training never wraps). */

@@ -175,23 +175,22 @@ static mc_status check_supported(const struct mc_args *a)
 static mc_status build_tokenizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
-    struct mc_tokenizer_args ta = {
-        .tokenizer_type = mc_args_str(a, MC_A_tokenizer_type),
-        .vocab_file = mc_args_str(a, MC_A_vocab_file),
-        .merge_file = mc_args_str(a, MC_A_merge_file),
-        .tokenizer_model = mc_args_str(a, MC_A_tokenizer_model),
-        .vocab_size = mc_args_is_none(a, MC_A_vocab_size) ? 0 : mc_args_int(a, MC_A_vocab_size),
-    };
-    print_rank_0("> building %s tokenizer ...\n", ta.tokenizer_type);
+    struct mc_tokenizer_args ta;
+    mc_tokenizer_args_from(a, &ta);
+    FILE *log = out_first;
+    mc_tokenizer_print_building(log, a);
+    if (ta.tokenizer_type && !strcmp(ta.tokenizer_type, "PretrainedFromHF") &&
+        mc_args_int(a, MC_A_vocab_extra_ids) > 0)
+        return mc_error(MC_ERR_UNSUPPORTED, "--vocab-extra-ids %lld with --tokenizer-type "
+                        "PretrainedFromHF: the <extra_id_N> tokens MindSpeed-LLM adds are not "
+                        "implemented yet", (long long)mc_args_int(a, MC_A_vocab_extra_ids));
     mc_status st = mc_tok_init(&ta, &t->tok);
     if (st)
         return st;
-    int64_t orig = mc_tok_vocab_size(t->tok);
-    t->padded_vocab = mc_vocab_padded(orig, mc_args_int(a, MC_A_make_vocab_size_divisible_by),
-                                      mc_args_int(a, MC_A_tensor_model_parallel_size));
-    print_rank_0(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %lld)\n",
-           (long long)orig, (long long)(t->padded_vocab - orig), (long long)t->padded_vocab);
-    return MC_OK;
+    st = mc_vocab_padded_from_args(a, mc_tok_vocab_size(t->tok), log, &t->padded_vocab);
+    if (log)
+        fflush(log);
+    return st;
 }
 
 /* The distributed optimizer over Megatron's grad-buffer layout; prints the per-rank optimizer
@@ -1582,13 +1581,15 @@ static mc_status build_train_data(struct trainer *t)
 {
     mc_status st = MC_OK;
     if (t->ps.rank == 0)
-        st = mc_train_data_init(t->a, mc_tok_eod(t->tok), out_first, &t->data);
+        st = mc_train_data_init(t->a, mc_tok_eod(t->tok), mc_tok_pad(t->tok), out_first, &t->data);
     if (st)
         return st;
     if ((st = mc_comm_barrier(world_comm)))
         return st;
     if (t->ps.rank != 0)
-        st = mc_train_data_init(t->a, mc_tok_eod(t->tok), NULL, &t->data);
+        st = mc_train_data_init(t->a, mc_tok_eod(t->tok), mc_tok_pad(t->tok), NULL, &t->data);
+    if (!st)
+        mc_train_data_set_token_limit(t->data, t->padded_vocab);
     return st;
 }
 

@@ -9,18 +9,24 @@
 
 #include <math.h>
 
-/* inv_freq in fp32 as RotaryEmbedding computes it, with Llama 3 scaling (_apply_scaling). */
+/* inv_freq in fp32 as RotaryEmbedding computes it, with Llama 3 scaling (_apply_scaling, or
+ * MindSpeed-LLM's apply_llama3_scaling with its own constants: the same bands). The constants
+ * combine in double, as Python floats do, and meet the fp32 tensors as fp32 scalars. */
 static float inv_freq(const struct mc_gpt_config *cfg, int64_t i, int64_t dim)
 {
     float e = (float)(2 * i) / (float)dim;
     float f = 1.0f / powf(cfg->rotary_base, e);
     if (!cfg->use_rope_scaling)
         return f;
-    const float factor = cfg->rope_scaling_factor, low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
+    double lo = cfg->rope_low_freq_factor > 0.0f ? cfg->rope_low_freq_factor : 1.0;
+    double hi = cfg->rope_high_freq_factor > 0.0f ? cfg->rope_high_freq_factor : 4.0;
+    double old = cfg->rope_original_max_position > 0.0f ? cfg->rope_original_max_position : 8192.0;
+    const float factor = cfg->rope_scaling_factor, low = (float)lo, old_ctx = (float)old;
+    const float low_wavelen = (float)(old / lo), high_wavelen = (float)(old / hi);
     float wavelen = 2.0f * (float)M_PI / f;
-    float scaled = wavelen > old_ctx / low ? f / factor : f;
-    float smooth = (old_ctx / wavelen - low) / (high - low);
-    bool medium = !(wavelen < old_ctx / high) && !(wavelen > old_ctx / low);
+    float scaled = wavelen > low_wavelen ? f / factor : f;
+    float smooth = (old_ctx / wavelen - low) / (float)(hi - lo);
+    bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
     return medium ? (1.0f - smooth) * scaled / factor + smooth * scaled : scaled;
 }
 

@@ -64,6 +64,7 @@ struct mc_tfm_scratch {
     float *h1, *h2;      /* [T, h] */
     float *norm_out;     /* [T, h] a norm's output (forward, and recomputed in backward) */
     float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
+    float *gamma1;       /* [h] 1 + weight of a zero-centered norm (NULL without) */
     float *act;          /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
     float *dqkv;         /* [T, qkv_l] */
     float *dctx;         /* [T, ctx_l] */

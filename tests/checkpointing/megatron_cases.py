@@ -52,6 +52,16 @@ CASES = {
     "llama_pp2vpp2": (2, LLAMA + ("--pipeline-model-parallel-size", "2",
                                   "--num-virtual-stages-per-pipeline-rank", "2"), ("--data-path", CORPUS_A)),
 }
+# torch_dist checkpoints (tests/checkpointing/test_dist_ckpt.py, goldens in
+# tests/golden/checkpointing/dist_<case>/): Megatron runs them with --ckpt-format torch_dist
+DIST_CASES = {
+    "gpt_tp1": (1, GPT2, ("--data-path", CORPUS_A)),
+    "gpt_tp2pp2": (4, GPT2 + ("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"),
+                   ("--data-path", CORPUS_A)),
+    "llama_tp2": (2, LLAMA + ("--tensor-model-parallel-size", "2"),
+                  ("--data-path", "0.3", CORPUS_A, "0.7", CORPUS_B)),
+}
+ALL_CASES = {**CASES, **DIST_CASES}
 # the virtual-pipeline cases (test_ckpt_vpp.py; test_ckpt_parallel.py runs the others)
 VPP = ("gpt_pp2vpp2", "gpt_dp2pp2vpp2_distopt", "llama_pp2vpp2")
 
@@ -74,7 +84,7 @@ MEGATRON_ONLY = ("--distributed-backend", "gloo", "--transformer-impl", "local",
 
 
 def case_args(case, tmp, extra=(), iters=ITERS):
-    world, model, data = CASES[case]
+    world, model, data = ALL_CASES[case]
     return list(model + data + common(tmp, iters) + tuple(extra))
 
 
@@ -83,9 +93,20 @@ def megatron_root():
     return root if root and os.path.exists(RUN_PRETRAIN) else None
 
 
-def run_megatron(case, tmp, extra=(), port=29600, iters=ITERS, variant=None, timeout=900):
-    """All ranks of Megatron for `case`; returns (return codes, stdout of all ranks joined)."""
-    world = CASES[case][0]
+def megatron_python(torch2=False):
+    """The interpreter Megatron runs under: Debian's torch 1.13, or with torch2 (torch_dist
+    checkpoints need torch.distributed.checkpoint) PyPI's torch 2.x from bench/setup_torch.sh
+    (MC_TORCH2_PYTHON, default build/bench-venv); None when that one is absent."""
+    if not torch2:
+        return "/usr/bin/python3"
+    py = os.environ.get("MC_TORCH2_PYTHON", os.path.join(BUILD, "bench-venv", "bin", "python"))
+    return py if os.path.exists(py) else None
+
+
+def run_megatron(case, tmp, extra=(), port=29600, iters=ITERS, variant=None, timeout=900, python=None):
+    """All ranks of Megatron for `case`; returns (return codes, stdout of all ranks joined).
+    `python`: the interpreter (default Debian's torch 1.13)."""
+    world = ALL_CASES[case][0]
     argv = case_args(case, tmp, tuple(extra) + MEGATRON_ONLY, iters)
     procs = []
     for r in range(world):
@@ -94,7 +115,7 @@ def run_megatron(case, tmp, extra=(), port=29600, iters=ITERS, variant=None, tim
                    OMP_NUM_THREADS="1", CUDA_DEVICE_MAX_CONNECTIONS="1")
         if variant:
             env["E2E_VARIANT"] = variant
-        procs.append(subprocess.Popen(["/usr/bin/python3", RUN_PRETRAIN, os.path.join(tmp, f"rec{r}.json"),
+        procs.append(subprocess.Popen([python or "/usr/bin/python3", RUN_PRETRAIN, os.path.join(tmp, f"rec{r}.json"),
                                        *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
@@ -106,7 +127,7 @@ def mpirun(n):
 
 
 def run_ours(case, tmp, extra=(), iters=ITERS, timeout=600):
-    world = CASES[case][0]
+    world = ALL_CASES[case][0]
     cmd = ([] if world == 1 else mpirun(world)) + [EXE] + case_args(case, tmp, extra, iters)
     return run_cmd(cmd, dict(os.environ, OMP_NUM_THREADS="1"), timeout)
 

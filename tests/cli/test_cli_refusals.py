@@ -93,11 +93,12 @@ def check_values(c, tmp):
     cases = [
         ('bf16', ['--bf16'], ['--bf16: mixed precision']),
         ('fp16', ['--fp16'], ['--fp16: mixed precision']),
-        ('default ckpt format', save, ['--save without --ckpt-format: Megatron\'s default '
-                                       'checkpoint format torch_dist']),
+        ('default ckpt format', save, ['--save without --ckpt-format: megatron.c reads Megatron\'s '
+                                       'default checkpoint format torch_dist but does not write it']),
         ('torch_dist given', save + ['--ckpt-format', 'torch_dist'],
          ['--ckpt-format torch_dist is not supported by megatron.c yet (--save)']),
-        ('load default format', ['--load', os.path.join(tmp, 'ck')], ['--load without --ckpt-format']),
+        ('load zarr', ['--load', os.path.join(tmp, 'ck'), '--ckpt-format', 'zarr'],
+         ['--ckpt-format zarr is not supported by megatron.c yet (--load)']),
         ('tensorboard memory', ['--log-memory-to-tensorboard'], ['--log-memory-to-tensorboard']),
         ('mrope', ['--position-embedding-type', 'mrope', '--mrope-section', '4', '4'],
          ['--position-embedding-type mrope']),
@@ -117,6 +118,10 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'auto-detect load', TINY + ['--load', os.path.join(tmp, 'ck'),
                                                          '--auto-detect-ckpt-format'])
     c.check(not msgs, '--auto-detect-ckpt-format load accepted: %s' % msgs)
+    # torch_dist checkpoints are read (tests/checkpointing/test_dist_ckpt.py): --load with
+    # Megatron's default format is accepted
+    rc, msgs = both_ways(c, 'load default format', TINY + ['--load', os.path.join(tmp, 'ck')])
+    c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
     many = TINY + save + ['--bf16', '--log-memory-to-tensorboard', '--apply-residual-connection-post-layernorm',
                           '--num-experts', '4', '--openai-gelu']

@@ -41,6 +41,7 @@ GPT2_DIRS = [os.path.join(SRC, '..', 'shared', 'tokenizers', 'gpt2'), '/work/sha
 SPM_MODEL = os.path.join(SRC, 'tests', 'golden', 'tokenizer', 'spm', 'bpe_llama.model')
 HF_DIR = os.path.join(SRC, 'tests', 'golden', 'tokenizer', 'hf_llama2')
 STOP = 'megatron.c: a real run would stop here: '
+LAST_STDOUT = []  # stdout lines of the latest dry run
 
 # The mechanism check: scripts whose only refusals are precision / checkpoint format.
 SHRINK_CHECKS = [
@@ -188,6 +189,7 @@ def dry_refusals(opts, world):
     env.pop('LOCAL_RANK', None)
     p = subprocess.run([PRETRAIN, '--dry-run', *flat(opts)], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, env=env)
+    LAST_STDOUT[:] = p.stdout.split('\n')
     found = [(reason_of(l[len(STOP):]), l[len(STOP):]) for l in p.stdout.split('\n')
              if l.startswith(STOP)]
     if p.returncode:
@@ -213,6 +215,11 @@ def all_dry_refusals(opts, world):
         if not now:
             return found
         found += now
+        # A run that printed its refusal list ("a real run would stop here" lines) named them
+        # all; taking options out would only turn them into their defaults (e.g. --ckpt-format).
+        # A parse error stops at one: take it out and ask again.
+        if any(l.startswith(STOP) for l in LAST_STDOUT):
+            return found
         names = {k.split(' ')[0] for k, _ in now if k.startswith('--')}
         if any(not k.startswith('--') for k, _ in now) or not names & {o for o, _ in opts}:
             return found

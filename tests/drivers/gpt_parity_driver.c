@@ -101,6 +101,7 @@ static void read_config(const mc_dump *in, struct mc_gpt_config *c)
     get_int(in, "normalization", &e);
     c->normalization = (enum mc_normalization)e;
     get_f32(in, "norm_epsilon", &c->norm_epsilon);
+    get_bool(in, "layernorm_zero_centered_gamma", &c->layernorm_zero_centered_gamma);
     e = (int)c->position_embedding_type;
     get_int(in, "position_embedding_type", &e);
     c->position_embedding_type = (enum mc_position_embedding)e;
@@ -109,6 +110,9 @@ static void read_config(const mc_dump *in, struct mc_gpt_config *c)
     get_bool(in, "rotary_interleaved", &c->rotary_interleaved);
     get_bool(in, "use_rope_scaling", &c->use_rope_scaling);
     get_f32(in, "rope_scaling_factor", &c->rope_scaling_factor);
+    get_f32(in, "rope_low_freq_factor", &c->rope_low_freq_factor);
+    get_f32(in, "rope_high_freq_factor", &c->rope_high_freq_factor);
+    get_f32(in, "rope_original_max_position", &c->rope_original_max_position);
     e = (int)c->activation;
     get_int(in, "activation", &e);
     c->activation = (enum mc_activation)e;

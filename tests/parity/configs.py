@@ -41,8 +41,16 @@ CONFIGS = {
     # base 1e6 with kv_channels 8 puts the four frequencies in all three Llama-3 bands
     'rope_scaling': (variant(GPT2, position_embedding_type=POS_ROPE, use_rope_scaling=1,
                              rope_scaling_factor=8.0, rotary_base=1000000.0), {}),
+    # MindSpeed-LLM's --rope-scaling-type llama3 with its own constants (all three bands)
+    'rope_scaling_mindspeed': (variant(GPT2, position_embedding_type=POS_ROPE, use_rope_scaling=1,
+                                       rope_scaling_factor=32.0, rotary_base=1000000.0,
+                                       rope_low_freq_factor=2.0, rope_high_freq_factor=8.0,
+                                       rope_original_max_position=16384.0), {}),
     'rmsnorm': (variant(GPT2, normalization=NORM_RMSNORM, norm_epsilon=1e-3), {}),
     'layernorm_eps': (variant(GPT2, norm_epsilon=1e-2), {}),
+    # --apply-layernorm-1p: zero-centered norm weights (LayerNorm, and TENorm's RMSNorm)
+    'layernorm_1p': (variant(GPT2, layernorm_zero_centered_gamma=1), {}),
+    'rmsnorm_1p': (variant(LLAMA, layernorm_zero_centered_gamma=1), {}),
     'gelu_erf': (variant(GPT2, activation=ACT_GELU_ERF), {}),
     'swiglu': (variant(GPT2, activation=ACT_SWIGLU, ffn_hidden_size=40), {}),
     'squared_relu': (variant(GPT2, activation=ACT_SQUARED_RELU), {}),

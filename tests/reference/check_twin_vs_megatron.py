@@ -25,6 +25,44 @@ from reference import gpt_twin as T  # noqa: E402
 from parity.configs import CONFIGS  # noqa: E402
 
 
+class _TorchLayerNormAffine(torch.autograd.Function):
+    """Stands in for apex's FusedLayerNormAffineFunction (not on this CPU): torch's layer_norm."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, shape, eps):
+        with torch.enable_grad():
+            xd, wd, bd = (t.detach().requires_grad_() for t in (x, weight, bias))
+            y = F.layer_norm(xd, tuple(shape) if hasattr(shape, "__len__") else (shape,), wd, bd, eps)
+        ctx.save_for_backward(xd, wd, bd, y)
+        return y.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        xd, wd, bd, y = ctx.saved_tensors
+        gx, gw, gb = torch.autograd.grad(y, (xd, wd, bd), g)
+        return gx, gw, gb, None, None
+
+
+def use_fused_layer_norm():
+    """--apply-layernorm-1p needs Megatron's FusedLayerNorm (apex) or TENorm: its torch fallback,
+    WrappedTorchNorm, asserts on zero_centered_gamma. Megatron's FusedLayerNorm (its weight + 1
+    and zero init) is used with torch's layer_norm in place of apex's kernel."""
+    from megatron.core.fusions import fused_layer_norm as fln
+    from megatron.core.models.gpt import gpt_layer_specs
+    from megatron.core.transformer import transformer_block
+    saved = (gpt_layer_specs.LNImpl, transformer_block.LayerNormImpl)
+    # FusedLayerNorm looks its kernel up at each forward: this part stays (only FusedLayerNorm
+    # instances, i.e. the zero-centered configs, use it)
+    fln.HAVE_FUSED_LAYER_NORM = True
+    fln.FusedLayerNormAffineFunction = _TorchLayerNormAffine
+    gpt_layer_specs.LNImpl = fln.FusedLayerNorm
+    transformer_block.LayerNormImpl = fln.FusedLayerNorm
+
+    def restore():  # the model is built: the other configs keep Megatron's CPU choice
+        gpt_layer_specs.LNImpl, transformer_block.LayerNormImpl = saved
+    return restore
+
+
 def megatron_model(c):
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_model import GPTModel
@@ -48,13 +86,36 @@ def megatron_model(c):
         bias_dropout_fusion=False, rotary_interleaved=bool(c['rotary_interleaved']),
         use_cpu_initialization=True, init_method_std=0.02)
     pos = {T.POS_LEARNED: 'learned_absolute', T.POS_ROPE: 'rope', T.POS_NONE: 'none'}[c['position_embedding_type']]
+    restore = lambda: None
+    if c['layernorm_zero_centered_gamma']:
+        cfg.layernorm_zero_centered_gamma = True
+        restore = use_fused_layer_norm()
     spec = get_gpt_layer_local_spec(normalization=norm)
-    return GPTModel(cfg, spec, vocab_size=c['padded_vocab_size'],
-                    max_sequence_length=c['max_position_embeddings'],
-                    share_embeddings_and_output_weights=not c['untie_embeddings_and_output_weights'],
-                    position_embedding_type=pos, rotary_percent=c['rotary_percent'],
-                    rotary_base=int(c['rotary_base']), rope_scaling=bool(c['use_rope_scaling']),
-                    rope_scaling_factor=c['rope_scaling_factor'])
+    if c['rope_low_freq_factor'] or c['rope_high_freq_factor'] or c['rope_original_max_position']:
+        # MindSpeed-LLM's llama3 constants: Megatron's own _apply_scaling, given them
+        from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+        orig_scaling = RotaryEmbedding._apply_scaling
+
+        def scaling(self, freqs, factor=8):
+            return orig_scaling(self, freqs, factor=factor,
+                                low_freq_factor=c['rope_low_freq_factor'] or 1,
+                                high_freq_factor=c['rope_high_freq_factor'] or 4,
+                                original_max_position_embeddings=c['rope_original_max_position'] or 8192)
+        RotaryEmbedding._apply_scaling = scaling
+        outer_restore = restore
+
+        def restore():
+            RotaryEmbedding._apply_scaling = orig_scaling
+            outer_restore()
+    try:
+        return GPTModel(cfg, spec, vocab_size=c['padded_vocab_size'],
+                        max_sequence_length=c['max_position_embeddings'],
+                        share_embeddings_and_output_weights=not c['untie_embeddings_and_output_weights'],
+                        position_embedding_type=pos, rotary_percent=c['rotary_percent'],
+                        rotary_base=int(c['rotary_base']), rope_scaling=bool(c['use_rope_scaling']),
+                        rope_scaling_factor=c['rope_scaling_factor'])
+    finally:
+        restore()
 
 
 def megatron_train(meg, case, steps, lr, wd, hp):
@@ -140,7 +201,15 @@ def main():
         case = make_case(name, seed=7)
         twin = case['twin']
         c = twin.c
+        if c['layernorm_zero_centered_gamma'] and c['normalization'] == T.NORM_RMSNORM:
+            print('%-28s skipped: zero-centered RMSNorm is TENorm only (no local-spec norm)' % name)
+            continue
         meg = megatron_model(c)
+        if c['layernorm_zero_centered_gamma']:  # FusedLayerNorm.reset_parameters: zeros
+            z = [k for k, v in meg.state_dict().items() if 'layernorm.weight' in k and v.abs().max() == 0]
+            print('%-28s megatron init: %d of 5 norm weights zero' % (name, len(z)))
+            if len(z) != 5:
+                failed.append(name + '/init')
         sd = {k: v for k, v in meg.state_dict().items() if not k.endswith('_extra_state')}
         tsd = twin.state_dict()
         if list(sd) != list(tsd) or any(sd[k].shape != tsd[k].shape for k in sd):

@@ -32,14 +32,16 @@ DEFAULTS = dict(
     num_layers=2, hidden_size=32, num_attention_heads=4, num_query_groups=0, kv_channels=0,
     ffn_hidden_size=0, vocab_size=100, padded_vocab_size=0, make_vocab_size_divisible_by=128,
     max_position_embeddings=64, seq_length=16, micro_batch_size=2,
-    normalization=NORM_LAYERNORM, norm_epsilon=1e-5, position_embedding_type=POS_LEARNED,
-    rotary_percent=1.0, rotary_base=10000.0, rotary_interleaved=0, use_rope_scaling=0,
-    rope_scaling_factor=8.0, activation=ACT_GELU_TANH, add_bias_linear=1, add_qkv_bias=0,
+    normalization=NORM_LAYERNORM, norm_epsilon=1e-5, layernorm_zero_centered_gamma=0,
+    position_embedding_type=POS_LEARNED, rotary_percent=1.0, rotary_base=10000.0, rotary_interleaved=0, use_rope_scaling=0,
+    rope_scaling_factor=8.0, rope_low_freq_factor=0.0, rope_high_freq_factor=0.0,
+    rope_original_max_position=0.0, activation=ACT_GELU_TANH, add_bias_linear=1, add_qkv_bias=0,
     apply_query_key_layer_scaling=0, attention_softmax_in_fp32=0,
     untie_embeddings_and_output_weights=0, fp32_residual_connection=0, hidden_dropout=0.0,
     attention_dropout=0.0, init_method_std=0.02, seed=1234,
 )
 FLOAT_FIELDS = {'norm_epsilon', 'rotary_percent', 'rotary_base', 'rope_scaling_factor',
+                'rope_low_freq_factor', 'rope_high_freq_factor', 'rope_original_max_position',
                 'hidden_dropout', 'attention_dropout', 'init_method_std'}
 
 
@@ -131,7 +133,12 @@ def rope_inv_freq(c):
         dim = int(dim * c['rotary_percent'])
     inv = 1.0 / (c['rotary_base'] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     if c['use_rope_scaling']:
-        factor, low, high, old = c['rope_scaling_factor'], 1, 4, 8192
+        # Megatron's fixed constants, or MindSpeed-LLM's --low-freq-factor /
+        # --high-freq-factor / --original-max-position-embeddings
+        factor = c['rope_scaling_factor']
+        low = c['rope_low_freq_factor'] or 1
+        high = c['rope_high_freq_factor'] or 4
+        old = c['rope_original_max_position'] or 8192
         wavelen = 2 * math.pi / inv
         scaled = torch.where(wavelen > old / low, inv / factor, inv)
         smooth = (old / wavelen - low) / (high - low)
@@ -249,13 +256,17 @@ class Norm(torch.nn.Module):
         super().__init__()
         self.rms = c['normalization'] == NORM_RMSNORM
         self.eps = c['norm_epsilon']
-        self.weight = torch.nn.Parameter(torch.ones(n))
+        # --apply-layernorm-1p: the weight is stored zero-centered and the norm scales by
+        # weight + 1 (FusedLayerNorm / TENorm zero_centered_gamma), initialized to zeros
+        self.one_p = bool(c['layernorm_zero_centered_gamma'])
+        self.weight = torch.nn.Parameter(torch.zeros(n) if self.one_p else torch.ones(n))
         self.bias = None if self.rms else torch.nn.Parameter(torch.zeros(n))
 
     def forward(self, x):
+        w = self.weight + 1 if self.one_p else self.weight
         if self.rms:
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
+        return F.layer_norm(x, (x.shape[-1],), w, self.bias, self.eps)
 
 
 class SelfAttention(torch.nn.Module):

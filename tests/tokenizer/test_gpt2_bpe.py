@@ -80,6 +80,10 @@ c.check(all(isinstance(x, str) and "not valid UTF-8" in x for x in r), "invalid 
 with tempfile.TemporaryDirectory() as d:
     vocab = {"a": 0, "b": 1, "aa": 2, "ab": 3, "aab": 4, "Ġ": 5, "Ġa": 6, "<|endoftext|>": 7,
              "c": 8, "\u0100": 9}
+    # every byte symbol, or the vocab is refused (below): the rest of GPT-2's byte alphabet
+    for tok in json.load(open(VOCAB, encoding="utf-8")):
+        if len(tok) == 1 and tok not in vocab:
+            vocab[tok] = len(vocab)
     vp, mp = os.path.join(d, "v.json"), os.path.join(d, "m.txt")
     json.dump(vocab, open(vp, "w"))
     cases = {
@@ -87,7 +91,6 @@ with tempfile.TemporaryDirectory() as d:
         "no_final_newline": "#version: 0.2\na a\na b\naa b",      # last merge is dropped
         "junk_lines": "#version: 0.2\n\na a x\na a\n  a   b  \n\u3000aa\u2003b\nĠ a\n",
         "duplicate": "#version: 0.2\na b\na a\na b\n",            # (a, b) keeps the last rank
-        "unknown_symbols": "#version: 0.2\nc c\na a\n",           # "cc" is not in the vocab -> 0
         "no_version_line": "a a\na b\n",
     }
     strs = ["aaab", "aab aaaa", "ab ab a", "aaaaa", "b", " a", "ccc cc", "ba", "\u00ff", "xyz"]
@@ -98,6 +101,25 @@ with tempfile.TemporaryDirectory() as d:
             m = megatron_gpt2(vp, mp)
             for s, g_ in zip(strs, got):
                 c.check(g_ == m.encode(s), "merges %s, %r: got %s want %s" % (name, s, g_, m.encode(s)))
+    # vocab and merges that do not belong together are refused (Megatron writes id 0 for the
+    # missing token, silently): a merge product, a merge part, a byte symbol
+    refusals = [("#version: 0.2\na a\nc c\n", vocab, '"cc", the product of the merge "c c" (line 3'),
+                ("#version: 0.2\naa xy\n", vocab, '"xy", the second part of the merge "aa xy" (line 2'),
+                ("#version: 0.2\na a\n", dict((k, v) for k, v in vocab.items() if k != "Ġ"),
+                 '"Ġ" for the byte 0x20')]
+    for merges, voc, needle in refusals:
+        open(mp, "w", encoding="utf-8").write(merges)
+        json.dump(voc, open(vp, "w"))
+        rc, out = td.info("GPT2BPETokenizer", vocab=vp, merges=mp)
+        c.check(rc != 0 and "MC_ERR_FORMAT" in out and needle in out and "v.json" in out,
+                "refused %r: %s" % (needle, out))
+    # the issue's case: GPT-2's own files with "Ġthe" deleted from the vocab
+    full = json.load(open(VOCAB, encoding="utf-8"))
+    del full["\u0120the"]
+    json.dump(full, open(vp, "w"))
+    rc, out = td.info("GPT2BPETokenizer", vocab=vp, merges=MERGES)
+    c.check(rc != 0 and '"\u0120the", the product of the merge "\u0120t he" (line 8 of' in out,
+            "GPT-2 without \u0120the: %s" % out)
     # a vocab without <|endoftext|> is refused (Megatron raises KeyError)
     json.dump({"a": 0}, open(vp, "w"))
     rc, out = td.info("GPT2BPETokenizer", vocab=vp, merges=mp)

@@ -98,6 +98,23 @@ with tempfile.TemporaryDirectory() as d:
         json.dump(j, open(os.path.join(d, "tokenizer.json"), "w"))
         rc, out = td.info("HuggingFaceTokenizer", model=d)
         c.check(rc != 0 and "MC_ERR_UNSUPPORTED" in out and needle in out, "refuse %s: %s" % (needle, out))
+    # a merge whose product (or part) is missing from the vocab is refused, as HF's BPE
+    # builder does (MergeTokenOutOfVocabulary); without the check it would encode as unk
+    m0 = base["model"]["merges"][0]
+    pa, pb = m0 if isinstance(m0, list) else m0.split(" ")
+    for gone, where in ((pa + pb, "the product"), (pa, "the first part")):
+        j = json.loads(json.dumps(base))
+        del j["model"]["vocab"][gone]
+        json.dump(j, open(os.path.join(d, "tokenizer.json"), "w"))
+        rc, out = td.info("HuggingFaceTokenizer", model=d)
+        c.check(rc != 0 and "MC_ERR_FORMAT" in out and "merge 0 (%s %s)" % (pa, pb) in out and
+                where in out and "tokenizer.json" in out, "merge token out of vocab: %s" % out)
+        if tokenizers is not None:
+            try:
+                tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+                c.check(False, "HF accepted a merge token out of vocabulary")
+            except Exception as e:  # noqa: BLE001 -- tokenizers raises a plain Exception
+                c.check("vocabulary" in str(e).lower(), "HF refuses too: %s" % e)
     json.dump(base, open(os.path.join(d, "tokenizer.json"), "w"))
     json.dump({"tokenizer_class": "LlamaTokenizerFast", "eos_token": "<|end_of_text|>",
                "add_eos_token": True}, open(os.path.join(d, "tokenizer_config.json"), "w"))

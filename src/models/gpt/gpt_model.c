@@ -130,6 +130,13 @@ static void add_param(struct mc_gpt_model *m, bool assign, const struct mc_gpt_p
     (&(struct mc_gpt_param_spec){nm, 2, r, c, MC_INIT_SCALED_NORMAL, ord, 1, false, false})
 #define BIAS(nm, n, gate) (&(struct mc_gpt_param_spec){nm, 1, n, 0, MC_INIT_ZERO, -1, 0, gate, false})
 
+/* A norm's weight: ones, or zeros when it is stored zero-centered (--apply-layernorm-1p: TE's
+ * and FusedLayerNorm's reset_parameters). */
+static enum mc_gpt_init gamma_init(const struct mc_gpt_model *m)
+{
+    return m->cfg.layernorm_zero_centered_gamma ? MC_INIT_ZERO : MC_INIT_ONE;
+}
+
 static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
 {
     const struct mc_tfm_dims *d = &m->dims;
@@ -137,7 +144,7 @@ static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
     int64_t gl = d->layer_offset + l; /* construction order is global */
     char nm[MC_GPT_NAME_MAX];
 #define NAME(suffix) (snprintf(nm, sizeof(nm), "decoder.layers.%lld.%s", (long long)l, suffix), nm)
-    add_param(m, assign, VEC(NAME("input_layernorm.weight"), d->h, MC_INIT_ONE), &w->ln1_w, &g->ln1_w);
+    add_param(m, assign, VEC(NAME("input_layernorm.weight"), d->h, gamma_init(m)), &w->ln1_w, &g->ln1_w);
     if (d->layernorm)
         add_param(m, assign, VEC(NAME("input_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln1_b,
                   &g->ln1_b);
@@ -151,7 +158,7 @@ static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
     if (d->qkv_bias)
         add_param(m, assign, BIAS(NAME("self_attention.linear_qkv.bias"), d->qkv_l, false),
                   &w->qkv_b, &g->qkv_b);
-    add_param(m, assign, VEC(NAME("pre_mlp_layernorm.weight"), d->h, MC_INIT_ONE), &w->ln2_w,
+    add_param(m, assign, VEC(NAME("pre_mlp_layernorm.weight"), d->h, gamma_init(m)), &w->ln2_w,
               &g->ln2_w);
     if (d->layernorm)
         add_param(m, assign, VEC(NAME("pre_mlp_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln2_b,
@@ -192,7 +199,7 @@ static void walk_params(struct mc_gpt_model *m, bool assign)
         walk_layer(m, assign, l);
     if (!d->last_stage)
         return;
-    add_param(m, assign, VEC("decoder.final_layernorm.weight", d->h, MC_INIT_ONE), &m->lnf_w,
+    add_param(m, assign, VEC("decoder.final_layernorm.weight", d->h, gamma_init(m)), &m->lnf_w,
               &m->lnf_g);
     if (d->layernorm)
         add_param(m, assign, VEC("decoder.final_layernorm.bias", d->h, MC_INIT_ZERO), &m->lnf_b,
@@ -341,6 +348,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     s->norm_out = carve(cv, Ts * d->h, F);
     s->norm_mean = carve(cv, Ts, F);
     s->norm_rstd = carve(cv, Ts, F);
+    s->gamma1 = m->cfg.layernorm_zero_centered_gamma ? carve(cv, d->h, F) : NULL;
     s->act = carve(cv, T * d->ffn_l, F);
     s->dqkv = carve(cv, T * d->qkv_l, F);
     s->dctx = carve(cv, T * d->ctx_l, F);

@@ -108,6 +108,36 @@ static void test_safetensors(const char *dir)
         CHECK(st == MC_ERR_FORMAT || st == MC_ERR_UNSUPPORTED);
         mc_st_close(&f);
     }
+    /* hostile headers with the message they must give (issue 15): a shape whose element count
+     * overflows int64 (UBSan: signed overflow), overlapping data_offsets (named both), and
+     * what must still pass: a zero dimension beside huge ones, tensors that touch */
+    static const struct { const char *h; mc_status want; const char *needle; } cases[] = {
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,1099511627776],"
+         "\"data_offsets\":[0,8]}}", MC_ERR_FORMAT, "more elements of F32 than"},
+        {"{\"x\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,0],"
+         "\"data_offsets\":[0,0]}}", MC_OK, NULL},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"c\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}", MC_ERR_FORMAT,
+         "tensors 'a' (data_offsets [4, 12]) and 'c' ([8, 12]) overlap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[2,2]}}", MC_OK, NULL},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(*cases); k++) {
+        uint8_t buf[512] = {0};
+        size_t n = strlen(cases[k].h);
+        buf[0] = (uint8_t)n;
+        memcpy(buf + 8, cases[k].h, n);
+        write_bytes(path, buf, 8 + n + 16);
+        struct mc_st_file f;
+        mc_status st = mc_st_open(&f, path);
+        CHECK(st == cases[k].want);
+        CHECK(!cases[k].needle || strstr(mc_last_error(), cases[k].needle));
+        if (st != cases[k].want)
+            fprintf(stderr, "case %zu: %s\n", k, mc_last_error());
+        mc_st_close(&f);
+    }
     uint8_t big[8] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
     write_bytes(path, big, 8);
     struct mc_st_file f;

@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,56 @@ static void test_empty_dataset(void)
     }
 }
 
+/* float32/float64 .bin files (dtype codes 7, 6): a value that is no int64 (NaN, inf, 1e30) is
+ * an error naming the .bin, not an undefined float-to-integer conversion (UBSan finding). */
+static void test_float_tokens_out_of_range(void)
+{
+    const double bad[] = {NAN, INFINITY, -INFINITY, 1e30, -1e30, 9223372036854775808.0};
+    for (int code = 6; code <= 7; code++) {
+        const char *pre = code == 6 ? "f64" : "f32";
+        CHECK(build_small(pre, code) == MC_OK);
+        char bin[600];
+        snprintf(bin, sizeof(bin), "%s.bin", path(pre));
+        long n;
+        unsigned char *b = slurp(bin, &n);
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            if (code == 6) {
+                memcpy(b + 8, &bad[k], 8); /* token 1 of sequence 0 */
+            } else {
+                float f = (float)bad[k];
+                memcpy(b + 4, &f, 4);
+            }
+            spit(bin, b, n);
+            mc_indexed_dataset *ds = NULL;
+            CHECK(mc_ds_open(path(pre), &ds) == MC_OK);
+            int64_t out[3] = {0};
+            CHECK(mc_ds_get(ds, 1, 0, 1, out) == MC_OK); /* other sequences still read */
+            CHECK(out[0] == 4);
+            CHECK(mc_ds_get(ds, 0, 0, 3, out) == MC_ERR_FORMAT);
+            CHECK(strstr(mc_last_error(), bin) && strstr(mc_last_error(), "token 1 of sequence 0"));
+            mc_ds_close(ds);
+        }
+        /* the largest exact values still convert (truncation, as numpy's astype) */
+        double big = code == 6 ? 9007199254740993.0 : 16777216.0, frac = 2.75;
+        if (code == 6) {
+            memcpy(b + 8, &big, 8);
+            memcpy(b + 16, &frac, 8);
+        } else {
+            float f = (float)big, g = (float)frac;
+            memcpy(b + 4, &f, 4);
+            memcpy(b + 8, &g, 4);
+        }
+        spit(bin, b, n);
+        free(b);
+        mc_indexed_dataset *ds = NULL;
+        CHECK(mc_ds_open(path(pre), &ds) == MC_OK);
+        int64_t out[3] = {0};
+        CHECK(mc_ds_get(ds, 0, 0, 3, out) == MC_OK);
+        CHECK(out[0] == 1 && out[1] == (int64_t)big && out[2] == 2);
+        mc_ds_close(ds);
+    }
+}
+
 static void cleanup(void)
 {
     DIR *d = opendir(dir);
@@ -290,6 +341,7 @@ int main(void)
     test_merge();
     test_corrupt();
     test_empty_dataset();
+    test_float_tokens_out_of_range();
     CHECK(mc_alloc_live_bytes() == live); /* nothing leaked, also on error paths */
     cleanup();
     return test_summary("test_indexed_dataset");

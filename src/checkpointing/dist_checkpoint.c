@@ -1,0 +1,568 @@
+/* Reading Megatron's `--ckpt-format torch_dist` checkpoints (megatron/core/dist_checkpointing with
+ * its torch strategy over torch.distributed.checkpoint, Megatron-LM core_v0.12.1), into any tensor
+ * x pipeline layout. An iteration directory holds
+ *   metadata.json      {"sharded_backend": "torch_dist", ...}
+ *   common.pt          torch.save of what is not sharded (args, iteration, optimizer param_groups
+ *                      and common_step, opt_param_scheduler, rerun state, FLOPs), by rank 0
+ *   .metadata          a pickle (protocol 4) of DCP's Metadata: per global key its global shape and
+ *                      chunks (offsets, sizes), and storage_data: (key, chunk offsets) -> (file,
+ *                      byte offset, length)
+ *   __<rank>_<k>.distcp  the chunks, each a torch.save archive of one tensor
+ * Keys are global: transformer layers are stacked on a prepended axis ("decoder.layers.
+ * self_attention.linear_qkv.weight" is [L, rows, h]), tensor-parallel shards are chunks at their
+ * offsets, norms carry the TE names (linear_qkv.layer_norm_weight), a tied output layer is the
+ * word embedding, optimizer moments are "optimizer.state.exp_avg.<key>". Each rank reads only the
+ * parts of the chunks it owns and gets the state dict the torch-format loader takes
+ * (checkpoint.c): its model with stage-local names, its optimizer state by index. The pickle
+ * reader builds only whitelisted DCP classes and runs no code; every offset and length is checked
+ * against the file sizes. */
+#include "checkpointing/dist_checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/state_dict_names.h"
+
+#define MAX_FILES 4096
+
+struct dfile {
+    char name[64];
+    const uint8_t *map;
+    size_t size;
+};
+
+struct reader {
+    const char *dir;           /* the iteration directory */
+    char meta_path[4200];
+    const struct mc_pk *sdm;   /* Metadata.state_dict_metadata: key -> TensorStorageMetadata */
+    const struct mc_pk *storage; /* Metadata.storage_data: MetadataIndex -> _StorageInfo */
+    struct dfile files[MAX_FILES];
+    int nfiles;
+};
+
+bool mc_dist_ckpt_is(const char *iter_dir)
+{
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/metadata.json", iter_dir);
+    return !access(p, F_OK);
+}
+
+static void close_files(struct reader *r)
+{
+    for (int k = 0; k < r->nfiles; k++)
+        if (r->files[k].map)
+            munmap((void *)r->files[k].map, r->files[k].size);
+    r->nfiles = 0;
+}
+
+/* The mapped data file `name` (a bare file name in the iteration directory). */
+static mc_status data_file(struct reader *r, const char *name, const struct dfile **out)
+{
+    for (int k = 0; k < r->nfiles; k++)
+        if (!strcmp(r->files[k].name, name))
+            return *out = &r->files[k], MC_OK;
+    if (strchr(name, '/') || strlen(name) >= sizeof(r->files[0].name) || !*name)
+        return mc_error(MC_ERR_FORMAT, "%s: storage_data names the file '%s'; expected a file "
+                        "name inside the checkpoint directory", r->meta_path, name);
+    if (r->nfiles == MAX_FILES)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: more than %d data files", r->meta_path, MAX_FILES);
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        mc_status st = mc_error(MC_ERR_IO, "%s: cannot open %s (named by %s): %s", r->dir, path,
+                                r->meta_path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return st;
+    }
+    struct dfile *f = &r->files[r->nfiles];
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    f->size = (size_t)sb.st_size;
+    f->map = NULL;
+    if (f->size) {
+        void *m = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            close(fd);
+            return mc_error(MC_ERR_IO, "cannot mmap %s: %s", path, strerror(errno));
+        }
+        f->map = m;
+    }
+    close(fd);
+    r->nfiles++;
+    return *out = f, MC_OK;
+}
+
+static bool int_tuple(const struct mc_pk *t, int max, int *n, int64_t *out)
+{
+    if (!t || (t->kind != MC_PK_TUPLE && t->kind != MC_PK_LIST) || t->n > max)
+        return false;
+    for (int64_t k = 0; k < t->n; k++) {
+        if (t->items[k]->kind != MC_PK_INT || t->items[k]->i < 0)
+            return false;
+        out[k] = t->items[k]->i;
+    }
+    *n = (int)t->n;
+    return true;
+}
+
+/* storage_data's entry for chunk `offs` of `key`: file, byte offset, length. */
+static mc_status find_storage(struct reader *r, const char *key, int nd, const int64_t *offs,
+                              const struct dfile **f, uint64_t *off, uint64_t *len)
+{
+    for (int64_t i = 0; i + 1 < r->storage->n; i += 2) {
+        const struct mc_pk *idx = r->storage->items[i], *info = r->storage->items[i + 1];
+        const struct mc_pk *fqn = mc_pk_get(idx, "fqn");
+        int n;
+        int64_t o[MC_PK_MAX_DIM];
+        if (!fqn || fqn->kind != MC_PK_STR || strcmp(fqn->s, key) ||
+            !int_tuple(mc_pk_get(idx, "offset"), MC_PK_MAX_DIM, &n, o) || n != nd ||
+            memcmp(o, offs, (size_t)nd * sizeof(*o)))
+            continue;
+        const struct mc_pk *path = mc_pk_get(info, "relative_path");
+        const struct mc_pk *bo = mc_pk_get(info, "offset"), *bl = mc_pk_get(info, "length");
+        const struct mc_pk *tr = mc_pk_get(info, "transform_descriptors");
+        if (!path || path->kind != MC_PK_STR || !bo || bo->kind != MC_PK_INT || bo->i < 0 ||
+            !bl || bl->kind != MC_PK_INT || bl->i < 0)
+            return mc_error(MC_ERR_FORMAT, "%s: storage_data of %s is not (relative_path, offset, "
+                            "length)", r->meta_path, key);
+        if (tr && tr->kind != MC_PK_NONE && !(tr->kind == MC_PK_LIST && tr->n == 0))
+            return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is stored with transforms (compression or "
+                            "extensions), which megatron.c does not read", r->meta_path, key);
+        mc_status st = data_file(r, path->s, f);
+        if (st)
+            return st;
+        if ((uint64_t)bo->i > (*f)->size || (uint64_t)bl->i > (*f)->size - (uint64_t)bo->i)
+            return mc_error(MC_ERR_FORMAT, "%s/%s: a chunk of %s at bytes [%lld, %lld) lies outside "
+                            "the file (%zu bytes): truncated or not this checkpoint's file",
+                            r->dir, path->s, key, (long long)bo->i, (long long)(bo->i + bl->i),
+                            (*f)->size);
+        *off = (uint64_t)bo->i;
+        *len = (uint64_t)bl->i;
+        return MC_OK;
+    }
+    return mc_error(MC_ERR_FORMAT, "%s: no storage_data entry for a chunk of %s", r->meta_path, key);
+}
+
+/* Copies the intersection of chunk [co, co+cs) (data: its row-major float32 values) with the
+ * region [o, o+z) into dst (the region, row-major). Returns the elements copied. */
+static int64_t copy_intersection(int nd, const int64_t *co, const int64_t *cs, const float *src,
+                                 const int64_t *o, const int64_t *z, float *dst)
+{
+    int64_t lo[MC_PK_MAX_DIM], hi[MC_PK_MAX_DIM], at[MC_PK_MAX_DIM], count = 1;
+    for (int k = 0; k < nd; k++) {
+        lo[k] = co[k] > o[k] ? co[k] : o[k];
+        hi[k] = co[k] + cs[k] < o[k] + z[k] ? co[k] + cs[k] : o[k] + z[k];
+        if (hi[k] <= lo[k])
+            return 0;
+        count *= hi[k] - lo[k];
+        at[k] = lo[k];
+    }
+    if (nd == 0) {
+        dst[0] = src[0];
+        return 1;
+    }
+    int64_t run = hi[nd - 1] - lo[nd - 1];
+    for (;;) {
+        int64_t si = 0, di = 0;
+        for (int k = 0; k < nd; k++) {
+            si = si * cs[k] + (at[k] - co[k]);
+            di = di * z[k] + (at[k] - o[k]);
+        }
+        memcpy(dst + di, src + si, (size_t)run * sizeof(float));
+        int k = nd - 2;
+        while (k >= 0 && ++at[k] == hi[k]) {
+            at[k] = lo[k];
+            k--;
+        }
+        if (k < 0)
+            break;
+    }
+    return count;
+}
+
+/* One chunk's tensor from its torch.save blob: float32, contiguous, of the chunk's sizes. */
+static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int64_t *co,
+                            const int64_t *cs, const int64_t *o, const int64_t *z, float *dst,
+                            int64_t *copied)
+{
+    int64_t lo_ok = 1;
+    for (int k = 0; k < nd; k++)
+        lo_ok &= co[k] < o[k] + z[k] && o[k] < co[k] + cs[k];
+    if (!lo_ok && nd)
+        return MC_OK;
+    const struct dfile *f = NULL;
+    uint64_t off = 0, len = 0;
+    mc_status st = find_storage(r, key, nd, co, &f, &off, &len);
+    if (st)
+        return st;
+    char what[4600];
+    snprintf(what, sizeof(what), "%s/%s (chunk of %s at byte %llu)", r->dir, f->name, key,
+             (unsigned long long)off);
+    mc_pk_doc *d;
+    struct mc_pk *t;
+    if ((st = mc_pk_doc_init(&d)))
+        return st;
+    st = mc_torch_load_mem(d, what, f->map + off, (size_t)len, &t);
+    int64_t numel = 1;
+    for (int k = 0; k < nd; k++)
+        numel *= cs[k];
+    if (!st && (t->kind != MC_PK_TENSOR || t->storage->dtype != MC_PKT_FLOAT))
+        st = mc_error(MC_ERR_UNSUPPORTED, "%s: not a float32 tensor (this build reads fp32 "
+                      "checkpoints)", what);
+    bool shape_ok = !st && t->ndim == nd && mc_pk_tensor_contiguous(t);
+    for (int k = 0; shape_ok && k < nd; k++)
+        shape_ok = t->shape[k] == cs[k];
+    if (!st && !shape_ok)
+        st = mc_error(MC_ERR_FORMAT, "%s: the tensor's shape is not the chunk's in %s", what,
+                      r->meta_path);
+    if (!st)
+        *copied += copy_intersection(nd, co, cs, (const float *)t->storage->data + t->offset, o, z, dst);
+    mc_pk_doc_free(d);
+    return st;
+}
+
+/* Reads the region [o, o+z) of the global tensor `key` into dst. */
+static mc_status read_region(struct reader *r, const char *key, const struct mc_pk *tm, int nd,
+                             const int64_t *g, const int64_t *o, const int64_t *z, float *dst)
+{
+    const struct mc_pk *chunks = mc_pk_get(tm, "chunks");
+    if (!chunks || chunks->kind != MC_PK_LIST)
+        return mc_error(MC_ERR_FORMAT, "%s: %s has no chunk list", r->meta_path, key);
+    int64_t want = 1, copied = 0;
+    for (int k = 0; k < nd; k++)
+        want *= z[k];
+    for (int64_t c = 0; c < chunks->n; c++) {
+        int n1, n2;
+        int64_t co[MC_PK_MAX_DIM], cs[MC_PK_MAX_DIM];
+        if (!int_tuple(mc_pk_get(chunks->items[c], "offsets"), MC_PK_MAX_DIM, &n1, co) ||
+            !int_tuple(mc_pk_get(chunks->items[c], "sizes"), MC_PK_MAX_DIM, &n2, cs) || n1 != nd || n2 != nd)
+            return mc_error(MC_ERR_FORMAT, "%s: a chunk of %s is not (offsets, sizes) of its %d "
+                            "dimensions", r->meta_path, key, nd);
+        for (int k = 0; k < nd; k++)
+            if (co[k] > g[k] || cs[k] > g[k] - co[k])
+                return mc_error(MC_ERR_FORMAT, "%s: a chunk of %s reaches [%lld, %lld) in dimension "
+                                "%d, outside the tensor's size %lld", r->meta_path, key,
+                                (long long)co[k], (long long)(co[k] + cs[k]), k, (long long)g[k]);
+        mc_status st = copy_chunk(r, key, nd, co, cs, o, z, dst, &copied);
+        if (st)
+            return st;
+    }
+    if (copied != want)
+        return mc_error(MC_ERR_FORMAT, "%s: the chunks of %s cover %lld of the %lld elements this "
+                        "rank needs (missing or overlapping chunks)", r->meta_path, key,
+                        (long long)copied, (long long)want);
+    return MC_OK;
+}
+
+/* The global tensor metadata of key: TensorStorageMetadata with size; NULL if absent. */
+static const struct mc_pk *tensor_meta(const struct reader *r, const char *key, int *nd, int64_t *size)
+{
+    const struct mc_pk *tm = mc_pk_get(r->sdm, key);
+    if (!tm || tm->kind != MC_PK_OBJECT || !strstr(tm->s, "TensorStorageMetadata") ||
+        !int_tuple(mc_pk_get(tm, "size"), MC_PK_MAX_DIM, nd, size))
+        return NULL;
+    return tm;
+}
+
+/* Where this rank's parameter lives in the checkpoint. */
+struct place {
+    char key[512];   /* the global key */
+    long layer;      /* the global layer (prepended axis index), -1 for none */
+};
+
+static mc_status place_of(const mc_gpt_model *m, const char *local, struct place *p)
+{
+    const struct mc_gpt_config *c = mc_gpt_model_config(m);
+    char te[512];
+    bool absent = false, tied = !c->untie_embeddings_and_output_weights;
+    if (tied && !strcmp(local, "output_layer.weight")) /* the last stage's copy of the embedding */
+        local = "embedding.word_embeddings.weight";
+    mc_status st = mc_sd_name_map(MC_SD_LOCAL, MC_SD_TE, local, tied, te, sizeof(te), &absent);
+    if (st || absent)
+        return st ? st : mc_error(MC_ERR_INTERNAL, "%s has no TE-spec name", local);
+    long l;
+    int used = 0;
+    p->layer = -1;
+    if (sscanf(te, "decoder.layers.%ld.%n", &l, &used) == 1 && used) {
+        int pp = c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
+        int vp = c->virtual_pipeline_model_parallel_size > 1 ? c->virtual_pipeline_model_parallel_size : 1;
+        int64_t per = c->num_layers / (pp * vp);
+        int64_t stage = (int64_t)(vp > 1 ? c->virtual_pipeline_model_parallel_rank : 0) * pp +
+                        (pp > 1 ? c->pipeline_model_parallel_rank : 0);
+        p->layer = (long)(stage * per + l);
+        snprintf(p->key, sizeof(p->key), "decoder.layers.%s", te + used);
+    } else {
+        snprintf(p->key, sizeof(p->key), "%s", te);
+    }
+    return MC_OK;
+}
+
+/* Reads this rank's part of the global tensor `key` for a parameter of local shape
+ * (ndim, shape): the layer row of the prepended axis, the tensor-parallel shard (a dimension
+ * the checkpoint holds tp times larger), SwiGLU's fc1 as the two halves [gate; up]. */
+static mc_status read_param_tensor(struct reader *r, const mc_gpt_model *m, const char *key,
+                                   long layer, int ndim, const int64_t *shape, int64_t numel,
+                                   float *dst)
+{
+    const struct mc_gpt_config *c = mc_gpt_model_config(m);
+    int nd;
+    int64_t g[MC_PK_MAX_DIM], o[MC_PK_MAX_DIM] = {0}, z[MC_PK_MAX_DIM];
+    const struct mc_pk *tm = tensor_meta(r, key, &nd, g);
+    int pre = layer >= 0 ? 1 : 0;
+    if (!tm)
+        return mc_error(MC_ERR_FORMAT, "%s: the checkpoint has no tensor %s (another model: "
+                        "--num-layers, --untie-embeddings-and-output-weights, biases, "
+                        "normalization?)", r->meta_path, key);
+    if (nd != ndim + pre)
+        return mc_error(MC_ERR_FORMAT, "%s: %s has %d dimensions, this model's has %d%s",
+                        r->meta_path, key, nd, ndim + pre, pre ? " (with the layer axis)" : "");
+    if (pre) {
+        if (layer >= g[0])
+            return mc_error(MC_ERR_FORMAT, "%s: %s holds %lld layers, this model needs layer %ld "
+                            "(another --num-layers?)", r->meta_path, key, (long long)g[0], layer);
+        o[0] = layer;
+        z[0] = 1;
+    }
+    int tp = c->tensor_model_parallel_size > 1 ? c->tensor_model_parallel_size : 1;
+    int tr = c->tensor_model_parallel_rank;
+    bool swiglu_fc1 = c->activation == MC_ACT_SWIGLU && strstr(key, "mlp.linear_fc1.") &&
+                      !strstr(key, "layer_norm");
+    int split = -1;
+    for (int k = 0; k < ndim; k++) {
+        int64_t gk = g[pre + k];
+        z[pre + k] = shape[k];
+        if (gk == shape[k])
+            continue;
+        if (gk != shape[k] * tp || split >= 0) {
+            bool vocab = strstr(key, "word_embeddings") || strstr(key, "output_layer");
+            return mc_error(MC_ERR_CONFIG, "%s: %s is %lld in dimension %d, this rank's shard is "
+                            "%lld with --tensor-model-parallel-size %d%s", r->meta_path, key,
+                            (long long)gk, k, (long long)shape[k], tp,
+                            vocab ? " (the padded vocabulary differs: the checkpoint was padded "
+                                    "with another --make-vocab-size-divisible-by x tensor-parallel "
+                                    "size; choose --make-vocab-size-divisible-by so that both pad "
+                                    "to the same size)" : " (another model size?)");
+        }
+        split = k;
+        o[pre + k] = (int64_t)tr * shape[k];
+    }
+    if (!swiglu_fc1 || split < 0)
+        return read_region(r, key, tm, nd, g, o, z, dst);
+    /* [gate; up] of the whole layer, each rank holding its rows of both halves */
+    if (split != 0 || shape[0] % 2)
+        return mc_error(MC_ERR_FORMAT, "%s: %s: SwiGLU fc1 is not split along its rows",
+                        r->meta_path, key);
+    int64_t half = shape[0] / 2, ghalf = g[pre] / 2;
+    z[pre] = half;
+    o[pre] = (int64_t)tr * half;
+    mc_status st = read_region(r, key, tm, nd, g, o, z, dst);
+    o[pre] = ghalf + (int64_t)tr * half;
+    return st ? st : read_region(r, key, tm, nd, g, o, z, dst + numel / 2);
+}
+
+/* A float32 tensor of the local shape, read from the checkpoint, owned by the doc. */
+static mc_status param_pk(mc_pk_doc *d, struct reader *r, const mc_gpt_model *m, const char *key,
+                          long layer, const struct mc_param_view *p, struct mc_pk **out)
+{
+    float *tmp = mc_alloc((size_t)p->numel * sizeof(float) + 1);
+    if (!tmp)
+        return MC_ERR_NOMEM;
+    mc_status st = read_param_tensor(r, m, key, layer, p->ndim, p->shape, p->numel, tmp);
+    struct mc_pk *bytes = st ? NULL : mc_pk_bytes(d, tmp, (size_t)p->numel * sizeof(float));
+    mc_free(tmp);
+    if (st)
+        return st;
+    *out = bytes ? mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, p->numel, bytes->s), 0,
+                                p->ndim, p->shape, NULL) : NULL;
+    return *out ? MC_OK : MC_ERR_NOMEM;
+}
+
+/* Replaces (or adds) a key of a Namespace / dict. */
+static mc_status put(mc_pk_doc *d, struct mc_pk *map, const char *key, struct mc_pk *v)
+{
+    for (int64_t i = 0; i + 1 < map->n; i += 2)
+        if (map->items[i]->kind == MC_PK_STR && !strcmp(map->items[i]->s, key)) {
+            map->items[i + 1] = v;
+            return v ? MC_OK : MC_ERR_NOMEM;
+        }
+    return mc_pk_set(d, map, key, v);
+}
+
+static mc_status model_dict(mc_pk_doc *d, struct reader *r, const mc_gpt_model *m, struct mc_pk **out)
+{
+    struct mc_pk *od = mc_pk_new(d, MC_PK_ODICT);
+    if (!od)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
+        struct mc_param_view p = mc_gpt_param(m, i);
+        struct place pl;
+        struct mc_pk *t;
+        mc_status st = place_of(m, p.name, &pl);
+        if (st || (st = param_pk(d, r, m, pl.key, pl.layer, &p, &t)) || (st = mc_pk_set(d, od, p.name, t)))
+            return st;
+    }
+    *out = od;
+    return MC_OK;
+}
+
+/* The optimizer's state in torch's layout: index k -> {step, exp_avg, exp_avg_sq} (Adam) or
+ * {momentum_buffer} (SGD), k numbered as the torch loader expects; "optimizer.state.<name>.<key>"
+ * in the checkpoint, the step from common.pt's optimizer.state.common_step. */
+static mc_status optimizer_dict(mc_pk_doc *d, struct reader *r, const struct mc_ckpt_state *s,
+                                const struct mc_pk *common_opt, struct mc_pk **out)
+{
+    int64_t n = mc_ckpt_total_params(s), n_first;
+    bool first_decay;
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    if (!order)
+        return MC_ERR_NOMEM;
+    mc_ckpt_group_order(s, MC_SD_LOCAL, order, &n_first, &first_decay);
+    const struct mc_pk *cstate = mc_pk_get(common_opt, "state");
+    struct mc_pk *step = mc_pk_get(cstate, "common_step");
+    bool adam = mc_opt_param_state(s->opt, 0).exp_avg != NULL;
+    static const char *const adam_names[] = {"exp_avg", "exp_avg_sq", NULL};
+    static const char *const sgd_names[] = {"momentum_buffer", NULL};
+    const char *const *names = adam ? adam_names : sgd_names;
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST);
+    mc_status st = o && state && groups ? MC_OK : MC_ERR_NOMEM;
+    for (int64_t k = 0; !st && k < n; k++) {
+        struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
+        const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
+        struct place pl;
+        if ((st = place_of(m, p.name, &pl)))
+            break;
+        char key[700];
+        snprintf(key, sizeof(key), "optimizer.state.%s.%s", names[0], pl.key);
+        int nd;
+        int64_t g[MC_PK_MAX_DIM];
+        if (!tensor_meta(r, key, &nd, g)) {
+            if (k == 0)
+                break; /* no state saved: torch keeps none before the first step */
+            st = mc_error(MC_ERR_FORMAT, "%s: the checkpoint has no %s (an optimizer other than "
+                          "--optimizer %s?)", r->meta_path, key, adam ? "adam" : "sgd");
+            break;
+        }
+        struct mc_pk *ps = mc_pk_new(d, MC_PK_DICT);
+        if (!ps) {
+            st = MC_ERR_NOMEM;
+            break;
+        }
+        if (adam && step)
+            st = mc_pk_set(d, ps, "step", step);
+        for (int j = 0; !st && names[j]; j++) {
+            struct mc_pk *t;
+            snprintf(key, sizeof(key), "optimizer.state.%s.%s", names[j], pl.key);
+            st = param_pk(d, r, m, key, pl.layer, &p, &t);
+            st = st ? st : mc_pk_set(d, ps, names[j], t);
+        }
+        if (!st && (st = mc_pk_append(d, state, mc_pk_int(d, k))) == MC_OK)
+            st = mc_pk_append(d, state, ps);
+    }
+    /* param_groups numbered as the model's groups (common.pt holds rank 0's only) */
+    for (int g = 0; !st && g < (n_first < n ? 2 : 1); g++) {
+        struct mc_pk *pg = mc_pk_new(d, MC_PK_DICT), *params = mc_pk_new(d, MC_PK_LIST);
+        for (int64_t k = g ? n_first : 0; pg && params && k < (g ? n : n_first); k++)
+            if ((st = mc_pk_append(d, params, mc_pk_int(d, k))))
+                break;
+        st = st ? st : !pg || !params ? MC_ERR_NOMEM : mc_pk_set(d, pg, "params", params);
+        st = st ? st : mc_pk_append(d, groups, pg);
+    }
+    st = st ? st : mc_pk_set(d, o, "state", state);
+    st = st ? st : mc_pk_set(d, o, "param_groups", groups);
+    mc_free(order);
+    if (!st)
+        *out = o;
+    return st;
+}
+
+static mc_status read_metadata(mc_pk_doc *d, struct reader *r)
+{
+    struct mc_pk *meta;
+    int fd = open(r->meta_path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        mc_status st = mc_error(MC_ERR_IO, "cannot open %s (the torch_dist checkpoint's DCP "
+                                "metadata): %s", r->meta_path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return st;
+    }
+    size_t n = (size_t)sb.st_size;
+    uint8_t *buf = mc_alloc(n + 1);
+    mc_status st = buf ? MC_OK : MC_ERR_NOMEM;
+    if (!st && (size_t)read(fd, buf, n) != n)
+        st = mc_error(MC_ERR_IO, "cannot read %s: %s", r->meta_path, strerror(errno));
+    close(fd);
+    /* the pickle's strings are copied into the doc, so buf can go */
+    st = st ? st : mc_pk_load(d, buf, n, r->meta_path, NULL, NULL, &meta);
+    mc_free(buf);
+    if (st)
+        return st;
+    if (meta->kind != MC_PK_OBJECT || !strstr(meta->s, "checkpoint.metadata Metadata"))
+        return mc_error(MC_ERR_FORMAT, "%s: not a torch.distributed.checkpoint Metadata pickle",
+                        r->meta_path);
+    r->sdm = mc_pk_get(meta, "state_dict_metadata");
+    r->storage = mc_pk_get(meta, "storage_data");
+    if (!mc_pk_is_map(r->sdm) || !mc_pk_is_map(r->storage))
+        return mc_error(MC_ERR_FORMAT, "%s: Metadata without state_dict_metadata / storage_data "
+                        "dicts", r->meta_path);
+    return MC_OK;
+}
+
+mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const char *iter_dir,
+                            struct mc_pk **sd_out)
+{
+    struct reader *r = mc_calloc(1, sizeof(*r));
+    if (!r)
+        return MC_ERR_NOMEM;
+    r->dir = iter_dir;
+    snprintf(r->meta_path, sizeof(r->meta_path), "%s/.metadata", iter_dir);
+    char common[4200];
+    snprintf(common, sizeof(common), "%s/common.pt", iter_dir);
+    struct mc_pk *c = NULL, *sd = mc_pk_new(d, MC_PK_DICT);
+    mc_status st = sd ? read_metadata(d, r) : MC_ERR_NOMEM;
+    st = st ? st : mc_torch_load(d, common, &c);
+    if (!st && !mc_pk_is_map(c))
+        st = mc_error(MC_ERR_FORMAT, "%s: not a dict", common);
+    /* everything common.pt holds, as the torch format's file holds it */
+    for (int64_t i = 0; !st && i + 1 < c->n; i += 2)
+        if (c->items[i]->kind == MC_PK_STR && strcmp(c->items[i]->s, "optimizer"))
+            st = mc_pk_set(d, sd, c->items[i]->s, c->items[i + 1]);
+    /* layout-free: Megatron's check_checkpoint_args compares no parallel sizes with use_dist_ckpt */
+    struct mc_pk *args = st ? NULL : mc_pk_get(sd, "args");
+    if (!st && args && args->kind == MC_PK_NAMESPACE) {
+        const struct mc_gpt_config *mc = mc_gpt_model_config(s->model);
+        st = put(d, args, "tensor_model_parallel_size", mc_pk_int(d, mc->tensor_model_parallel_size > 1 ? mc->tensor_model_parallel_size : 1));
+        st = st ? st : put(d, args, "pipeline_model_parallel_size",
+                           mc_pk_int(d, mc->pipeline_model_parallel_size > 1 ? mc->pipeline_model_parallel_size : 1));
+    }
+    int nc = s->n_chunks > 1 ? s->n_chunks : 1;
+    for (int k = 0; !st && k < nc; k++) {
+        char key[32];
+        struct mc_pk *model;
+        snprintf(key, sizeof(key), nc > 1 ? "model%d" : "model", k);
+        st = model_dict(d, r, nc > 1 ? s->chunks[k] : s->model, &model);
+        st = st ? st : mc_pk_set(d, sd, key, model);
+    }
+    const struct mc_pk *copt = st ? NULL : mc_pk_get(c, "optimizer");
+    if (!st && copt && s->opt && !mc_args_bool(s->args, MC_A_no_load_optim) &&
+        !mc_args_bool(s->args, MC_A_finetune)) {
+        struct mc_pk *o;
+        st = optimizer_dict(d, r, s, copt, &o);
+        st = st ? st : mc_pk_set(d, sd, "optimizer", o);
+    }
+    close_files(r);
+    mc_free(r);
+    if (!st)
+        *sd_out = sd;
+    return st;
+}
