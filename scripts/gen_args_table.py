@@ -58,6 +58,7 @@ log_loss_scale_to_tensorboard log_validation_ppl_to_tensorboard log_world_size_t
 distributed_timeout_minutes
 overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_high_nccl_busbw
 ddp_average_in_collective ddp_num_buckets
+test_mode check_weight_hash_across_dp_replicas_interval
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
@@ -118,6 +119,9 @@ EXTENSIONS = [
      'MindSpeed matmul+collective fusion: same results, no effect in megatron.c'),
     ('--use-fused-moe-token-permute-and-unpermute', 'use_fused_moe_token_permute_and_unpermute',
      'flag(store_true)', 'MindSpeed fused kernel: same results, no effect in megatron.c'),
+    ('--trust-remote-code', 'trust_remote_code', 'flag(store_true)',
+     'MindSpeed: lets transformers run a model repository\'s own Python code; megatron.c never '
+     'executes remote code (its HF tokenizer reads only tokenizer.json/tokenizer_config.json)'),
     ('--use-ascend-coc', 'use_ascend_coc', 'flag(store_true)',
      'MindSpeed compute-communication overlap: same results, no effect in megatron.c'),
     ('--coc-fused-kernel', 'coc_fused_kernel', 'flag(store_true)',

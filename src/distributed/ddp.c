@@ -170,7 +170,8 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
     int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)comm,
                             req(d, b));
     if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_request(req(d, b), "data-parallel gradient all-reduce");
+        rc = mc_comm_wait_requests(1, req(d, b), comm, "all-reduce",
+                                   "data-parallel gradient all-reduce");
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld failed "
                         "(MPI error %d)", (long long)b, rc);
@@ -346,7 +347,8 @@ static mc_status wait_all(mc_ddp *d)
         if (!d->pending[b])
             continue;
         d->pending[b] = false;
-        int rc = mc_comm_wait_request(req(d, b), "data-parallel gradient all-reduce");
+        int rc = mc_comm_wait_requests(1, req(d, b), d->ps->group[MC_PS_DP_CP].comm,
+                                       "all-reduce", "data-parallel gradient all-reduce");
         if (rc != MPI_SUCCESS)
             return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld "
                             "failed (MPI error %d)", (long long)b, rc);

@@ -311,7 +311,8 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
                                        (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm,
                                        grad_req(o, b));
     if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_request(grad_req(o, b), "distributed-optimizer grad reduce-scatter");
+        rc = mc_comm_wait_requests(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
+                                   "distributed-optimizer grad reduce-scatter");
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
                         "%lld failed (MPI error %d)", (long long)b, rc);
@@ -331,7 +332,8 @@ mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
         if (!o->grad_pending[b])
             continue;
         o->grad_pending[b] = false;
-        int rc = mc_comm_wait_request(grad_req(o, b), "distributed-optimizer grad reduce-scatter");
+        int rc = mc_comm_wait_requests(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
+                                   "distributed-optimizer grad reduce-scatter");
         if (rc != MPI_SUCCESS)
             return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
                             "%lld failed (MPI error %d)", (long long)b, rc);
@@ -371,7 +373,8 @@ static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
     int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
                             MPI_FLOAT, *(MPI_Comm *)o->dp_comm, param_req(o, b));
     if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_request(param_req(o, b), "distributed-optimizer param all-gather");
+        rc = mc_comm_wait_requests(1, param_req(o, b), o->dp_comm, "all-gather",
+                                   "distributed-optimizer param all-gather");
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
                         "%lld failed (MPI error %d)", (long long)b, rc);
@@ -390,7 +393,8 @@ static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
         return MC_OK;
     o->param_pending[b] = false;
 #if defined(MC_HAVE_MPI)
-    int rc = mc_comm_wait_request(param_req(o, b), "distributed-optimizer param all-gather");
+    int rc = mc_comm_wait_requests(1, param_req(o, b), o->dp_comm, "all-gather",
+                                   "distributed-optimizer param all-gather");
     if (rc != MPI_SUCCESS)
         return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
                         "%lld failed (MPI error %d)", (long long)b, rc);

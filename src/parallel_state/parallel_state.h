@@ -156,20 +156,36 @@ mc_status mc_launch_check(const int mpi[MC_LAUNCH_NUM_VARS]);
 void mc_launch_set_threads(void);
 
 /* ---- watchdog.c: --distributed-timeout-minutes ------------------------------------------
- * MPI has no timeout on a blocking call. Every wrapper that blocks in MPI brackets the call
- * with mc_comm_wait_begin(what) / mc_comm_wait_end() (two atomic increments; what is a static
- * string naming the call). Once mc_comm_watchdog_start has run, a thread aborts the whole job
- * (message naming this rank, the call and source, then MPI_Abort) when one wait lasts longer
- * than timeout_s. source says where the limit came from ("--distributed-timeout-minutes 10").
- * mc_comm_finalize stops the thread. */
+ * MPI has no timeout on a blocking call. Every wait on MPI is bracketed (by
+ * mc_comm_wait_requests, or by hand) with mc_comm_wait_begin(what) / mc_comm_wait_end() (two
+ * atomic increments; what is a static string naming the call). Once mc_comm_watchdog_start
+ * has run, a thread aborts the whole job (message naming this rank, the call, the peers and
+ * source, then MPI_Abort) when one wait lasts longer than timeout_s. source says where the
+ * limit came from ("--distributed-timeout-minutes 10"). mc_comm_finalize stops the thread. */
 mc_status mc_comm_watchdog_start(int rank, double timeout_s, const char *source);
 void mc_comm_watchdog_stop(void);
 void mc_comm_wait_begin(const char *what);
 /* The same, naming the collective too ("all-reduce"): the message says both. */
 void mc_comm_wait_begin_op(const char *op, const char *what);
+/* The same, with the communicator waited on: a timed-out wait names its other members
+ * (mc_comm_peers). */
+void mc_comm_wait_begin_on(const void *comm, const char *op, const char *what);
 void mc_comm_wait_end(void);
-/* MPI_Wait on an MPI_Request * inside such a bracket; returns MPI's code. */
+/* Idle waiting (comm.c): MPI_Waitall on n MPI_Requests (mpi_requests is an MPI_Request *)
+ * inside such a bracket, op and what naming the wait, comm (an MPI_Comm * registered with
+ * mc_comm_stats_register, or NULL) the group whose other members the watchdog names. It
+ * spins on MPI_Testall while the wait is short (1 ms after the last test that moved data),
+ * then sleeps between tests (10 us doubling to 1 ms), so a rank waiting for a stopped or
+ * slow peer uses next to no CPU.
+ * Every blocking MPI operation of megatron.c is its non-blocking form plus this wait.
+ * Returns MPI's code. */
+int mc_comm_wait_requests(int n, void *mpi_requests, const void *comm, const char *op,
+                          const char *what);
+/* The same for one request. */
 int mc_comm_wait_request(void *mpi_request, const char *what);
+/* This rank's waits so far: [0] count, [1] seconds waited, [2] waits that slept, [3] seconds
+ * asleep (MC_COMM_STATS prints them as comm-wait lines). */
+void mc_comm_wait_totals(double out[4]);
 
 /* ---- comm.c: per-rank communication counters (MC_COMM_STATS=1) ----------------------------
  * Private to megatron.c: every wrapper that moves data (all-reduce, reduce-scatter,
@@ -187,6 +203,9 @@ enum mc_comm_verb {
 };
 /* Names the group a communicator belongs to, so mc_comm_all_reduce can file its bytes. */
 void mc_comm_stats_register(const void *comm, enum mc_comm_kind kind);
+/* The other members of a registered comm with their hosts ("world rank 1 on node-b"), or
+ * NULL; valid until the next registration of that handle. */
+const char *mc_comm_peers(const void *comm);
 /* The kind registered for comm (MC_COMM_KIND_OTHER when none). */
 enum mc_comm_kind mc_comm_stats_kind(const void *comm);
 /* Adds one call moving `bytes` of payload (the full buffer S) over a group of `n` ranks. */

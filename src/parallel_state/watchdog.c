@@ -24,6 +24,7 @@
 static atomic_ulong g_seq;                 /* odd while this rank waits in MPI */
 static _Atomic(const char *) g_what;       /* what the current wait is */
 static _Atomic(const char *) g_op;         /* the collective it is in, or NULL */
+static _Atomic(const void *) g_comm;       /* the communicator it waits on, or NULL */
 
 static struct {
     pthread_t thread;
@@ -39,6 +40,12 @@ void mc_comm_wait_begin(const char *what) { mc_comm_wait_begin_op(NULL, what); }
 
 void mc_comm_wait_begin_op(const char *op, const char *what)
 {
+    mc_comm_wait_begin_on(NULL, op, what);
+}
+
+void mc_comm_wait_begin_on(const void *comm, const char *op, const char *what)
+{
+    atomic_store_explicit(&g_comm, comm, memory_order_relaxed);
     atomic_store_explicit(&g_op, op, memory_order_relaxed);
     atomic_store_explicit(&g_what, what, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_seq, 1, memory_order_release);
@@ -62,10 +69,13 @@ static void fire(double waited)
 {
     const char *what = atomic_load_explicit(&g_what, memory_order_relaxed);
     const char *op = atomic_load_explicit(&g_op, memory_order_relaxed);
-    fprintf(stderr, "megatron.c: rank %d: %s%s%s%s has waited %.1f s, longer than the "
-            "distributed timeout (%s): another rank has stopped (hung, crashed or killed); "
-            "aborting every rank\n", g_dog.rank, op ? op : "", op ? " (" : "",
-            what ? what : "an MPI call", op ? ")" : "", waited, g_dog.source);
+    /* the registry is written only while groups are made, never during a wait */
+    const char *peers = mc_comm_peers(atomic_load_explicit(&g_comm, memory_order_relaxed));
+    fprintf(stderr, "megatron.c: rank %d: %s%s%s%s%s%s has waited %.1f s, longer than the "
+            "distributed timeout (%s): another rank has stopped (hung, crashed or killed) or "
+            "the network to it is down; aborting every rank\n", g_dog.rank, op ? op : "",
+            op ? " (" : "", what ? what : "an MPI call", op ? ")" : "",
+            peers ? " with " : "", peers ? peers : "", waited, g_dog.source);
     fflush(stderr);
     mc_comm_abort(1);
     _exit(1); /* MPI was not running (or MPI_Abort returned): end this process at least */

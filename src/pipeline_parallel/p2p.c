@@ -89,9 +89,7 @@ mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active)
     if (!*active)
         return MC_OK;
     *active = false;
-    mc_comm_wait_begin("pipeline send/recv");
-    int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
-    mc_comm_wait_end();
+    int rc = mc_comm_wait_requests(1, r, p->comm, NULL, "pipeline send/recv");
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
 
@@ -102,9 +100,7 @@ mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
     mc_status st = mc_pp_post(p, send_next, send_prev, recv_prev, recv_next, &h);
     if (st)
         return st;
-    mc_comm_wait_begin("pipeline send/recv");
-    int rc = MPI_Waitall(4, h.req, MPI_STATUSES_IGNORE);
-    mc_comm_wait_end();
+    int rc = mc_comm_wait_requests(4, h.req, p->comm, NULL, "pipeline send/recv");
     return rc == MPI_SUCCESS ? MC_OK : mpi_failed(rc, "send/recv wait", p);
 }
 

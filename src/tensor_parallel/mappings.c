@@ -29,9 +29,10 @@ static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, MP
                       (double)n * sizeof(float), g->size);
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
-        mc_comm_wait_begin("tensor-parallel all-reduce");
-        int rc = MPI_Allreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm);
-        mc_comm_wait_end();
+        MPI_Request r; /* non-blocking plus an idle wait (parallel_state/comm.c) */
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm, &r);
+        if (rc == MPI_SUCCESS)
+            rc = mc_comm_wait_requests(1, &r, g->comm, "all-reduce", "tensor-parallel all-reduce");
         if (rc != MPI_SUCCESS) {
             char msg[MPI_MAX_ERROR_STRING];
             int len = 0;

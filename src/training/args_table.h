@@ -477,6 +477,7 @@ enum mc_arg_id {
     MC_A_use_mc2,
     MC_A_use_ascend_mc2,
     MC_A_use_fused_moe_token_permute_and_unpermute,
+    MC_A_trust_remote_code,
     MC_A_use_ascend_coc,
     MC_A_coc_fused_kernel,
     MC_A_tokenizer_name_or_path,

@@ -27,6 +27,7 @@
 #include "training/flops.h"
 #include "training/log_format.h"
 #include "training/model_config.h"
+#include "training/param_hashes.h"
 #include "training/microbatches.h"
 #include "training/schedule_args.h"
 #include "training/tensorboard.h"
@@ -764,6 +765,41 @@ static mc_status params_norm(const struct trainer *t, double *norm)
     return st;
 }
 
+/* MC_TEST_PERTURB_WEIGHT_RANK=r with MC_TEST_PERTURB_AT_ITER=i (test only, docs/parallelism.md):
+ * world rank r adds 1e-3 to the first value of its first parameter once iteration i is done,
+ * a silent corruption of one replica for the weight-hash tests to catch. */
+static void perturb_for_test(const struct trainer *t, int64_t iteration)
+{
+    const char *r = getenv("MC_TEST_PERTURB_WEIGHT_RANK"), *it = getenv("MC_TEST_PERTURB_AT_ITER");
+    if (!r || !it || atoll(r) != (long long)t->ps.rank || atoll(it) != (long long)iteration)
+        return;
+    struct mc_param_view p = mc_gpt_param(t->chunks[0], 0);
+    p.data[0] += 1e-3f;
+}
+
+/* --check-weight-hash-across-dp-replicas-interval: Megatron's check in train() (before the
+ * first step) and post_training_step_callbacks (every interval iterations): the parameters of
+ * every data-parallel replica must hash alike, else AssertionError. */
+static mc_status check_weight_hashes(struct trainer *t, int64_t iteration)
+{
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->vp && !st; v++) /* --overlap-param-gather: params complete first */
+        st = mc_ddp_finish_param_sync(t->ddps[v]);
+    if (st)
+        return st;
+    bool match = false;
+    if ((st = mc_param_hashes_match(t->chunks, t->vp, &t->ps.group[MC_PS_DP], t->ps.rank,
+                                    &match)))
+        return st;
+    if (!match)
+        return mc_error(MC_ERR_INTERNAL, "AssertionError: Parameter hashes not matching across "
+                                         "DP replicas");
+    if ((st = mc_comm_barrier(mc_comm_world_handle())))
+        return st;
+    print_rank_0(">>> Weight hashes match after %lld iterations...\n", (long long)iteration);
+    return MC_OK;
+}
+
 /* MegatronPretrainingSampler: each step's samples are cut into micro-batches of mbs * dp
  * consecutive samples, and data-parallel rank d takes [d * mbs, (d + 1) * mbs) of each. */
 static int64_t sample_index(const struct trainer *t, int64_t consumed, int64_t micro)
@@ -1431,6 +1467,14 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     struct mc_timer *interval = timer(t, "interval-time", 0);
     mc_timer_start(interval);
     print_datetime("before the start of training step");
+    int hash_id = MC_A_check_weight_hash_across_dp_replicas_interval;
+    bool hash_check = !mc_args_is_none(a, hash_id);
+    int64_t hash_interval = hash_check ? mc_args_int(a, hash_id) : 0;
+    if (hash_check) {
+        mc_status st = check_weight_hashes(t, *iteration);
+        if (st)
+            return st;
+    }
     *exited = false;
     while (*iteration < train_iters) {
         mc_status st = mc_microbatches_update(&t->mb, t->consumed_train, true);
@@ -1441,6 +1485,7 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         if ((st = train_step(t, *iteration, &loss, &res)))
             return st;
         t->iteration = ++*iteration;
+        perturb_for_test(t, *iteration);
         t->consumed_train += t->mb.num_micro_batches * t->mbs * t->dp;
         t->flops_so_far += t->flops_per_sample * (double)(t->mb.num_micro_batches * t->mbs * t->dp);
         if ((st = mc_log_accum_add(&t->acc, 1, lm, &loss, false)))
@@ -1468,6 +1513,9 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             mc_timer_stop(eval_time);
             mc_timer_start(interval); /* evaluation is not iteration time */
         }
+        if (hash_check && *iteration % hash_interval == 0 &&
+            (st = check_weight_hashes(t, *iteration)))
+            return st;
         if ((st = decide_exit(t, *iteration, exited)))
             return st;
         if (*exited)
