@@ -591,8 +591,10 @@ static mc_status memo_put(struct in *r, uint64_t idx)
 {
     if (!r->sp)
         return corrupt(r, "memo put on an empty stack");
-    if (idx > (uint64_t)1 << 30)
-        return corrupt(r, "memo index out of range");
+    /* a pickler numbers its memo 0, 1, 2, ... with at least one opcode byte each, so no index
+     * reaches the pickle's length; a larger one would size the memo table from a forged number */
+    if (idx >= (uint64_t)(r->end - r->start) || idx > (uint64_t)1 << 30)
+        return corrupt(r, "memo index out of range (larger than the pickle)");
     if ((int64_t)idx >= r->nmemo) {
         int64_t n = (int64_t)idx * 2 + 16;
         struct mc_pk **m = mc_calloc((size_t)n, sizeof(*m));

@@ -154,6 +154,22 @@ static void check_pickle_fuzz(void)
     mc_pk_doc_free(d);
 }
 
+/* A memo index no pickler writes (past the stream's length) is refused, not used to size the
+ * memo table (a 12-byte pickle once asked for 16 MiB here, 16 GiB with a larger index). */
+static void check_memo_index(void)
+{
+    static const uint8_t far[] = {0x80, 4, 'N', 'r', 0, 0, 0x10, 0, '.'};
+    static const uint8_t near[] = {0x80, 4, 'N', 'r', 3, 0, 0, 0, '.'};
+    mc_pk_doc *e;
+    struct mc_pk *v;
+    mc_pk_doc_init(&e);
+    CHECK(mc_pk_load(e, far, sizeof(far), "far", no_storage, NULL, &v) == MC_ERR_FORMAT);
+    CHECK(strstr(mc_last_error(), "memo index out of range") != NULL);
+    CHECK(mc_pk_load(e, near, sizeof(near), "near", no_storage, NULL, &v) == MC_OK);
+    CHECK(v && v->kind == MC_PK_NONE);
+    mc_pk_doc_free(e);
+}
+
 int main(void)
 {
     char path[200], bad[256];
@@ -168,6 +184,7 @@ int main(void)
     check_roundtrip(path);
     check_damage(path, bad);
     check_pickle_fuzz();
+    check_memo_index();
     CHECK(try_load("/nonexistent/x.pt") == MC_ERR_IO);
     remove(path);
     remove(bad);
