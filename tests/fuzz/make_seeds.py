@@ -141,3 +141,68 @@ put('hf_config', 'gpt2.json', json.dumps({
     'architectures': ['GPT2LMHeadModel'], 'model_type': 'gpt2', 'n_embd': 16, 'n_head': 4,
     'n_layer': 2, 'n_positions': 32, 'n_inner': None, 'vocab_size': 256, 'layer_norm_epsilon': 1e-5,
     'activation_function': 'gelu_new', 'tie_word_embeddings': True}))
+
+# ---- torch_dist checkpoint (.metadata pickle + .distcp chunks) -------------------------------
+# The DCP classes are unpickled as stand-ins (no torch) that pickle back under their own names,
+# so the goldens' .metadata can be cut down: without the save plans (planner_data,
+# all_local_plans, mcore_data, which the reader never looks at), and with a few of the smallest
+# chunks moved into fuzz.distcp, the input's second part, so that mutations reach chunk bytes.
+import copyreg  # noqa: E402
+import io  # noqa: E402
+import pickle  # noqa: E402
+import types  # noqa: E402
+
+
+class _Stub:
+    def __new__(cls, *a):
+        o = object.__new__(cls)
+        o._a, o._called, o._st = a, False, None
+        return o
+
+    def __init__(self, *a):
+        self._called = True  # built by REDUCE (a call), not NEWOBJ
+
+    def __setstate__(self, st):
+        self._st = st
+
+    def __reduce_ex__(self, proto):
+        if self._called:
+            return (type(self), self._a, self._st)
+        return (copyreg.__newobj__, (type(self),) + self._a, self._st)
+
+
+class _StubUnpickler(pickle.Unpickler):
+    classes = {}
+
+    def find_class(self, mod, name):
+        if (mod, name) not in self.classes:
+            c = type(name, (_Stub,), {'__module__': mod, '__qualname__': name})
+            self.classes[(mod, name)] = c
+            parts = mod.split('.')
+            for i in range(1, len(parts) + 1):  # importable for the pickler: stand-in modules
+                m = '.'.join(parts[:i])
+                if m not in sys.modules or hasattr(sys.modules[m], '__file__'):
+                    sys.modules[m] = types.ModuleType(m)
+            setattr(sys.modules[mod], name, c)
+        return self.classes[(mod, name)]
+
+
+def dist_seed(case, moved_bytes):
+    d = os.path.join('checkpointing', f'dist_{case}', 'save', 'iter_0000003')
+    meta = _StubUnpickler(io.BytesIO(gold(d, '.metadata'))).load()
+    for k in ('planner_data', 'all_local_plans', 'mcore_data'):
+        meta._st[k] = None
+    moved = b''
+    for idx, info in sorted(meta._st['storage_data'].items(), key=lambda kv: kv[1]._st['length']):
+        s = info._st
+        if '_extra_state' in idx._st['fqn'] or len(moved) + s['length'] > moved_bytes:
+            continue
+        blob = gold(d, s['relative_path'])[s['offset']:s['offset'] + s['length']]
+        s['relative_path'], s['offset'] = 'fuzz.distcp', len(moved)
+        moved += blob
+    return pickle.dumps(meta, protocol=4) + (SEP + moved if moved else b'')
+
+
+put('dist_ckpt', 'metadata_tp1', gold('checkpointing', 'dist_gpt_tp1', 'save', 'iter_0000003', '.metadata'))
+put('dist_ckpt', 'moved_tp1', dist_seed('gpt_tp1', 24000))
+put('dist_ckpt', 'stripped_llama_tp2', dist_seed('llama_tp2', 0))
