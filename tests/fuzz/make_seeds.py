@@ -79,17 +79,22 @@ put('npy', 'u4.npy', npy('<u4', [2], struct.pack('<2I', 1, 0xffffffff)))
 put('npy', 'i2.npy', npy('<i2', [0], b''))
 
 # ---- GPT-2 BPE vocab.json + merges.txt, HF tokenizer.json, tiktoken ---------------------------
+# (each at two sizes: the small ones keep the committed corpora small, -merge=1 taking the
+# smallest input that reaches an edge; the larger ones reach the merges between longer tokens)
 for name in ('hf_gpt2', 'hf_llama3', 'hf_metaspace', 'hf_split_prefix'):
-    tok = small_bpe(json.loads(gold('tokenizer', name, 'tokenizer.json')))
-    text = json.dumps(tok, ensure_ascii=False)
-    put('hf_tokenizer', name, text.encode() + SEP + gold('tokenizer', name, 'tokenizer_config.json'))
-    if name == 'hf_gpt2':
-        m = tok['model']
-        merges = '#version: 0.2\n' + ''.join(
-            (mg if isinstance(mg, str) else ' '.join(mg)) + '\n' for mg in m['merges'])
-        put('gpt2_bpe', 'gpt2', json.dumps(m['vocab']).encode() + SEP + merges.encode())
+    for keep in (320, 48):
+        tok = small_bpe(json.loads(gold('tokenizer', name, 'tokenizer.json')), keep)
+        text = json.dumps(tok, ensure_ascii=False)
+        tag = '' if keep == 320 else f'_{keep}'
+        put('hf_tokenizer', name + tag, text.encode() + SEP + gold('tokenizer', name, 'tokenizer_config.json'))
+        if name == 'hf_gpt2':
+            m = tok['model']
+            merges = '#version: 0.2\n' + ''.join(
+                (mg if isinstance(mg, str) else ' '.join(mg)) + '\n' for mg in m['merges'])
+            put('gpt2_bpe', 'gpt2' + tag, json.dumps(m['vocab']).encode() + SEP + merges.encode())
 tt = json.loads(gold('tokenizer', 'tiktoken_vocab.json'))[:300]
 put('tiktoken', 'ranks300.json', json.dumps(tt))
+put('tiktoken', 'ranks40.json', json.dumps(tt[:40]))
 put('tiktoken', 'short.json', json.dumps(tt[:5] + [{'rank': 5, 'token_bytes': base64.b64encode(b'\xff').decode(),
                                                     'token_str': ''}]))
 
