@@ -235,7 +235,6 @@ static int dump(const struct extras *a, const struct mc_gpt_dataset_config *c,
 {
     int64_t seq = c->sequence_length;
     int64_t *tok = malloc(sizeof(int64_t) * (size_t)seq), *lab = malloc(sizeof(int64_t) * (size_t)seq);
-    (void)a;
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)seq);
     float *lm = malloc(sizeof(float) * (size_t)seq);
     uint8_t *am = malloc((size_t)(seq * seq));
