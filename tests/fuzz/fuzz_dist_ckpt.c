@@ -25,7 +25,8 @@
 #define GOLDEN MC_FUZZ_SOURCE_DIR "/tests/golden/checkpointing/dist_gpt_tp1/save/iter_0000003"
 
 /* the input's parts; the golden has no fuzz.distcp (none unless the input brings one) */
-static const char *const data_files[] = {".metadata", "fuzz.distcp", "__0_0.distcp", "__0_1.distcp"};
+static const char *const data_files[] = {".metadata", "fuzz.distcp", "__0_0.distcp",
+                                         "__0_1.distcp"};
 #define NPARTS 4
 
 static struct mc_args *args;
