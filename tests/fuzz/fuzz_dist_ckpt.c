@@ -64,7 +64,8 @@ static void setup(void)
         mc_args_validate(args, defaults, NULL, NULL) ||
         mc_microbatches_init_from_args(args, NULL, &mb) ||
         mc_opt_sched_config_from_args(args, &mb, NULL, &sched_cfg) ||
-        mc_gpt_config_from_args(args, 513, mc_vocab_padded(513, 64, 1), 0, &c) || mc_gpt_model_init(&c, &model))
+        mc_gpt_config_from_args(args, 513, mc_vocab_padded(513, 64, 1), 0, &c) ||
+        mc_gpt_model_init(&c, &model))
         abort();
     mc_opt_config_from_args(args, &oc);
     if (mc_opt_init(&oc, model, &opt))
