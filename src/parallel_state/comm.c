@@ -164,7 +164,10 @@ static mc_status gather_hosts(void)
     MPI_Comm_size(MPI_COMM_WORLD, &g_world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Get_processor_name(me, &len);
-    snprintf(mine, sizeof(mine), "%s", me);
+    size_t n = strnlen(me, sizeof(me));
+    if (n > sizeof(mine) - 1)
+        n = sizeof(mine) - 1; /* a cut host name still tells the user which host */
+    memcpy(mine, me, n);
     g_hosts = mc_alloc(sizeof(*g_hosts) * (size_t)g_world_size);
     if (!g_hosts)
         return mc_error(MC_ERR_NOMEM, "host names of %d ranks", g_world_size);
