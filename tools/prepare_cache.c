@@ -233,49 +233,18 @@ static void tokenizer_ids(const struct mc_args *a, const struct extras *x, int64
 static int dump(const struct extras *a, const struct mc_gpt_dataset_config *c,
                 mc_megatron_dataset *ds[3])
 {
-    int64_t seq = c->sequence_length;
-    int64_t *tok = malloc(sizeof(int64_t) * (size_t)seq), *lab = malloc(sizeof(int64_t) * (size_t)seq);
-    int64_t *pos = malloc(sizeof(int64_t) * (size_t)seq);
-    float *lm = malloc(sizeof(float) * (size_t)seq);
-    uint8_t *am = malloc((size_t)(seq * seq));
-    int rc = 0;
-    for (int i = 0; i < 3 && !rc; i++) {
+    for (int i = 0; i < 3; i++) {
         if (!ds[i])
             continue;
         char path[4096];
         snprintf(path, sizeof(path), "%s.%s.bin", a->dump_path, mc_split_name(i));
-        FILE *f = fopen(path, "wb");
-        if (!f) {
-            fprintf(stderr, "prepare_cache: cannot create %s\n", path);
-            rc = 1;
-            break;
+        mc_status st = mc_megatron_dataset_dump(ds[i], c->sequence_length, a->dump_samples, path);
+        if (st) {
+            fprintf(stderr, "prepare_cache: %s: %s\n", mc_status_str(st), mc_last_error());
+            return 1;
         }
-        int64_t n = mc_megatron_dataset_len(ds[i]);
-        if (n > a->dump_samples)
-            n = a->dump_samples;
-        for (int64_t k = 0; k < n && !rc; k++) {
-            struct mc_gpt_sample s = {tok, lab, lm, pos, am};
-            int did;
-            mc_status st = mc_megatron_dataset_get(ds[i], k, &s, &did);
-            if (st) {
-                fprintf(stderr, "prepare_cache: %s: %s\n", mc_status_str(st), mc_last_error());
-                rc = 1;
-                break;
-            }
-            int32_t d32 = did;
-            fwrite(&d32, 4, 1, f);
-            fwrite(tok, 8, (size_t)seq, f);
-            fwrite(lab, 8, (size_t)seq, f);
-            fwrite(lm, 4, (size_t)seq, f);
-            fwrite(pos, 8, (size_t)seq, f);
-            if (s.attention_mask)
-                fwrite(am, 1, (size_t)(seq * seq), f);
-        }
-        if (fclose(f) != 0)
-            rc = 1;
     }
-    free(tok); free(lab); free(pos); free(lm); free(am);
-    return rc;
+    return 0;
 }
 
 /* _validate_prepare_cache_args of Megatron's tools/prepare_cache.py. */

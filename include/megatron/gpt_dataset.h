@@ -170,6 +170,12 @@ MC_API mc_status mc_megatron_dataset_get(const mc_megatron_dataset *d, int64_t i
                                          struct mc_gpt_sample *s, int *dataset_id);
 MC_API mc_status mc_megatron_dataset_get_text(const mc_megatron_dataset *d, int64_t idx,
                                               int64_t *out, int *dataset_id);
+/* Writes items 0 .. min(n, len) - 1 to path, each as int32 dataset id, tokens and labels
+ * (int64 x seq), loss mask (f32 x seq), position ids (int64 x seq), then the seq x seq
+ * attention-mask bytes when the dataset makes one: prepare_cache's --dump-samples, which the
+ * tests compare with the samples of Megatron's own datasets. */
+MC_API mc_status mc_megatron_dataset_dump(const mc_megatron_dataset *d, int64_t seq, int64_t n,
+                                          const char *path);
 MC_API void mc_megatron_dataset_free(mc_megatron_dataset *d);
 
 /* BlendedMegatronDatasetBuilder(GPTDataset or MockGPTDataset, sizes, config).build().

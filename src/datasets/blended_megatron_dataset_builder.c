@@ -307,6 +307,45 @@ mc_status mc_megatron_dataset_get_text(const mc_megatron_dataset *d, int64_t idx
     return st ? st : mc_gpt_dataset_get_text(g, k, out);
 }
 
+mc_status mc_megatron_dataset_dump(const mc_megatron_dataset *d, int64_t seq, int64_t n,
+                                   const char *path)
+{
+    int64_t *tok = mc_alloc(sizeof(int64_t) * (size_t)seq), *lab = mc_alloc(sizeof(int64_t) * (size_t)seq);
+    int64_t *pos = mc_alloc(sizeof(int64_t) * (size_t)seq);
+    float *lm = mc_alloc(sizeof(float) * (size_t)seq);
+    uint8_t *am = mc_alloc((size_t)(seq * seq));
+    mc_status st = MC_OK;
+    FILE *f = NULL;
+    if (!tok || !lab || !pos || !lm || !am) {
+        st = mc_error(MC_ERR_NOMEM, "sample buffers for %s", path);
+        goto out;
+    }
+    if (!(f = fopen(path, "wb"))) {
+        st = mc_error(MC_ERR_IO, "cannot create %s", path);
+        goto out;
+    }
+    int64_t len = mc_megatron_dataset_len(d);
+    for (int64_t k = 0; k < n && k < len && !st; k++) {
+        struct mc_gpt_sample s = {tok, lab, lm, pos, am};
+        int did;
+        if ((st = mc_megatron_dataset_get(d, k, &s, &did)))
+            break;
+        int32_t d32 = did;
+        fwrite(&d32, 4, 1, f);
+        fwrite(tok, 8, (size_t)seq, f);
+        fwrite(lab, 8, (size_t)seq, f);
+        fwrite(lm, 4, (size_t)seq, f);
+        fwrite(pos, 8, (size_t)seq, f);
+        if (s.attention_mask)
+            fwrite(am, 1, (size_t)(seq * seq), f);
+    }
+    if (fclose(f) != 0 && !st)
+        st = mc_error(MC_ERR_IO, "cannot write %s", path);
+out:
+    mc_free(tok); mc_free(lab); mc_free(pos); mc_free(lm); mc_free(am);
+    return st;
+}
+
 void mc_megatron_dataset_free(mc_megatron_dataset *d)
 {
     if (!d)
