@@ -9,6 +9,9 @@
  * offset, chunk and shape the reader accepts is copied into the parameters and moments; the
  * loaded weights are then summed. Seeds: tests/fuzz/make_seeds.py (the golden .metadata as
  * Megatron wrote it, and cut down with a few chunks moved into fuzz.distcp). */
+#include <limits.h>
+#include <sys/stat.h>
+
 #include "fuzz_common.h"
 
 #include "megatron/checkpoint.h"
@@ -39,12 +42,18 @@ static char iter_dir[128];
 static void setup(void)
 {
     const char *dir = mc_fuzz_dir();
-    char p[256];
+    char p[PATH_MAX], src[PATH_MAX];
     snprintf(iter_dir, sizeof(iter_dir), "%s/iter_0000003", dir);
-    snprintf(p, sizeof(p), "mkdir -p '%s' && cp '%s/common.pt' '%s/metadata.json' '%s'/", iter_dir,
-             GOLDEN, GOLDEN, iter_dir);
-    if (system(p) != 0)
+    if (mkdir(iter_dir, 0700))
         abort();
+    static const char *const fixed[] = {"common.pt", "metadata.json"};
+    for (int k = 0; k < 2; k++) {
+        /* links, not shell copies: the source path may be long or hold quotes (a CI checkout) */
+        if (snprintf(p, sizeof(p), "%s/%s", iter_dir, fixed[k]) >= (int)sizeof(p) ||
+            snprintf(src, sizeof(src), "%s/%s", GOLDEN, fixed[k]) >= (int)sizeof(src) ||
+            symlink(src, p))
+            abort();
+    }
     mc_fuzz_write("latest_checkpointed_iteration.txt", "3", 1, p, sizeof(p));
     char *argv[] = {"pretrain_gpt", "--num-layers", "4", "--hidden-size", "16",
                     "--num-attention-heads", "4", "--seq-length", "16",
@@ -80,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len[NPARTS];
     size_t n = mc_fuzz_split(data, size, part, len, NPARTS);
     for (size_t k = 0; k < NPARTS; k++) {
-        char name[64], p[256], src[512];
+        char name[64], p[PATH_MAX], src[PATH_MAX];
         snprintf(name, sizeof(name), "iter_0000003/%s", data_files[k]);
         if (k < n) {
             mc_fuzz_unlink(name); /* a link to the golden file: write a file of its own */

@@ -10,8 +10,10 @@
  * fuzzing directory. */
 static void mc_fuzz_copy_golden(const char *name)
 {
-    char src[512], dst[256];
-    snprintf(src, sizeof(src), "%s/tests/golden/convert/hf_llama/%s", MC_FUZZ_SOURCE_DIR, name);
+    char src[4096], dst[256];
+    if (snprintf(src, sizeof(src), "%s/tests/golden/convert/hf_llama/%s", MC_FUZZ_SOURCE_DIR,
+                 name) >= (int)sizeof(src))
+        abort();
     FILE *f = fopen(src, "rb");
     if (!f)
         abort();
