@@ -59,7 +59,7 @@ MC_API size_t mc_alloc_peak_bytes(void);
 
 /* ---- dtypes ------------------------------------------------------------------------------ */
 enum mc_dtype { MC_DTYPE_F32 = 0, MC_DTYPE_BF16, MC_DTYPE_F16, MC_DTYPE_I32, MC_DTYPE_I64,
-                MC_DTYPE_U8, MC_DTYPE_COUNT };
+                MC_DTYPE_U8, MC_DTYPE_F64, MC_DTYPE_COUNT };
 MC_API size_t mc_dtype_size(enum mc_dtype t);
 MC_API const char *mc_dtype_name(enum mc_dtype t);
 

@@ -27,12 +27,13 @@ void mc_log(enum mc_log_level lvl, const char *fmt, ...)
 
 size_t mc_dtype_size(enum mc_dtype t)
 {
-    static const size_t sz[MC_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1};
+    static const size_t sz[MC_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1, 8};
     return (unsigned)t < MC_DTYPE_COUNT ? sz[t] : 0;
 }
 
 const char *mc_dtype_name(enum mc_dtype t)
 {
-    static const char *nm[MC_DTYPE_COUNT] = {"float32", "bfloat16", "float16", "int32", "int64", "uint8"};
+    static const char *nm[MC_DTYPE_COUNT] = {"float32", "bfloat16", "float16", "int32", "int64", "uint8",
+                                                "float64"};
     return (unsigned)t < MC_DTYPE_COUNT ? nm[t] : "invalid";
 }
