@@ -84,12 +84,16 @@ void mc_pp_group_free(void *comm);
  * valid until the next call. backward: micro-batch k's forward input again (the schedule keeps
  * it; NULL on the first stage) and the grad of its output (NULL on the last stage, where the
  * loss starts backward); *input_grad [s, b, h] goes to the previous stage (unused on the
- * first). Backward of k may follow forwards of later micro-batches. */
+ * first). Backward of k may follow forwards of later micro-batches. set_grad_sync (optional,
+ * NULL: none) is Megatron's no_sync_func / enable_grad_sync: the schedule says false before
+ * the steps of every micro-batch but the last (grads accumulate locally) and true before the
+ * last one's, whose backward starts the data-parallel grad reduction. */
 struct mc_pp_step_ops {
     void *ctx;
     mc_status (*forward)(void *ctx, int64_t k, const float *input, const float **output);
     mc_status (*backward)(void *ctx, int64_t k, const float *input, const float *output_grad,
                           const float **input_grad);
+    void (*set_grad_sync)(void *ctx, bool sync);
 };
 
 /* Buffers of a pipelined schedule, allocated once so the step loop allocates nothing. */
@@ -103,7 +107,8 @@ struct mc_pp_schedule {
 mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *p2p);
 void mc_pp_schedule_free(struct mc_pp_schedule *s);
 
-/* forward_backward_no_pipelining: F(k) then B(k) for each micro-batch (forward only: F). */
+/* forward_backward_no_pipelining: F(k) then B(k) for each micro-batch (forward only: F), the
+ * grad sync off (no_sync) for all but the last. The pp = 1 train step and evaluation. */
 mc_status mc_pp_forward_backward_no_pipelining(struct mc_pp_schedule *s,
                                                const struct mc_pp_step_ops *ops,
                                                int64_t num_microbatches, bool forward_only);

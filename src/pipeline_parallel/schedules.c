@@ -55,6 +55,13 @@ void mc_pp_schedule_free(struct mc_pp_schedule *s)
     s->grad = s->inputs = NULL;
 }
 
+/* no_sync for every micro-batch but the last: its backward starts the grad reduction */
+static void grad_sync(const struct mc_pp_step_ops *ops, int64_t k, int64_t num_microbatches)
+{
+    if (ops->set_grad_sync)
+        ops->set_grad_sync(ops->ctx, k == num_microbatches - 1);
+}
+
 static mc_status check_microbatches(int64_t m)
 {
     if (m < 1)
@@ -71,6 +78,8 @@ mc_status mc_pp_forward_backward_no_pipelining(struct mc_pp_schedule *s,
     mc_status st = check_microbatches(num_microbatches);
     for (int64_t k = 0; !st && k < num_microbatches; k++) {
         const float *out, *dx;
+        if (!forward_only) /* Megatron's no_sync context spans forward and backward */
+            grad_sync(ops, k, num_microbatches);
         trace_step(&s->p2p, 'F', k);
         if ((st = ops->forward(ops->ctx, k, NULL, &out)) || forward_only)
             continue;
@@ -96,9 +105,10 @@ static mc_status fwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops,
 
 /* backward of k with the output grad received into s->grad (none on the last stage) */
 static mc_status bwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops, int64_t k,
-                     const float **dx)
+                     int64_t num_microbatches, const float **dx)
 {
     bool last = s->p2p.rank == s->p2p.size - 1;
+    grad_sync(ops, k, num_microbatches); /* backwards run in order: k = M - 1 is the last */
     trace_step(&s->p2p, 'B', k);
     *dx = NULL;
     return ops->backward(ops->ctx, k, input_of(s, k), last ? NULL : s->grad, dx);
@@ -108,6 +118,7 @@ static mc_status bwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops,
 static mc_status steady(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops,
                         int64_t warmup, int64_t remaining, bool forward_only)
 {
+    int64_t m = warmup + remaining;
     const struct mc_pp_p2p *p = &s->p2p;
     mc_status st = MC_OK;
     for (int64_t i = 0; !st && i < remaining; i++) {
@@ -122,7 +133,7 @@ static mc_status steady(struct mc_pp_schedule *s, const struct mc_pp_step_ops *o
                 st = mc_pp_recv_forward(p, input_of(s, k + 1));
             continue;
         }
-        if ((st = mc_pp_send_forward_recv_backward(p, y, s->grad)) || (st = bwd(s, ops, i, &dx)))
+        if ((st = mc_pp_send_forward_recv_backward(p, y, s->grad)) || (st = bwd(s, ops, i, m, &dx)))
             break;
         /* micro-batch i's slot is free now: k + 1 may arrive into it */
         st = last_iteration ? mc_pp_send_backward(p, dx)
@@ -156,7 +167,8 @@ mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_sc
         return st;
     for (int64_t i = 0; i < warmup; i++) { /* cooldown */
         const float *dx;
-        if ((st = mc_pp_recv_backward(p, s->grad)) || (st = bwd(s, ops, remaining + i, &dx)) ||
+        if ((st = mc_pp_recv_backward(p, s->grad)) ||
+            (st = bwd(s, ops, remaining + i, num_microbatches, &dx)) ||
             (st = mc_pp_send_backward(p, dx)))
             return st;
     }

@@ -5,7 +5,9 @@
  * forward steps, backward steps and exchanges equals the line of
  * tests/golden/pipeline/schedules_golden.txt written by running Megatron's own schedule
  * functions; every received activation and grad is the one the neighbour sent for that
- * micro-batch; zero micro-batches are refused. Ranks agree on pass/fail. */
+ * micro-batch; every backward but the last micro-batch's runs under no_sync (set_grad_sync
+ * false), the last one's with the grad sync on, as Megatron's no_sync_func / enable_grad_sync;
+ * zero micro-batches are refused. Ranks agree on pass/fail. */
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "test.h"
 
@@ -21,7 +23,16 @@ struct ctx {
     char trace[4096];
     float out[N], dx[N];
     int bad_values;
+    int64_t m;      /* micro-batches of the case */
+    int sync;       /* the last set_grad_sync (-1: never called) */
+    int bad_sync;   /* backwards whose grad sync was not (k == m - 1) */
 };
+
+static void set_sync(void *c, bool sync)
+{
+    struct ctx *x = c;
+    x->sync = sync;
+}
 
 static void on_event(void *c, const char *ev)
 {
@@ -59,6 +70,7 @@ static mc_status backward(void *c, int64_t k, const float *input, const float *o
         x->bad_values += output_grad[i] != grd(k, x->rank + 1) * (float)(i + 1);
     for (int i = 0; i < N; i++)
         x->dx[i] = grd(k, x->rank) * (float)(i + 1);
+    x->bad_sync += x->sync != (k == x->m - 1);
     *input_grad = x->dx;
     return MC_OK;
 }
@@ -84,16 +96,18 @@ static const char *find_golden(const char *key)
 
 static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_only)
 {
-    struct ctx x = {.rank = rank, .size = size};
+    struct ctx x = {.rank = rank, .size = size, .m = m, .sync = -1};
     struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false};
     struct mc_pp_schedule s;
-    struct mc_pp_step_ops ops = {&x, forward, backward};
+    struct mc_pp_step_ops ops = {&x, forward, backward, set_sync};
     CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
     mc_status st = size == 1 ? mc_pp_forward_backward_no_pipelining(&s, &ops, m, forward_only)
                              : mc_pp_forward_backward_pipelining_without_interleaving(&s, &ops, m,
                                                                                       forward_only);
     CHECK(st == MC_OK);
     CHECK(x.bad_values == 0);
+    CHECK(x.bad_sync == 0);
+    CHECK(forward_only ? x.sync == -1 : x.sync == 1); /* forward only: no grads to sync */
     char key[128];
     snprintf(key, sizeof(key), "%s pp=%d rank=%d M=%lld %s : ", size == 1 ? "no_pipelining" : "1f1b",
              size, rank, (long long)m, forward_only ? "forward" : "train");
@@ -151,7 +165,7 @@ int main(int argc, char **argv)
         struct ctx x = {.rank = rank % pp, .size = pp};
         struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false};
         struct mc_pp_schedule s;
-        struct mc_pp_step_ops ops = {&x, forward, backward};
+        struct mc_pp_step_ops ops = {&x, forward, backward, NULL};
         CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
         CHECK(mc_pp_forward_backward_pipelining_without_interleaving(&s, &ops, 0, false) ==
               MC_ERR_CONFIG);
