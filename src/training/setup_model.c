@@ -192,19 +192,21 @@ static mc_status interleaved_init(struct trainer *t, const struct mc_pp_p2p *p)
                                   mc_args_bool(a, MC_A_overlap_p2p_comm));
 }
 
-/* Pipeline stages (pp > 1): the grad norm over the model-parallel group, the 1F1B buffers,
- * and with tied embeddings the embedding group, over which the last stage's copy starts as
- * zeros all-reduced with the first stage's weights (so the copies are equal, as Megatron's
- * LanguageModule.setup_embeddings_and_output_layer makes them). */
+/* The schedule's state; for pipeline stages (pp > 1) also the grad norm over the
+ * model-parallel group, the 1F1B buffers, and with tied embeddings the embedding group, over
+ * which the last stage's copy starts as zeros all-reduced with the first stage's weights (so
+ * the copies are equal, as Megatron's LanguageModule.setup_embeddings_and_output_layer makes
+ * them). */
 static mc_status pp_setup(struct trainer *t)
 {
-    if (t->par.ps.pp == 1)
-        return MC_OK;
     const struct mc_gpt_config *c = mc_gpt_model_config(t->m.model);
-    struct mc_pp_p2p p = {t->par.ps.group[MC_PS_PP].comm, t->par.ps.pp, mc_ps_rank(&t->par.ps, MC_PS_PP),
+    struct mc_pp_p2p p = {t->par.ps.group[MC_PS_PP].comm, t->par.ps.pp,
+                          mc_ps_rank(&t->par.ps, MC_PS_PP),
                           t->d.seq * t->d.mbs * c->hidden_size /
                               (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
                           NULL, NULL, false}; /* [s/tp, b, h] with --sequence-parallel */
+    if (t->par.ps.pp == 1) /* forward_backward_no_pipelining: no buffers, no exchanges */
+        return mc_pp_schedule_init(&t->pp.pipe, &p);
     mc_status st = MC_OK;
     for (int v = 0; v < t->m.vp && !st; v++)
         st = mc_gpt_set_mp_comm(t->m.chunks[v], t->par.ps.group[MC_PS_MP].comm);
