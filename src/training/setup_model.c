@@ -20,7 +20,8 @@
 static mc_status ddp_bucket_size(const struct trainer *t, int chunk, int64_t *out)
 {
     const struct mc_args *a = t->a;
-    int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size) ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
+    int64_t bucket = mc_args_is_none(a, MC_A_ddp_bucket_size)
+                         ? 0 : mc_args_int(a, MC_A_ddp_bucket_size);
     if (!mc_args_is_none(a, MC_A_ddp_num_buckets)) {
         int64_t n = mc_args_int(a, MC_A_ddp_num_buckets);
         if (!mc_args_is_none(a, MC_A_ddp_bucket_size))
@@ -33,7 +34,8 @@ static mc_status ddp_bucket_size(const struct trainer *t, int chunk, int64_t *ou
         bucket = bucket > 0 ? bucket : 1;
     }
     *out = mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket,
-                              mc_ps_size(&t->par.ps, MC_PS_DP_CP), mc_ps_rank(&t->par.ps, MC_PS_PP));
+                              mc_ps_size(&t->par.ps, MC_PS_DP_CP),
+                              mc_ps_rank(&t->par.ps, MC_PS_PP));
     if (chunk > 0) /* get_model: disable_bucketing for every chunk after the first */
         *out = 0;
     return MC_OK;
@@ -141,11 +143,12 @@ static mc_status pp_activation_slots(struct trainer *t)
 {
     const struct mc_args *a = t->a;
     int rank = mc_ps_rank(&t->par.ps, MC_PS_PP);
-    int64_t in_flight[MC_MAX_VP], max_micro = t->d.gbs / (t->d.mbs * t->par.dp), most = 0, total = 0;
+    int64_t in_flight[MC_MAX_VP], most = 0, total = 0;
+    int64_t max_micro = t->d.gbs / (t->d.mbs * t->par.dp);
     int64_t group = t->m.vp > 1 && !mc_args_is_none(a, MC_A_microbatch_group_size_per_vp_stage)
                         ? mc_args_int(a, MC_A_microbatch_group_size_per_vp_stage) : 0;
-    mc_status st = mc_pp_in_flight(t->par.ps.pp, rank, t->m.vp, max_micro > 0 ? max_micro : 1, group,
-                                   in_flight);
+    mc_status st = mc_pp_in_flight(t->par.ps.pp, rank, t->m.vp, max_micro > 0 ? max_micro : 1,
+                                   group, in_flight);
     if (st)
         return st;
     double need = 0, mask = (double)(t->d.mbs * t->d.seq * t->d.seq); /* a slot's mask copy */
@@ -229,7 +232,8 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
     const struct mc_args *a = t->a;
     struct mc_gpt_config c;
     int tp_rank = mc_ps_rank(&t->par.ps, MC_PS_TP);
-    mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->m.tok), t->m.padded_vocab, tp_rank, &c);
+    mc_status st = mc_gpt_config_from_args(a, mc_tok_vocab_size(t->m.tok), t->m.padded_vocab,
+                                           tp_rank, &c);
     c.pipeline_model_parallel_size = t->par.ps.pp;
     c.pipeline_model_parallel_rank = mc_ps_rank(&t->par.ps, MC_PS_PP);
     bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);

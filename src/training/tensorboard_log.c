@@ -83,7 +83,8 @@ mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float l
     if ((!tb_run && !timers_to_tb) || iteration % mc_args_int(a, MC_A_tensorboard_log_interval))
         return MC_OK;
     mc_status st = MC_OK;
-    double iters = (double)(t->log.acc.advanced + t->log.acc.skipped); /* Megatron's total_iterations */
+    /* Megatron's total_iterations */
+    double iters = (double)(t->log.acc.advanced + t->log.acc.skipped);
     if (timers_to_tb && (st = tb_write_timers(t, iteration, iters)))
         return st;
     double pnorm = 0;

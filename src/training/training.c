@@ -29,7 +29,8 @@ static mc_status ckpt_barrier(void *ctx)
 {
     (void)ctx;
     int64_t x = 0;
-    return mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "checkpoint barrier");
+    return mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX,
+                              "checkpoint barrier");
 }
 
 /* Every rank's outcome of a checkpoint step: ok on all ranks or on none. */
@@ -68,7 +69,8 @@ static mc_status load_checkpoint(struct trainer *t)
 {
     if (mc_args_is_none(t->a, MC_A_load))
         return MC_OK;
-    struct mc_ckpt_state s = {.args = t->a, .model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched};
+    struct mc_ckpt_state s = {.args = t->a, .model = t->m.model, .opt = t->o.opt,
+                              .sched = &t->o.sched};
     ckpt_layout(t, &s);
     bool loaded;
     mc_status st = mc_ckpt_load(&s, mc_train_out_first, &loaded);
@@ -80,10 +82,11 @@ static mc_status load_checkpoint(struct trainer *t)
     t->d.consumed_valid = mc_args_int(t->a, MC_A_consumed_valid_samples);
     /* build_train_valid_test_data_iterators: checkpoints without sample counters */
     const struct mc_args *a = t->a;
-    if (t->p.start_iteration > 0 && t->d.consumed_train == 0 && mc_args_is_none(a, MC_A_train_samples))
+    if (t->p.start_iteration > 0 && t->d.consumed_train == 0 &&
+        mc_args_is_none(a, MC_A_train_samples))
         t->d.consumed_train = t->p.start_iteration * t->d.gbs;
-    if (t->p.start_iteration > 0 && t->d.consumed_valid == 0 && !mc_args_is_none(a, MC_A_eval_interval) &&
-        mc_args_int(a, MC_A_eval_interval) > 0)
+    if (t->p.start_iteration > 0 && t->d.consumed_valid == 0 &&
+        !mc_args_is_none(a, MC_A_eval_interval) && mc_args_int(a, MC_A_eval_interval) > 0)
         t->d.consumed_valid = t->p.start_iteration / mc_args_int(a, MC_A_eval_interval) *
                             mc_args_int(a, MC_A_eval_iters) * t->d.gbs;
     return MC_OK;
@@ -106,10 +109,11 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
         return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->d.consumed_train);
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->d.consumed_valid);
-    struct mc_ckpt_state s = {.args = t->a, .model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched,
-                              .iteration = iteration,
+    struct mc_ckpt_state s = {.args = t->a, .model = t->m.model, .opt = t->o.opt,
+                              .sched = &t->o.sched, .iteration = iteration,
                               .num_floating_point_operations_so_far = t->p.flops_so_far,
-                              .args_iteration = t->p.start_iteration, .args_flops = t->p.start_flops,
+                              .args_iteration = t->p.start_iteration,
+                              .args_flops = t->p.start_flops,
                               .do_train = mc_train_data_has(t->d.data, MC_TRAIN_SPLIT_TRAIN) &&
                                           mc_args_int(t->a, MC_A_train_iters) > 0,
                               .do_valid = mc_train_data_has(t->d.data, MC_TRAIN_SPLIT_VALID) &&
@@ -165,7 +169,8 @@ static mc_status decide_exit(struct trainer *t, int64_t iteration, bool *exit)
         mc_print_datetime(what);
         return MC_OK;
     }
-    int64_t every = mc_args_is_none(t->a, MC_A_exit_interval) ? 0 : mc_args_int(t->a, MC_A_exit_interval);
+    int64_t every = mc_args_is_none(t->a, MC_A_exit_interval)
+                        ? 0 : mc_args_int(t->a, MC_A_exit_interval);
     if (every && iteration % every == 0) {
         if (save && !saved && (st = save_checkpoint(t, iteration)))
             return st;
@@ -183,8 +188,10 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     const struct mc_args *a = t->a;
     int64_t train_iters = mc_args_int(a, MC_A_train_iters);
     int64_t log_interval = mc_args_int(a, MC_A_log_interval);
-    int64_t eval_interval = mc_args_is_none(a, MC_A_eval_interval) ? 0 : mc_args_int(a, MC_A_eval_interval);
-    bool do_valid = mc_train_data_has(t->d.data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0;
+    int64_t eval_interval = mc_args_is_none(a, MC_A_eval_interval)
+                                ? 0 : mc_args_int(a, MC_A_eval_interval);
+    bool do_valid = mc_train_data_has(t->d.data, MC_TRAIN_SPLIT_VALID) &&
+                    mc_args_int(a, MC_A_eval_iters) > 0;
     bool report_memory = true;
     static const char *const lm[] = {"lm loss"};
     mc_log_accum_init(&t->log.acc);
@@ -215,7 +222,8 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         t->p.iteration = ++*iteration;
         mc_train_perturb_for_test(t, *iteration);
         t->d.consumed_train += t->d.mb.num_micro_batches * t->d.mbs * t->par.dp;
-        t->p.flops_so_far += t->p.flops_per_sample * (double)(t->d.mb.num_micro_batches * t->d.mbs * t->par.dp);
+        t->p.flops_so_far += t->p.flops_per_sample *
+                             (double)(t->d.mb.num_micro_batches * t->d.mbs * t->par.dp);
         if ((st = mc_log_accum_add(&t->log.acc, 1, lm, &loss, false)))
             return st;
         if ((st = mc_train_tb_training_log(t, *iteration, loss, &res)))
@@ -223,7 +231,8 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         if (*iteration % log_interval == 0) {
             double interval_s = mc_timer_elapsed(interval, true);
             if ((st = mc_train_tb_interval_log(t, *iteration, interval_s)) ||
-                (st = mc_train_print_training_line(t, *iteration, interval_s, &res, &report_memory)) ||
+                (st = mc_train_print_training_line(t, *iteration, interval_s, &res,
+                                                   &report_memory)) ||
                 (st = mc_train_log_timers(t, mc_training_log_timers, mc_training_log_timers_count,
                                  (double)log_interval)))
                 return st;
@@ -235,8 +244,8 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             char prefix[64];
             bool abandoned;
             snprintf(prefix, sizeof(prefix), "iteration %lld", (long long)*iteration);
-            if ((st = mc_train_evaluate_and_print(t, MC_TRAIN_SPLIT_VALID, prefix, false, &t->d.consumed_valid,
-                                         &abandoned)))
+            if ((st = mc_train_evaluate_and_print(t, MC_TRAIN_SPLIT_VALID, prefix, false,
+                                                  &t->d.consumed_valid, &abandoned)))
                 return st;
             mc_timer_stop(eval_time);
             mc_timer_start(interval); /* evaluation is not iteration time */
@@ -258,7 +267,8 @@ static mc_status build_train_data(struct trainer *t)
 {
     mc_status st = MC_OK;
     if (t->par.ps.rank == 0)
-        st = mc_train_data_init(t->a, mc_tok_eod(t->m.tok), mc_tok_pad(t->m.tok), mc_train_out_first, &t->d.data);
+        st = mc_train_data_init(t->a, mc_tok_eod(t->m.tok), mc_tok_pad(t->m.tok),
+                                mc_train_out_first, &t->d.data);
     if (st)
         return st;
     if ((st = mc_comm_barrier(mc_train_world_comm)))
@@ -350,14 +360,16 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     char prefix[96];
     if (!mc_args_bool(a, MC_A_skip_train)) {
         mc_print_rank_0("training ...\n");
-        if (mc_train_data_has(t.d.data, MC_TRAIN_SPLIT_TRAIN) && mc_args_int(a, MC_A_train_iters) > 0)
+        if (mc_train_data_has(t.d.data, MC_TRAIN_SPLIT_TRAIN) &&
+            mc_args_int(a, MC_A_train_iters) > 0)
             if ((st = train(&t, &iteration, &exited)))
                 goto out;
         if (exited)
             goto out; /* Megatron's sys.exit(0): no final evaluation */
         mc_print_datetime("after training is done");
         int64_t every_save = save_interval(a);
-        if (!mc_args_is_none(a, MC_A_save) && iteration != 0 && (!every_save || iteration % every_save))
+        if (!mc_args_is_none(a, MC_A_save) && iteration != 0 &&
+            (!every_save || iteration % every_save))
             if ((st = save_checkpoint(&t, iteration)))
                 goto out;
     } else {
@@ -367,13 +379,16 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     t.p.iteration = iteration;
     if (mc_train_data_has(t.d.data, MC_TRAIN_SPLIT_VALID) && mc_args_int(a, MC_A_eval_iters) > 0) {
         snprintf(prefix, sizeof(prefix), "iteration %lld on validation set", (long long)iteration);
-        if ((st = mc_train_evaluate_and_print(&t, MC_TRAIN_SPLIT_VALID, prefix, true, &t.d.consumed_valid, &abandoned)))
+        if ((st = mc_train_evaluate_and_print(&t, MC_TRAIN_SPLIT_VALID, prefix, true,
+                                              &t.d.consumed_valid, &abandoned)))
             goto out;
     }
-    if (!abandoned && mc_train_data_has(t.d.data, MC_TRAIN_SPLIT_TEST) && mc_args_int(a, MC_A_eval_iters) > 0) {
+    if (!abandoned && mc_train_data_has(t.d.data, MC_TRAIN_SPLIT_TEST) &&
+        mc_args_int(a, MC_A_eval_iters) > 0) {
         int64_t consumed_test = 0;
         snprintf(prefix, sizeof(prefix), "iteration %lld on test set", (long long)iteration);
-        st = mc_train_evaluate_and_print(&t, MC_TRAIN_SPLIT_TEST, prefix, true, &consumed_test, &abandoned);
+        st = mc_train_evaluate_and_print(&t, MC_TRAIN_SPLIT_TEST, prefix, true, &consumed_test,
+                                         &abandoned);
     }
 out:
     fflush(stdout);

@@ -29,8 +29,8 @@ mc_status mc_train_log_timers(struct trainer *t, const char *const *names, int n
 {
     char buf[8192];
     size_t len = 0;
-    mc_status st = mc_timers_log_string(&t->log.timers, names, n, normalizer, true, gather_timers, t,
-                                        buf, sizeof(buf), &len);
+    mc_status st = mc_timers_log_string(&t->log.timers, names, n, normalizer, true,
+                                        gather_timers, t, buf, sizeof(buf), &len);
     if (!st && len > 0)
         mc_print_rank_last("%s\n", buf);
     return st;
@@ -77,7 +77,8 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
         double mb = 1024.0 * 1024.0;
         char name[64];
         snprintf(name, sizeof(name), "(after %lld iterations)", (long long)iteration);
-        mc_log_format_memory(buf, sizeof(buf), t->par.ps.rank, name, (double)mc_alloc_live_bytes() / mb,
+        mc_log_format_memory(buf, sizeof(buf), t->par.ps.rank, name,
+                             (double)mc_alloc_live_bytes() / mb,
                              (double)mc_alloc_peak_bytes() / mb, (double)mc_alloc_live_bytes() / mb,
                              (double)mc_alloc_peak_bytes() / mb);
         if (t->par.dp_rank == 0) /* Megatron's report_memory prints on data-parallel rank 0 */

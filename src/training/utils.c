@@ -92,8 +92,8 @@ mc_status mc_train_check_weight_hashes(struct trainer *t, int64_t iteration)
     if (st)
         return st;
     bool match = false;
-    if ((st = mc_param_hashes_match(t->m.chunks, t->m.vp, &t->par.ps.group[MC_PS_DP], t->par.ps.rank,
-                                    &match)))
+    if ((st = mc_param_hashes_match(t->m.chunks, t->m.vp, &t->par.ps.group[MC_PS_DP],
+                                    t->par.ps.rank, &match)))
         return st;
     if (!match)
         return mc_error(MC_ERR_INTERNAL, "AssertionError: Parameter hashes not matching across "
@@ -109,7 +109,8 @@ mc_status mc_train_check_weight_hashes(struct trainer *t, int64_t iteration)
 bool mc_train_on_any_rank(bool v)
 {
     int64_t x = v;
-    if (mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "exit-flag all-reduce"))
+    if (mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX,
+                           "exit-flag all-reduce"))
         return true;
     return x != 0;
 }
