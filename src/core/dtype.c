@@ -115,6 +115,8 @@ static union elem load(const void *src, enum mc_dtype t, int64_t i)
 
 void mc_dtype_to_f32(float *dst, const void *src, enum mc_dtype t, int64_t n)
 {
+    if (n <= 0) /* an empty tensor's data may be NULL, which memcpy must not see */
+        return;
     if (t == MC_DTYPE_F32) {
         memcpy(dst, src, (size_t)n * 4);
         return;
@@ -137,6 +139,8 @@ void mc_dtype_to_f32(float *dst, const void *src, enum mc_dtype t, int64_t n)
 void mc_dtype_from_f32(void *dst, enum mc_dtype t, const float *src, int64_t n)
 {
     MC_ASSERT(mc_dtype_is_float(t));
+    if (n <= 0)
+        return;
     if (t == MC_DTYPE_F32) {
         memcpy(dst, src, (size_t)n * 4);
         return;
