@@ -242,7 +242,8 @@ static mc_status build_ddp(struct trainer *t)
     mc_status st = MC_OK;
     for (int v = 0; v < t->vp && !st; v++) /* one DDP per model chunk, as get_model */
         if (!(st = ddp_bucket_size(t, v, &dc.bucket_size)))
-            st = mc_ddp_init(&dc, t->chunks[v], &t->ps, t->dopts[v], &t->ddps[v]);
+            st = mc_ddp_init(&dc, mc_gpt_param_set(t->chunks[v]), &t->ps, t->dopts[v],
+                             &t->ddps[v]);
     t->ddp = t->ddps[0];
     if (st)
         return st;
@@ -260,7 +261,7 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
     mc_status st = MC_OK;
     for (int v = 0; v < t->vp && !st; v++) /* one per chunk: its own buffer and shards */
         if (!(st = ddp_bucket_size(t, v, &bucket)))
-            st = mc_distopt_init(oc, t->chunks[v], &t->ps, world_comm, bucket,
+            st = mc_distopt_init(oc, mc_gpt_param_set(t->chunks[v]), &t->ps, world_comm, bucket,
                                  mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
                                  &t->dopts[v]);
     t->dopt = t->dopts[0];
@@ -578,8 +579,11 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
+    const struct mc_param_set *sets[MC_MAX_VP];
+    for (int v = 0; v < t->vp; v++)
+        sets[v] = mc_gpt_param_set(t->chunks[v]);
     st = mc_args_bool(a, MC_A_use_distributed_optimizer)
-             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, t->chunks, t->vp, &t->opt);
+             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, sets, t->vp, &t->opt);
     if (st || (st = build_ddp(t)))
         return st;
     struct mc_opt_sched_config sc;
@@ -722,7 +726,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     }
     /* num_tokens is already the token count of the whole data-parallel step */
     for (int v = 0; v < t->vp && per_token && !t->dopt; v++)
-        mc_ddp_scale_grads(t->chunks[v], 1.0f / num_tokens);
+        mc_ddp_scale_grads(mc_gpt_param_set(t->chunks[v]), 1.0f / num_tokens);
     return MC_OK;
 }
 
