@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "models/gpt/gpt_model.h"
+#include "backend/backend.h"
 
 #if defined(MC_HAVE_MPI)
 #include <mpi.h>
@@ -31,26 +31,26 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
     return 1.0f / (float)mc_ps_size(ps, MC_PS_DP_CP);
 }
 
-void mc_ddp_scale_grads(mc_gpt_model *m, float scale)
+void mc_ddp_scale_grads(const struct mc_param_set *s, float scale)
 {
-    m->be->scale(m->grad_block, scale, m->n_elements);
+    s->be->scale(s->grad_block, scale, s->n_elements);
 }
 
-mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_state *ps,
-                                  float scale)
+mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
+                                  const struct mc_parallel_state *ps, float scale)
 {
     const struct mc_ps_comm *g = &ps->group[MC_PS_DP_CP];
     if (g->size == 1)
         return MC_OK;
     if (scale != 1.0f)
-        mc_ddp_scale_grads(m, scale);
-    return mc_comm_all_reduce(g->comm, m->grad_block, m->n_elements, MC_COMM_FLOAT, MC_COMM_SUM,
+        mc_ddp_scale_grads(s, scale);
+    return mc_comm_all_reduce(g->comm, s->grad_block, s->n_elements, MC_COMM_FLOAT, MC_COMM_SUM,
                               "data-parallel gradient all-reduce");
 }
 
 struct mc_ddp {
     struct mc_ddp_config cfg;
-    mc_gpt_model *m;
+    struct mc_param_set *s;
     const struct mc_parallel_state *ps;
     mc_distopt *dopt;
     int dp;
@@ -79,13 +79,13 @@ static double now(void)
 
 static int64_t bucket_end_param(const mc_ddp *d, int64_t b)
 {
-    return b > 0 ? d->first[b - 1] : d->m->n_params;
+    return b > 0 ? d->first[b - 1] : d->s->n_params;
 }
 
 /* Bucket b's range of the engine's grad block (params are packed in forward order). */
 static void bucket_range(const mc_ddp *d, int64_t b, int64_t *off, int64_t *n)
 {
-    const struct mc_gpt_param *p = d->m->params;
+    const struct mc_param *p = d->s->params;
     int64_t last = bucket_end_param(d, b) - 1;
     *off = p[d->first[b]].offset;
     *n = p[last].offset + p[last].view.numel - *off;
@@ -94,22 +94,22 @@ static void bucket_range(const mc_ddp *d, int64_t b, int64_t *off, int64_t *n)
 /* The non-distributed optimizer's buckets: Megatron's map without padding. */
 static mc_status plan_buckets(mc_ddp *d)
 {
-    mc_gpt_model *m = d->m;
+    const struct mc_param_set *s = d->s;
     struct mc_pgb_config pc = {d->dp, false, d->cfg.bucket_size, false};
     struct mc_pgb_map map;
-    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
+    int64_t *numel = mc_alloc((size_t)s->n_params * sizeof(int64_t));
     if (!numel)
         return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < m->n_params; i++)
-        numel[i] = m->params[i].view.numel;
-    mc_status st = mc_pgb_map_init(&pc, m->n_params, numel, NULL, &map);
+    for (int64_t i = 0; i < s->n_params; i++)
+        numel[i] = s->params[i].view.numel;
+    mc_status st = mc_pgb_map_init(&pc, s->n_params, numel, NULL, &map);
     mc_free(numel);
     if (st)
         return st;
     d->n_buckets = map.n_buckets;
     d->first = mc_alloc((size_t)map.n_buckets * sizeof(int64_t));
     if (d->first)
-        for (int64_t i = m->n_params - 1; i >= 0; i--)
+        for (int64_t i = s->n_params - 1; i >= 0; i--)
             d->first[map.param[i].bucket] = i;
     mc_pgb_map_free(&map);
     return d->first ? MC_OK : MC_ERR_NOMEM;
@@ -131,7 +131,7 @@ static mc_status check_bucket(const mc_ddp *d, int64_t b)
 {
     int64_t off, n;
     bucket_range(d, b, &off, &n);
-    double ss = d->m->be->sumsq(d->m->grad_block + off, n);
+    double ss = d->s->be->sumsq(d->s->grad_block + off, n);
     if (isfinite(ss))
         return MC_OK;
     return mc_error(MC_ERR_INTERNAL, "found %s in local grad norm for bucket #%lld in backward "
@@ -156,9 +156,9 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
         return MC_OK; /* Megatron scales and "reduces" over one rank too: the step rescales */
     int64_t off, n;
     bucket_range(d, b, &off, &n);
-    float *g = d->m->grad_block + off;
+    float *g = d->s->grad_block + off;
     if (d->cfg.grad_scale != 1.0f)
-        d->m->be->scale(g, d->cfg.grad_scale, n);
+        d->s->be->scale(g, d->cfg.grad_scale, n);
 #if defined(MC_HAVE_MPI)
     /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
      * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
@@ -267,14 +267,14 @@ static mc_status ddp_alloc(mc_ddp *d)
     return MC_OK;
 }
 
-mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
+mc_status mc_ddp_init(const struct mc_ddp_config *c, struct mc_param_set *s,
                       const struct mc_parallel_state *ps, mc_distopt *dopt, mc_ddp **out)
 {
     *out = NULL;
     mc_ddp *d = mc_calloc(1, sizeof(*d));
     if (!d)
         return MC_ERR_NOMEM;
-    *d = (struct mc_ddp){.cfg = *c, .m = m, .ps = ps, .dopt = dopt,
+    *d = (struct mc_ddp){.cfg = *c, .s = s, .ps = ps, .dopt = dopt,
                          .dp = mc_ps_size(ps, MC_PS_DP_CP)};
     mc_status st = ddp_alloc(d);
     if (st) {
@@ -283,8 +283,7 @@ mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
     }
     if (dopt)
         mc_distopt_set_overlap_param_gather(dopt, c->overlap_param_gather && !c->blocking);
-    struct mc_gpt_hooks h = {on_grad_ready, on_param_use, d};
-    mc_gpt_set_hooks(m, &h);
+    s->hooks = (struct mc_param_hooks){on_grad_ready, on_param_use, d};
     *out = d;
     return MC_OK;
 }
@@ -320,7 +319,7 @@ void mc_ddp_free(mc_ddp *d)
             MPI_Wait(req(d, b), MPI_STATUS_IGNORE); /* MPI may still write into the grads */
 #endif
     if (d->first) /* the hooks were installed */
-        mc_gpt_set_hooks(d->m, NULL);
+        d->s->hooks = (struct mc_param_hooks){0};
     mc_free(d->t_call);
     mc_free(d->t_start);
     mc_free(d->t_ready_lag);

@@ -101,6 +101,6 @@ mc_status mc_train_finalize_grads(struct trainer *t, bool per_token, float num_t
     }
     /* num_tokens is already the token count of the whole data-parallel step */
     for (int v = 0; v < t->m.vp && per_token && !t->o.dopt; v++)
-        mc_ddp_scale_grads(t->m.chunks[v], 1.0f / num_tokens);
+        mc_ddp_scale_grads(mc_gpt_param_set(t->m.chunks[v]), 1.0f / num_tokens);
     return MC_OK;
 }

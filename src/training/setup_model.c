@@ -63,7 +63,8 @@ static mc_status build_ddp(struct trainer *t)
     mc_status st = MC_OK;
     for (int v = 0; v < t->m.vp && !st; v++) /* one DDP per model chunk, as get_model */
         if (!(st = ddp_bucket_size(t, v, &dc.bucket_size)))
-            st = mc_ddp_init(&dc, t->m.chunks[v], &t->par.ps, t->o.dopts[v], &t->o.ddps[v]);
+            st = mc_ddp_init(&dc, mc_gpt_param_set(t->m.chunks[v]), &t->par.ps, t->o.dopts[v],
+                             &t->o.ddps[v]);
     t->o.ddp = t->o.ddps[0];
     if (st)
         return st;
@@ -81,7 +82,8 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
     mc_status st = MC_OK;
     for (int v = 0; v < t->m.vp && !st; v++) /* one per chunk: its own buffer and shards */
         if (!(st = ddp_bucket_size(t, v, &bucket)))
-            st = mc_distopt_init(oc, t->m.chunks[v], &t->par.ps, mc_train_world_comm, bucket,
+            st = mc_distopt_init(oc, mc_gpt_param_set(t->m.chunks[v]), &t->par.ps,
+                                 mc_train_world_comm, bucket,
                                  mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
                                  &t->o.dopts[v]);
     t->o.dopt = t->o.dopts[0];
@@ -259,8 +261,11 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
     }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
+    const struct mc_param_set *sets[MC_MAX_VP];
+    for (int v = 0; v < t->m.vp; v++)
+        sets[v] = mc_gpt_param_set(t->m.chunks[v]);
     st = mc_args_bool(a, MC_A_use_distributed_optimizer)
-             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, t->m.chunks, t->m.vp, &t->o.opt);
+             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, sets, t->m.vp, &t->o.opt);
     if (st || (st = build_ddp(t)))
         return st;
     struct mc_opt_sched_config sc;

@@ -144,7 +144,8 @@ static void check_ddp(MPI_Comm *world, int me, int world_size)
     }
     for (int64_t i = 0; i < m->n_elements; i++)
         m->grad_block[i] = (float)(me + 1) * (float)(i % 7);
-    CHECK(mc_ddp_finish_grad_sync(m, &ps, mc_ddp_grad_scale(&ps, false)) == MC_OK);
+    CHECK(mc_ddp_finish_grad_sync(mc_gpt_param_set(m), &ps, mc_ddp_grad_scale(&ps, false)) ==
+          MC_OK);
     float mean = (float)(world_size + 1) / 2.0f;
     int bad = 0;
     for (int64_t i = 0; i < m->n_elements; i++)
