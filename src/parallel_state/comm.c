@@ -397,7 +397,10 @@ static MPI_Datatype mpi_type(enum mc_dtype t)
     case MC_DTYPE_F64: return MPI_DOUBLE;
     case MC_DTYPE_I64: return MPI_INT64_T;
     case MC_DTYPE_I32: return MPI_INT32_T;
-    case MC_DTYPE_U8: return MPI_UINT8_T;
+    case MC_DTYPE_I16: return MPI_INT16_T;
+    case MC_DTYPE_I8: return MPI_INT8_T;
+    case MC_DTYPE_U8:
+    case MC_DTYPE_BOOL: return MPI_UINT8_T; /* one byte, 0 or 1 */
     case MC_DTYPE_BF16:
     case MC_DTYPE_F16: return MPI_UINT16_T;
     default: return MPI_DATATYPE_NULL;
