@@ -127,7 +127,7 @@ static mc_status save_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, m
     }
     n = woff[fm.n_buckets];
     shard_copy(mp, &sh, buf, false);
-    if (sh.dp > 1 && (st = mc_comm_all_reduce(sh.dp_comm, buf, 2 * mp->numel, MC_COMM_FLOAT,
+    if (sh.dp > 1 && (st = mc_comm_all_reduce(sh.dp_comm, buf, 2 * mp->numel, MC_DTYPE_F32,
                                               MC_COMM_SUM, "distrib_optim.pt gather")))
         goto cleanup;
     if (!writer)

@@ -20,10 +20,6 @@
 
 #include "backend/backend.h"
 
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
-
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss)
 {
     if (calculate_per_token_loss)
@@ -44,7 +40,7 @@ mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
         return MC_OK;
     if (scale != 1.0f)
         mc_ddp_scale_grads(s, scale);
-    return mc_comm_all_reduce(g->comm, s->grad_block, s->n_elements, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(g->comm, s->grad_block, s->n_elements, MC_DTYPE_F32, MC_COMM_SUM,
                               "data-parallel gradient all-reduce");
 }
 
@@ -58,11 +54,11 @@ struct mc_ddp {
     int64_t *first;      /* [n_buckets + 1]: bucket b holds params [first[b], first[b - 1]) */
     bool armed;          /* the last micro-batch's backward is running */
     int64_t next;        /* next bucket to start (they become ready in order 0, 1, ...) */
-    void *req;           /* MPI_Request [n_buckets] (without dopt) */
+    mc_comm_request *req; /* [n_buckets] (without dopt) */
     bool *pending;
     /* MC_DDP_TRACE=1: seconds summed over steps, printed by mc_ddp_free */
     bool trace;
-    bool no_progress;    /* MC_DDP_PROGRESS=0: no MPI_Test between layers (to measure it) */
+    bool no_progress;    /* MC_DDP_PROGRESS=0: no test between layers (to measure it) */
     double *t_call;      /* [n_buckets] in the call that starts a bucket (all of it if blocking) */
     double *t_start;     /* [n_buckets] when the bucket started in the current step */
     double *t_ready_lag; /* [n_buckets] bucket start -> the last bucket's start, summed */
@@ -140,9 +136,7 @@ static mc_status check_bucket(const mc_ddp *d, int64_t b)
                     isnan(ss) ? "NaN" : "Inf", (long long)b, d->ps->rank);
 }
 
-#if defined(MC_HAVE_MPI)
-static MPI_Request *req(mc_ddp *d, int64_t b) { return (MPI_Request *)d->req + b; }
-#endif
+static mc_comm_request *req(mc_ddp *d, int64_t b) { return d->req + b; }
 
 /* start_grad_sync of bucket b: scaled, then summed over the DP group. */
 static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
@@ -159,26 +153,18 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
     float *g = d->s->grad_block + off;
     if (d->cfg.grad_scale != 1.0f)
         d->s->be->scale(g, d->cfg.grad_scale, n);
-#if defined(MC_HAVE_MPI)
     /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
      * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
      * ranks may associate differently; one algorithm keeps overlap bit-identical to the
      * blocking path */
     void *comm = d->ps->group[MC_PS_DP_CP].comm;
-    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE, (double)n * sizeof(float),
-                      d->dp);
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)comm,
-                            req(d, b));
-    if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_requests(1, req(d, b), comm, "all-reduce",
-                                   "data-parallel gradient all-reduce");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld failed "
-                        "(MPI error %d)", (long long)b, rc);
+    st = mc_comm_iall_reduce(comm, g, n, MC_DTYPE_F32, MC_COMM_SUM,
+                             "data-parallel gradient all-reduce", req(d, b));
+    if (!st && !async)
+        st = mc_comm_wait(1, req(d, b), comm, "all-reduce", "data-parallel gradient all-reduce");
+    if (st)
+        return st;
     d->pending[b] = async;
-#else
-    (void)async;
-#endif
     return MC_OK;
 }
 
@@ -199,13 +185,9 @@ static void progress(mc_ddp *d)
         mc_distopt_progress(d->dopt);
         return;
     }
-#if defined(MC_HAVE_MPI)
-    for (int64_t b = 0; b < d->n_buckets; b++) {
-        int done = 0;
+    for (int64_t b = 0; b < d->n_buckets; b++)
         if (d->pending[b])
-            MPI_Test(req(d, b), &done, MPI_STATUS_IGNORE);
-    }
-#endif
+            mc_comm_test(req(d, b));
 }
 
 /* The backward post-hook (register_grad_ready): params [first_ready, n) have final grads. */
@@ -238,11 +220,7 @@ static mc_status ddp_alloc(mc_ddp *d)
     if (st)
         return st;
     d->pending = mc_calloc((size_t)d->n_buckets, sizeof(bool));
-#if defined(MC_HAVE_MPI)
-    d->req = mc_alloc((size_t)d->n_buckets * sizeof(MPI_Request));
-#else
-    d->req = mc_alloc((size_t)d->n_buckets);
-#endif
+    d->req = mc_calloc((size_t)d->n_buckets, sizeof(mc_comm_request));
     if (!d->pending || !d->req)
         return MC_ERR_NOMEM;
     const char *tr = getenv("MC_DDP_TRACE");
@@ -313,11 +291,9 @@ void mc_ddp_free(mc_ddp *d)
         return;
     if (d->trace && d->t_call)
         print_trace(d);
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; d->pending && b < d->n_buckets; b++)
         if (d->pending[b])
-            MPI_Wait(req(d, b), MPI_STATUS_IGNORE); /* MPI may still write into the grads */
-#endif
+            mc_comm_drain(req(d, b)); /* MPI may still write into the grads */
     if (d->first) /* the hooks were installed */
         d->s->hooks = (struct mc_param_hooks){0};
     mc_free(d->t_call);
@@ -341,18 +317,15 @@ static mc_status wait_all(mc_ddp *d)
 {
     if (d->dopt)
         return mc_distopt_finish_grad_sync(d->dopt);
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; b < d->n_buckets; b++) {
         if (!d->pending[b])
             continue;
         d->pending[b] = false;
-        int rc = mc_comm_wait_requests(1, req(d, b), d->ps->group[MC_PS_DP_CP].comm,
-                                       "all-reduce", "data-parallel gradient all-reduce");
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld "
-                            "failed (MPI error %d)", (long long)b, rc);
+        mc_status st = mc_comm_wait(1, req(d, b), d->ps->group[MC_PS_DP_CP].comm,
+                                    "all-reduce", "data-parallel gradient all-reduce");
+        if (st)
+            return st;
     }
-#endif
     return MC_OK;
 }
 

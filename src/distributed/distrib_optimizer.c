@@ -19,17 +19,13 @@
 
 #include "optimizer/optimizer_internal.h"
 
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
-
 struct mc_distopt {
     struct mc_optimizer_config cfg;
     const struct mc_param_set *set;
     struct mc_pgb_map map;
     struct mc_pgb_config pgb; /* how map was laid out */
     int dp, dp_rank;
-    void *dp_comm;      /* MPI_Comm * of the data-parallel(-context) group */
+    void *dp_comm;      /* comm.c handle of the data-parallel(-context) group */
     void *world_comm;   /* every rank: grad norm and zero count */
     float *buffer;      /* [map.numel] Megatron-layout grads, then params */
     float *main_grad;   /* [shard_numel] this rank's reduce-scattered grads */
@@ -41,18 +37,13 @@ struct mc_distopt {
      * all-gathered bucket by bucket before their first use in the next forward */
     bool grads_reduced;      /* finish_grad_sync ran: the step skips its own reduce-scatter */
     bool overlap_param_gather;
-    void *grad_req, *param_req; /* MPI_Request [n_buckets] each */
+    mc_comm_request *grad_req, *param_req; /* [n_buckets] each */
     bool *grad_pending, *param_pending;
     int64_t *bucket_first;   /* [n_buckets] lowest param index of each bucket */
 };
 
-#if defined(MC_HAVE_MPI)
-static MPI_Request *grad_req(mc_distopt *o, int64_t b) { return (MPI_Request *)o->grad_req + b; }
-static MPI_Request *param_req(mc_distopt *o, int64_t b)
-{
-    return (MPI_Request *)o->param_req + b;
-}
-#endif
+static mc_comm_request *grad_req(mc_distopt *o, int64_t b) { return o->grad_req + b; }
+static mc_comm_request *param_req(mc_distopt *o, int64_t b) { return o->param_req + b; }
 
 /* This rank's part of parameter i: n elements at model offset *at_model, shard offset
  * *at_shard (n = 0 when it owns none). */
@@ -103,13 +94,8 @@ mc_status mc_distopt_map_init(const struct mc_param_set *s, const struct mc_pgb_
 static mc_status alloc_requests(mc_distopt *o)
 {
     size_t n = (size_t)o->map.n_buckets;
-#if defined(MC_HAVE_MPI)
-    o->grad_req = mc_alloc(n * sizeof(MPI_Request));
-    o->param_req = mc_alloc(n * sizeof(MPI_Request));
-#else
-    o->grad_req = mc_alloc(n);
-    o->param_req = mc_alloc(n);
-#endif
+    o->grad_req = mc_calloc(n, sizeof(mc_comm_request));
+    o->param_req = mc_calloc(n, sizeof(mc_comm_request));
     o->grad_pending = mc_calloc(n, sizeof(bool));
     o->param_pending = mc_calloc(n, sizeof(bool));
     o->bucket_first = mc_alloc(n * sizeof(int64_t));
@@ -163,13 +149,11 @@ mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, const struct mc
     o->dp_rank = mc_ps_rank(ps, MC_PS_DP_CP);
     o->dp_comm = ps->group[MC_PS_DP_CP].comm;
     o->world_comm = world_comm;
-#if !defined(MC_HAVE_MPI)
-    if (o->dp > 1) {
+    if (o->dp > 1 && !mc_comm_available()) {
         mc_distopt_free(o);
         return mc_error(MC_ERR_UNSUPPORTED, "--use-distributed-optimizer with %d data-parallel "
                         "ranks needs a build with MPI", o->dp);
     }
-#endif
     struct mc_pgb_config pc = {o->dp, true, bucket_size, pad_buckets_for_high_nccl_busbw};
     o->pgb = pc;
     if ((st = mc_distopt_map_init(s, &pc, &o->map)) ||
@@ -185,14 +169,12 @@ void mc_distopt_free(mc_distopt *o)
 {
     if (!o)
         return;
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; o->grad_pending && o->param_pending && b < o->map.n_buckets; b++) {
         if (o->grad_pending[b])
-            MPI_Wait(grad_req(o, b), MPI_STATUS_IGNORE); /* MPI still writes into the buffer */
+            mc_comm_drain(grad_req(o, b)); /* MPI still writes into the buffer */
         if (o->param_pending[b])
-            MPI_Wait(param_req(o, b), MPI_STATUS_IGNORE);
+            mc_comm_drain(param_req(o, b));
     }
-#endif
     mc_pgb_map_free(&o->map);
     mc_free(o->buffer);
     mc_free(o->main_grad);
@@ -281,26 +263,19 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
         memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
         return MC_OK;
     }
-#if defined(MC_HAVE_MPI)
-    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
-                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
     /* blocking = non-blocking + wait: MPI implements the two with different algorithms
      * (OpenMPI: coll/libnbc vs coll/tuned), whose sums of more than two ranks associate
      * differently; one algorithm keeps --overlap-grad-reduce bit-identical to the
      * blocking path */
-    int rc = MPI_Ireduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
-                                       (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm,
-                                       grad_req(o, b));
-    if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_requests(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
-                                   "distributed-optimizer grad reduce-scatter");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
-                        "%lld failed (MPI error %d)", (long long)b, rc);
+    st = mc_comm_ireduce_scatter(o->dp_comm, o->main_grad + o->shard_off[b],
+                                 o->buffer + bk->start, per, MC_DTYPE_F32,
+                                 "distributed-optimizer grad reduce-scatter", grad_req(o, b));
+    if (!st && !async)
+        st = mc_comm_wait(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
+                          "distributed-optimizer grad reduce-scatter");
+    if (st)
+        return st;
     o->grad_pending[b] = async;
-#else
-    (void)async;
-#endif
     return MC_OK;
 }
 
@@ -308,18 +283,15 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
  * uses main_grad as it is. */
 mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
 {
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; b < o->map.n_buckets; b++) {
         if (!o->grad_pending[b])
             continue;
         o->grad_pending[b] = false;
-        int rc = mc_comm_wait_requests(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
-                                   "distributed-optimizer grad reduce-scatter");
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
-                            "%lld failed (MPI error %d)", (long long)b, rc);
+        mc_status st = mc_comm_wait(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
+                                    "distributed-optimizer grad reduce-scatter");
+        if (st)
+            return st;
     }
-#endif
     o->grads_reduced = true;
     return MC_OK;
 }
@@ -327,17 +299,12 @@ mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
 /* MPI progresses non-blocking collectives only inside MPI calls: a test between layers. */
 void mc_distopt_progress(mc_distopt *o)
 {
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; b < o->map.n_buckets; b++) {
-        int done = 0;
         if (o->grad_pending[b])
-            MPI_Test(grad_req(o, b), &done, MPI_STATUS_IGNORE);
+            mc_comm_test(grad_req(o, b));
         if (o->param_pending[b])
-            MPI_Test(param_req(o, b), &done, MPI_STATUS_IGNORE);
+            mc_comm_test(param_req(o, b));
     }
-#else
-    (void)o;
-#endif
 }
 
 void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on) { o->overlap_param_gather = on; }
@@ -346,23 +313,18 @@ void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on) { o->overlap_pa
  * buffer; blocking (then copied into the model) or non-blocking (copied when waited for). */
 static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
 {
-#if defined(MC_HAVE_MPI)
     const struct mc_pgb_bucket *bk = &o->map.bucket[b];
-    int per = (int)((bk->end - bk->start) / o->dp);
-    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
-                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
-                            MPI_FLOAT, *(MPI_Comm *)o->dp_comm, param_req(o, b));
-    if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_requests(1, param_req(o, b), o->dp_comm, "all-gather",
-                                   "distributed-optimizer param all-gather");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
-                        "%lld failed (MPI error %d)", (long long)b, rc);
+    int64_t per = (bk->end - bk->start) / o->dp;
+    mc_status st = mc_comm_iall_gather_in_place(o->dp_comm, o->buffer + bk->start, per,
+                                                MC_DTYPE_F32,
+                                                "distributed-optimizer param all-gather",
+                                                param_req(o, b));
+    if (!st && !async)
+        st = mc_comm_wait(1, param_req(o, b), o->dp_comm, "all-gather",
+                          "distributed-optimizer param all-gather");
+    if (st)
+        return st;
     o->param_pending[b] = async;
-#else
-    (void)async;
-#endif
     if (!async)
         bucket_from_buffer(o, b, o->set->param_block);
     return MC_OK;
@@ -373,13 +335,10 @@ static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
     if (!o->param_pending[b])
         return MC_OK;
     o->param_pending[b] = false;
-#if defined(MC_HAVE_MPI)
-    int rc = mc_comm_wait_requests(1, param_req(o, b), o->dp_comm, "all-gather",
-                                   "distributed-optimizer param all-gather");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
-                        "%lld failed (MPI error %d)", (long long)b, rc);
-#endif
+    mc_status st = mc_comm_wait(1, param_req(o, b), o->dp_comm, "all-gather",
+                                "distributed-optimizer param all-gather");
+    if (st)
+        return st;
     bucket_from_buffer(o, b, o->set->param_block);
     return MC_OK;
 }
@@ -442,7 +401,7 @@ static mc_status grad_stats(mc_distopt *const *os, int n, float *norm, int64_t *
         local_grad_stats(os[c], &sq, &z);
     void *world = os[0]->world_comm;
     float stats[2] = {(float)sq, (float)z}; /* Megatron reduces both as float tensors */
-    mc_status st = mc_comm_all_reduce(world, stats, 2, MC_COMM_FLOAT, MC_COMM_SUM,
+    mc_status st = mc_comm_all_reduce(world, stats, 2, MC_DTYPE_F32, MC_COMM_SUM,
                                       "distributed optimizer grad-norm all-reduce");
     *norm = sqrtf(stats[0]);
     *zeros = world ? (int64_t)stats[1] : z;

@@ -20,7 +20,7 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
     if (t->o.dopt) /* after the reduce-scatter: this rank's shard (same range on both stages) */
         mc_distopt_param_main_grad(t->o.dopts[c], mc_gpt_param_index(t->m.chunks[c], v.name), &g,
                                    &n);
-    return mc_comm_all_reduce(t->pp.embedding_group, g, n, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(t->pp.embedding_group, g, n, MC_DTYPE_F32, MC_COMM_SUM,
                               "embedding-group word-embedding grad all-reduce");
 }
 
@@ -53,7 +53,7 @@ static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_disto
             off += n;
         }
         mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->par.ps.group[MC_PS_TP].comm, tmp, total,
-                                                         MC_COMM_FLOAT, MC_COMM_SUM,
+                                                         MC_DTYPE_F32, MC_COMM_SUM,
                                                          "sequence-parallel grad all-reduce");
         if (st) {
             mc_free(tmp);

@@ -41,7 +41,7 @@ static mc_status add_loss_report(const struct trainer *t, double num, double den
                                  float *denom)
 {
     float rep[2] = {(float)num, (float)den};
-    mc_status st = mc_comm_all_reduce(t->par.ps.group[MC_PS_DP].comm, rep, 2, MC_COMM_FLOAT,
+    mc_status st = mc_comm_all_reduce(t->par.ps.group[MC_PS_DP].comm, rep, 2, MC_DTYPE_F32,
                                       MC_COMM_SUM, "data-parallel loss all-reduce");
     *numer += rep[0];
     *denom += rep[1];

@@ -225,7 +225,7 @@ static mc_status pp_setup(struct trainer *t)
     struct mc_param_view v = mc_train_tied_embedding(t);
     if (mc_ps_is_pipeline_last_stage(&t->par.ps))
         memset(v.data, 0, sizeof(float) * (size_t)v.numel);
-    return mc_comm_all_reduce(t->pp.embedding_group, v.data, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(t->pp.embedding_group, v.data, v.numel, MC_DTYPE_F32, MC_COMM_SUM,
                               "embedding-group word-embedding weight all-reduce");
 }
 

@@ -59,7 +59,7 @@ static mc_status tb_write_timers(struct trainer *t, int64_t iteration, double no
                 tm = &t->log.timers.t[j];
         s[k] = (float)mc_timer_elapsed(tm, true);
     }
-    mc_status st = mc_comm_all_reduce(mc_train_world_comm, s, n, MC_COMM_FLOAT, MC_COMM_MAX,
+    mc_status st = mc_comm_all_reduce(mc_train_world_comm, s, n, MC_DTYPE_F32, MC_COMM_MAX,
                                       "timers max-reduce");
     for (int k = 0; k < n && !st && t->log.tb; k++) {
         if (!(s[k] > 0.0f))

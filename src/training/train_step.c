@@ -39,7 +39,7 @@ static mc_status pp_share_loss(const struct trainer *t, float *numer, float *den
     float v[2] = {*numer, *denom};
     if (!mc_ps_is_pipeline_last_stage(&t->par.ps))
         v[0] = v[1] = 0;
-    mc_status st = mc_comm_all_reduce(t->par.ps.group[MC_PS_PP].comm, v, 2, MC_COMM_FLOAT,
+    mc_status st = mc_comm_all_reduce(t->par.ps.group[MC_PS_PP].comm, v, 2, MC_DTYPE_F32,
                                       MC_COMM_SUM, "pipeline loss broadcast");
     *numer = v[0];
     *denom = v[1];

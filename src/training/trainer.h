@@ -89,7 +89,7 @@ struct trainer_parallel {
 struct trainer_pipeline {
     struct mc_pp_schedule pipe;     /* no pipelining and 1F1B */
     struct mc_pp_interleaved vpipe; /* vp > 1: the interleaved schedule's */
-    void *embedding_group;          /* pp > 1, tied embeddings, first/last stage: MPI_Comm * */
+    void *embedding_group;          /* pp > 1, tied embeddings, first/last stage: comm.c handle */
 };
 
 /* training_log's accumulators, Megatron's Timers and the TensorBoard writer. */

@@ -29,7 +29,7 @@ static mc_status ckpt_barrier(void *ctx)
 {
     (void)ctx;
     int64_t x = 0;
-    return mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX,
+    return mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_DTYPE_I64, MC_COMM_MAX,
                               "checkpoint barrier");
 }
 
@@ -38,7 +38,7 @@ static mc_status ckpt_all_ok(void *ctx, bool *ok)
 {
     (void)ctx;
     int64_t failed = !*ok;
-    mc_status st = mc_comm_all_reduce(mc_train_world_comm, &failed, 1, MC_COMM_INT64, MC_COMM_MAX,
+    mc_status st = mc_comm_all_reduce(mc_train_world_comm, &failed, 1, MC_DTYPE_I64, MC_COMM_MAX,
                                       "checkpoint outcome");
     *ok = !failed;
     return st;

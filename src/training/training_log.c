@@ -19,7 +19,7 @@ static mc_status gather_timers(void *ctx, const float *local, int n, float *all,
     memset(all, 0, sizeof(float) * (size_t)n * (size_t)w);
     memcpy(all + (size_t)r * (size_t)n, local, sizeof(float) * (size_t)n);
     *world = w;
-    return mc_comm_all_reduce(mc_train_world_comm, all, (int64_t)n * w, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(mc_train_world_comm, all, (int64_t)n * w, MC_DTYPE_F32, MC_COMM_SUM,
                               "timers all-gather");
 }
 

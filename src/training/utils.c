@@ -75,7 +75,7 @@ mc_status mc_train_params_norm(const struct trainer *t, double *norm)
                 ss += (double)p.data[k] * p.data[k];
         }
     }
-    st = mc_comm_all_reduce(t->par.ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE, MC_COMM_SUM,
+    st = mc_comm_all_reduce(t->par.ps.group[MC_PS_MP].comm, &ss, 1, MC_DTYPE_F64, MC_COMM_SUM,
                             "params-norm all-reduce");
     *norm = sqrt(ss);
     return st;
@@ -109,7 +109,7 @@ mc_status mc_train_check_weight_hashes(struct trainer *t, int64_t iteration)
 bool mc_train_on_any_rank(bool v)
 {
     int64_t x = v;
-    if (mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX,
+    if (mc_comm_all_reduce(mc_train_world_comm, &x, 1, MC_DTYPE_I64, MC_COMM_MAX,
                            "exit-flag all-reduce"))
         return true;
     return x != 0;

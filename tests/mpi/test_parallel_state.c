@@ -89,7 +89,7 @@ static void check_groups(int tp, int pp, int cp, const char *order, MPI_Comm *wo
         int64_t sum = me, want = 0;
         for (int i = 0; i < g->size; i++)
             want += g->ranks[i];
-        CHECK(mc_comm_all_reduce(g->comm, &sum, 1, MC_COMM_INT64, MC_COMM_SUM, "test") == MC_OK);
+        CHECK(mc_comm_all_reduce(g->comm, &sum, 1, MC_DTYPE_I64, MC_COMM_SUM, "test") == MC_OK);
         CHECK(sum == want);
     }
     if (!order) { /* default order: rank = tp_rank + tp*(cp_rank + cp*(dp_rank + dp*pp_rank)) */

@@ -30,10 +30,8 @@
 #include "models/gpt/gpt_model.h"
 
 #include "core/rng.h"
+#include "parallel_state/parallel_state.h"
 
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -579,10 +577,14 @@ const float *mc_gpt_logits(const mc_gpt_model *m) { return m->slots[m->cur].logi
 
 mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
 {
-#if defined(MC_HAVE_MPI)
+    if (!mc_comm_available())
+        return mc_error(MC_ERR_UNSUPPORTED,
+                        "pipeline parallelism needs an MPI build of megatron.c");
     if (mpi_comm) {
-        int size = 0;
-        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
+        int size = 0, rank = 0;
+        mc_status st = mc_comm_size_rank(mpi_comm, &size, &rank);
+        if (st)
+            return st;
         int want = m->cfg.tensor_model_parallel_size * m->cfg.pipeline_model_parallel_size;
         if (size != want)
             return mc_error(MC_ERR_CONFIG, "model-parallel communicator has size %d; expected "
@@ -591,11 +593,6 @@ mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
     }
     m->pset.mp_comm = mpi_comm;
     return MC_OK;
-#else
-    (void)m;
-    (void)mpi_comm;
-    return mc_error(MC_ERR_UNSUPPORTED, "pipeline parallelism needs an MPI build of megatron.c");
-#endif
 }
 
 const float *mc_gpt_stage_output(const mc_gpt_model *m)
@@ -610,11 +607,14 @@ const float *mc_gpt_stage_input_grad(const mc_gpt_model *m)
 
 mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 {
-#if defined(MC_HAVE_MPI)
+    if (!mc_comm_available())
+        return mc_error(MC_ERR_UNSUPPORTED,
+                        "tensor parallelism needs an MPI build of megatron.c");
     if (mpi_comm) {
         int size = 0, rank = 0;
-        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
-        MPI_Comm_rank(*(MPI_Comm *)mpi_comm, &rank);
+        mc_status st = mc_comm_size_rank(mpi_comm, &size, &rank);
+        if (st)
+            return st;
         if (size != m->tp.size || rank != m->tp.rank)
             return mc_error(MC_ERR_CONFIG, "tensor-parallel communicator has size %d, rank %d; "
                             "the model was built for --tensor-model-parallel-size %d, rank %d",
@@ -623,11 +623,6 @@ mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
     m->tp.comm = mpi_comm;
     m->pset.tp_comm = mpi_comm;
     return MC_OK;
-#else
-    (void)m;
-    (void)mpi_comm;
-    return mc_error(MC_ERR_UNSUPPORTED, "tensor parallelism needs an MPI build of megatron.c");
-#endif
 }
 
 size_t mc_gpt_activation_bytes(const mc_gpt_model *m) { return m->act_bytes; }
