@@ -20,29 +20,32 @@
 # calls a training function and expects the link to fail with an undefined reference, and one in
 # which training calls core and expects it to link.
 
-# mc_layer(<name> DIRS <dir under src/>... [DEPS <layer>...]): DEPS are the layers <name> may
-# call directly; what they may call comes with them (target_link_libraries PUBLIC).
+# mc_layer(<name> DIRS <dir under src/>... [HEADERS <public header>...] [DEPS <layer>...]):
+# DEPS are the layers <name> may call directly; what they may call comes with them
+# (target_link_libraries PUBLIC). HEADERS: the headers of include/ that declare the layer's API
+# (for the include check, tests/layers/test_layer_includes.py).
 set(MC_LAYERS "")
 function(mc_layer name)
-  cmake_parse_arguments(L "" "" "DIRS;DEPS" ${ARGN})
+  cmake_parse_arguments(L "" "" "DIRS;HEADERS;DEPS" ${ARGN})
   set(MC_LAYERS ${MC_LAYERS} ${name} PARENT_SCOPE)
   set(MC_LAYER_DIRS_${name} ${L_DIRS} PARENT_SCOPE)
+  set(MC_LAYER_HEADERS_${name} ${L_HEADERS} PARENT_SCOPE)
   set(MC_LAYER_DEPS_${name} ${L_DEPS} PARENT_SCOPE)
 endfunction()
 
-mc_layer(core              DIRS core)
+mc_layer(core              DIRS core              HEADERS megatron.h)
 mc_layer(backend           DIRS backend           DEPS core)
 mc_layer(parallel_state    DIRS parallel_state    DEPS core)
-mc_layer(debug             DIRS debug             DEPS core)
+mc_layer(debug             DIRS debug             HEADERS megatron/dump.h DEPS core)
 mc_layer(tensor_parallel   DIRS tensor_parallel   DEPS backend parallel_state core)
 mc_layer(transformer       DIRS transformer       DEPS tensor_parallel backend parallel_state debug core)
-mc_layer(models            DIRS models            DEPS transformer tensor_parallel backend parallel_state debug core)
+mc_layer(models            DIRS models            HEADERS megatron/gpt.h DEPS transformer tensor_parallel backend parallel_state debug core)
 mc_layer(pipeline_parallel DIRS pipeline_parallel DEPS backend parallel_state debug core)
-mc_layer(optimizer         DIRS optimizer distributed DEPS tensor_parallel backend parallel_state debug core)
-mc_layer(datasets          DIRS datasets          DEPS core)
-mc_layer(tokenizer         DIRS tokenizer         DEPS core)
+mc_layer(optimizer         DIRS optimizer distributed HEADERS megatron/optimizer.h DEPS tensor_parallel backend parallel_state debug core)
+mc_layer(datasets          DIRS datasets          HEADERS megatron/gpt_dataset.h megatron/indexed_dataset.h DEPS core)
+mc_layer(tokenizer         DIRS tokenizer         HEADERS megatron/tokenizer.h DEPS core)
 # formats only (torch zip/pickle, torch_dist, safetensors, state dict names): no arguments
-mc_layer(checkpointing     DIRS checkpointing     DEPS models optimizer transformer tensor_parallel backend parallel_state debug core)
+mc_layer(checkpointing     DIRS checkpointing     HEADERS megatron/checkpoint.h DEPS models optimizer transformer tensor_parallel backend parallel_state debug core)
 # arguments, the loop, the argument-aware checkpoint policy (training/checkpointing.c)
 mc_layer(training          DIRS training          DEPS checkpointing models optimizer pipeline_parallel datasets tokenizer transformer tensor_parallel backend parallel_state debug core)
 # the libraries of the programs in tools/ (the checkpoint converter: src/tools/checkpoint/)
@@ -62,6 +65,31 @@ foreach(arrow ${MC_LAYER_TEMPORARY})
   list(APPEND MC_LAYER_DEPS_${from} ${to})
   message(STATUS "megatron.c layers: TEMPORARILY ALLOWED upward arrow ${from} -> ${to}")
 endforeach()
+
+# The table for the include check (tests/layers/test_layer_includes.py): header-only arrows
+# (a struct from a higher layer, as checkpointing once took struct mc_args) do not show at link
+# time, so the test reads every #include against the same DEPS.
+set(json "{")
+set(sep "")
+foreach(layer ${MC_LAYERS})
+  set(fields "")
+  foreach(k DIRS HEADERS DEPS)
+    set(items "")
+    set(isep "")
+    foreach(x ${MC_LAYER_${k}_${layer}})
+      string(APPEND items "${isep}\"${x}\"")
+      set(isep ", ")
+    endforeach()
+    string(TOLOWER ${k} key)
+    string(APPEND fields "\"${key}\": [${items}], ")
+  endforeach()
+  string(REGEX REPLACE ", $" "" fields "${fields}")
+  string(APPEND json "${sep}\n  \"${layer}\": {${fields}}")
+  set(sep ",")
+endforeach()
+string(APPEND json "\n}\n")
+file(WRITE ${CMAKE_BINARY_DIR}/layers/layers.json.tmp "${json}")
+configure_file(${CMAKE_BINARY_DIR}/layers/layers.json.tmp ${CMAKE_BINARY_DIR}/layers/layers.json COPYONLY)
 
 # Compile settings every layer's objects share (those libmegatron's objects always had).
 add_library(mc_layer_settings INTERFACE)
