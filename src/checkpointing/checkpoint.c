@@ -1,10 +1,12 @@
 /* save_checkpoint / load_checkpoint of megatron/training/checkpointing.py (Megatron-LM
- * core_v0.12.1) for `--ckpt-format torch` and one process (tensor and pipeline rank 0 of 1):
- * the directory layout, the tracker file, and the state dict Megatron builds in
- * generate_state_dict: args, checkpoint_version, iteration, model, optimizer (the fp32
- * optimizer's torch state_dict: spec megatron-model-parallel-ckpt.md 7.2), opt_param_scheduler,
- * rerun_state_machine, num_floating_point_operations_so_far. Writes are atomic: every file
- * goes through a temporary name, is fsync'ed and renamed; the tracker file is written last. */
+ * core_v0.12.1) for `--ckpt-format torch`, the format half: the directory layout, the tracker
+ * file, and the state dict Megatron builds in generate_state_dict: args, checkpoint_version,
+ * iteration, model, optimizer (the fp32 optimizer's torch state_dict: spec
+ * megatron-model-parallel-ckpt.md 7.2), opt_param_scheduler, rerun_state_machine,
+ * num_floating_point_operations_so_far. Driven by a plain struct mc_ckpt_options: what the
+ * arguments ask for, the args Namespace and check_checkpoint_args are the training layer's
+ * (src/training/checkpointing.c). Writes are atomic: every file goes through a temporary name,
+ * is fsync'ed and renamed; the tracker file is written last. */
 #include "megatron/checkpoint.h"
 
 #include <errno.h>
