@@ -39,17 +39,21 @@ struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v)
 void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_options *o)
 {
     memset(o, 0, sizeof(*o));
-    o->dir = mc_args_str(a, saving ? MC_A_save : MC_A_load);
-    o->legacy_names = mc_args_bool(a, MC_A_use_legacy_models);
-    o->local_names = !strcmp(mc_args_str(a, MC_A_transformer_impl), "local");
-    o->save_optim = !mc_args_bool(a, MC_A_no_save_optim);
-    o->adam = !strcmp(mc_args_str(a, MC_A_optimizer), "adam");
-    o->adam_beta1 = mc_args_float(a, MC_A_adam_beta1);
-    o->adam_beta2 = mc_args_float(a, MC_A_adam_beta2);
-    o->adam_eps = mc_args_float(a, MC_A_adam_eps);
-    o->sgd_momentum = mc_args_float(a, MC_A_sgd_momentum);
-    o->max_lr = mc_args_float(a, MC_A_lr);
-    o->min_lr = mc_args_float(a, MC_A_min_lr);
+    if (saving) { /* only what saving reads: a load need not have --lr etc. set */
+        o->dir = mc_args_str(a, MC_A_save);
+        o->legacy_names = mc_args_bool(a, MC_A_use_legacy_models);
+        o->local_names = !strcmp(mc_args_str(a, MC_A_transformer_impl), "local");
+        o->save_optim = !mc_args_bool(a, MC_A_no_save_optim);
+        o->adam = !strcmp(mc_args_str(a, MC_A_optimizer), "adam");
+        o->adam_beta1 = mc_args_float(a, MC_A_adam_beta1);
+        o->adam_beta2 = mc_args_float(a, MC_A_adam_beta2);
+        o->adam_eps = mc_args_float(a, MC_A_adam_eps);
+        o->sgd_momentum = mc_args_float(a, MC_A_sgd_momentum);
+        o->max_lr = mc_args_float(a, MC_A_lr);
+        o->min_lr = mc_args_float(a, MC_A_min_lr);
+        return;
+    }
+    o->dir = mc_args_str(a, MC_A_load);
     o->finetune = mc_args_bool(a, MC_A_finetune);
     o->load_optim = !mc_args_bool(a, MC_A_no_load_optim);
     o->exit_on_missing = mc_args_bool(a, MC_A_exit_on_missing_checkpoint);

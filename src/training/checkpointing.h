@@ -10,7 +10,8 @@
 #include "megatron/checkpoint.h"
 #include "training/args.h"
 
-/* The format's options from the arguments: dir is --save when saving, else --load. */
+/* The format's options from the arguments: those of saving (dir = --save) or of loading
+ * (dir = --load); only the ones that path reads are read (loading needs no --lr). */
 void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_options *o);
 
 /* save_checkpoint: s->opts from the arguments (with the args Namespace saved from `a`, with
