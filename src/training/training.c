@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "megatron/checkpoint.h"
+#include "training/checkpointing.h"
 #include "training/flops.h"
 #include "training/schedule_args.h"
 #include "training/trainer.h"
@@ -69,11 +70,10 @@ static mc_status load_checkpoint(struct trainer *t)
 {
     if (mc_args_is_none(t->a, MC_A_load))
         return MC_OK;
-    struct mc_ckpt_state s = {.args = t->a, .model = t->m.model, .opt = t->o.opt,
-                              .sched = &t->o.sched};
+    struct mc_ckpt_state s = {.model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched};
     ckpt_layout(t, &s);
     bool loaded;
-    mc_status st = mc_ckpt_load(&s, mc_train_out_first, &loaded);
+    mc_status st = mc_train_ckpt_load(t->a, &s, mc_train_out_first, &loaded);
     if (st || !loaded)
         return st;
     t->p.start_iteration = s.iteration;
@@ -109,8 +109,8 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
         return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->d.consumed_train);
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->d.consumed_valid);
-    struct mc_ckpt_state s = {.args = t->a, .model = t->m.model, .opt = t->o.opt,
-                              .sched = &t->o.sched, .iteration = iteration,
+    struct mc_ckpt_state s = {.model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched,
+                              .iteration = iteration,
                               .num_floating_point_operations_so_far = t->p.flops_so_far,
                               .args_iteration = t->p.start_iteration,
                               .args_flops = t->p.start_flops,
@@ -121,7 +121,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
                               .do_test = mc_train_data_has(t->d.data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
     ckpt_layout(t, &s);
-    st = mc_ckpt_save(&s, mc_train_out_first);
+    st = mc_train_ckpt_save(t->a, &s, mc_train_out_first);
     if (st)
         return st;
     mc_timer_stop(tm);
