@@ -33,7 +33,7 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
 
 void mc_ddp_scale_grads(mc_gpt_model *m, float scale)
 {
-    m->be->scale(m->grad_block, scale, m->n_elements);
+    m->be->ops->scale(m->be, MC_DTYPE_F32, m->grad_block, scale, m->n_elements);
 }
 
 mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_state *ps,
@@ -131,7 +131,7 @@ static mc_status check_bucket(const mc_ddp *d, int64_t b)
 {
     int64_t off, n;
     bucket_range(d, b, &off, &n);
-    double ss = d->m->be->sumsq(d->m->grad_block + off, n);
+    double ss = d->m->be->ops->sumsq(d->m->be, MC_DTYPE_F32, d->m->grad_block + off, n);
     if (isfinite(ss))
         return MC_OK;
     return mc_error(MC_ERR_INTERNAL, "found %s in local grad norm for bucket #%lld in backward "
@@ -158,7 +158,7 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
     bucket_range(d, b, &off, &n);
     float *g = d->m->grad_block + off;
     if (d->cfg.grad_scale != 1.0f)
-        d->m->be->scale(g, d->cfg.grad_scale, n);
+        d->m->be->ops->scale(d->m->be, MC_DTYPE_F32, g, d->cfg.grad_scale, n);
 #if defined(MC_HAVE_MPI)
     /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
      * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two

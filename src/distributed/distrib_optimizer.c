@@ -295,7 +295,8 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
     int64_t per = (bk->end - bk->start) / o->dp;
     bucket_to_buffer(o, b, o->model->grad_block);
     if (scale != 1.0f)
-        o->model->be->scale(o->buffer + bk->start, scale, bk->end - bk->start);
+        o->model->be->ops->scale(o->model->be, MC_DTYPE_F32, o->buffer + bk->start, scale,
+                                 bk->end - bk->start);
     if (o->dp == 1) {
         memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
         return MC_OK;
@@ -453,8 +454,8 @@ static void local_grad_stats(const mc_distopt *o, double *sq, int64_t *z)
         int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
         if (n == 0 || !counted(m, &m->params[i].view))
             continue;
-        *sq += m->be->sumsq(o->main_grad + at_s, n);
-        *z += m->be->count_zeros(o->main_grad + at_s, n);
+        *sq += m->be->ops->sumsq(m->be, MC_DTYPE_F32, o->main_grad + at_s, n);
+        *z += m->be->ops->count_zeros(m->be, MC_DTYPE_F32, o->main_grad + at_s, n);
     }
 }
 
@@ -485,10 +486,12 @@ static void update(mc_distopt *o, float lr, float weight_decay)
         float wd = m->params[i].view.no_weight_decay ? 0.0f : weight_decay;
         float *p = m->param_block + at_m, *g = o->main_grad + at_s;
         if (c->optimizer == MC_OPT_ADAM)
-            m->be->adamw(p, o->state + at_s, o->state + o->shard_numel + at_s, g, n, lr,
-                         c->adam_beta1, c->adam_beta2, c->adam_eps, wd, o->step);
+            m->be->ops->adamw(m->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s,
+                              o->state + o->shard_numel + at_s, g, n, lr, c->adam_beta1,
+                              c->adam_beta2, c->adam_eps, wd, o->step);
         else
-            m->be->sgd(p, o->state + at_s, g, n, lr, c->sgd_momentum, wd, o->step == 1);
+            m->be->ops->sgd(m->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s, g, n, lr,
+                            c->sgd_momentum, wd, o->step == 1);
     }
 }
 
@@ -500,7 +503,8 @@ static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
         st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
     o->grads_reduced = false;
     if (!st && post_scale != 1.0f)
-        o->model->be->scale(o->main_grad, post_scale, o->shard_numel);
+        o->model->be->ops->scale(o->model->be, MC_DTYPE_F32, o->main_grad, post_scale,
+                                 o->shard_numel);
     return st;
 }
 
@@ -509,7 +513,7 @@ static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight
 {
     struct mc_gpt_model *m = o->model;
     if (coeff < 1.0f)
-        m->be->scale(o->main_grad, coeff, o->shard_numel);
+        m->be->ops->scale(m->be, MC_DTYPE_F32, o->main_grad, coeff, o->shard_numel);
     update(o, lr, weight_decay);
     /* with overlap the whole buffer gets the params before the first all-gather starts */
     if (o->overlap_param_gather && o->dp > 1)

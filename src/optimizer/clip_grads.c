@@ -38,7 +38,7 @@ mc_status mc_opt_grad_norm(struct mc_gpt_model *const *models, int n, float *nor
         for (int64_t i = 0; i < m->n_params; i++) {
             const struct mc_param_view *v = &m->params[i].view;
             if (counted(m, v))
-                sq += m->be->sumsq(v->grad, v->numel);
+                sq += m->be->ops->sumsq(m->be, MC_DTYPE_F32, v->grad, v->numel);
         }
     }
     float total = (float)sq;
@@ -57,7 +57,7 @@ mc_status mc_opt_count_zeros(struct mc_gpt_model *const *models, int n, int64_t 
         for (int64_t i = 0; i < m->n_params; i++) {
             const struct mc_param_view *v = &m->params[i].view;
             if (counted(m, v))
-                z += m->be->count_zeros(v->grad, v->numel);
+                z += m->be->ops->count_zeros(m->be, MC_DTYPE_F32, v->grad, v->numel);
         }
     }
     float total = (float)z; /* Megatron reduces the count as a float tensor too */
@@ -78,5 +78,6 @@ void mc_opt_clip_grads(struct mc_gpt_model *const *models, int n, float clip_gra
     if (!(coeff < 1.0f))
         return;
     for (int c = 0; c < n; c++)
-        models[c]->be->scale(models[c]->grad_block, coeff, models[c]->n_elements);
+        models[c]->be->ops->scale(models[c]->be, MC_DTYPE_F32, models[c]->grad_block, coeff,
+                                  models[c]->n_elements);
 }
