@@ -16,6 +16,7 @@
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
+#include "backend/backend.h"
 #include "distributed/ddp.h"
 #include "distributed/distrib_optimizer.h"
 #include "models/gpt/gpt_model.h"
@@ -43,6 +44,7 @@ struct trainer {
     double t0;
     mc_tokenizer *tok;
     int64_t padded_vocab;
+    struct mc_backend *be;        /* the backend every model chunk runs on (created once) */
     mc_gpt_model *model;          /* chunks[0] */
     mc_gpt_model *chunks[MC_MAX_VP]; /* interleaved pipelining: vp model chunks, else model */
     int vp;                       /* model chunks on this rank (1 without interleaving) */
@@ -559,10 +561,12 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     t->vp = vpp ? (int)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) : 1;
     c.virtual_pipeline_model_parallel_size = vpp ? t->vp : 0;
     int64_t n_params = 0;
+    if (!st)
+        st = mc_backend_create(NULL, &t->be);
     /* get_model: one model per chunk, built with the virtual rank set to the chunk */
     for (int v = 0; v < t->vp && !st; v++) {
         c.virtual_pipeline_model_parallel_rank = v;
-        if ((st = mc_gpt_model_init(&c, &t->chunks[v])))
+        if ((st = mc_gpt_model_init_backend(&c, t->be, &t->chunks[v])))
             break;
         if (mc_ps_size(&t->ps, MC_PS_TP) > 1)
             st = mc_gpt_set_tp_comm(t->chunks[v], t->ps.group[MC_PS_TP].comm);
@@ -620,11 +624,8 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     if ((st = mc_gpt_forward(t->model, &gb, backward, t->loss)))
         return st;
     int64_t n = mb->b * mb->s;
-    double s = 0, d = 0;
-    for (int64_t i = 0; i < n; i++) {
-        s += (double)t->loss[i] * mb->loss_mask[i];
-        d += mb->loss_mask[i];
-    }
+    double s, d;
+    t->be->ops->masked_loss(t->be, MC_DTYPE_F32, &s, &d, t->loss, mb->loss_mask, n);
     *num = s;
     *den = d;
     if ((st = check_loss(t, s)))
@@ -635,8 +636,7 @@ static mc_status micro_step(struct trainer *t, int split, int64_t first, int64_t
     }
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     float scale = per_token ? 1.0f : (float)(1.0 / d / (double)num_micro);
-    for (int64_t i = 0; i < n; i++)
-        t->dloss[i] = mb->loss_mask[i] * scale;
+    t->be->ops->masked_loss_bwd(t->be, t->dloss, mb->loss_mask, scale, n);
     mc_timer_stop(fwd);
     struct mc_timer *bwd = timer(t, "backward-compute", 2);
     mc_timer_start(bwd);
@@ -964,13 +964,7 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const f
 static void pp_masked_loss(const struct trainer *t, double *num, double *den)
 {
     const struct mc_micro_batch *mb = &t->batch;
-    double s = 0, d = 0;
-    for (int64_t i = 0; i < mb->b * mb->s; i++) {
-        s += (double)t->loss[i] * mb->loss_mask[i];
-        d += mb->loss_mask[i];
-    }
-    *num = s;
-    *den = d;
+    t->be->ops->masked_loss(t->be, MC_DTYPE_F32, num, den, t->loss, mb->loss_mask, mb->b * mb->s);
 }
 
 static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *input,
@@ -1012,8 +1006,8 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float 
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
         float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
-        for (int64_t i = 0; i < t->batch.b * t->batch.s; i++)
-            t->dloss[i] = t->batch.loss_mask[i] * scale;
+        t->be->ops->masked_loss_bwd(t->be, t->dloss, t->batch.loss_mask, scale,
+                                    t->batch.b * t->batch.s);
         st = mc_gpt_backward(m, t->dloss);
     } else {
         st = mc_gpt_backward_stage(m, output_grad);
@@ -1654,6 +1648,7 @@ static void teardown(struct trainer *t)
         mc_distopt_free(t->dopts[v]);
     for (int v = 0; v < t->vp; v++)
         mc_gpt_model_free(t->chunks[v]);
+    mc_backend_free(t->be);
     mc_tok_free(t->tok);
 }
 
