@@ -58,9 +58,16 @@ MC_API size_t mc_alloc_live_bytes(void);       /* bytes currently held through m
 MC_API size_t mc_alloc_peak_bytes(void);
 
 /* ---- dtypes ------------------------------------------------------------------------------ */
-enum mc_dtype { MC_DTYPE_F32 = 0, MC_DTYPE_BF16, MC_DTYPE_F16, MC_DTYPE_I32, MC_DTYPE_I64,
-                MC_DTYPE_U8, MC_DTYPE_F64, MC_DTYPE_COUNT };
+/* The one element-type enum of the project. The numbers are stored in dump files
+ * (docs/formats/dump.md): new types are appended, never inserted. Each file format keeps its own
+ * spelling in a table keyed by this enum (safetensors "BF16", torch "BFloat16Storage"). */
+enum mc_dtype {
+    MC_DTYPE_F32 = 0, MC_DTYPE_BF16, MC_DTYPE_F16, MC_DTYPE_I32, MC_DTYPE_I64, MC_DTYPE_U8,
+    MC_DTYPE_F64, MC_DTYPE_I16, MC_DTYPE_I8, MC_DTYPE_BOOL, MC_DTYPE_COUNT
+};
+/* Bytes per element; 0 for a value outside the enum. */
 MC_API size_t mc_dtype_size(enum mc_dtype t);
+/* torch's name without "torch." ("float32", "bfloat16", "bool"); "invalid" outside the enum. */
 MC_API const char *mc_dtype_name(enum mc_dtype t);
 
 /* ---- log: rank-tagged lines on stderr --------------------------------------------------- */

@@ -144,7 +144,7 @@ static int parse(struct cli *c, int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--bf16") || !strcmp(a, "--fp16")) {
-            c->o.hf_params_dtype = a[2] == 'b' ? MC_PKT_BFLOAT16 : MC_PKT_HALF;
+            c->o.hf_params_dtype = a[2] == 'b' ? MC_DTYPE_BF16 : MC_DTYPE_F16;
             c->hf_only = a;
             continue;
         }

@@ -68,7 +68,7 @@ static double now(void)
 
 static struct mc_pk *tensor(mc_pk_doc *d, int i, const float *data)
 {
-    return mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, numel_of(i), data), 0, ndims[i],
+    return mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F32, numel_of(i), data), 0, ndims[i],
                         shapes[i], NULL);
 }
 
@@ -82,7 +82,7 @@ static struct mc_pk *state_dict(mc_pk_doc *d, float **bufs)
     for (int i = 0; i < np_; i++) {
         mc_pk_set(d, model, names[i], tensor(d, i, bufs[3 * i]));
         struct mc_pk *ps = mc_pk_new(d, MC_PK_DICT);
-        mc_pk_set(d, ps, "step", mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, 1, &step), 0, 0,
+        mc_pk_set(d, ps, "step", mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F32, 1, &step), 0, 0,
                                               NULL, NULL));
         mc_pk_set(d, ps, "exp_avg", tensor(d, i, bufs[3 * i + 1]));
         mc_pk_set(d, ps, "exp_avg_sq", tensor(d, i, bufs[3 * i + 2]));

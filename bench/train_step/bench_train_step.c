@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     struct mc_optimizer_config ocfg;
     mc_opt_config_default(&ocfg);
     mc_optimizer *opt = NULL;
-    if ((st = mc_opt_init(&ocfg, m, &opt)) != MC_OK)
+    if ((st = mc_opt_init(&ocfg, mc_gpt_param_set(m), &opt)) != MC_OK)
         return die("optimizer init", st);
 
     int64_t *tokens = mc_alloc((size_t)n * sizeof(*tokens));

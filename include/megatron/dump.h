@@ -7,6 +7,7 @@
 #define MEGATRON_DUMP_H
 
 #include "megatron.h"
+#include "megatron/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,8 @@ MC_API int64_t mc_dump_count(const mc_dump *d);
 MC_API const struct mc_dump_tensor *mc_dump_get(const mc_dump *d, int64_t i);
 /* The named tensor, or NULL. */
 MC_API const struct mc_dump_tensor *mc_dump_find(const mc_dump *d, const char *name);
+/* The tensor as a host view (valid until mc_dump_free). */
+MC_API struct mc_tensor mc_dump_view(const struct mc_dump_tensor *t);
 /* A scalar (or one-element tensor) of any numeric dtype as double/int64: MC_ERR_FORMAT naming the
  * tensor when it is missing or has more than one element. */
 MC_API mc_status mc_dump_get_f64(const mc_dump *d, const char *name, double *out);

@@ -10,6 +10,7 @@
 #define MEGATRON_GPT_H
 
 #include "megatron.h"
+#include "megatron/param_set.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,25 +115,9 @@ MC_API mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg,
 MC_API void mc_gpt_model_free(mc_gpt_model *m);
 MC_API const struct mc_gpt_config *mc_gpt_model_config(const mc_gpt_model *m);
 
-/* One parameter as a named view into the model's single parameter block (and grad block).
- * Pointers are valid until mc_gpt_model_free. Order is Megatron's state_dict order. */
-struct mc_param_view {
-    const char *name;     /* "decoder.layers.0.self_attention.linear_qkv.weight" */
-    int ndim;
-    int64_t shape[2];     /* this rank's shard */
-    int64_t numel;
-    float *data;          /* [shape] */
-    float *grad;          /* [shape], accumulated by backward */
-    bool no_weight_decay; /* Megatron's rule: name ends in .bias or the tensor is 1-D */
-    bool tensor_parallel; /* sharded across tp (counted by every rank in the grad norm) */
-    int partition_dim;    /* -1 when not sharded */
-    bool shared;          /* the last stage's copy of tied word embeddings (pp > 1): initialized
-                             equal to the first stage's, its grad must be all-reduced with the
-                             embedding grad (Megatron's embedding group); not in the grad norm */
-    bool sequence_parallel; /* replicated across tp but its grad comes from this rank's
-                               sequence shard only (norm weights/biases, row-parallel biases
-                               under --sequence-parallel): summed over tp before the grad norm */
-};
+/* The parameters as named views (struct mc_param_view, megatron/param_set.h) into the model's
+ * single parameter block (and grad block). Pointers are valid until mc_gpt_model_free. Order
+ * is Megatron's state_dict order. */
 MC_API int64_t mc_gpt_num_params(const mc_gpt_model *m);
 MC_API struct mc_param_view mc_gpt_param(const mc_gpt_model *m, int64_t i);
 /* Index of the named parameter, or -1. */
@@ -140,6 +125,11 @@ MC_API int64_t mc_gpt_param_index(const mc_gpt_model *m, const char *name);
 /* Total elements in the parameter block (this rank): exactly the sum of the views' numel, which
  * are packed in state-dict order (the grad block has the same layout). */
 MC_API int64_t mc_gpt_num_elements(const mc_gpt_model *m);
+/* The model's parameter set (megatron/param_set.h): what the optimizer and data-parallel
+ * code step and synchronise. Owned by the model, valid until mc_gpt_model_free; its
+ * communicators follow mc_gpt_set_tp_comm / mc_gpt_set_mp_comm, and mc_ddp_init installs its
+ * hooks there. */
+MC_API struct mc_param_set *mc_gpt_param_set(mc_gpt_model *m);
 
 /* One micro-batch, batch-first as pretrain_gpt's get_batch returns it. */
 struct mc_gpt_batch {

@@ -4,7 +4,7 @@
 #ifndef MEGATRON_OPTIMIZER_H
 #define MEGATRON_OPTIMIZER_H
 
-#include "megatron/gpt.h"
+#include "megatron/param_set.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,15 +24,18 @@ MC_API void mc_opt_config_default(struct mc_optimizer_config *cfg);
 
 typedef struct mc_optimizer mc_optimizer;
 
-/* Allocates state for every parameter of m (Adam: exp_avg, exp_avg_sq; SGD: momentum buffer).
- * m must outlive the optimizer. */
-MC_API mc_status mc_opt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
-                             mc_optimizer **out);
-/* One optimizer over several model chunks (interleaved pipelining: the vp chunks of this
- * pipeline stage, in chunk order), as Megatron's optimizer holds the params of every chunk:
- * one grad norm, zero count and clipping over all of them. mc_opt_init is this with n = 1. */
+/* Allocates state for every parameter of a model's parameter set (megatron/param_set.h; for
+ * GPTModel mc_gpt_param_set) (Adam: exp_avg, exp_avg_sq; SGD: momentum buffer). The set, and
+ * so its model, must outlive the optimizer. */
+MC_API mc_status mc_opt_init(const struct mc_optimizer_config *cfg,
+                             const struct mc_param_set *set, mc_optimizer **out);
+/* One optimizer over the parameter sets of several model chunks (interleaved pipelining: the
+ * vp chunks of this pipeline stage, in chunk order), as Megatron's optimizer holds the params
+ * of every chunk: one grad norm, zero count and clipping over all of them. mc_opt_init is this
+ * with n = 1. The array itself may be freed after the call. */
 MC_API mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
-                                    mc_gpt_model *const *models, int n, mc_optimizer **out);
+                                    const struct mc_param_set *const *sets, int n,
+                                    mc_optimizer **out);
 MC_API void mc_opt_free(mc_optimizer *o);
 
 struct mc_opt_step_result {
@@ -45,7 +48,7 @@ struct mc_opt_step_result {
 MC_API mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
                              struct mc_opt_step_result *res);
 
-/* Optimizer state of parameter i (the index of mc_gpt_param; with several chunks, chunk 0's
+/* Optimizer state of parameter i (the index in the set; with several chunks, chunk 0's
  * parameters come first, then chunk 1's, ...), for checkpoints: Adam's
  * exp_avg and exp_avg_sq, or SGD's momentum_buffer ([numel] each; NULL when the optimizer has
  * no such state). Valid until mc_opt_free. */

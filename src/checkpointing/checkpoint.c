@@ -176,7 +176,7 @@ static size_t module_len(const char *name)
 static struct mc_pk *param_tensor(mc_pk_doc *d, const float *data, int ndim, const int64_t *shape,
                                   int64_t numel)
 {
-    return mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, numel, data), 0, ndim, shape, NULL);
+    return mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F32, numel, data), 0, ndim, shape, NULL);
 }
 
 /* One model state-dict entry, named in the target scheme; sorted into its state_dict order. */
@@ -787,9 +787,9 @@ static mc_status copy_tensor(const struct loader *l, const char *what, const str
                         "the model has [%lld, %lld]", l->path, what, (long long)t->shape[0],
                         (long long)(t->ndim > 1 ? t->shape[1] : 1), t->ndim, (long long)shape[0],
                         (long long)(ndim > 1 ? shape[1] : 1));
-    if (t->dtype != MC_PKT_FLOAT)
+    if (t->dtype != MC_DTYPE_F32)
         return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is torch.%s; this build loads float32 "
-                        "checkpoints only", l->path, what, mc_pk_dtype_torch(t->dtype));
+                        "checkpoints only", l->path, what, mc_dtype_name(t->dtype));
     int64_t n = mc_pk_tensor_numel(t);
     if (!mc_pk_tensor_contiguous(t))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is a non-contiguous view", l->path, what);
@@ -907,7 +907,7 @@ static mc_status load_param_state(const struct loader *l, int64_t pi, const stru
         return mc_error(MC_ERR_FORMAT, "%s: optimizer state of %s is not a dict", l->path, p.name);
     if (os.exp_avg) {
         const struct mc_pk *sv = mc_pk_get(ps, "step");
-        if (sv && sv->kind == MC_PK_TENSOR && sv->ndim == 0 && sv->dtype == MC_PKT_FLOAT)
+        if (sv && sv->kind == MC_PK_TENSOR && sv->ndim == 0 && sv->dtype == MC_DTYPE_F32)
             *step = ((const float *)sv->storage->data)[sv->offset];
         else if (!mc_pk_number(sv, step))
             return mc_error(MC_ERR_FORMAT, "%s: optimizer state of %s has no 'step' (a checkpoint "

@@ -24,7 +24,7 @@ void mc_cv_model_init(struct mc_cv_model *m)
     m->md.rotary_base = 10000;
     m->md.rotary_percent = 1.0;
     m->md.rope_scaling_factor = 8.0;
-    m->md.params_dtype = MC_PKT_FLOAT;
+    m->md.params_dtype = MC_DTYPE_F32;
     m->md.previous_tp = m->md.previous_pp = 1;
     strcpy(m->md.position_embedding_type, "learned_absolute");
     strcpy(m->md.normalization, "LayerNorm");
@@ -41,7 +41,7 @@ void mc_cv_model_free(struct mc_cv_model *m)
     memset(m, 0, sizeof(*m));
 }
 
-mc_status mc_cv_add(struct mc_cv_model *m, struct mc_cv_tensor **out, enum mc_pk_dtype dtype,
+mc_status mc_cv_add(struct mc_cv_model *m, struct mc_cv_tensor **out, enum mc_dtype dtype,
                     int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
 {
     if (m->n == m->cap) {
@@ -65,13 +65,18 @@ mc_status mc_cv_add(struct mc_cv_model *m, struct mc_cv_tensor **out, enum mc_pk
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 1;
-    size_t bytes = (size_t)d0 * (size_t)t->shape[1] * mc_pk_dtype_size(dtype);
+    size_t bytes = (size_t)d0 * (size_t)t->shape[1] * mc_dtype_size(dtype);
     t->data = mc_calloc(bytes ? bytes : 1, 1);
     if (!t->data)
         return MC_ERR_NOMEM;
     m->n++;
     *out = t;
     return MC_OK;
+}
+
+struct mc_tensor mc_cv_view(const struct mc_cv_tensor *t)
+{
+    return mc_tensor_view(t->data, t->dtype, t->ndim, t->shape);
 }
 
 struct mc_cv_tensor *mc_cv_get(const struct mc_cv_model *m, const char *fmt, ...)

@@ -16,10 +16,11 @@
 
 #include "megatron.h"
 #include "checkpointing/torch_pickle.h"
+#include "megatron/tensor.h"
 
 struct mc_cv_tensor {
     char name[64];
-    enum mc_pk_dtype dtype; /* float32 / bfloat16 / float16 (kept as loaded, bit-exact) */
+    enum mc_dtype dtype; /* float32 / bfloat16 / float16 (kept as loaded, bit-exact) */
     int ndim;               /* 1 or 2 */
     int64_t shape[2];
     uint8_t *data;          /* owned */
@@ -40,7 +41,7 @@ struct mc_cv_meta {
     int64_t make_vocab_size_divisible_by;
     int64_t iteration;
     bool release;                     /* the source was a release checkpoint: so is the output */
-    enum mc_pk_dtype params_dtype;
+    enum mc_dtype params_dtype;
     int64_t previous_tp, previous_pp;
     int64_t consumed_train_samples, consumed_valid_samples;
     /* the source checkpoint's args Namespace (NULL for HF imports), owned by `doc` */
@@ -62,7 +63,7 @@ struct mc_cv_options {
     const char *vocab_file;            /* vocab.json whose size is the true vocab size */
     int64_t make_vocab_size_divisible_by; /* -1: none (HF import: Megatron's default 128) */
     const char *tokenizer_model;       /* hf loader: its vocabulary size is the true one */
-    enum mc_pk_dtype hf_params_dtype;  /* hf loader --bf16 / --fp16 (else float32) */
+    enum mc_dtype hf_params_dtype;  /* hf loader --bf16 / --fp16 (else float32) */
     const char *loader_impl, *saver_impl; /* "local" | "transformer_engine" */
     bool legacy_saver;                 /* --saver legacy: legacy-model nested state dicts */
     bool checking;                     /* convert.py's --no-checking clears it */
@@ -72,9 +73,11 @@ struct mc_cv_options {
 void mc_cv_model_init(struct mc_cv_model *m);
 void mc_cv_model_free(struct mc_cv_model *m);
 /* A new zeroed tensor named `name` (printf format), appended to the model. */
-mc_status mc_cv_add(struct mc_cv_model *m, struct mc_cv_tensor **out, enum mc_pk_dtype dtype,
+mc_status mc_cv_add(struct mc_cv_model *m, struct mc_cv_tensor **out, enum mc_dtype dtype,
                     int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
+/* The tensor as a host view ([shape[0]] or [shape[0], shape[1]]; valid while the model is). */
+struct mc_tensor mc_cv_view(const struct mc_cv_tensor *t);
 struct mc_cv_tensor *mc_cv_get(const struct mc_cv_model *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The logical tensors the model must hold for its metadata: checks names and shapes

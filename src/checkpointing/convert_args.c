@@ -171,9 +171,9 @@ static void model_argv(struct argv *a, const struct mc_cv_meta *md, int tp, int 
             add(a, "--rope-scaling-factor", "%.17g", md->rope_scaling_factor);
         }
     }
-    if (md->params_dtype == MC_PKT_BFLOAT16)
+    if (md->params_dtype == MC_DTYPE_BF16)
         add(a, "--bf16", NULL);
-    else if (md->params_dtype == MC_PKT_HALF)
+    else if (md->params_dtype == MC_DTYPE_F16)
         add(a, "--fp16", NULL);
 }
 

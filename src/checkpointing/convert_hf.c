@@ -23,14 +23,12 @@ enum arch { ARCH_GPT2, ARCH_LLAMA };
 /* ---- float32 views of the model's tensors ------------------------------------------------------ */
 static float *as_f32(const struct mc_cv_tensor *t)
 {
-    int64_t n = t->shape[0] * t->shape[1];
+    struct mc_tensor v = mc_cv_view(t);
+    int64_t n = mc_tensor_numel(&v);
     float *f = mc_alloc((size_t)(n ? n : 1) * sizeof(float));
     if (!f)
         return NULL;
-    const uint16_t *h = (const uint16_t *)t->data;
-    for (int64_t i = 0; i < n; i++)
-        f[i] = t->dtype == MC_PKT_FLOAT ? ((const float *)t->data)[i]
-               : t->dtype == MC_PKT_BFLOAT16 ? mc_bf16_to_f32(h[i]) : mc_f16_to_f32(h[i]);
+    mc_dtype_to_f32(f, v.data, v.dtype, n);
     return f;
 }
 
@@ -446,7 +444,7 @@ mc_status mc_cv_save_hf(const struct mc_cv_model *m, const struct mc_cv_options 
         return st;
     st = weights(&e);
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-    st = st ? st : mc_st_write(path, e.out.items, e.out.n, MC_ST_F32);
+    st = st ? st : mc_st_write(path, e.out.items, e.out.n, MC_DTYPE_F32);
     st = st ? st : write_config(&e, tmp);
     st = st ? st : mc_cv_finish_output(o->save_dir, tmp);
     if (st)
@@ -506,7 +504,7 @@ static mc_status take(struct importer *im, const char *what, const char *name, i
     const struct mc_st_tensor *t;
     mc_status st = need(im, name, ndim, d0, d1, &t);
     struct mc_cv_tensor *c;
-    if (st || (st = mc_cv_add(im->m, &c, MC_PKT_FLOAT, ndim, tr ? d1 : d0, tr ? d0 : d1, "%s", what)))
+    if (st || (st = mc_cv_add(im->m, &c, MC_DTYPE_F32, ndim, tr ? d1 : d0, tr ? d0 : d1, "%s", what)))
         return st;
     if (!tr) {
         mc_st_to_f32(t, (float *)c->data);
@@ -530,7 +528,7 @@ static mc_status gpt2_qkv(struct importer *im, int64_t l, int bias)
     const struct mc_st_tensor *t;
     mc_status st = bias ? need(im, name, 1, 3 * h, 1, &t) : need(im, name, 2, h, 3 * h, &t);
     struct mc_cv_tensor *c;
-    if (st || (st = mc_cv_add(im->m, &c, MC_PKT_FLOAT, bias ? 1 : 2, 3 * h, h, "layer %lld qkv %s",
+    if (st || (st = mc_cv_add(im->m, &c, MC_DTYPE_F32, bias ? 1 : 2, 3 * h, h, "layer %lld qkv %s",
                               (long long)l, bias ? "bias" : "weight")))
         return st;
     struct qkv_dims x = {md->num_attention_heads, md->num_query_groups, md->kv_channels, bias ? 1 : h};
@@ -586,7 +584,7 @@ static mc_status llama_import_layer(struct importer *im, int64_t l)
     st = st ? st : need(im, NM("self_attn.k_proj.weight"), 2, ng * hn, h, &tk);
     st = st ? st : need(im, NM("self_attn.v_proj.weight"), 2, ng * hn, h, &tv);
     struct mc_cv_tensor *c;
-    st = st ? st : mc_cv_add(im->m, &c, MC_PKT_FLOAT, 2, (np + 2 * ng) * hn, h, "%s", WH("qkv weight"));
+    st = st ? st : mc_cv_add(im->m, &c, MC_DTYPE_F32, 2, (np + 2 * ng) * hn, h, "%s", WH("qkv weight"));
     if (!st) {
         float *q = mc_alloc((size_t)tq->numel * 4), *k = mc_alloc((size_t)tk->numel * 4),
               *v = mc_alloc((size_t)tv->numel * 4);
@@ -602,7 +600,7 @@ static mc_status llama_import_layer(struct importer *im, int64_t l)
     st = st ? st : take(im, WH("post norm weight"), NM("post_attention_layernorm.weight"), 1, h, 1, false);
     st = st ? st : need(im, NM("mlp.gate_proj.weight"), 2, ffn, h, &tg);
     st = st ? st : need(im, NM("mlp.up_proj.weight"), 2, ffn, h, &tu);
-    st = st ? st : mc_cv_add(im->m, &c, MC_PKT_FLOAT, 2, 2 * ffn, h, "%s", WH("mlp l0 weight"));
+    st = st ? st : mc_cv_add(im->m, &c, MC_DTYPE_F32, 2, 2 * ffn, h, "%s", WH("mlp l0 weight"));
     if (!st) {
         mc_st_to_f32(tg, (float *)c->data);
         mc_st_to_f32(tu, (float *)c->data + ffn * h);
@@ -788,10 +786,8 @@ static mc_status open_bin(struct importer *im, struct mc_st_file *f, const char 
     strcpy(f->path, path);
     for (int64_t i = 0; i + 1 < root->n; i += 2) {
         const struct mc_pk *k = root->items[i], *v = root->items[i + 1];
-        int dt = v->kind != MC_PK_TENSOR ? -1 : v->dtype == MC_PKT_FLOAT ? MC_ST_F32
-                 : v->dtype == MC_PKT_HALF ? MC_ST_F16 : v->dtype == MC_PKT_BFLOAT16 ? MC_ST_BF16
-                 : v->dtype == MC_PKT_DOUBLE ? MC_ST_F64 : -1;
-        if (k->kind != MC_PK_STR || dt < 0 || v->ndim > MC_ST_MAX_DIM)
+        if (k->kind != MC_PK_STR || v->kind != MC_PK_TENSOR || !mc_dtype_is_float(v->dtype) ||
+            v->ndim > MC_ST_MAX_DIM)
             continue; /* buffers such as GPT-2's attn.bias masks are not weights */
         if (!mc_pk_tensor_contiguous(v))
             return mc_error(MC_ERR_UNSUPPORTED, "%s: '%s' is a non-contiguous view", path, k->s);
@@ -800,11 +796,11 @@ static mc_status open_bin(struct importer *im, struct mc_st_file *f, const char 
         if (!t->name)
             return MC_ERR_NOMEM;
         strcpy(t->name, k->s);
-        t->dtype = (enum mc_st_dtype)dt;
+        t->dtype = v->dtype;
         t->ndim = v->ndim;
         memcpy(t->shape, v->shape, sizeof(int64_t) * (size_t)v->ndim);
         t->numel = mc_pk_tensor_numel(v);
-        t->data = (const uint8_t *)v->storage->data + (size_t)v->offset * mc_st_dtype_size(t->dtype);
+        t->data = (const uint8_t *)v->storage->data + (size_t)v->offset * mc_dtype_size(t->dtype);
         f->n++;
     }
     return MC_OK;
@@ -905,15 +901,16 @@ static mc_status tokenizer_vocab(const struct mc_cv_options *o, int64_t *out)
 
 /* --bf16 / --fp16: the weights are rounded to the Megatron model's dtype (round to nearest
  * even, as torch's .to()). */
-static void cast_model(struct mc_cv_model *m, enum mc_pk_dtype dt)
+static void cast_model(struct mc_cv_model *m, enum mc_dtype dt)
 {
     for (int64_t i = 0; i < m->n; i++) {
         struct mc_cv_tensor *t = &m->t[i];
-        int64_t n = t->shape[0] * t->shape[1];
+        struct mc_tensor v = mc_cv_view(t);
+        int64_t n = mc_tensor_numel(&v);
         const float *f = (const float *)t->data;
         uint16_t *h = (uint16_t *)t->data; /* element j is read before anything overwrites it */
         for (int64_t j = 0; j < n; j++)
-            h[j] = dt == MC_PKT_BFLOAT16 ? mc_f32_to_bf16(f[j]) : mc_f32_to_f16(f[j]);
+            h[j] = dt == MC_DTYPE_BF16 ? mc_f32_to_bf16(f[j]) : mc_f32_to_f16(f[j]);
         t->dtype = dt;
     }
     m->md.params_dtype = dt;
@@ -952,7 +949,7 @@ mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o)
         mc_st_close(&im.files[k]);
     for (int k = 0; k < im.nbin_docs; k++)
         mc_pk_doc_free(im.bin_docs[k]);
-    if (!st && (o->hf_params_dtype == MC_PKT_BFLOAT16 || o->hf_params_dtype == MC_PKT_HALF))
+    if (!st && (o->hf_params_dtype == MC_DTYPE_BF16 || o->hf_params_dtype == MC_DTYPE_F16))
         cast_model(m, o->hf_params_dtype);
     st = st ? st : mc_pk_doc_init(&md->doc);
     st = st ? st : mc_cv_hf_source_args(md->doc, md, o->load_dir, hf_vocab, &md->checkpoint_args);

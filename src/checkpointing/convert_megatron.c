@@ -194,19 +194,19 @@ static mc_status check_supported(const struct src *s, const struct mc_pk *ck)
     return MC_OK;
 }
 
-static mc_status params_dtype(const struct mc_pk *ck, enum mc_pk_dtype *t)
+static mc_status params_dtype(const struct mc_pk *ck, enum mc_dtype *t)
 {
     const struct mc_pk *v = mc_pk_get(ck, "params_dtype");
-    *t = MC_PKT_FLOAT;
+    *t = MC_DTYPE_F32;
     if (v && v->kind == MC_PK_GLOBAL) {
         if (!strcmp(v->s, "torch bfloat16"))
-            *t = MC_PKT_BFLOAT16;
+            *t = MC_DTYPE_BF16;
         else if (!strcmp(v->s, "torch float16"))
-            *t = MC_PKT_HALF;
+            *t = MC_DTYPE_F16;
     } else if (arg_bool(ck, "bf16", false)) {
-        *t = MC_PKT_BFLOAT16;
+        *t = MC_DTYPE_BF16;
     } else if (arg_bool(ck, "fp16", false)) {
-        *t = MC_PKT_HALF;
+        *t = MC_DTYPE_F16;
     }
     return MC_OK;
 }
@@ -317,9 +317,9 @@ static mc_status shard_ok(const struct shard *sh)
     const struct mc_pk *t = sh->t;
     if (!t || t->kind != MC_PK_TENSOR || t->ndim < 1 || t->ndim > 2)
         return mc_error(MC_ERR_FORMAT, "%s: '%s' is not a 1-D or 2-D tensor", sh->path, sh->key);
-    if (t->dtype != MC_PKT_FLOAT && t->dtype != MC_PKT_BFLOAT16 && t->dtype != MC_PKT_HALF)
+    if (t->dtype != MC_DTYPE_F32 && t->dtype != MC_DTYPE_BF16 && t->dtype != MC_DTYPE_F16)
         return mc_error(MC_ERR_UNSUPPORTED, "%s: '%s' is torch.%s (float32/bfloat16/float16 only)",
-                        sh->path, sh->key, mc_pk_dtype_torch(t->dtype));
+                        sh->path, sh->key, mc_dtype_name(t->dtype));
     if (!mc_pk_tensor_contiguous(t))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: '%s' is a non-contiguous view", sh->path, sh->key);
     return MC_OK;
@@ -352,9 +352,9 @@ static mc_status place(struct src *s, const struct shard *sh, const char *what, 
     if (full->shape[0] != fr || full->shape[1] != fc || full->dtype != t->dtype)
         return mc_error(MC_ERR_SHAPE, "%s: '%s' has shape [%lld, %lld] (torch.%s); other ranks give "
                         "a full tensor [%lld, %lld] (torch.%s)", sh->path, sh->key, (long long)r,
-                        (long long)c, mc_pk_dtype_torch(t->dtype), (long long)full->shape[0],
-                        (long long)full->shape[1], mc_pk_dtype_torch(full->dtype));
-    size_t es = mc_pk_dtype_size(t->dtype);
+                        (long long)c, mc_dtype_name(t->dtype), (long long)full->shape[0],
+                        (long long)full->shape[1], mc_dtype_name(full->dtype));
+    size_t es = mc_dtype_size(t->dtype);
     const uint8_t *src = (const uint8_t *)t->storage->data + (size_t)t->offset * es;
     int k = sh->tp_rank;
     if (split == SPLIT_COL)
@@ -530,7 +530,7 @@ static mc_status pad_vocab(struct dst *d, struct mc_cv_model *tmp, const struct 
     mc_status st = mc_cv_add(tmp, out, src->dtype, 2, v, h, "%s", src->name);
     if (st)
         return st;
-    size_t row = (size_t)h * mc_pk_dtype_size(src->dtype);
+    size_t row = (size_t)h * mc_dtype_size(src->dtype);
     for (int64_t r = 0; r < v; r++) {
         int64_t from = r < src->shape[0] ? r : src->shape[0] - 1;
         memcpy((*out)->data + (size_t)r * row, src->data + (size_t)from * row, row);
@@ -568,7 +568,7 @@ static struct mc_pk *shard_tensor(mc_pk_doc *doc, struct mc_cv_model *pool,
     int64_t r = t->shape[0], c = t->shape[1];
     int64_t sr = split == SPLIT_COL || split == SPLIT_GATED ? r / tp : r;
     int64_t sc = split == SPLIT_ROW ? c / tp : c;
-    size_t es = mc_pk_dtype_size(t->dtype);
+    size_t es = mc_dtype_size(t->dtype);
     struct mc_cv_tensor *o;
     if (mc_cv_add(pool, &o, t->dtype, t->ndim, sr, sc, "shard"))
         return NULL;
@@ -583,7 +583,7 @@ static struct mc_pk *shard_tensor(mc_pk_doc *doc, struct mc_cv_model *pool,
     } else
         memcpy(o->data, t->data, (size_t)(r * c) * es);
     int64_t shape[2] = {sr, sc};
-    enum mc_pk_dtype dt = t->dtype;
+    enum mc_dtype dt = t->dtype;
     struct mc_pk *st = mc_pk_storage(doc, dt, sr * sc, o->data);
     return st ? mc_pk_tensor(doc, st, 0, t->ndim, shape, NULL) : NULL;
 }

@@ -214,7 +214,7 @@ static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int
     int64_t numel = 1;
     for (int k = 0; k < nd; k++)
         numel *= cs[k];
-    if (!st && (t->kind != MC_PK_TENSOR || t->storage->dtype != MC_PKT_FLOAT))
+    if (!st && (t->kind != MC_PK_TENSOR || t->storage->dtype != MC_DTYPE_F32))
         st = mc_error(MC_ERR_UNSUPPORTED, "%s: not a float32 tensor (this build reads fp32 "
                       "checkpoints)", what);
     bool shape_ok = !st && t->ndim == nd && mc_pk_tensor_contiguous(t);
@@ -380,7 +380,7 @@ static mc_status param_pk(mc_pk_doc *d, struct reader *r, const mc_gpt_model *m,
     mc_free(tmp);
     if (st)
         return st;
-    *out = bytes ? mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, p->numel, bytes->s), 0,
+    *out = bytes ? mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F32, p->numel, bytes->s), 0,
                                 p->ndim, p->shape, NULL) : NULL;
     return *out ? MC_OK : MC_ERR_NOMEM;
 }

@@ -102,7 +102,7 @@ static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *w
     st = st ? st : mc_pk_append(d, buf, dtypes);
     st = st ? st : mc_pk_append(d, buf, state);
     for (int k = 0; !st && k < N_KEYS; k++)
-        st = mc_pk_set(d, state, keys[k], mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_FLOAT, n, world[k]),
+        st = mc_pk_set(d, state, keys[k], mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F32, n, world[k]),
                                                        0, 1, &n, NULL));
     return st ? st : mc_pk_set(d, state, "numel_unpadded", mc_pk_int(d, n));
 }
@@ -127,7 +127,7 @@ static mc_status save_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, m
     }
     n = woff[fm.n_buckets];
     shard_copy(mp, &sh, buf, false);
-    if (sh.dp > 1 && (st = mc_comm_all_reduce(sh.dp_comm, buf, 2 * mp->numel, MC_COMM_FLOAT,
+    if (sh.dp > 1 && (st = mc_comm_all_reduce(sh.dp_comm, buf, 2 * mp->numel, MC_DTYPE_F32,
                                               MC_COMM_SUM, "distrib_optim.pt gather")))
         goto cleanup;
     if (!writer)
@@ -208,7 +208,7 @@ static mc_status find_state(const struct mc_pk *root, const char *path, int inde
                         (long long)(nu && nu->kind == MC_PK_INT ? nu->i : -1), (long long)n);
     for (int k = 0; k < N_KEYS; k++) {
         const struct mc_pk *t = mc_pk_get(state, keys[k]);
-        if (!t || t->kind != MC_PK_TENSOR || t->dtype != MC_PKT_FLOAT || t->ndim != 1 ||
+        if (!t || t->kind != MC_PK_TENSOR || t->dtype != MC_DTYPE_F32 || t->ndim != 1 ||
             t->shape[0] != n || !mc_pk_tensor_contiguous(t))
             return mc_error(MC_ERR_FORMAT, "%s: '%s' is not a contiguous float32 tensor of %lld "
                             "elements", path, keys[k], (long long)n);

@@ -14,67 +14,15 @@
 
 #include "core/json.h"
 
-static const char *const names[MC_ST_COUNT] = {"F32", "F16", "BF16", "F64", "I64", "I32",
-                                                "I16", "I8",  "U8",   "BOOL"};
-static const size_t sizes[MC_ST_COUNT] = {4, 2, 2, 8, 8, 4, 2, 1, 1, 1};
+static const char *const names[MC_DTYPE_COUNT] = {
+    [MC_DTYPE_F32] = "F32", [MC_DTYPE_F16] = "F16", [MC_DTYPE_BF16] = "BF16", [MC_DTYPE_F64] = "F64",
+    [MC_DTYPE_I64] = "I64", [MC_DTYPE_I32] = "I32", [MC_DTYPE_I16] = "I16",   [MC_DTYPE_I8] = "I8",
+    [MC_DTYPE_U8] = "U8",   [MC_DTYPE_BOOL] = "BOOL",
+};
 
-const char *mc_st_dtype_name(enum mc_st_dtype t) { return t < MC_ST_COUNT ? names[t] : "?"; }
-size_t mc_st_dtype_size(enum mc_st_dtype t) { return t < MC_ST_COUNT ? sizes[t] : 0; }
-
-/* ---- IEEE half / bfloat16 ---------------------------------------------------------------------- */
-uint16_t mc_f32_to_bf16(float x)
+const char *mc_st_dtype_name(enum mc_dtype t)
 {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet, as torch does */
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float mc_bf16_to_f32(uint16_t x)
-{
-    uint32_t u = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float mc_f16_to_f32(uint16_t x)
-{
-    int e = (x >> 10) & 0x1f, m = x & 0x3ff;
-    float v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
-    else
-        v = e ? ldexpf((float)(1024 + m), e - 25) : ldexpf((float)m, -24);
-    return (x & 0x8000) ? -v : v;
-}
-
-uint16_t mc_f32_to_f16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return sign | 0x7e00;
-    if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
-        return sign | 0x7c00;
-    if (a < 0x38800000u) { /* subnormal half (or zero): scale to units of 2^-24, round even */
-        float f;
-        memcpy(&f, &a, 4);
-        float q = f * 16777216.0f; /* exact: power of two */
-        float r = nearbyintf(q);    /* default rounding mode: to nearest even */
-        return sign | (uint16_t)r;
-    }
-    uint32_t mant = a & 0x7fffffu;
-    int32_t exp = (int32_t)(a >> 23) - 127 + 15;
-    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++;
-    return sign | (uint16_t)h;
+    return (unsigned)t < MC_DTYPE_COUNT && names[t] ? names[t] : "?";
 }
 
 /* ---- reading ----------------------------------------------------------------------------------- */
@@ -85,8 +33,8 @@ static mc_status bad(const struct mc_st_file *f, const char *what)
 
 static int dtype_by_name(const char *s)
 {
-    for (int k = 0; k < MC_ST_COUNT; k++)
-        if (!strcmp(s, names[k]))
+    for (int k = 0; k < MC_DTYPE_COUNT; k++)
+        if (names[k] && !strcmp(s, names[k]))
             return k;
     return -1;
 }
@@ -107,12 +55,12 @@ static mc_status parse_entry(struct mc_st_file *f, const struct mc_json *e, stru
     if (sh->len > MC_ST_MAX_DIM)
         return mc_error(MC_ERR_FORMAT, "%s: tensor '%s' has %lld dimensions (at most %d)", f->path,
                         e->key, (long long)sh->len, MC_ST_MAX_DIM);
-    t->dtype = (enum mc_st_dtype)d;
+    t->dtype = (enum mc_dtype)d;
     t->ndim = (int)sh->len;
     /* the element count must fit the file (checked arithmetic: a hostile shape must not
      * overflow int64); a zero dimension anywhere makes it 0 whatever the others are */
     bool zero = false, over = false;
-    int64_t numel = 1, room = (int64_t)(f->size / sizes[d]);
+    int64_t numel = 1, room = (int64_t)(f->size / mc_dtype_size((enum mc_dtype)d));
     for (int k = 0; k < t->ndim; k++) {
         const struct mc_json *x = &sh->items[k];
         if (x->type != MC_JSON_NUMBER || !x->is_int || x->inum < 0 || x->inum > (1ll << 40))
@@ -130,7 +78,7 @@ static mc_status parse_entry(struct mc_st_file *f, const struct mc_json *e, stru
     if (b->type != MC_JSON_NUMBER || !b->is_int || en->type != MC_JSON_NUMBER || !en->is_int ||
         b->inum < 0 || en->inum < b->inum || data_start + (uint64_t)en->inum > f->size)
         return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': data_offsets outside the file", f->path, e->key);
-    if ((uint64_t)(en->inum - b->inum) != (uint64_t)t->numel * sizes[d])
+    if ((uint64_t)(en->inum - b->inum) != (uint64_t)t->numel * mc_dtype_size((enum mc_dtype)d))
         return mc_error(MC_ERR_FORMAT, "%s: tensor '%s': %lld bytes for %lld elements of %s", f->path,
                         e->key, (long long)(en->inum - b->inum), (long long)t->numel, names[d]);
     t->data = f->map + data_start + (uint64_t)b->inum;
@@ -148,8 +96,8 @@ static int by_offset(const void *x, const void *y)
                               *b = *(const struct mc_st_tensor *const *)y;
     if (a->data != b->data)
         return a->data < b->data ? -1 : 1;
-    return (a->numel * sizes[a->dtype] > b->numel * sizes[b->dtype]) -
-           (a->numel * sizes[a->dtype] < b->numel * sizes[b->dtype]);
+    return (a->numel * mc_dtype_size(a->dtype) > b->numel * mc_dtype_size(b->dtype)) -
+           (a->numel * mc_dtype_size(a->dtype) < b->numel * mc_dtype_size(b->dtype));
 }
 
 /* Two tensors whose data_offsets overlap would alias each other's bytes: refuse, naming both
@@ -168,16 +116,16 @@ static mc_status check_overlaps(const struct mc_st_file *f)
     const struct mc_st_tensor *last = NULL; /* the non-empty tensor reaching furthest so far */
     for (int64_t i = 0; i < f->n && st == MC_OK; i++) {
         const struct mc_st_tensor *t = order[i];
-        size_t nb = (size_t)t->numel * sizes[t->dtype];
+        size_t nb = (size_t)t->numel * mc_dtype_size(t->dtype);
         if (nb == 0)
             continue;
-        if (last && t->data < last->data + (size_t)last->numel * sizes[last->dtype])
+        if (last && t->data < last->data + (size_t)last->numel * mc_dtype_size(last->dtype))
             st = mc_error(MC_ERR_FORMAT, "%s: tensors '%s' (data_offsets [%zu, %zu]) and '%s' "
                           "([%zu, %zu]) overlap", f->path, last->name,
                           (size_t)(last->data - f->data0),
-                          (size_t)(last->data - f->data0) + (size_t)last->numel * sizes[last->dtype],
+                          (size_t)(last->data - f->data0) + (size_t)last->numel * mc_dtype_size(last->dtype),
                           t->name, (size_t)(t->data - f->data0), (size_t)(t->data - f->data0) + nb);
-        if (!last || t->data + nb > last->data + (size_t)last->numel * sizes[last->dtype])
+        if (!last || t->data + nb > last->data + (size_t)last->numel * mc_dtype_size(last->dtype))
             last = t;
     }
     mc_free(order);
@@ -279,30 +227,20 @@ const struct mc_st_tensor *mc_st_find(const struct mc_st_file *f, const char *na
     return NULL;
 }
 
+struct mc_tensor mc_st_view(const struct mc_st_tensor *t)
+{
+    _Static_assert(MC_ST_MAX_DIM <= MC_TENSOR_MAX_DIMS, "a safetensors shape fits a view");
+    return mc_tensor_view((void *)t->data, t->dtype, t->ndim, t->shape);
+}
+
 void mc_st_to_f32(const struct mc_st_tensor *t, float *dst)
 {
-    const uint8_t *p = t->data;
-    size_t sz = sizes[t->dtype];
-    for (int64_t i = 0; i < t->numel; i++, p += sz) {
-        union { float f; double d; int64_t l; int32_t i; int16_t h; int8_t c; uint8_t b; uint16_t u; } x;
-        memcpy(&x, p, sz);
-        switch (t->dtype) {
-        case MC_ST_F32: dst[i] = x.f; break;
-        case MC_ST_F16: dst[i] = mc_f16_to_f32(x.u); break;
-        case MC_ST_BF16: dst[i] = mc_bf16_to_f32(x.u); break;
-        case MC_ST_F64: dst[i] = (float)x.d; break;
-        case MC_ST_I64: dst[i] = (float)x.l; break;
-        case MC_ST_I32: dst[i] = (float)x.i; break;
-        case MC_ST_I16: dst[i] = x.h; break;
-        case MC_ST_I8: dst[i] = x.c; break;
-        default: dst[i] = x.b; break;
-        }
-    }
+    mc_dtype_to_f32(dst, t->data, t->dtype, t->numel);
 }
 
 /* ---- writing ----------------------------------------------------------------------------------- */
 static mc_status header_json(struct mc_json_buf *b, const struct mc_st_item *items, int64_t n,
-                             enum mc_st_dtype dtype)
+                             enum mc_dtype dtype)
 {
     mc_status st = mc_json_buf_printf(b, "{\"__metadata__\":{\"format\":\"pt\"}");
     uint64_t off = 0;
@@ -315,7 +253,7 @@ static mc_status header_json(struct mc_json_buf *b, const struct mc_st_item *ite
             numel *= items[i].shape[k];
             st = mc_json_buf_printf(b, "%s%lld", k ? "," : "", (long long)items[i].shape[k]);
         }
-        uint64_t end = off + (uint64_t)numel * sizes[dtype];
+        uint64_t end = off + (uint64_t)numel * mc_dtype_size(dtype);
         st = st ? st : mc_json_buf_printf(b, "],\"data_offsets\":[%llu,%llu]}",
                                           (unsigned long long)off, (unsigned long long)end);
         off = end;
@@ -326,18 +264,17 @@ static mc_status header_json(struct mc_json_buf *b, const struct mc_st_item *ite
     return st;
 }
 
-static mc_status write_data(FILE *fp, const struct mc_st_item *it, enum mc_st_dtype dtype)
+static mc_status write_data(FILE *fp, const struct mc_st_item *it, enum mc_dtype dtype)
 {
     int64_t numel = 1;
     for (int k = 0; k < it->ndim; k++)
         numel *= it->shape[k];
-    if (dtype == MC_ST_F32)
+    if (dtype == MC_DTYPE_F32)
         return fwrite(it->data, 4, (size_t)numel, fp) == (size_t)numel ? MC_OK : MC_ERR_IO;
     uint16_t buf[4096];
-    for (int64_t i = 0; i < numel;) {
-        size_t m = 0;
-        for (; m < 4096 && i < numel; m++, i++)
-            buf[m] = dtype == MC_ST_BF16 ? mc_f32_to_bf16(it->data[i]) : mc_f32_to_f16(it->data[i]);
+    for (int64_t i = 0; i < numel; i += 4096) {
+        size_t m = (size_t)(numel - i < 4096 ? numel - i : 4096);
+        mc_dtype_from_f32(buf, dtype, it->data + i, (int64_t)m);
         if (fwrite(buf, 2, m, fp) != m)
             return MC_ERR_IO;
     }
@@ -345,9 +282,9 @@ static mc_status write_data(FILE *fp, const struct mc_st_item *it, enum mc_st_dt
 }
 
 mc_status mc_st_write(const char *path, const struct mc_st_item *items, int64_t n,
-                      enum mc_st_dtype dtype)
+                      enum mc_dtype dtype)
 {
-    if (dtype != MC_ST_F32 && dtype != MC_ST_F16 && dtype != MC_ST_BF16)
+    if (dtype != MC_DTYPE_F32 && dtype != MC_DTYPE_F16 && dtype != MC_DTYPE_BF16)
         return mc_error(MC_ERR_UNSUPPORTED, "%s: safetensors export as %s (F32, F16 or BF16 only)",
                         path, mc_st_dtype_name(dtype));
     struct mc_json_buf b = {0};

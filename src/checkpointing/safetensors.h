@@ -10,18 +10,17 @@
 
 #include "megatron.h"
 
-enum mc_st_dtype {
-    MC_ST_F32 = 0, MC_ST_F16, MC_ST_BF16, MC_ST_F64, MC_ST_I64, MC_ST_I32, MC_ST_I16, MC_ST_I8,
-    MC_ST_U8, MC_ST_BOOL, MC_ST_COUNT
-};
-const char *mc_st_dtype_name(enum mc_st_dtype t); /* "F32" */
-size_t mc_st_dtype_size(enum mc_st_dtype t);
+#include "core/dtype.h"
+#include "megatron/tensor.h"
+
+/* safetensors' name of a dtype ("F32", "BF16", "BOOL"). */
+const char *mc_st_dtype_name(enum mc_dtype t);
 
 #define MC_ST_MAX_DIM 8
 
 struct mc_st_tensor {
     char *name;
-    enum mc_st_dtype dtype;
+    enum mc_dtype dtype;
     int ndim;
     int64_t shape[MC_ST_MAX_DIM];
     int64_t numel;
@@ -44,6 +43,8 @@ struct mc_st_file {
 mc_status mc_st_open(struct mc_st_file *f, const char *path);
 void mc_st_close(struct mc_st_file *f);
 const struct mc_st_tensor *mc_st_find(const struct mc_st_file *f, const char *name);
+/* The tensor as a host view (read-only memory: the file mapping; valid until mc_st_close). */
+struct mc_tensor mc_st_view(const struct mc_st_tensor *t);
 /* Converts any floating (or integer) dtype to float32: dst[numel]. */
 void mc_st_to_f32(const struct mc_st_tensor *t, float *dst);
 
@@ -57,12 +58,6 @@ struct mc_st_item {
 /* Writes the items (in the order given) as `dtype` (F32, F16 or BF16, round to nearest even as
  * torch converts) with metadata {"format": "pt"}, through path.tmp, fsync'ed and renamed. */
 mc_status mc_st_write(const char *path, const struct mc_st_item *items, int64_t n,
-                      enum mc_st_dtype dtype);
-
-/* IEEE conversions (round to nearest even), shared with the converter. */
-uint16_t mc_f32_to_bf16(float x);
-uint16_t mc_f32_to_f16(float x);
-float mc_bf16_to_f32(uint16_t x);
-float mc_f16_to_f32(uint16_t x);
+                      enum mc_dtype dtype);
 
 #endif

@@ -12,19 +12,15 @@
 #include "checkpointing/torch_zip.h"
 
 /* ---- dtypes ---------------------------------------------------------------------------------- */
-static const struct {
-    const char *storage, *torch;
-    size_t size;
-} dtypes[MC_PKT_COUNT] = {
-    [MC_PKT_FLOAT] = {"FloatStorage", "float32", 4},   [MC_PKT_DOUBLE] = {"DoubleStorage", "float64", 8},
-    [MC_PKT_HALF] = {"HalfStorage", "float16", 2},     [MC_PKT_BFLOAT16] = {"BFloat16Storage", "bfloat16", 2},
-    [MC_PKT_LONG] = {"LongStorage", "int64", 8},       [MC_PKT_INT] = {"IntStorage", "int32", 4},
-    [MC_PKT_SHORT] = {"ShortStorage", "int16", 2},     [MC_PKT_CHAR] = {"CharStorage", "int8", 1},
-    [MC_PKT_BYTE] = {"ByteStorage", "uint8", 1},       [MC_PKT_BOOL] = {"BoolStorage", "bool", 1},
+/* torch's legacy storage classes, the names a pickle's persistent ids use (torch/storage.py). */
+static const char *const storages[MC_DTYPE_COUNT] = {
+    [MC_DTYPE_F32] = "FloatStorage", [MC_DTYPE_F64] = "DoubleStorage",
+    [MC_DTYPE_F16] = "HalfStorage",  [MC_DTYPE_BF16] = "BFloat16Storage",
+    [MC_DTYPE_I64] = "LongStorage",  [MC_DTYPE_I32] = "IntStorage",
+    [MC_DTYPE_I16] = "ShortStorage", [MC_DTYPE_I8] = "CharStorage",
+    [MC_DTYPE_U8] = "ByteStorage",   [MC_DTYPE_BOOL] = "BoolStorage",
 };
-size_t mc_pk_dtype_size(enum mc_pk_dtype t) { return dtypes[t].size; }
-const char *mc_pk_dtype_storage(enum mc_pk_dtype t) { return dtypes[t].storage; }
-const char *mc_pk_dtype_torch(enum mc_pk_dtype t) { return dtypes[t].torch; }
+const char *mc_pk_dtype_storage(enum mc_dtype t) { return storages[t]; }
 
 /* ---- the arena ------------------------------------------------------------------------------- */
 struct block {
@@ -150,7 +146,7 @@ struct mc_pk *mc_pk_enum_member(mc_pk_doc *d, const char *module, const char *cl
     return v;
 }
 
-struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_pk_dtype t, int64_t numel, const void *data)
+struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_dtype t, int64_t numel, const void *data)
 {
     struct mc_pk *v = mc_pk_new(d, MC_PK_STORAGE);
     if (v) {
@@ -429,7 +425,7 @@ static mc_status dump_tensor(struct out *o, const struct mc_pk *t)
         o->st[o->nst++] = s;
     }
     char cls[64];
-    snprintf(cls, sizeof(cls), "torch %s", dtypes[s->dtype].storage);
+    snprintf(cls, sizeof(cls), "torch %s", storages[s->dtype]);
     mc_status st = emit_global(o, "torch._utils _rebuild_tensor_v2");
     if (st || (st = op(o, '(')) || (st = op(o, '(')) || (st = emit_str(o, "storage", 7)) ||
         (st = emit_global(o, cls)) || (st = emit_str(o, s->key, strlen(s->key))) ||
@@ -674,8 +670,8 @@ static mc_status global(struct in *r, const char *mod, const char *name)
         ok = !strcmp(full, known_globals[k]);
     ok = ok || is_object_class(full);
     if (!strcmp(mod, "torch")) /* dtypes and storage classes */
-        for (int t = 0; t < MC_PKT_COUNT && !ok; t++)
-            ok = !strcmp(name, dtypes[t].torch) || !strcmp(name, dtypes[t].storage);
+        for (int t = 0; t < MC_DTYPE_COUNT && !ok; t++)
+            ok = !strcmp(name, mc_dtype_name((enum mc_dtype)t)) || !strcmp(name, storages[t]);
     if (!ok)
         return mc_error(MC_ERR_FORMAT, "%s: the pickle references the global %s.%s, which "
                         "megatron.c does not load (it runs no code from checkpoints)", r->what,
@@ -896,9 +892,9 @@ static mc_status persistent(struct in *r)
         return corrupt(r, "persistent id is not ('storage', StorageType, key, location, numel)");
     const char *cls = strchr(pid->items[1]->s, ' ') + 1, *key = pid->items[2]->s;
     int t = 0;
-    while (t < MC_PKT_COUNT && strcmp(cls, dtypes[t].storage))
+    while (t < MC_DTYPE_COUNT && strcmp(cls, storages[t]))
         t++;
-    if (t == MC_PKT_COUNT)
+    if (t == MC_DTYPE_COUNT)
         return corrupt(r, "persistent id names an unknown storage class");
     for (int64_t k = 0; k < r->storages->n; k++) /* torch caches storages by key */
         if (!strcmp(r->storages->items[k]->key, key))
@@ -908,9 +904,9 @@ static mc_status persistent(struct in *r)
     const void *data;
     if (!r->storage)
         return corrupt(r, "a persistent id (tensor storage) where none can be");
-    if ((st = r->storage(r->ctx, key, (enum mc_pk_dtype)t, pid->items[4]->i, &data)))
+    if ((st = r->storage(r->ctx, key, (enum mc_dtype)t, pid->items[4]->i, &data)))
         return st;
-    struct mc_pk *s = mc_pk_storage(r->d, (enum mc_pk_dtype)t, pid->items[4]->i, data);
+    struct mc_pk *s = mc_pk_storage(r->d, (enum mc_dtype)t, pid->items[4]->i, data);
     if (!s)
         return MC_ERR_NOMEM;
     strcpy(s->key, key);

@@ -23,14 +23,8 @@ enum mc_pk_kind {
                       pairs (BUILD's dict); a __setstate__ tuple is kept as the pair "__state__" */
 };
 
-/* torch storage element types (the *Storage classes). */
-enum mc_pk_dtype {
-    MC_PKT_FLOAT = 0, MC_PKT_DOUBLE, MC_PKT_HALF, MC_PKT_BFLOAT16, MC_PKT_LONG, MC_PKT_INT,
-    MC_PKT_SHORT, MC_PKT_CHAR, MC_PKT_BYTE, MC_PKT_BOOL, MC_PKT_COUNT
-};
-size_t mc_pk_dtype_size(enum mc_pk_dtype t);
-const char *mc_pk_dtype_storage(enum mc_pk_dtype t); /* "FloatStorage" */
-const char *mc_pk_dtype_torch(enum mc_pk_dtype t);   /* "float32" (torch.<name>) */
+/* torch's storage class of a dtype ("FloatStorage"; torch.<mc_dtype_name> is its dtype). */
+const char *mc_pk_dtype_storage(enum mc_dtype t);
 
 #define MC_PK_MAX_DIM 8
 
@@ -45,7 +39,7 @@ struct mc_pk {
     int64_t n, cap;
     /* STORAGE: dtype, numel, data (borrowed: the zip mapping when read, the caller's memory
      * when written), key (assigned on save, "" until then) */
-    enum mc_pk_dtype dtype;
+    enum mc_dtype dtype;
     int64_t numel;
     const void *data;
     char key[24];
@@ -75,7 +69,7 @@ struct mc_pk *mc_pk_global(mc_pk_doc *d, const char *module, const char *name);
 struct mc_pk *mc_pk_enum(mc_pk_doc *d, const char *module, const char *cls, struct mc_pk *value);
 struct mc_pk *mc_pk_enum_member(mc_pk_doc *d, const char *module, const char *cls, const char *name);
 /* A storage over `data` (borrowed) and a tensor viewing it. */
-struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_pk_dtype t, int64_t numel, const void *data);
+struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_dtype t, int64_t numel, const void *data);
 struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, int ndim,
                            const int64_t *shape, const int64_t *stride /* NULL = contiguous */);
 /* Appends to a TUPLE/LIST, or a key/value pair to a DICT/ODICT/NAMESPACE. */
@@ -92,7 +86,7 @@ int64_t mc_pk_tensor_numel(const struct mc_pk *t);
 bool mc_pk_tensor_contiguous(const struct mc_pk *t);
 
 /* The storage a BINPERSID names: the loader returns its bytes (numel * itemsize of dtype). */
-typedef mc_status (*mc_pk_storage_fn)(void *ctx, const char *key, enum mc_pk_dtype t,
+typedef mc_status (*mc_pk_storage_fn)(void *ctx, const char *key, enum mc_dtype t,
                                       int64_t numel, const void **data);
 
 /* Unpickles `n` bytes. `what` names the source in error messages. */

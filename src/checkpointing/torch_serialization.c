@@ -45,7 +45,7 @@ mc_status mc_torch_save_ex(mc_pk_doc *d, const struct mc_pk *v, const char *path
     for (int64_t k = 0; k < nst; k++) {
         const struct mc_pk *s = st_list[k];
         snprintf(name, sizeof(name), "%s/data/%s", root, s->key);
-        if ((st = mc_zip_writer_add(&w, name, s->data, (size_t)s->numel * mc_pk_dtype_size(s->dtype))))
+        if ((st = mc_zip_writer_add(&w, name, s->data, (size_t)s->numel * mc_dtype_size(s->dtype))))
             goto fail;
     }
     snprintf(name, sizeof(name), "%s/version", root);
@@ -62,7 +62,7 @@ struct load_ctx {
     char root[256];
 };
 
-static mc_status load_storage(void *ctx, const char *key, enum mc_pk_dtype t, int64_t numel,
+static mc_status load_storage(void *ctx, const char *key, enum mc_dtype t, int64_t numel,
                               const void **data)
 {
     struct load_ctx *c = ctx;
@@ -73,10 +73,10 @@ static mc_status load_storage(void *ctx, const char *key, enum mc_pk_dtype t, in
     mc_status st = mc_zip_reader_find(c->z, name, &p, &n);
     if (st)
         return st;
-    if ((uint64_t)numel > n / mc_pk_dtype_size(t) || n != (uint64_t)numel * mc_pk_dtype_size(t))
+    if ((uint64_t)numel > n / mc_dtype_size(t) || n != (uint64_t)numel * mc_dtype_size(t))
         return mc_error(MC_ERR_FORMAT, "%s: storage %s holds %llu bytes, expected %lld %s elements "
                         "(%llu bytes)", c->z->path, name, (unsigned long long)n, (long long)numel,
-                        mc_pk_dtype_torch(t), (unsigned long long)numel * mc_pk_dtype_size(t));
+                        mc_dtype_name(t), (unsigned long long)numel * mc_dtype_size(t));
     *data = p;
     return MC_OK;
 }

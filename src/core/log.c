@@ -1,4 +1,4 @@
-/* Rank-tagged log lines on stderr ("[rank 3] message"), and dtype names/sizes. */
+/* Rank-tagged log lines on stderr ("[rank 3] message"). */
 #include "megatron.h"
 
 #include <stdarg.h>
@@ -23,17 +23,4 @@ void mc_log(enum mc_log_level lvl, const char *fmt, ...)
     vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s\n", line); /* one write per line so ranks do not interleave mid-line */
-}
-
-size_t mc_dtype_size(enum mc_dtype t)
-{
-    static const size_t sz[MC_DTYPE_COUNT] = {4, 2, 2, 4, 8, 1, 8};
-    return (unsigned)t < MC_DTYPE_COUNT ? sz[t] : 0;
-}
-
-const char *mc_dtype_name(enum mc_dtype t)
-{
-    static const char *nm[MC_DTYPE_COUNT] = {"float32", "bfloat16", "float16", "int32", "int64", "uint8",
-                                                "float64"};
-    return (unsigned)t < MC_DTYPE_COUNT ? nm[t] : "invalid";
 }

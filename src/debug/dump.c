@@ -4,9 +4,12 @@
  * every machine we target; the reader checks every size against the file size before using it. */
 #include "megatron/dump.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/dtype.h"
 
 static const unsigned char dump_magic[8] = {'M', 'C', 'D', 'U', 'M', 'P', 0, 0x1a};
 
@@ -142,6 +145,12 @@ mc_status mc_dump_add_scalar_i64(mc_dump *d, const char *name, int64_t v)
     return mc_dump_add(d, name, MC_DTYPE_I64, 0, NULL, &v);
 }
 
+struct mc_tensor mc_dump_view(const struct mc_dump_tensor *t)
+{
+    _Static_assert(MC_DUMP_MAX_DIMS <= MC_TENSOR_MAX_DIMS, "a dump shape fits a view");
+    return mc_tensor_view(t->data, t->dtype, t->ndim, t->shape);
+}
+
 static mc_status scalar_of(const mc_dump *d, const char *name, const struct mc_dump_tensor **out)
 {
     const struct mc_dump_tensor *t = mc_dump_find(d, name);
@@ -150,46 +159,35 @@ static mc_status scalar_of(const mc_dump *d, const char *name, const struct mc_d
     if (t->numel != 1)
         return mc_error(MC_ERR_FORMAT, "dump tensor '%s' has %lld elements, expected a scalar",
                         name, (long long)t->numel);
-    if (t->dtype == MC_DTYPE_BF16 || t->dtype == MC_DTYPE_F16)
-        return mc_error(MC_ERR_FORMAT, "dump tensor '%s': scalar of dtype %s is not supported",
-                        name, mc_dtype_name(t->dtype));
     *out = t;
     return MC_OK;
 }
 
 mc_status mc_dump_get_f64(const mc_dump *d, const char *name, double *out)
 {
-    const struct mc_dump_tensor *t;
+    const struct mc_dump_tensor *t = NULL;
     mc_status st = scalar_of(d, name, &t);
     if (st != MC_OK)
         return st;
-    switch (t->dtype) {
-    case MC_DTYPE_F32: *out = *(const float *)t->data; break;
-    case MC_DTYPE_I32: *out = *(const int32_t *)t->data; break;
-    case MC_DTYPE_I64: *out = (double)*(const int64_t *)t->data; break;
-    default: *out = *(const uint8_t *)t->data; break;
-    }
+    *out = mc_dtype_get_f64(t->data, t->dtype, 0);
     return MC_OK;
 }
 
 mc_status mc_dump_get_i64(const mc_dump *d, const char *name, int64_t *out)
 {
-    const struct mc_dump_tensor *t;
+    const struct mc_dump_tensor *t = NULL;
     mc_status st = scalar_of(d, name, &t);
     if (st != MC_OK)
         return st;
-    switch (t->dtype) {
-    case MC_DTYPE_I32: *out = *(const int32_t *)t->data; break;
-    case MC_DTYPE_I64: *out = *(const int64_t *)t->data; break;
-    case MC_DTYPE_U8: *out = *(const uint8_t *)t->data; break;
-    default: {
-        float v = *(const float *)t->data;
-        if (v != (float)(int64_t)v)
-            return mc_error(MC_ERR_FORMAT, "dump tensor '%s' = %g, expected an integer", name,
-                            (double)v);
-        *out = (int64_t)v;
+    if (t->dtype == MC_DTYPE_I64) { /* exact beyond 2^53, where a double is not */
+        memcpy(out, t->data, 8);
+        return MC_OK;
     }
-    }
+    /* every other dtype is exact in a double; a float must hold an integer in int64's range */
+    double v = mc_dtype_get_f64(t->data, t->dtype, 0);
+    if (!(v == floor(v) && v >= -0x1p63 && v < 0x1p63))
+        return mc_error(MC_ERR_FORMAT, "dump tensor '%s' = %g, expected an integer", name, v);
+    *out = (int64_t)v;
     return MC_OK;
 }
 

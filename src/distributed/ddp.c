@@ -18,11 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "models/gpt/gpt_model.h"
-
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
+#include "backend/backend.h"
 
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss)
 {
@@ -31,26 +27,26 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
     return 1.0f / (float)mc_ps_size(ps, MC_PS_DP_CP);
 }
 
-void mc_ddp_scale_grads(mc_gpt_model *m, float scale)
+void mc_ddp_scale_grads(const struct mc_param_set *s, float scale)
 {
-    m->be->ops->scale(m->be, MC_DTYPE_F32, m->grad_block, scale, m->n_elements);
+    s->be->ops->scale(s->be, MC_DTYPE_F32, s->grad_block, scale, s->n_elements);
 }
 
-mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_state *ps,
-                                  float scale)
+mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
+                                  const struct mc_parallel_state *ps, float scale)
 {
     const struct mc_ps_comm *g = &ps->group[MC_PS_DP_CP];
     if (g->size == 1)
         return MC_OK;
     if (scale != 1.0f)
-        mc_ddp_scale_grads(m, scale);
-    return mc_comm_all_reduce(g->comm, m->grad_block, m->n_elements, MC_COMM_FLOAT, MC_COMM_SUM,
+        mc_ddp_scale_grads(s, scale);
+    return mc_comm_all_reduce(g->comm, s->grad_block, s->n_elements, MC_DTYPE_F32, MC_COMM_SUM,
                               "data-parallel gradient all-reduce");
 }
 
 struct mc_ddp {
     struct mc_ddp_config cfg;
-    mc_gpt_model *m;
+    struct mc_param_set *s;
     const struct mc_parallel_state *ps;
     mc_distopt *dopt;
     int dp;
@@ -58,11 +54,11 @@ struct mc_ddp {
     int64_t *first;      /* [n_buckets + 1]: bucket b holds params [first[b], first[b - 1]) */
     bool armed;          /* the last micro-batch's backward is running */
     int64_t next;        /* next bucket to start (they become ready in order 0, 1, ...) */
-    void *req;           /* MPI_Request [n_buckets] (without dopt) */
+    mc_comm_request *req; /* [n_buckets] (without dopt) */
     bool *pending;
     /* MC_DDP_TRACE=1: seconds summed over steps, printed by mc_ddp_free */
     bool trace;
-    bool no_progress;    /* MC_DDP_PROGRESS=0: no MPI_Test between layers (to measure it) */
+    bool no_progress;    /* MC_DDP_PROGRESS=0: no test between layers (to measure it) */
     double *t_call;      /* [n_buckets] in the call that starts a bucket (all of it if blocking) */
     double *t_start;     /* [n_buckets] when the bucket started in the current step */
     double *t_ready_lag; /* [n_buckets] bucket start -> the last bucket's start, summed */
@@ -79,13 +75,13 @@ static double now(void)
 
 static int64_t bucket_end_param(const mc_ddp *d, int64_t b)
 {
-    return b > 0 ? d->first[b - 1] : d->m->n_params;
+    return b > 0 ? d->first[b - 1] : d->s->n_params;
 }
 
 /* Bucket b's range of the engine's grad block (params are packed in forward order). */
 static void bucket_range(const mc_ddp *d, int64_t b, int64_t *off, int64_t *n)
 {
-    const struct mc_gpt_param *p = d->m->params;
+    const struct mc_param *p = d->s->params;
     int64_t last = bucket_end_param(d, b) - 1;
     *off = p[d->first[b]].offset;
     *n = p[last].offset + p[last].view.numel - *off;
@@ -94,22 +90,22 @@ static void bucket_range(const mc_ddp *d, int64_t b, int64_t *off, int64_t *n)
 /* The non-distributed optimizer's buckets: Megatron's map without padding. */
 static mc_status plan_buckets(mc_ddp *d)
 {
-    mc_gpt_model *m = d->m;
+    const struct mc_param_set *s = d->s;
     struct mc_pgb_config pc = {d->dp, false, d->cfg.bucket_size, false};
     struct mc_pgb_map map;
-    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
+    int64_t *numel = mc_alloc((size_t)s->n_params * sizeof(int64_t));
     if (!numel)
         return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < m->n_params; i++)
-        numel[i] = m->params[i].view.numel;
-    mc_status st = mc_pgb_map_init(&pc, m->n_params, numel, NULL, &map);
+    for (int64_t i = 0; i < s->n_params; i++)
+        numel[i] = s->params[i].view.numel;
+    mc_status st = mc_pgb_map_init(&pc, s->n_params, numel, NULL, &map);
     mc_free(numel);
     if (st)
         return st;
     d->n_buckets = map.n_buckets;
     d->first = mc_alloc((size_t)map.n_buckets * sizeof(int64_t));
     if (d->first)
-        for (int64_t i = m->n_params - 1; i >= 0; i--)
+        for (int64_t i = s->n_params - 1; i >= 0; i--)
             d->first[map.param[i].bucket] = i;
     mc_pgb_map_free(&map);
     return d->first ? MC_OK : MC_ERR_NOMEM;
@@ -131,7 +127,7 @@ static mc_status check_bucket(const mc_ddp *d, int64_t b)
 {
     int64_t off, n;
     bucket_range(d, b, &off, &n);
-    double ss = d->m->be->ops->sumsq(d->m->be, MC_DTYPE_F32, d->m->grad_block + off, n);
+    double ss = d->s->be->ops->sumsq(d->s->be, MC_DTYPE_F32, d->s->grad_block + off, n);
     if (isfinite(ss))
         return MC_OK;
     return mc_error(MC_ERR_INTERNAL, "found %s in local grad norm for bucket #%lld in backward "
@@ -140,9 +136,7 @@ static mc_status check_bucket(const mc_ddp *d, int64_t b)
                     isnan(ss) ? "NaN" : "Inf", (long long)b, d->ps->rank);
 }
 
-#if defined(MC_HAVE_MPI)
-static MPI_Request *req(mc_ddp *d, int64_t b) { return (MPI_Request *)d->req + b; }
-#endif
+static mc_comm_request *req(mc_ddp *d, int64_t b) { return d->req + b; }
 
 /* start_grad_sync of bucket b: scaled, then summed over the DP group. */
 static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
@@ -156,29 +150,21 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
         return MC_OK; /* Megatron scales and "reduces" over one rank too: the step rescales */
     int64_t off, n;
     bucket_range(d, b, &off, &n);
-    float *g = d->m->grad_block + off;
+    float *g = d->s->grad_block + off;
     if (d->cfg.grad_scale != 1.0f)
-        d->m->be->ops->scale(d->m->be, MC_DTYPE_F32, g, d->cfg.grad_scale, n);
-#if defined(MC_HAVE_MPI)
+        d->s->be->ops->scale(d->s->be, MC_DTYPE_F32, g, d->cfg.grad_scale, n);
     /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
      * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
      * ranks may associate differently; one algorithm keeps overlap bit-identical to the
      * blocking path */
     void *comm = d->ps->group[MC_PS_DP_CP].comm;
-    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE, (double)n * sizeof(float),
-                      d->dp);
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, g, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)comm,
-                            req(d, b));
-    if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_requests(1, req(d, b), comm, "all-reduce",
-                                   "data-parallel gradient all-reduce");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld failed "
-                        "(MPI error %d)", (long long)b, rc);
+    st = mc_comm_iall_reduce(comm, g, n, MC_DTYPE_F32, MC_COMM_SUM,
+                             "data-parallel gradient all-reduce", req(d, b));
+    if (!st && !async)
+        st = mc_comm_wait(1, req(d, b), comm, "all-reduce", "data-parallel gradient all-reduce");
+    if (st)
+        return st;
     d->pending[b] = async;
-#else
-    (void)async;
-#endif
     return MC_OK;
 }
 
@@ -199,13 +185,9 @@ static void progress(mc_ddp *d)
         mc_distopt_progress(d->dopt);
         return;
     }
-#if defined(MC_HAVE_MPI)
-    for (int64_t b = 0; b < d->n_buckets; b++) {
-        int done = 0;
+    for (int64_t b = 0; b < d->n_buckets; b++)
         if (d->pending[b])
-            MPI_Test(req(d, b), &done, MPI_STATUS_IGNORE);
-    }
-#endif
+            mc_comm_test(req(d, b));
 }
 
 /* The backward post-hook (register_grad_ready): params [first_ready, n) have final grads. */
@@ -238,11 +220,7 @@ static mc_status ddp_alloc(mc_ddp *d)
     if (st)
         return st;
     d->pending = mc_calloc((size_t)d->n_buckets, sizeof(bool));
-#if defined(MC_HAVE_MPI)
-    d->req = mc_alloc((size_t)d->n_buckets * sizeof(MPI_Request));
-#else
-    d->req = mc_alloc((size_t)d->n_buckets);
-#endif
+    d->req = mc_calloc((size_t)d->n_buckets, sizeof(mc_comm_request));
     if (!d->pending || !d->req)
         return MC_ERR_NOMEM;
     const char *tr = getenv("MC_DDP_TRACE");
@@ -267,14 +245,14 @@ static mc_status ddp_alloc(mc_ddp *d)
     return MC_OK;
 }
 
-mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
+mc_status mc_ddp_init(const struct mc_ddp_config *c, struct mc_param_set *s,
                       const struct mc_parallel_state *ps, mc_distopt *dopt, mc_ddp **out)
 {
     *out = NULL;
     mc_ddp *d = mc_calloc(1, sizeof(*d));
     if (!d)
         return MC_ERR_NOMEM;
-    *d = (struct mc_ddp){.cfg = *c, .m = m, .ps = ps, .dopt = dopt,
+    *d = (struct mc_ddp){.cfg = *c, .s = s, .ps = ps, .dopt = dopt,
                          .dp = mc_ps_size(ps, MC_PS_DP_CP)};
     mc_status st = ddp_alloc(d);
     if (st) {
@@ -283,8 +261,7 @@ mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
     }
     if (dopt)
         mc_distopt_set_overlap_param_gather(dopt, c->overlap_param_gather && !c->blocking);
-    struct mc_gpt_hooks h = {on_grad_ready, on_param_use, d};
-    mc_gpt_set_hooks(m, &h);
+    s->hooks = (struct mc_param_hooks){on_grad_ready, on_param_use, d};
     *out = d;
     return MC_OK;
 }
@@ -314,13 +291,11 @@ void mc_ddp_free(mc_ddp *d)
         return;
     if (d->trace && d->t_call)
         print_trace(d);
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; d->pending && b < d->n_buckets; b++)
         if (d->pending[b])
-            MPI_Wait(req(d, b), MPI_STATUS_IGNORE); /* MPI may still write into the grads */
-#endif
+            mc_comm_drain(req(d, b)); /* MPI may still write into the grads */
     if (d->first) /* the hooks were installed */
-        mc_gpt_set_hooks(d->m, NULL);
+        d->s->hooks = (struct mc_param_hooks){0};
     mc_free(d->t_call);
     mc_free(d->t_start);
     mc_free(d->t_ready_lag);
@@ -342,18 +317,15 @@ static mc_status wait_all(mc_ddp *d)
 {
     if (d->dopt)
         return mc_distopt_finish_grad_sync(d->dopt);
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; b < d->n_buckets; b++) {
         if (!d->pending[b])
             continue;
         d->pending[b] = false;
-        int rc = mc_comm_wait_requests(1, req(d, b), d->ps->group[MC_PS_DP_CP].comm,
-                                       "all-reduce", "data-parallel gradient all-reduce");
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "data-parallel gradient all-reduce of bucket %lld "
-                            "failed (MPI error %d)", (long long)b, rc);
+        mc_status st = mc_comm_wait(1, req(d, b), d->ps->group[MC_PS_DP_CP].comm,
+                                    "all-reduce", "data-parallel gradient all-reduce");
+        if (st)
+            return st;
     }
-#endif
     return MC_OK;
 }
 

@@ -5,7 +5,7 @@
 #ifndef MC_DDP_H
 #define MC_DDP_H
 
-#include "megatron/gpt.h"
+#include "megatron/param_set.h"
 #include "distributed/distrib_optimizer.h"
 #include "parallel_state/parallel_state.h"
 
@@ -13,13 +13,13 @@
  * with --calculate-per-token-loss (grads summed; the caller scales by 1/total_tokens). */
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss);
 
-/* Multiplies every gradient of the model by scale (one pass over the contiguous grad block). */
-void mc_ddp_scale_grads(mc_gpt_model *m, float scale);
-/* finish_grad_sync without buckets: scales the model's contiguous grad buffer by scale and
+/* Multiplies every gradient of the set by scale (one pass over the contiguous grad block). */
+void mc_ddp_scale_grads(const struct mc_param_set *s, float scale);
+/* finish_grad_sync without buckets: scales the set's contiguous grad buffer by scale and
  * all-reduces it (sum) over the data-parallel-with-context group, so every DP replica holds
  * the same averaged grads before the optimizer step. A no-op for one DP rank. */
-mc_status mc_ddp_finish_grad_sync(mc_gpt_model *m, const struct mc_parallel_state *ps,
-                                  float scale);
+mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
+                                  const struct mc_parallel_state *ps, float scale);
 
 /* DistributedDataParallel's grad sync with buckets (DistributedDataParallel.__init__'s
  * DistributedDataParallelConfig, the options of the same names). */
@@ -34,10 +34,10 @@ struct mc_ddp_config {
 
 typedef struct mc_ddp mc_ddp;
 
-/* Buckets m's grads as Megatron does (with dopt, the distributed optimizer's buckets, whose
- * collectives it runs) and installs the model's grad-ready and param-use hooks. m, ps and dopt
- * must outlive it. */
-mc_status mc_ddp_init(const struct mc_ddp_config *c, mc_gpt_model *m,
+/* Buckets the set's grads as Megatron does (with dopt, the distributed optimizer's buckets,
+ * whose collectives it runs) and installs its grad-ready and param-use hooks (s->hooks, which
+ * the model calls). s, ps and dopt must outlive it. */
+mc_status mc_ddp_init(const struct mc_ddp_config *c, struct mc_param_set *s,
                       const struct mc_parallel_state *ps, mc_distopt *dopt, mc_ddp **out);
 /* Waits for outstanding collectives, removes the hooks. */
 void mc_ddp_free(mc_ddp *d);

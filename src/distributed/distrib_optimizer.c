@@ -17,20 +17,15 @@
 #include <math.h>
 #include <string.h>
 
-#include "models/gpt/gpt_model.h"
 #include "optimizer/optimizer_internal.h"
-
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
 
 struct mc_distopt {
     struct mc_optimizer_config cfg;
-    struct mc_gpt_model *model;
+    const struct mc_param_set *set;
     struct mc_pgb_map map;
     struct mc_pgb_config pgb; /* how map was laid out */
     int dp, dp_rank;
-    void *dp_comm;      /* MPI_Comm * of the data-parallel(-context) group */
+    void *dp_comm;      /* comm.c handle of the data-parallel(-context) group */
     void *world_comm;   /* every rank: grad norm and zero count */
     float *buffer;      /* [map.numel] Megatron-layout grads, then params */
     float *main_grad;   /* [shard_numel] this rank's reduce-scattered grads */
@@ -42,18 +37,13 @@ struct mc_distopt {
      * all-gathered bucket by bucket before their first use in the next forward */
     bool grads_reduced;      /* finish_grad_sync ran: the step skips its own reduce-scatter */
     bool overlap_param_gather;
-    void *grad_req, *param_req; /* MPI_Request [n_buckets] each */
+    mc_comm_request *grad_req, *param_req; /* [n_buckets] each */
     bool *grad_pending, *param_pending;
     int64_t *bucket_first;   /* [n_buckets] lowest param index of each bucket */
 };
 
-#if defined(MC_HAVE_MPI)
-static MPI_Request *grad_req(mc_distopt *o, int64_t b) { return (MPI_Request *)o->grad_req + b; }
-static MPI_Request *param_req(mc_distopt *o, int64_t b)
-{
-    return (MPI_Request *)o->param_req + b;
-}
-#endif
+static mc_comm_request *grad_req(mc_distopt *o, int64_t b) { return o->grad_req + b; }
+static mc_comm_request *param_req(mc_distopt *o, int64_t b) { return o->param_req + b; }
 
 /* This rank's part of parameter i: n elements at model offset *at_model, shard offset
  * *at_shard (n = 0 when it owns none). */
@@ -66,42 +56,37 @@ static int64_t owned(const mc_distopt *o, int64_t i, int64_t *at_model, int64_t 
     int64_t lo = p->start > s0 ? p->start : s0, hi = p->end < s1 ? p->end : s1;
     if (lo >= hi)
         return 0;
-    *at_model = o->model->params[i].offset + (lo - p->start);
+    *at_model = o->set->params[i].offset + (lo - p->start);
     *at_shard = o->shard_off[p->bucket] + (lo - s0);
     return hi - lo;
 }
 
-/* Megatron's shared_embedding attribute: with tied embeddings split across pipeline stages,
- * the first (virtual) stage's word embedding (when it is not also the last) and the last
- * stage's copy. */
-static bool is_shared_embedding(const struct mc_gpt_model *m, int64_t i)
+/* The buffer layout of the set's params taken in the order perm[0], perm[1], ... (NULL: the
+ * set's order); each param's shared_embedding attribute gives it a bucket of its own. */
+static mc_status map_in_order(const struct mc_param_set *s, const int64_t *perm,
+                              const struct mc_pgb_config *c, struct mc_pgb_map *out)
 {
-    const struct mc_gpt_config *c = &m->cfg;
-    if (c->pipeline_model_parallel_size == 1 || c->untie_embeddings_and_output_weights)
-        return false;
-    if (m->params[i].view.shared)
-        return true;
-    return m->dims.first_stage && /* chunk 0 of the first stage with interleaving */
-           !strcmp(m->params[i].name, "embedding.word_embeddings.weight");
-}
-
-mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,
-                              struct mc_pgb_map *out)
-{
-    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
-    bool *shared = mc_alloc((size_t)m->n_params * sizeof(bool));
+    int64_t *numel = mc_alloc((size_t)s->n_params * sizeof(int64_t));
+    bool *shared = mc_alloc((size_t)s->n_params * sizeof(bool));
     mc_status st = MC_ERR_NOMEM;
     if (!numel || !shared)
         goto out;
-    for (int64_t i = 0; i < m->n_params; i++) {
-        numel[i] = m->params[i].view.numel;
-        shared[i] = is_shared_embedding(m, i);
+    for (int64_t j = 0; j < s->n_params; j++) {
+        const struct mc_param *p = &s->params[perm ? perm[j] : j];
+        numel[j] = p->view.numel;
+        shared[j] = p->shared_embedding;
     }
-    st = mc_pgb_map_init(c, m->n_params, numel, shared, out);
+    st = mc_pgb_map_init(c, s->n_params, numel, shared, out);
 out:
     mc_free(numel);
     mc_free(shared);
     return st;
+}
+
+mc_status mc_distopt_map_init(const struct mc_param_set *s, const struct mc_pgb_config *c,
+                              struct mc_pgb_map *out)
+{
+    return map_in_order(s, NULL, c, out);
 }
 
 /* Per-bucket request slots and each bucket's lowest param index (params of bucket b are the
@@ -109,13 +94,8 @@ out:
 static mc_status alloc_requests(mc_distopt *o)
 {
     size_t n = (size_t)o->map.n_buckets;
-#if defined(MC_HAVE_MPI)
-    o->grad_req = mc_alloc(n * sizeof(MPI_Request));
-    o->param_req = mc_alloc(n * sizeof(MPI_Request));
-#else
-    o->grad_req = mc_alloc(n);
-    o->param_req = mc_alloc(n);
-#endif
+    o->grad_req = mc_calloc(n, sizeof(mc_comm_request));
+    o->param_req = mc_calloc(n, sizeof(mc_comm_request));
     o->grad_pending = mc_calloc(n, sizeof(bool));
     o->param_pending = mc_calloc(n, sizeof(bool));
     o->bucket_first = mc_alloc(n * sizeof(int64_t));
@@ -152,7 +132,7 @@ static mc_status alloc_shards(mc_distopt *o)
     return o->buffer && o->main_grad && o->state ? MC_OK : MC_ERR_NOMEM;
 }
 
-mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
+mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, const struct mc_param_set *s,
                           const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
                           bool pad_buckets_for_high_nccl_busbw, mc_distopt **out)
 {
@@ -164,21 +144,19 @@ mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m
     if (!o)
         return MC_ERR_NOMEM;
     o->cfg = *cfg;
-    o->model = m;
+    o->set = s;
     o->dp = mc_ps_size(ps, MC_PS_DP_CP);
     o->dp_rank = mc_ps_rank(ps, MC_PS_DP_CP);
     o->dp_comm = ps->group[MC_PS_DP_CP].comm;
     o->world_comm = world_comm;
-#if !defined(MC_HAVE_MPI)
-    if (o->dp > 1) {
+    if (o->dp > 1 && !mc_comm_available()) {
         mc_distopt_free(o);
         return mc_error(MC_ERR_UNSUPPORTED, "--use-distributed-optimizer with %d data-parallel "
                         "ranks needs a build with MPI", o->dp);
     }
-#endif
     struct mc_pgb_config pc = {o->dp, true, bucket_size, pad_buckets_for_high_nccl_busbw};
     o->pgb = pc;
-    if ((st = mc_distopt_map_init(m, &pc, &o->map)) ||
+    if ((st = mc_distopt_map_init(s, &pc, &o->map)) ||
         (st = alloc_shards(o))) {
         mc_distopt_free(o);
         return st;
@@ -191,14 +169,12 @@ void mc_distopt_free(mc_distopt *o)
 {
     if (!o)
         return;
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; o->grad_pending && o->param_pending && b < o->map.n_buckets; b++) {
         if (o->grad_pending[b])
-            MPI_Wait(grad_req(o, b), MPI_STATUS_IGNORE); /* MPI still writes into the buffer */
+            mc_comm_drain(grad_req(o, b)); /* MPI still writes into the buffer */
         if (o->param_pending[b])
-            MPI_Wait(param_req(o, b), MPI_STATUS_IGNORE);
+            mc_comm_drain(param_req(o, b));
     }
-#endif
     mc_pgb_map_free(&o->map);
     mc_free(o->buffer);
     mc_free(o->main_grad);
@@ -229,46 +205,33 @@ void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
 
 mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out)
 {
-    const struct mc_gpt_model *m = o->model;
-    int64_t *numel = mc_alloc((size_t)m->n_params * sizeof(int64_t));
-    bool *shared = mc_alloc((size_t)m->n_params * sizeof(bool));
-    mc_status st = MC_ERR_NOMEM;
-    if (numel && shared) {
-        for (int64_t j = 0; j < m->n_params; j++) {
-            numel[j] = m->params[perm[j]].view.numel;
-            shared[j] = is_shared_embedding(m, perm[j]);
-        }
-        st = mc_pgb_map_init(&o->pgb, m->n_params, numel, shared, out);
-    }
-    mc_free(numel);
-    mc_free(shared);
-    return st;
+    return map_in_order(o->set, perm, &o->pgb, out);
 }
 
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full)
 {
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;
     *sharded = blocks * o->shard_numel;
-    *full = blocks * o->model->n_elements;
+    *full = blocks * o->set->n_elements;
 }
 
-/* Bucket b's params between the model block and the buffer (padding stays zero). */
+/* Bucket b's params between the set's block and the buffer (padding stays zero). */
 static void bucket_to_buffer(mc_distopt *o, int64_t b, const float *block)
 {
-    const struct mc_gpt_model *m = o->model;
-    int64_t end = b > 0 ? o->bucket_first[b - 1] : m->n_params;
+    const struct mc_param_set *s = o->set;
+    int64_t end = b > 0 ? o->bucket_first[b - 1] : s->n_params;
     for (int64_t i = o->bucket_first[b]; i < end; i++)
-        memcpy(o->buffer + o->map.param[i].start, block + m->params[i].offset,
-               (size_t)m->params[i].view.numel * sizeof(float));
+        memcpy(o->buffer + o->map.param[i].start, block + s->params[i].offset,
+               (size_t)s->params[i].view.numel * sizeof(float));
 }
 
 static void bucket_from_buffer(mc_distopt *o, int64_t b, float *block)
 {
-    const struct mc_gpt_model *m = o->model;
-    int64_t end = b > 0 ? o->bucket_first[b - 1] : m->n_params;
+    const struct mc_param_set *s = o->set;
+    int64_t end = b > 0 ? o->bucket_first[b - 1] : s->n_params;
     for (int64_t i = o->bucket_first[b]; i < end; i++)
-        memcpy(block + m->params[i].offset, o->buffer + o->map.param[i].start,
-               (size_t)m->params[i].view.numel * sizeof(float));
+        memcpy(block + s->params[i].offset, o->buffer + o->map.param[i].start,
+               (size_t)s->params[i].view.numel * sizeof(float));
 }
 
 void mc_distopt_param_main_grad(mc_distopt *o, int64_t i, float **grad, int64_t *n)
@@ -293,34 +256,27 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
         return st;
     const struct mc_pgb_bucket *bk = &o->map.bucket[b];
     int64_t per = (bk->end - bk->start) / o->dp;
-    bucket_to_buffer(o, b, o->model->grad_block);
+    bucket_to_buffer(o, b, o->set->grad_block);
     if (scale != 1.0f)
-        o->model->be->ops->scale(o->model->be, MC_DTYPE_F32, o->buffer + bk->start, scale,
-                                 bk->end - bk->start);
+        o->set->be->ops->scale(o->set->be, MC_DTYPE_F32, o->buffer + bk->start, scale,
+                               bk->end - bk->start);
     if (o->dp == 1) {
         memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
         return MC_OK;
     }
-#if defined(MC_HAVE_MPI)
-    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_REDUCE_SCATTER,
-                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
     /* blocking = non-blocking + wait: MPI implements the two with different algorithms
      * (OpenMPI: coll/libnbc vs coll/tuned), whose sums of more than two ranks associate
      * differently; one algorithm keeps --overlap-grad-reduce bit-identical to the
      * blocking path */
-    int rc = MPI_Ireduce_scatter_block(o->buffer + bk->start, o->main_grad + o->shard_off[b],
-                                       (int)per, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)o->dp_comm,
-                                       grad_req(o, b));
-    if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_requests(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
-                                   "distributed-optimizer grad reduce-scatter");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
-                        "%lld failed (MPI error %d)", (long long)b, rc);
+    st = mc_comm_ireduce_scatter(o->dp_comm, o->main_grad + o->shard_off[b],
+                                 o->buffer + bk->start, per, MC_DTYPE_F32,
+                                 "distributed-optimizer grad reduce-scatter", grad_req(o, b));
+    if (!st && !async)
+        st = mc_comm_wait(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
+                          "distributed-optimizer grad reduce-scatter");
+    if (st)
+        return st;
     o->grad_pending[b] = async;
-#else
-    (void)async;
-#endif
     return MC_OK;
 }
 
@@ -328,18 +284,15 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
  * uses main_grad as it is. */
 mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
 {
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; b < o->map.n_buckets; b++) {
         if (!o->grad_pending[b])
             continue;
         o->grad_pending[b] = false;
-        int rc = mc_comm_wait_requests(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
-                                   "distributed-optimizer grad reduce-scatter");
-        if (rc != MPI_SUCCESS)
-            return mc_error(MC_ERR_COMM, "distributed optimizer: reduce-scatter of grad bucket "
-                            "%lld failed (MPI error %d)", (long long)b, rc);
+        mc_status st = mc_comm_wait(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
+                                    "distributed-optimizer grad reduce-scatter");
+        if (st)
+            return st;
     }
-#endif
     o->grads_reduced = true;
     return MC_OK;
 }
@@ -347,17 +300,12 @@ mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
 /* MPI progresses non-blocking collectives only inside MPI calls: a test between layers. */
 void mc_distopt_progress(mc_distopt *o)
 {
-#if defined(MC_HAVE_MPI)
     for (int64_t b = 0; b < o->map.n_buckets; b++) {
-        int done = 0;
         if (o->grad_pending[b])
-            MPI_Test(grad_req(o, b), &done, MPI_STATUS_IGNORE);
+            mc_comm_test(grad_req(o, b));
         if (o->param_pending[b])
-            MPI_Test(param_req(o, b), &done, MPI_STATUS_IGNORE);
+            mc_comm_test(param_req(o, b));
     }
-#else
-    (void)o;
-#endif
 }
 
 void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on) { o->overlap_param_gather = on; }
@@ -366,25 +314,20 @@ void mc_distopt_set_overlap_param_gather(mc_distopt *o, bool on) { o->overlap_pa
  * buffer; blocking (then copied into the model) or non-blocking (copied when waited for). */
 static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
 {
-#if defined(MC_HAVE_MPI)
     const struct mc_pgb_bucket *bk = &o->map.bucket[b];
-    int per = (int)((bk->end - bk->start) / o->dp);
-    mc_comm_stats_add(MC_COMM_KIND_DP, MC_COMM_ALL_GATHER,
-                      (double)(bk->end - bk->start) * sizeof(float), (int)o->dp);
-    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->buffer + bk->start, per,
-                            MPI_FLOAT, *(MPI_Comm *)o->dp_comm, param_req(o, b));
-    if (rc == MPI_SUCCESS && !async)
-        rc = mc_comm_wait_requests(1, param_req(o, b), o->dp_comm, "all-gather",
-                                   "distributed-optimizer param all-gather");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
-                        "%lld failed (MPI error %d)", (long long)b, rc);
+    int64_t per = (bk->end - bk->start) / o->dp;
+    mc_status st = mc_comm_iall_gather_in_place(o->dp_comm, o->buffer + bk->start, per,
+                                                MC_DTYPE_F32,
+                                                "distributed-optimizer param all-gather",
+                                                param_req(o, b));
+    if (!st && !async)
+        st = mc_comm_wait(1, param_req(o, b), o->dp_comm, "all-gather",
+                          "distributed-optimizer param all-gather");
+    if (st)
+        return st;
     o->param_pending[b] = async;
-#else
-    (void)async;
-#endif
     if (!async)
-        bucket_from_buffer(o, b, o->model->param_block);
+        bucket_from_buffer(o, b, o->set->param_block);
     return MC_OK;
 }
 
@@ -393,14 +336,11 @@ static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
     if (!o->param_pending[b])
         return MC_OK;
     o->param_pending[b] = false;
-#if defined(MC_HAVE_MPI)
-    int rc = mc_comm_wait_requests(1, param_req(o, b), o->dp_comm, "all-gather",
-                                   "distributed-optimizer param all-gather");
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "distributed optimizer: all-gather of param bucket "
-                        "%lld failed (MPI error %d)", (long long)b, rc);
-#endif
-    bucket_from_buffer(o, b, o->model->param_block);
+    mc_status st = mc_comm_wait(1, param_req(o, b), o->dp_comm, "all-gather",
+                                "distributed-optimizer param all-gather");
+    if (st)
+        return st;
+    bucket_from_buffer(o, b, o->set->param_block);
     return MC_OK;
 }
 
@@ -419,7 +359,7 @@ mc_status mc_distopt_param_use(mc_distopt *o, int64_t end)
 
 mc_status mc_distopt_finish_param_sync(mc_distopt *o)
 {
-    return mc_distopt_param_use(o, o->model->n_params);
+    return mc_distopt_param_use(o, o->set->n_params);
 }
 
 /* After the update: every bucket's params all-gathered, in the order the next forward needs
@@ -432,7 +372,7 @@ static mc_status all_gather(mc_distopt *o)
     bool async = o->overlap_param_gather;
     for (int64_t b = o->map.n_buckets - 1; b >= 0; b--) {
         if (!async)
-            bucket_to_buffer(o, b, o->model->param_block);
+            bucket_to_buffer(o, b, o->set->param_block);
         mc_status st = start_param_bucket(o, b, async);
         if (st)
             return st;
@@ -440,22 +380,17 @@ static mc_status all_gather(mc_distopt *o)
     return MC_OK;
 }
 
-static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
-{
-    return !v->shared && (v->tensor_parallel || m->tp.rank == 0);
-}
-
 /* get_grad_norm_fp32 + count_zeros_fp32 over this rank's shards (summed over the world by
  * the caller). */
 static void local_grad_stats(const mc_distopt *o, double *sq, int64_t *z)
 {
-    const struct mc_gpt_model *m = o->model;
-    for (int64_t i = 0; i < m->n_params; i++) {
+    const struct mc_param_set *s = o->set;
+    for (int64_t i = 0; i < s->n_params; i++) {
         int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
-        if (n == 0 || !counted(m, &m->params[i].view))
+        if (n == 0 || !mc_opt_counted(s, &s->params[i].view))
             continue;
-        *sq += m->be->ops->sumsq(m->be, MC_DTYPE_F32, o->main_grad + at_s, n);
-        *z += m->be->ops->count_zeros(m->be, MC_DTYPE_F32, o->main_grad + at_s, n);
+        *sq += s->be->ops->sumsq(s->be, MC_DTYPE_F32, o->main_grad + at_s, n);
+        *z += s->be->ops->count_zeros(s->be, MC_DTYPE_F32, o->main_grad + at_s, n);
     }
 }
 
@@ -467,7 +402,7 @@ static mc_status grad_stats(mc_distopt *const *os, int n, float *norm, int64_t *
         local_grad_stats(os[c], &sq, &z);
     void *world = os[0]->world_comm;
     float stats[2] = {(float)sq, (float)z}; /* Megatron reduces both as float tensors */
-    mc_status st = mc_comm_all_reduce(world, stats, 2, MC_COMM_FLOAT, MC_COMM_SUM,
+    mc_status st = mc_comm_all_reduce(world, stats, 2, MC_DTYPE_F32, MC_COMM_SUM,
                                       "distributed optimizer grad-norm all-reduce");
     *norm = sqrtf(stats[0]);
     *zeros = world ? (int64_t)stats[1] : z;
@@ -476,21 +411,21 @@ static mc_status grad_stats(mc_distopt *const *os, int n, float *norm, int64_t *
 
 static void update(mc_distopt *o, float lr, float weight_decay)
 {
-    struct mc_gpt_model *m = o->model;
+    const struct mc_param_set *s = o->set;
     const struct mc_optimizer_config *c = &o->cfg;
     o->step++;
-    for (int64_t i = 0; i < m->n_params; i++) {
+    for (int64_t i = 0; i < s->n_params; i++) {
         int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
         if (n == 0)
             continue;
-        float wd = m->params[i].view.no_weight_decay ? 0.0f : weight_decay;
-        float *p = m->param_block + at_m, *g = o->main_grad + at_s;
+        float wd = s->params[i].view.no_weight_decay ? 0.0f : weight_decay;
+        float *p = s->param_block + at_m, *g = o->main_grad + at_s;
         if (c->optimizer == MC_OPT_ADAM)
-            m->be->ops->adamw(m->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s,
+            s->be->ops->adamw(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s,
                               o->state + o->shard_numel + at_s, g, n, lr, c->adam_beta1,
                               c->adam_beta2, c->adam_eps, wd, o->step);
         else
-            m->be->ops->sgd(m->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s, g, n, lr,
+            s->be->ops->sgd(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s, g, n, lr,
                             c->sgd_momentum, wd, o->step == 1);
     }
 }
@@ -503,22 +438,21 @@ static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
         st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
     o->grads_reduced = false;
     if (!st && post_scale != 1.0f)
-        o->model->be->ops->scale(o->model->be, MC_DTYPE_F32, o->main_grad, post_scale,
-                                 o->shard_numel);
+        o->set->be->ops->scale(o->set->be, MC_DTYPE_F32, o->main_grad, post_scale, o->shard_numel);
     return st;
 }
 
 /* Clip by coeff (< 1 scales), update the shard, all-gather the params of one chunk. */
 static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight_decay)
 {
-    struct mc_gpt_model *m = o->model;
+    const struct mc_param_set *s = o->set;
     if (coeff < 1.0f)
-        m->be->ops->scale(m->be, MC_DTYPE_F32, o->main_grad, coeff, o->shard_numel);
+        s->be->ops->scale(s->be, MC_DTYPE_F32, o->main_grad, coeff, o->shard_numel);
     update(o, lr, weight_decay);
     /* with overlap the whole buffer gets the params before the first all-gather starts */
     if (o->overlap_param_gather && o->dp > 1)
         for (int64_t b = 0; b < o->map.n_buckets; b++)
-            bucket_to_buffer(o, b, m->param_block);
+            bucket_to_buffer(o, b, s->param_block);
     return all_gather(o);
 }
 

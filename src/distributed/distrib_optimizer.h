@@ -10,21 +10,22 @@
 
 typedef struct mc_distopt mc_distopt;
 
-/* Lays out m's parameters as Megatron's grad buffer (bucket_size as mc_pgb_bucket_size gives
- * it) and allocates optimizer state for this data-parallel rank's shard of every bucket only.
- * Grad norm and zero count are reduced over world_comm, every rank of the job (Megatron's
- * grad-stats group None; NULL for one process). m and ps must outlive the optimizer. */
-mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m,
+/* Lays out the set's parameters as Megatron's grad buffer (bucket_size as mc_pgb_bucket_size
+ * gives it) and allocates optimizer state for this data-parallel rank's shard of every bucket
+ * only. Grad norm and zero count are reduced over world_comm, every rank of the job
+ * (Megatron's grad-stats group None; NULL for one process). s and ps must outlive the
+ * optimizer. */
+mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, const struct mc_param_set *s,
                           const struct mc_parallel_state *ps, void *world_comm, int64_t bucket_size,
                           bool pad_buckets_for_high_nccl_busbw, mc_distopt **out);
 void mc_distopt_free(mc_distopt *o);
 
-/* One step after the backward passes: copies the model's grads into the buffer, scales them by
+/* One step after the backward passes: copies the set's grads into the buffer, scales them by
  * grad_scale (1/dp, mc_ddp_grad_scale) and reduce-scatters each bucket over the DP group, then
  * multiplies this rank's shard by post_scale (1/num_tokens with --calculate-per-token-loss,
  * else 1); grad norm and zero count over the whole world (each element once, TP duplicates
  * filtered); clipping; Adam/SGD on the shard; all-gather of the updated params into every
- * rank's model. The model's grads are left as they were before the step. */
+ * rank's param block. The grad block is left as it was before the step. */
 mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, float lr,
                           float weight_decay, struct mc_opt_step_result *res);
 /* Interleaved pipelining: one step over the distributed optimizers of this rank's model
@@ -56,14 +57,14 @@ mc_status mc_distopt_finish_param_sync(mc_distopt *o);
 /* MPI_Test on every outstanding request (MPI progresses them only inside calls). */
 void mc_distopt_progress(mc_distopt *o);
 
-/* Megatron's grad-buffer index map for m's parameters (what mc_distopt_init uses when
+/* Megatron's grad-buffer index map for the set's parameters (what mc_distopt_init uses when
  * c->use_distributed_optimizer is set; c->dp is the data-parallel size). */
-mc_status mc_distopt_map_init(const mc_gpt_model *m, const struct mc_pgb_config *c,
+mc_status mc_distopt_map_init(const struct mc_param_set *s, const struct mc_pgb_config *c,
                               struct mc_pgb_map *out);
 /* The index map in use (forward-order params, buckets). */
 const struct mc_pgb_map *mc_distopt_map(const mc_distopt *o);
 /* Elements of optimizer state held by this rank (all state tensors together), and what the
- * non-distributed optimizer holds for the same model. */
+ * non-distributed optimizer holds for the same parameters. */
 void mc_distopt_state_numel(const mc_distopt *o, int64_t *sharded, int64_t *full);
 
 /* What checkpointing (distrib_optim.pt) needs: this rank's optimizer state over its shard of

@@ -11,66 +11,62 @@
 
 #include <math.h>
 
-static bool counted(const struct mc_gpt_model *m, const struct mc_param_view *v)
-{
-    return !v->shared && (v->tensor_parallel || m->tp.rank == 0);
-}
+#include "tensor_parallel/tensor_parallel.h"
 
 /* Sum over the model-parallel group: tp x pp ranks (the tp group when pp == 1). */
-mc_status mc_opt_mp_sum(const struct mc_gpt_model *m, float *x)
+mc_status mc_opt_mp_sum(const struct mc_param_set *s, float *x)
 {
-    if (m->cfg.pipeline_model_parallel_size == 1)
-        return mc_tp_all_reduce_sum(&m->tp, x, 1);
-    if (!m->mp_comm)
+    if (s->pp_size == 1)
+        return mc_tp_all_reduce_sum(&(struct mc_tp_group){s->tp_size, s->tp_rank, s->tp_comm,
+                                                          false}, x, 1);
+    if (!s->mp_comm)
         return mc_error(MC_ERR_UNSUPPORTED, "grad norm across --pipeline-model-parallel-size %d "
-                        "needs the model-parallel communicator (mc_gpt_set_mp_comm)",
-                        m->cfg.pipeline_model_parallel_size);
-    struct mc_tp_group mp = {m->tp.size * m->cfg.pipeline_model_parallel_size, 0, m->mp_comm,
-                              false};
+                        "needs the model-parallel communicator (%s)", s->pp_size,
+                        s->mp_comm_setter ? s->mp_comm_setter : "mc_param_set.mp_comm");
+    struct mc_tp_group mp = {s->tp_size * s->pp_size, 0, s->mp_comm, false};
     return mc_tp_all_reduce_sum(&mp, x, 1);
 }
 
-mc_status mc_opt_grad_norm(struct mc_gpt_model *const *models, int n, float *norm)
+mc_status mc_opt_grad_norm(const struct mc_param_set *const *sets, int n, float *norm)
 {
     double sq = 0.0;
     for (int c = 0; c < n; c++) {
-        const struct mc_gpt_model *m = models[c];
-        for (int64_t i = 0; i < m->n_params; i++) {
-            const struct mc_param_view *v = &m->params[i].view;
-            if (counted(m, v))
-                sq += m->be->ops->sumsq(m->be, MC_DTYPE_F32, v->grad, v->numel);
+        const struct mc_param_set *s = sets[c];
+        for (int64_t i = 0; i < s->n_params; i++) {
+            const struct mc_param_view *v = &s->params[i].view;
+            if (mc_opt_counted(s, v))
+                sq += s->be->ops->sumsq(s->be, MC_DTYPE_F32, v->grad, v->numel);
         }
     }
     float total = (float)sq;
-    mc_status st = mc_opt_mp_sum(models[0], &total);
+    mc_status st = mc_opt_mp_sum(sets[0], &total);
     if (st != MC_OK)
         return st;
     *norm = sqrtf(total);
     return MC_OK;
 }
 
-mc_status mc_opt_count_zeros(struct mc_gpt_model *const *models, int n, int64_t *zeros)
+mc_status mc_opt_count_zeros(const struct mc_param_set *const *sets, int n, int64_t *zeros)
 {
     int64_t z = 0;
     for (int c = 0; c < n; c++) {
-        const struct mc_gpt_model *m = models[c];
-        for (int64_t i = 0; i < m->n_params; i++) {
-            const struct mc_param_view *v = &m->params[i].view;
-            if (counted(m, v))
-                z += m->be->ops->count_zeros(m->be, MC_DTYPE_F32, v->grad, v->numel);
+        const struct mc_param_set *s = sets[c];
+        for (int64_t i = 0; i < s->n_params; i++) {
+            const struct mc_param_view *v = &s->params[i].view;
+            if (mc_opt_counted(s, v))
+                z += s->be->ops->count_zeros(s->be, MC_DTYPE_F32, v->grad, v->numel);
         }
     }
     float total = (float)z; /* Megatron reduces the count as a float tensor too */
-    mc_status st = mc_opt_mp_sum(models[0], &total);
+    mc_status st = mc_opt_mp_sum(sets[0], &total);
     if (st != MC_OK)
         return st;
-    const struct mc_gpt_config *c = &models[0]->cfg;
-    *zeros = c->tensor_model_parallel_size * c->pipeline_model_parallel_size == 1 ? z
-                                                                                  : (int64_t)total;
+    *zeros = sets[0]->tp_size * sets[0]->pp_size == 1 ? z : (int64_t)total;
     return MC_OK;
 }
 
-void mc_opt_clip_grads(struct mc_gpt_model *const *models, int n, float clip_grad, float norm)
+void mc_opt_clip_grads(const struct mc_param_set *const *sets, int n, float clip_grad,
+                       float norm)
 {
     if (clip_grad <= 0.0f)
         return;
@@ -78,6 +74,6 @@ void mc_opt_clip_grads(struct mc_gpt_model *const *models, int n, float clip_gra
     if (!(coeff < 1.0f))
         return;
     for (int c = 0; c < n; c++)
-        models[c]->be->ops->scale(models[c]->be, MC_DTYPE_F32, models[c]->grad_block, coeff,
-                                  models[c]->n_elements);
+        sets[c]->be->ops->scale(sets[c]->be, MC_DTYPE_F32, sets[c]->grad_block, coeff,
+                                sets[c]->n_elements);
 }

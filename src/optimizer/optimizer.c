@@ -1,9 +1,9 @@
-/* Adam (decoupled weight decay) and SGD over the GPT model's parameter views, mirrors
- * megatron/core/optimizer/optimizer.py (FP32Optimizer.step: grad norm, clip, count zeros,
- * inner optimizer step) with torch.optim.AdamW / SGD as the inner optimizers. Weight decay is
- * 0 for Megatron's no-decay group (biases and 1-D parameters). State lives in one block per
- * model chunk laid out like its parameter block; with interleaved pipelining one optimizer
- * steps every chunk of the rank. */
+/* Adam (decoupled weight decay) and SGD over a model's parameter set (megatron/param_set.h),
+ * mirrors megatron/core/optimizer/optimizer.py (FP32Optimizer.step: grad norm, clip, count
+ * zeros, inner optimizer step) with torch.optim.AdamW / SGD as the inner optimizers. Weight
+ * decay is 0 for Megatron's no-decay group (biases and 1-D parameters). State lives in one
+ * block per parameter set (model chunk) laid out like its parameter block; with interleaved
+ * pipelining one optimizer steps the sets of every chunk of the rank. */
 #include "optimizer/optimizer_internal.h"
 
 #include <string.h>
@@ -11,7 +11,7 @@
 struct mc_optimizer {
     struct mc_optimizer_config cfg;
     int n_chunks;
-    struct mc_gpt_model **model; /* [n_chunks] */
+    const struct mc_param_set **set; /* [n_chunks] */
     float **state; /* [n_chunks] Adam: [exp_avg block | exp_avg_sq block]; SGD: [momentum block] */
     int64_t step;
 };
@@ -50,14 +50,14 @@ mc_status mc_opt_config_check(const struct mc_optimizer_config *c)
 }
 
 mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
-                             mc_gpt_model *const *models, int n, mc_optimizer **out)
+                             const struct mc_param_set *const *sets, int n, mc_optimizer **out)
 {
-    if (!out || !cfg || !models || n < 1)
-        return mc_error(MC_ERR_CONFIG, "mc_opt_init: missing config, model or output");
+    if (!out || !cfg || !sets || n < 1)
+        return mc_error(MC_ERR_CONFIG, "mc_opt_init: missing config, parameter set or output");
     *out = NULL;
     for (int c = 0; c < n; c++)
-        if (!models[c])
-            return mc_error(MC_ERR_CONFIG, "mc_opt_init: model chunk %d missing", c);
+        if (!sets[c])
+            return mc_error(MC_ERR_CONFIG, "mc_opt_init: parameter set of chunk %d missing", c);
     mc_status st = mc_opt_config_check(cfg);
     if (st != MC_OK)
         return st;
@@ -66,16 +66,16 @@ mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
         return MC_ERR_NOMEM;
     o->cfg = *cfg;
     o->n_chunks = n;
-    o->model = mc_calloc((size_t)n, sizeof(*o->model));
+    o->set = mc_calloc((size_t)n, sizeof(*o->set));
     o->state = mc_calloc((size_t)n, sizeof(*o->state));
-    if (!o->model || !o->state) {
+    if (!o->set || !o->state) {
         mc_opt_free(o);
         return MC_ERR_NOMEM;
     }
     int64_t blocks = cfg->optimizer == MC_OPT_ADAM ? 2 : 1;
     for (int c = 0; c < n; c++) {
-        o->model[c] = models[c];
-        o->state[c] = mc_calloc((size_t)(blocks * models[c]->n_elements), sizeof(float));
+        o->set[c] = sets[c];
+        o->state[c] = mc_calloc((size_t)(blocks * sets[c]->n_elements), sizeof(float));
         if (!o->state[c]) {
             mc_opt_free(o);
             return MC_ERR_NOMEM;
@@ -85,9 +85,10 @@ mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
     return MC_OK;
 }
 
-mc_status mc_opt_init(const struct mc_optimizer_config *cfg, mc_gpt_model *m, mc_optimizer **out)
+mc_status mc_opt_init(const struct mc_optimizer_config *cfg, const struct mc_param_set *set,
+                      mc_optimizer **out)
 {
-    return mc_opt_init_chunks(cfg, &m, 1, out);
+    return mc_opt_init_chunks(cfg, &set, 1, out);
 }
 
 void mc_opt_free(mc_optimizer *o)
@@ -97,21 +98,21 @@ void mc_opt_free(mc_optimizer *o)
     for (int c = 0; o->state && c < o->n_chunks; c++)
         mc_free(o->state[c]);
     mc_free(o->state);
-    mc_free(o->model);
+    mc_free(o->set);
     mc_free(o);
 }
 
 struct mc_opt_param_state mc_opt_param_state(const mc_optimizer *o, int64_t i)
 {
     int c = 0;
-    while (c < o->n_chunks - 1 && i >= o->model[c]->n_params)
-        i -= o->model[c++]->n_params;
-    const struct mc_gpt_model *m = o->model[c];
-    MC_ASSERT(i >= 0 && i < m->n_params);
-    int64_t off = m->params[i].offset;
+    while (c < o->n_chunks - 1 && i >= o->set[c]->n_params)
+        i -= o->set[c++]->n_params;
+    const struct mc_param_set *s = o->set[c];
+    MC_ASSERT(i >= 0 && i < s->n_params);
+    int64_t off = s->params[i].offset;
     float *st = o->state[c];
     if (o->cfg.optimizer == MC_OPT_ADAM)
-        return (struct mc_opt_param_state){st + off, st + m->n_elements + off, NULL};
+        return (struct mc_opt_param_state){st + off, st + s->n_elements + off, NULL};
     return (struct mc_opt_param_state){NULL, NULL, st + off};
 }
 
@@ -124,20 +125,20 @@ static void update(mc_optimizer *o, float lr, float weight_decay)
     o->step++;
     int64_t first = 0; /* index of the chunk's first parameter in mc_opt_param_state */
     for (int ch = 0; ch < o->n_chunks; ch++) {
-        struct mc_gpt_model *m = o->model[ch];
-        for (int64_t i = 0; i < m->n_params; i++) {
-            const struct mc_param_view *v = &m->params[i].view;
+        const struct mc_param_set *set = o->set[ch];
+        for (int64_t i = 0; i < set->n_params; i++) {
+            const struct mc_param_view *v = &set->params[i].view;
             float wd = v->no_weight_decay ? 0.0f : weight_decay;
             struct mc_opt_param_state s = mc_opt_param_state(o, first + i);
             if (c->optimizer == MC_OPT_ADAM)
-                m->be->ops->adamw(m->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.exp_avg,
-                                  s.exp_avg_sq, v->grad, v->numel, lr, c->adam_beta1, c->adam_beta2,
-                                  c->adam_eps, wd, o->step);
+                set->be->ops->adamw(set->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.exp_avg,
+                                    s.exp_avg_sq, v->grad, v->numel, lr, c->adam_beta1,
+                                    c->adam_beta2, c->adam_eps, wd, o->step);
             else
-                m->be->ops->sgd(m->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.momentum_buffer,
-                                v->grad, v->numel, lr, c->sgd_momentum, wd, o->step == 1);
+                set->be->ops->sgd(set->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.momentum_buffer,
+                                  v->grad, v->numel, lr, c->sgd_momentum, wd, o->step == 1);
         }
-        first += m->n_params;
+        first += set->n_params;
     }
 }
 
@@ -148,11 +149,11 @@ mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
         return mc_error(MC_ERR_CONFIG, "mc_opt_step: no optimizer");
     float norm = 0.0f;
     int64_t zeros = 0;
-    mc_status st = mc_opt_grad_norm(o->model, o->n_chunks, &norm);
+    mc_status st = mc_opt_grad_norm(o->set, o->n_chunks, &norm);
     if (st != MC_OK)
         return st;
-    mc_opt_clip_grads(o->model, o->n_chunks, o->cfg.clip_grad, norm);
-    if ((st = mc_opt_count_zeros(o->model, o->n_chunks, &zeros)) != MC_OK)
+    mc_opt_clip_grads(o->set, o->n_chunks, o->cfg.clip_grad, norm);
+    if ((st = mc_opt_count_zeros(o->set, o->n_chunks, &zeros)) != MC_OK)
         return st;
     update(o, lr, weight_decay);
     if (res) {

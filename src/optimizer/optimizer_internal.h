@@ -4,20 +4,28 @@
 #define MC_OPTIMIZER_INTERNAL_H
 
 #include "megatron/optimizer.h"
-#include "models/gpt/gpt_model.h"
+#include "backend/backend.h"
 
 /* Checks an optimizer config's values (also used by the distributed optimizer). */
 mc_status mc_opt_config_check(const struct mc_optimizer_config *c);
-/* The model chunks one optimizer steps (one, or vp with interleaved pipelining): grad norm,
- * zero count and clipping cover all of them together, as Megatron's optimizer does over the
- * params of every chunk. */
+/* The parameter sets one optimizer steps (one model chunk, or vp with interleaved pipelining):
+ * grad norm, zero count and clipping cover all of them together, as Megatron's optimizer does
+ * over the params of every chunk. */
 /* Global L2 norm of the grads (Megatron's 'grad norm'). */
-mc_status mc_opt_grad_norm(struct mc_gpt_model *const *models, int n, float *norm);
+mc_status mc_opt_grad_norm(const struct mc_param_set *const *sets, int n, float *norm);
 /* Exact zeros in the counted grads (--log-num-zeros-in-grad). */
-mc_status mc_opt_count_zeros(struct mc_gpt_model *const *models, int n, int64_t *zeros);
+mc_status mc_opt_count_zeros(const struct mc_param_set *const *sets, int n, int64_t *zeros);
 /* Scales every grad by clip_grad / (norm + 1e-6) when that is < 1; clip_grad <= 0 disables. */
-void mc_opt_clip_grads(struct mc_gpt_model *const *models, int n, float clip_grad, float norm);
+void mc_opt_clip_grads(const struct mc_param_set *const *sets, int n, float clip_grad,
+                       float norm);
 /* Sum over the model-parallel (tp x pp) group of one float, as clip_grads.py reduces. */
-mc_status mc_opt_mp_sum(const struct mc_gpt_model *m, float *x);
+mc_status mc_opt_mp_sum(const struct mc_param_set *s, float *x);
+/* Whether this rank counts param p in the grad norm and zero count: not the shared copy,
+ * and not a tensor-parallel duplicate (param_is_not_shared and
+ * param_is_not_tensor_parallel_duplicate). */
+static inline bool mc_opt_counted(const struct mc_param_set *s, const struct mc_param_view *v)
+{
+    return !v->shared && (v->tensor_parallel || s->tp_rank == 0);
+}
 
 #endif

@@ -1,9 +1,13 @@
-/* MPI wrappers for parallel_state, DDP and the training loop: the role torch.distributed
- * plays for Megatron (init_process_group, all_reduce, barrier). Every communicator returns
- * errors (MPI_ERRORS_RETURN) and every failure becomes an mc_status naming the collective;
- * pretrain_gpt then prints it and brings the job down with mc_comm_abort. */
+/* The communication layer: the only file of megatron.c that calls MPI (the role
+ * torch.distributed plays for Megatron: init_process_group, new_group, all_reduce,
+ * all_gather_into_tensor, reduce_scatter_tensor, batch_isend_irecv, barrier). Every
+ * communicator returns errors (MPI_ERRORS_RETURN) and every failure becomes an mc_status
+ * naming the operation; pretrain_gpt then prints it and brings the job down with
+ * mc_comm_abort. Every wait goes through the idle, watched wait (wait_all) and every call that
+ * moves data through the MC_COMM_STATS counters, both here. */
 #include "parallel_state/parallel_state.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +84,27 @@ static double g_wait[4];
 
 void mc_comm_wait_totals(double out[4]) { memcpy(out, g_wait, sizeof(g_wait)); }
 
+/* Sums and maxima need arithmetic MPI has: none over bf16/f16 (moving them is fine). */
+static mc_status check_type(enum mc_dtype t, bool reduce, const char *what)
+{
+    if ((unsigned)t >= MC_DTYPE_COUNT)
+        return mc_error(MC_ERR_INTERNAL, "%s: dtype %d is not one of megatron.h's", what, (int)t);
+    if (reduce && (t == MC_DTYPE_BF16 || t == MC_DTYPE_F16))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: a reduction over %s is not supported (MPI has "
+                        "no half-precision arithmetic; reduce in float32)", what,
+                        mc_dtype_name(t));
+    return MC_OK;
+}
+
+/* One call's count, checked against MPI's int counts. */
+static mc_status int_count(int64_t n, const char *what)
+{
+    if (n > INT_MAX)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %lld elements in one call (MPI counts are int: "
+                        "at most 2^31-1)", what, (long long)n);
+    return MC_OK;
+}
+
 #if defined(MC_HAVE_MPI)
 #include <mpi.h>
 #include <stdio.h>
@@ -141,15 +166,63 @@ static int wait_all(int n, MPI_Request *req, const void *comm, const char *op, c
     return rc;
 }
 
-int mc_comm_wait_requests(int n, void *mpi_requests, const void *comm, const char *op,
-                          const char *what)
-{
-    return wait_all(n, (MPI_Request *)mpi_requests, comm, op, what);
-}
-
 static MPI_Comm g_world = MPI_COMM_NULL;
 static bool g_we_initialized;
 static mc_status comm_error(int rc, const char *what);
+
+/* ---- requests: an MPI_Request kept in mc_comm_request's opaque bytes ---------------------- */
+_Static_assert(sizeof(MPI_Request) <= sizeof(((mc_comm_request *)0)->impl),
+               "mc_comm_request too small for this MPI's MPI_Request");
+
+static MPI_Request req_get(const mc_comm_request *r)
+{
+    MPI_Request m = MPI_REQUEST_NULL;
+    if (r->active)
+        memcpy(&m, r->impl, sizeof(m));
+    return m;
+}
+
+static void req_set(mc_comm_request *r, MPI_Request m)
+{
+    memset(r, 0, sizeof(*r));
+    if (m != MPI_REQUEST_NULL) {
+        memcpy(r->impl, &m, sizeof(m));
+        r->active = true;
+    }
+}
+
+enum { WAIT_MAX = 8 }; /* requests in one wait (p2p awaits 4) */
+
+mc_status mc_comm_wait(int n, mc_comm_request *reqs, const void *comm, const char *op,
+                       const char *what)
+{
+    MPI_Request m[WAIT_MAX];
+    if (n < 0 || n > WAIT_MAX)
+        return mc_error(MC_ERR_INTERNAL, "%s: %d requests in one wait (at most %d)", what, n,
+                        WAIT_MAX);
+    for (int i = 0; i < n; i++)
+        m[i] = req_get(&reqs[i]);
+    int rc = wait_all(n, m, comm, op, what);
+    for (int i = 0; i < n; i++)
+        req_set(&reqs[i], m[i]);
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
+}
+
+bool mc_comm_test(mc_comm_request *req)
+{
+    MPI_Request m = req_get(req);
+    int done = 0;
+    MPI_Test(&m, &done, MPI_STATUS_IGNORE);
+    req_set(req, m);
+    return done != 0;
+}
+
+void mc_comm_drain(mc_comm_request *req)
+{
+    MPI_Request m = req_get(req);
+    MPI_Wait(&m, MPI_STATUS_IGNORE);
+    req_set(req, m);
+}
 
 /* Every world rank's host (MPI_Get_processor_name, cut to HOST_MAX - 1 bytes), gathered once
  * at mc_comm_init so that a timed-out wait can name the ranks and hosts it waited for. */
@@ -248,42 +321,115 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
     return MC_OK;
 }
 
+bool mc_comm_available(void) { return true; }
+
 void *mc_comm_world_handle(void) { return g_world == MPI_COMM_NULL ? NULL : &g_world; }
 
-mc_status mc_comm_world(void *world_comm, int *size, int *rank)
+mc_status mc_comm_size_rank(const void *comm, int *size, int *rank)
 {
     *size = 1;
     *rank = 0;
-    if (!world_comm)
+    if (!comm)
         return MC_OK;
-    MPI_Comm c = *(MPI_Comm *)world_comm;
+    MPI_Comm c = *(const MPI_Comm *)comm;
     int rc = MPI_Comm_size(c, size);
     if (rc == MPI_SUCCESS)
         rc = MPI_Comm_rank(c, rank);
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "MPI_Comm_size/rank");
 }
 
-static MPI_Datatype mpi_type(enum mc_comm_type t)
+mc_status mc_comm_world(void *world_comm, int *size, int *rank)
 {
-    return t == MC_COMM_FLOAT ? MPI_FLOAT : t == MC_COMM_DOUBLE ? MPI_DOUBLE : MPI_INT64_T;
+    return mc_comm_size_rank(world_comm, size, rank);
 }
 
-mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
-                             enum mc_comm_op op, const char *what)
+mc_status mc_comm_node_rank(const void *comm, int *local_rank)
 {
+    *local_rank = 0;
     if (!comm)
         return MC_OK;
-    size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    MPI_Comm c = *(const MPI_Comm *)comm, node;
+    int rank = 0;
+    int rc = MPI_Comm_rank(c, &rank);
+    if (rc == MPI_SUCCESS) /* the ranks sharing this node's memory, in comm's rank order */
+        rc = MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS)
+        return comm_error(rc, "MPI_Comm_rank/split_type (the ranks of this node)");
+    rc = MPI_Comm_rank(node, local_rank);
+    MPI_Comm_free(&node);
+    return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, "MPI_Comm_rank on the node");
+}
+
+mc_status mc_comm_split(const void *comm, int color, int key, void **out, const char *what)
+{
+    *out = NULL;
+    if (!comm)
+        return mc_error(MC_ERR_INTERNAL, "%s: no communicator to split", what);
+    MPI_Comm *c = mc_alloc(sizeof(*c));
+    if (!c)
+        return MC_ERR_NOMEM;
+    int rc = MPI_Comm_split(*(const MPI_Comm *)comm, color < 0 ? MPI_UNDEFINED : color, key, c);
+    if (rc != MPI_SUCCESS || *c == MPI_COMM_NULL) { /* a negative color: in no group */
+        mc_free(c);
+        return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
+    }
+    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+    *out = c;
+    return MC_OK;
+}
+
+void mc_comm_free(void *comm)
+{
+    if (!comm)
+        return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin)
+        MPI_Comm_free((MPI_Comm *)comm);
+    mc_free(comm);
+}
+
+/* bf16 and f16 travel as 16-bit words (check_type keeps them out of reductions). */
+static MPI_Datatype mpi_type(enum mc_dtype t)
+{
+    switch (t) {
+    case MC_DTYPE_F32: return MPI_FLOAT;
+    case MC_DTYPE_F64: return MPI_DOUBLE;
+    case MC_DTYPE_I64: return MPI_INT64_T;
+    case MC_DTYPE_I32: return MPI_INT32_T;
+    case MC_DTYPE_I16: return MPI_INT16_T;
+    case MC_DTYPE_I8: return MPI_INT8_T;
+    case MC_DTYPE_U8:
+    case MC_DTYPE_BOOL: return MPI_UINT8_T; /* one byte, 0 or 1 */
+    case MC_DTYPE_BF16:
+    case MC_DTYPE_F16: return MPI_UINT16_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mpi_op(enum mc_comm_op op) { return op == MC_COMM_SUM ? MPI_SUM : MPI_MAX; }
+
+static int group_size(const void *comm)
+{
     int gsize = 1;
-    MPI_Comm_size(*(MPI_Comm *)comm, &gsize);
+    MPI_Comm_size(*(const MPI_Comm *)comm, &gsize);
+    return gsize;
+}
+
+mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_dtype type,
+                             enum mc_comm_op op, const char *what)
+{
+    mc_status st = check_type(type, true, what);
+    if (st || !comm)
+        return st;
+    size_t esize = mc_dtype_size(type);
     mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE, (double)n * (double)esize,
-                      gsize);
+                      group_size(comm));
     for (int64_t done = 0; done < n;) { /* MPI counts are int */
         int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
         MPI_Request r;
         int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)done * esize, chunk,
-                                mpi_type(type), op == MC_COMM_SUM ? MPI_SUM : MPI_MAX,
-                                *(MPI_Comm *)comm, &r);
+                                mpi_type(type), mpi_op(op), *(MPI_Comm *)comm, &r);
         if (rc == MPI_SUCCESS)
             rc = wait_all(1, &r, comm, "all-reduce", what);
         if (rc != MPI_SUCCESS)
@@ -293,9 +439,22 @@ mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type
     return MC_OK;
 }
 
-int mc_comm_wait_request(void *mpi_request, const char *what)
+mc_status mc_comm_iall_reduce(void *comm, void *buf, int64_t n, enum mc_dtype type,
+                              enum mc_comm_op op, const char *what, mc_comm_request *req)
 {
-    return wait_all(1, (MPI_Request *)mpi_request, NULL, NULL, what);
+    memset(req, 0, sizeof(*req));
+    mc_status st = check_type(type, true, what);
+    if (st || !comm || (st = int_count(n, what)))
+        return st;
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_REDUCE,
+                      (double)n * (double)mc_dtype_size(type), group_size(comm));
+    MPI_Request r;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(type), mpi_op(op),
+                            *(MPI_Comm *)comm, &r);
+    if (rc != MPI_SUCCESS)
+        return comm_error(rc, what);
+    req_set(req, r);
+    return MC_OK;
 }
 
 /* One rank's block of an all-gather / reduce-scatter, checked against MPI's int counts. */
@@ -311,17 +470,19 @@ static mc_status block_count(void *comm, int64_t n_local, const char *what, int 
 }
 
 mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t n_local,
-                             enum mc_comm_type type, const char *what)
+                             enum mc_dtype type, const char *what)
 {
-    size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    size_t esize = mc_dtype_size(type);
+    mc_status st = check_type(type, false, what);
+    if (st)
+        return st;
     if (!comm) {
         if (full != local)
             memcpy(full, local, (size_t)n_local * esize);
         return MC_OK;
     }
     int gsize;
-    mc_status st = block_count(comm, n_local, what, &gsize);
-    if (st != MC_OK)
+    if ((st = block_count(comm, n_local, what, &gsize)) != MC_OK)
         return st;
     mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_GATHER,
                       (double)n_local * gsize * (double)esize, gsize);
@@ -334,17 +495,19 @@ mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t 
 }
 
 mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
-                                 enum mc_comm_type type, const char *what)
+                                 enum mc_dtype type, const char *what)
 {
-    size_t esize = type == MC_COMM_FLOAT ? 4 : 8;
+    size_t esize = mc_dtype_size(type);
+    mc_status st = check_type(type, true, what);
+    if (st)
+        return st;
     if (!comm) {
         if (full != local)
             memcpy(local, full, (size_t)n_local * esize);
         return MC_OK;
     }
     int gsize;
-    mc_status st = block_count(comm, n_local, what, &gsize);
-    if (st != MC_OK)
+    if ((st = block_count(comm, n_local, what, &gsize)) != MC_OK)
         return st;
     mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_REDUCE_SCATTER,
                       (double)n_local * gsize * (double)esize, gsize);
@@ -354,6 +517,89 @@ mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int6
     if (rc == MPI_SUCCESS)
         rc = wait_all(1, &r, comm, "reduce-scatter", what);
     return rc == MPI_SUCCESS ? MC_OK : comm_error(rc, what);
+}
+
+mc_status mc_comm_iall_gather_in_place(void *comm, void *full, int64_t n_local,
+                                       enum mc_dtype type, const char *what,
+                                       mc_comm_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    int gsize;
+    mc_status st = check_type(type, false, what);
+    if (st || !comm || (st = block_count(comm, n_local, what, &gsize)))
+        return st;
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_ALL_GATHER,
+                      (double)n_local * gsize * (double)mc_dtype_size(type), gsize);
+    MPI_Request r;
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, (int)n_local,
+                            mpi_type(type), *(MPI_Comm *)comm, &r);
+    if (rc != MPI_SUCCESS)
+        return comm_error(rc, what);
+    req_set(req, r);
+    return MC_OK;
+}
+
+mc_status mc_comm_ireduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
+                                  enum mc_dtype type, const char *what, mc_comm_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    size_t esize = mc_dtype_size(type);
+    int gsize;
+    mc_status st = check_type(type, true, what);
+    if (st)
+        return st;
+    if (!comm) {
+        if (full != local)
+            memcpy(local, full, (size_t)n_local * esize);
+        return MC_OK;
+    }
+    if ((st = block_count(comm, n_local, what, &gsize)))
+        return st;
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_REDUCE_SCATTER,
+                      (double)n_local * gsize * (double)esize, gsize);
+    MPI_Request r;
+    int rc = MPI_Ireduce_scatter_block(full, local, (int)n_local, mpi_type(type), MPI_SUM,
+                                       *(MPI_Comm *)comm, &r);
+    if (rc != MPI_SUCCESS)
+        return comm_error(rc, what);
+    req_set(req, r);
+    return MC_OK;
+}
+
+mc_status mc_comm_batch_isend_irecv(void *comm, enum mc_dtype type,
+                                    const struct mc_comm_p2p_op *ops, int nops,
+                                    const char *what)
+{
+    for (int i = 0; i < nops; i++)
+        memset(ops[i].req, 0, sizeof(*ops[i].req));
+    mc_status st = check_type(type, false, what);
+    if (st)
+        return st;
+    if (!comm)
+        return mc_error(MC_ERR_INTERNAL, "%s: no communicator", what);
+    size_t esize = mc_dtype_size(type);
+    double sent = 0, received = 0;
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < nops && rc == MPI_SUCCESS; i++) {
+        const struct mc_comm_p2p_op *o = &ops[i];
+        if ((st = int_count(o->n, what)))
+            return st;
+        MPI_Request r;
+        rc = o->send ? MPI_Isend(o->buf, (int)o->n, mpi_type(type), o->peer, o->tag,
+                                 *(MPI_Comm *)comm, &r)
+                     : MPI_Irecv(o->buf, (int)o->n, mpi_type(type), o->peer, o->tag,
+                                 *(MPI_Comm *)comm, &r);
+        if (rc == MPI_SUCCESS)
+            req_set(o->req, r);
+        *(o->send ? &sent : &received) += (double)o->n * (double)esize;
+    }
+    if (rc != MPI_SUCCESS)
+        return comm_error(rc, what);
+    /* one call per batch and direction, as Megatron's batched p2p ops */
+    int gsize = group_size(comm);
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_SEND, sent, gsize);
+    mc_comm_stats_add(mc_comm_stats_kind(comm), MC_COMM_RECV, received, gsize);
+    return MC_OK;
 }
 
 mc_status mc_comm_barrier(void *comm)
@@ -448,6 +694,8 @@ static void describe_peers(const void *comm, char *buf, size_t n)
         buf[0] = 0;
 }
 
+bool mc_comm_available(void) { return false; }
+
 mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm)
 {
     (void)argc;
@@ -461,38 +709,112 @@ mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world
 
 void *mc_comm_world_handle(void) { return NULL; }
 
-mc_status mc_comm_world(void *world_comm, int *size, int *rank)
+mc_status mc_comm_size_rank(const void *comm, int *size, int *rank)
 {
-    (void)world_comm;
+    (void)comm;
     *size = 1;
     *rank = 0;
     return MC_OK;
 }
 
-mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
+mc_status mc_comm_world(void *world_comm, int *size, int *rank)
+{
+    return mc_comm_size_rank(world_comm, size, rank);
+}
+
+mc_status mc_comm_node_rank(const void *comm, int *local_rank)
+{
+    (void)comm;
+    *local_rank = 0;
+    return MC_OK;
+}
+
+mc_status mc_comm_split(const void *comm, int color, int key, void **out, const char *what)
+{
+    (void)comm; (void)color; (void)key;
+    *out = NULL;
+    return mc_error(MC_ERR_UNSUPPORTED, "%s: this build of megatron.c has no MPI (rebuild with "
+                    "an MPI installation)", what);
+}
+
+void mc_comm_free(void *comm) { mc_free(comm); }
+
+/* Without MPI every communicator is NULL: one rank, whose collectives are no-ops or copies. */
+mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_dtype type,
                              enum mc_comm_op op, const char *what)
 {
-    (void)comm; (void)buf; (void)n; (void)type; (void)op; (void)what;
-    return MC_OK;
+    (void)comm; (void)buf; (void)n; (void)op;
+    return check_type(type, true, what);
+}
+
+mc_status mc_comm_iall_reduce(void *comm, void *buf, int64_t n, enum mc_dtype type,
+                              enum mc_comm_op op, const char *what, mc_comm_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    return mc_comm_all_reduce(comm, buf, n, type, op, what);
 }
 
 mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t n_local,
-                             enum mc_comm_type type, const char *what)
+                             enum mc_dtype type, const char *what)
 {
-    (void)comm; (void)what;
-    if (full != local)
-        memcpy(full, local, (size_t)n_local * (type == MC_COMM_FLOAT ? 4 : 8));
-    return MC_OK;
+    (void)comm;
+    mc_status st = check_type(type, false, what);
+    if (!st && full != local)
+        memcpy(full, local, (size_t)n_local * mc_dtype_size(type));
+    return st;
+}
+
+mc_status mc_comm_iall_gather_in_place(void *comm, void *full, int64_t n_local,
+                                       enum mc_dtype type, const char *what,
+                                       mc_comm_request *req)
+{
+    (void)comm; (void)full; (void)n_local;
+    memset(req, 0, sizeof(*req));
+    return check_type(type, false, what);
 }
 
 mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
-                                 enum mc_comm_type type, const char *what)
+                                 enum mc_dtype type, const char *what)
 {
-    (void)comm; (void)what;
-    if (full != local)
-        memcpy(local, full, (size_t)n_local * (type == MC_COMM_FLOAT ? 4 : 8));
-    return MC_OK;
+    (void)comm;
+    mc_status st = check_type(type, true, what);
+    if (!st && full != local)
+        memcpy(local, full, (size_t)n_local * mc_dtype_size(type));
+    return st;
 }
+
+mc_status mc_comm_ireduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
+                                  enum mc_dtype type, const char *what, mc_comm_request *req)
+{
+    memset(req, 0, sizeof(*req));
+    return mc_comm_reduce_scatter(comm, local, full, n_local, type, what);
+}
+
+mc_status mc_comm_batch_isend_irecv(void *comm, enum mc_dtype type,
+                                    const struct mc_comm_p2p_op *ops, int nops,
+                                    const char *what)
+{
+    (void)comm; (void)type;
+    for (int i = 0; i < nops; i++)
+        memset(ops[i].req, 0, sizeof(*ops[i].req));
+    return mc_error(MC_ERR_UNSUPPORTED, "%s: point-to-point messages need an MPI build of "
+                    "megatron.c", what);
+}
+
+mc_status mc_comm_wait(int n, mc_comm_request *reqs, const void *comm, const char *op,
+                       const char *what)
+{
+    (void)n; (void)reqs; (void)comm; (void)op; (void)what;
+    return MC_OK; /* nothing can be in flight */
+}
+
+bool mc_comm_test(mc_comm_request *req)
+{
+    (void)req;
+    return true;
+}
+
+void mc_comm_drain(mc_comm_request *req) { (void)req; }
 
 mc_status mc_comm_barrier(void *comm)
 {
@@ -504,6 +826,7 @@ void mc_comm_abort(int code) { (void)code; }
 void mc_comm_finalize(void)
 {
     (void)stats_enabled;
+    (void)int_count;
     mc_comm_watchdog_stop();
 }
 

@@ -1,8 +1,8 @@
 /* Launchers: where a rank learns its rank, world size and local rank. Megatron reads RANK,
  * WORLD_SIZE and LOCAL_RANK (torchrun sets them; initialize.py / arguments.py). megatron.c
  * ranks are MPI processes started by mpirun, srun, mpiexec (Hydra) or torchrun-style
- * wrappers, so the values come from MPI itself (MPI_Comm_rank / MPI_Comm_size and the rank
- * within an MPI_COMM_TYPE_SHARED split for the local rank), and the launcher's environment
+ * wrappers, so the values come from MPI itself (the world's rank and size, and the rank among
+ * the ranks sharing this node for the local rank: comm.c), and the launcher's environment
  * is only a cross-check: a variable that disagrees with MPI is an error naming it.
  *
  * Before MPI is initialised the environment is all there is: mc_launch_env gives the world
@@ -12,10 +12,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
 
 struct family {
     const char *name;
@@ -110,37 +106,11 @@ mc_status mc_launch_check(const int mpi[MC_LAUNCH_NUM_VARS])
     return MC_OK;
 }
 
-#if defined(MC_HAVE_MPI)
 mc_status mc_comm_launch_info(void *world_comm, int out[MC_LAUNCH_NUM_VARS])
 {
-    out[MC_LAUNCH_RANK] = 0;
-    out[MC_LAUNCH_WORLD_SIZE] = 1;
-    out[MC_LAUNCH_LOCAL_RANK] = 0;
-    if (!world_comm)
-        return MC_OK;
-    MPI_Comm w = *(MPI_Comm *)world_comm, node;
-    int rc = MPI_Comm_rank(w, &out[MC_LAUNCH_RANK]);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Comm_size(w, &out[MC_LAUNCH_WORLD_SIZE]);
-    if (rc == MPI_SUCCESS) /* the ranks sharing this node's memory, in world-rank order */
-        rc = MPI_Comm_split_type(w, MPI_COMM_TYPE_SHARED, out[MC_LAUNCH_RANK], MPI_INFO_NULL,
-                                 &node);
-    if (rc != MPI_SUCCESS)
-        return mc_error(MC_ERR_COMM, "MPI_Comm_rank/size/split_type on the world failed "
-                        "(MPI error %d)", rc);
-    rc = MPI_Comm_rank(node, &out[MC_LAUNCH_LOCAL_RANK]);
-    MPI_Comm_free(&node);
-    return rc == MPI_SUCCESS ? MC_OK
-                             : mc_error(MC_ERR_COMM, "MPI_Comm_rank on the node failed "
-                                        "(MPI error %d)", rc);
+    mc_status st = mc_comm_size_rank(world_comm, &out[MC_LAUNCH_WORLD_SIZE],
+                                     &out[MC_LAUNCH_RANK]);
+    if (!st)
+        st = mc_comm_node_rank(world_comm, &out[MC_LAUNCH_LOCAL_RANK]);
+    return st;
 }
-#else
-mc_status mc_comm_launch_info(void *world_comm, int out[MC_LAUNCH_NUM_VARS])
-{
-    (void)world_comm;
-    out[MC_LAUNCH_RANK] = 0;
-    out[MC_LAUNCH_WORLD_SIZE] = 1;
-    out[MC_LAUNCH_LOCAL_RANK] = 0;
-    return MC_OK;
-}
-#endif

@@ -1,15 +1,12 @@
 /* RankGenerator and initialize_model_parallel of megatron/core/parallel_state.py
  * (core_v0.12.1) over MPI: the group lists are Megatron's mixed-radix arithmetic, and each
- * group becomes one MPI_Comm_split of the world (color = the group's index, key = the
+ * group becomes one split of the world (mc_comm_split: color = the group's index, key = the
  * member's position), so communicator ranks follow Megatron's member order. */
 #include "parallel_state/parallel_state.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
-
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
 
 static int dim_index(const struct mc_rank_gen *g, const char *name, size_t len)
 {
@@ -165,27 +162,12 @@ static mc_status make_group(struct mc_ps_comm *pc, void *world_comm, int me, con
     if (!pc->ranks)
         return MC_ERR_NOMEM;
     memcpy(pc->ranks, ranks + color * gsize, sizeof(int) * (size_t)gsize);
-#if defined(MC_HAVE_MPI)
     if (!world_comm)
         return MC_OK;
     /* split is collective over the world: every rank calls it, even for a size-1 group */
-    MPI_Comm *comm = mc_alloc(sizeof(MPI_Comm));
-    if (!comm)
-        return MC_ERR_NOMEM;
-    int rc = MPI_Comm_split(*(MPI_Comm *)world_comm, color, key, comm);
-    if (rc != MPI_SUCCESS) {
-        mc_free(comm);
-        char msg[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, msg, &len);
-        return mc_error(MC_ERR_COMM, "creating the '%s' process group: %s", token, msg);
-    }
-    MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
-    pc->comm = comm;
-#else
-    (void)world_comm;
-#endif
-    return MC_OK;
+    char what[64];
+    snprintf(what, sizeof(what), "creating the '%s' process group", token);
+    return mc_comm_split(world_comm, color, key, &pc->comm, what);
 }
 
 mc_status mc_ps_init(struct mc_parallel_state *ps, void *world_comm, const struct mc_ps_config *c)
@@ -231,15 +213,7 @@ void mc_ps_free(struct mc_parallel_state *ps)
 {
     for (int k = 0; k < MC_PS_NUM_GROUPS; k++) {
         struct mc_ps_comm *pc = &ps->group[k];
-#if defined(MC_HAVE_MPI)
-        if (pc->comm) {
-            int fin = 0;
-            MPI_Finalized(&fin);
-            if (!fin)
-                MPI_Comm_free((MPI_Comm *)pc->comm);
-        }
-#endif
-        mc_free(pc->comm);
+        mc_comm_free(pc->comm);
         mc_free(pc->ranks);
         pc->comm = NULL;
         pc->ranks = NULL;

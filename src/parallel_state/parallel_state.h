@@ -61,7 +61,7 @@ struct mc_ps_config {
 struct mc_ps_comm {
     int size, rank;   /* this rank's index in the group */
     int *ranks;       /* [size] world ranks of the members, in Megatron's order */
-    void *comm;       /* MPI_Comm * (NULL when size == 1 or without MPI) */
+    void *comm;       /* comm.c handle (NULL for a single process or without MPI) */
 };
 
 struct mc_parallel_state {
@@ -70,9 +70,9 @@ struct mc_parallel_state {
     struct mc_ps_comm group[MC_PS_NUM_GROUPS];
 };
 
-/* initialize_model_parallel over world_comm (an MPI_Comm *; NULL means a single process).
- * Collective over world_comm. Every group's communicator returns errors (MPI_ERRORS_RETURN)
- * instead of aborting, so the caller reports them. */
+/* initialize_model_parallel over world_comm (a comm.c handle; NULL means a single process).
+ * Collective over world_comm. Every group's communicator returns errors instead of
+ * aborting, so the caller reports them. */
 mc_status mc_ps_init(struct mc_parallel_state *ps, void *world_comm, const struct mc_ps_config *c);
 void mc_ps_free(struct mc_parallel_state *ps);
 
@@ -103,30 +103,83 @@ static inline bool mc_ps_is_pipeline_last_stage(const struct mc_parallel_state *
     return ps->group[MC_PS_PP].rank == ps->pp - 1;
 }
 
-/* ---- comm.c: MPI wrappers that turn errors into mc_status ---------------------------------- */
-enum mc_comm_type { MC_COMM_FLOAT, MC_COMM_DOUBLE, MC_COMM_INT64 };
+/* ---- comm.c: the communication layer -------------------------------------------------------
+ * Every message between ranks goes through comm.c (the role torch.distributed plays for
+ * Megatron); no other file of megatron.c calls MPI (tests/parallel/test_comm_layer_only.py).
+ * A communicator is an opaque handle (void *) made here: mc_comm_init's world and the groups
+ * split from it. NULL stands for a group of one rank (or a build without MPI): collectives on
+ * it are no-ops or copies. Buffers are tagged with the project's dtype (megatron.h): MPI sees
+ * f32/f64/i32/i64/u8 as such and bf16/f16 as 16-bit words, which moves them exactly; a sum or
+ * max over bf16/f16 is MC_ERR_UNSUPPORTED (MPI has no half-precision arithmetic). Every
+ * failure becomes an mc_status "<what> failed: <MPI's message>"; every blocking call is the
+ * non-blocking form plus the idle, watched, counted wait below (mc_comm_wait). */
 enum mc_comm_op { MC_COMM_SUM, MC_COMM_MAX };
 
-/* Initialises MPI when the launcher started several processes (world_size > 1) and sets
- * MPI_ERRORS_RETURN on the world; *world_comm is then an MPI_Comm * valid until
- * mc_comm_finalize, else NULL. A build without MPI refuses world_size > 1. */
+/* A non-blocking operation in flight. A zeroed request is no operation: waiting on it or
+ * testing it returns at once. Copyable by assignment; opaque outside comm.c. */
+typedef struct mc_comm_request {
+    _Alignas(8) unsigned char impl[16]; /* the MPI request */
+    bool active;
+} mc_comm_request;
+
+/* Whether this build can talk to other ranks (it has MPI). */
+bool mc_comm_available(void);
+/* Initialises MPI when the launcher started several processes (world_size > 1) and makes
+ * the world return errors; *world_comm is then a handle valid until mc_comm_finalize, else
+ * NULL. A build without MPI refuses world_size > 1. */
 mc_status mc_comm_init(int *argc, char ***argv, int64_t world_size, void **world_comm);
 /* The world communicator mc_comm_init set up (NULL for one process). */
 void *mc_comm_world_handle(void);
-/* Size and rank of the MPI world (1 and 0 without MPI or before mc_comm_init). */
+/* Size of comm and this rank's index in it (1 and 0 for NULL). */
+mc_status mc_comm_size_rank(const void *comm, int *size, int *rank);
+/* The same for the world handle (kept for parallel_state's wording). */
 mc_status mc_comm_world(void *world_comm, int *size, int *rank);
+/* This rank's index among the ranks of comm that share its node's memory, in comm's rank
+ * order (the local rank); 0 for NULL. Collective over comm. */
+mc_status mc_comm_node_rank(const void *comm, int *local_rank);
+/* Splits comm (collective over it): the ranks giving the same color >= 0 form one group,
+ * ordered by key; *out is its handle (free with mc_comm_free), NULL for a negative color.
+ * The new group returns errors instead of aborting. what names the group in an error. */
+mc_status mc_comm_split(const void *comm, int color, int key, void **out, const char *what);
+/* Frees a handle from mc_comm_split (NULL: nothing); after MPI_Finalize only the memory. */
+void mc_comm_free(void *comm);
+
 /* In-place all-reduce of n elements over comm (NULL: nothing to do); what names the
- * collective in the error message. */
-mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_comm_type type,
+ * collective in the error message and the watchdog's. Any n (sent in chunks of 2^30). */
+mc_status mc_comm_all_reduce(void *comm, void *buf, int64_t n, enum mc_dtype type,
                              enum mc_comm_op op, const char *what);
 /* All-gather: full[size * n_local] = every rank's local[n_local] in rank order; reduce-scatter
  * (sum): local[n_local] = this rank's block of the element-wise sum of every rank's
  * full[size * n_local]. comm NULL (one rank): a copy. Counted by MC_COMM_STATS with the full
  * buffer as payload. A block over 2^31-1 elements is MC_ERR_UNSUPPORTED (MPI counts are int). */
 mc_status mc_comm_all_gather(void *comm, void *full, const void *local, int64_t n_local,
-                             enum mc_comm_type type, const char *what);
+                             enum mc_dtype type, const char *what);
 mc_status mc_comm_reduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
-                                 enum mc_comm_type type, const char *what);
+                                 enum mc_dtype type, const char *what);
+/* Non-blocking forms, completed by mc_comm_wait (the buffers stay untouched until then);
+ * counted when posted. n / n_local at most 2^31-1. comm NULL: *req is no operation (and the
+ * reduce-scatter copies at once). The all-gather is in place: rank r's block of full is its
+ * input. */
+mc_status mc_comm_iall_reduce(void *comm, void *buf, int64_t n, enum mc_dtype type,
+                              enum mc_comm_op op, const char *what, mc_comm_request *req);
+mc_status mc_comm_iall_gather_in_place(void *comm, void *full, int64_t n_local,
+                                       enum mc_dtype type, const char *what,
+                                       mc_comm_request *req);
+mc_status mc_comm_ireduce_scatter(void *comm, void *local, const void *full, int64_t n_local,
+                                  enum mc_dtype type, const char *what, mc_comm_request *req);
+/* Point to point, as torch.distributed.batch_isend_irecv: the operations are posted in the
+ * order given (each to or from rank peer of comm, n elements, matched by tag) and each sets
+ * its *req; counted as one send call (the sends' bytes) and one receive call. */
+struct mc_comm_p2p_op {
+    bool send;        /* false: receive into buf */
+    void *buf;
+    int64_t n;        /* at most 2^31-1 */
+    int peer, tag;
+    mc_comm_request *req;
+};
+mc_status mc_comm_batch_isend_irecv(void *comm, enum mc_dtype type,
+                                    const struct mc_comm_p2p_op *ops, int nops,
+                                    const char *what);
 mc_status mc_comm_barrier(void *comm);
 /* Brings every rank down (MPI_Abort on the world); a no-op when MPI is not running. */
 void mc_comm_abort(int code);
@@ -156,8 +209,8 @@ mc_status mc_launch_check(const int mpi[MC_LAUNCH_NUM_VARS]);
 void mc_launch_set_threads(void);
 
 /* ---- watchdog.c: --distributed-timeout-minutes ------------------------------------------
- * MPI has no timeout on a blocking call. Every wait on MPI is bracketed (by
- * mc_comm_wait_requests, or by hand) with mc_comm_wait_begin(what) / mc_comm_wait_end() (two
+ * MPI has no timeout on a blocking call. Every wait on MPI is bracketed (by mc_comm_wait,
+ * or by hand) with mc_comm_wait_begin(what) / mc_comm_wait_end() (two
  * atomic increments; what is a static string naming the call). Once mc_comm_watchdog_start
  * has run, a thread aborts the whole job (message naming this rank, the call, the peers and
  * source, then MPI_Abort) when one wait lasts longer than timeout_s. source says where the
@@ -171,18 +224,21 @@ void mc_comm_wait_begin_op(const char *op, const char *what);
  * (mc_comm_peers). */
 void mc_comm_wait_begin_on(const void *comm, const char *op, const char *what);
 void mc_comm_wait_end(void);
-/* Idle waiting (comm.c): MPI_Waitall on n MPI_Requests (mpi_requests is an MPI_Request *)
- * inside such a bracket, op and what naming the wait, comm (an MPI_Comm * registered with
- * mc_comm_stats_register, or NULL) the group whose other members the watchdog names. It
- * spins on MPI_Testall while the wait is short (1 ms after the last test that moved data),
- * then sleeps between tests (10 us doubling to 1 ms), so a rank waiting for a stopped or
- * slow peer uses next to no CPU.
- * Every blocking MPI operation of megatron.c is its non-blocking form plus this wait.
- * Returns MPI's code. */
-int mc_comm_wait_requests(int n, void *mpi_requests, const void *comm, const char *op,
-                          const char *what);
-/* The same for one request. */
-int mc_comm_wait_request(void *mpi_request, const char *what);
+/* Idle waiting (comm.c): completes n requests inside such a bracket, op and what naming the
+ * wait, comm (a handle registered with mc_comm_stats_register, or NULL) the group whose other
+ * members the watchdog names. It spins on MPI_Testall while the wait is short (1 ms after the
+ * last test that moved data), then sleeps between tests (10 us doubling to 1 ms), so a rank
+ * waiting for a stopped or slow peer uses next to no CPU. Requests that are no operation
+ * count as done (the wait itself is still bracketed and counted). Every blocking MPI operation
+ * of megatron.c is its non-blocking form plus this wait. An error is "<what> failed: ...". */
+mc_status mc_comm_wait(int n, mc_comm_request *reqs, const void *comm, const char *op,
+                       const char *what);
+/* MPI progresses non-blocking operations only inside MPI calls: one test of req, which
+ * becomes no operation when it has completed (true then). Not a wait: not counted. */
+bool mc_comm_test(mc_comm_request *req);
+/* Completes req with a plain wait, outside the watchdog and the wait counters: teardown,
+ * where MPI must stop writing into a buffer before it is freed. */
+void mc_comm_drain(mc_comm_request *req);
 /* This rank's waits so far: [0] count, [1] seconds waited, [2] waits that slept, [3] seconds
  * asleep (MC_COMM_STATS prints them as comm-wait lines). */
 void mc_comm_wait_totals(double out[4]);

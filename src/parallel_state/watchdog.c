@@ -2,8 +2,8 @@
  * --distributed-timeout-minutes (init_process_group(timeout=...) in Megatron's
  * initialize.py, enforced by the NCCL watchdog thread). MPI has no timeout on a blocking
  * collective, so a rank that hangs (or dies under a launcher that does not tear the job down)
- * would leave the others waiting forever. Every wrapper that blocks in MPI (comm.c, the
- * tensor-parallel mappings, the distributed optimizer, pipeline p2p) brackets the call with
+ * would leave the others waiting forever. Every wait on MPI (comm.c's mc_comm_wait, under
+ * every collective and point-to-point call of the project) brackets the call with
  * mc_comm_wait_begin / mc_comm_wait_end; a thread wakes a few times per timeout and, when one
  * wait has lasted longer than the timeout, prints what this rank was waiting for and brings
  * the whole job down with MPI_Abort.

@@ -16,17 +16,14 @@
 
 #include "megatron.h"
 
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-typedef MPI_Request mc_pp_request;
-#else
-typedef int mc_pp_request;
-#endif
+#include "parallel_state/parallel_state.h"
+
+typedef mc_comm_request mc_pp_request;
 
 /* ---- p2p.c ------------------------------------------------------------------------------ */
 /* This rank's place in its pipeline-parallel group and the size of one message. */
 struct mc_pp_p2p {
-    void *comm;   /* MPI_Comm * of the pp group (NULL when size == 1) */
+    void *comm;   /* comm.c handle of the pp group (NULL when size == 1) */
     int size;     /* pipeline-parallel size */
     int rank;     /* this stage */
     int64_t n;    /* floats per message: s * b * h */
@@ -73,7 +70,7 @@ mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const floa
                                            float *input);
 
 /* The embedding group of initialize_model_parallel (first and last stage of each pipeline),
- * split from the pp group: *out is an MPI_Comm * to free with mc_pp_group_free, or NULL on
+ * split from the pp group: *out is a comm.c handle to free with mc_pp_group_free, or NULL on
  * the middle stages and when pp == 1. Collective over the pp group. */
 mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out);
 void mc_pp_group_free(void *comm);

@@ -8,10 +8,6 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "parallel_state/parallel_state.h"
 
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
-
 static mc_status need_comm(const struct mc_tp_group *g, const char *what)
 {
     return mc_error(MC_ERR_UNSUPPORTED,
@@ -20,42 +16,18 @@ static mc_status need_comm(const struct mc_tp_group *g, const char *what)
                     what, g->size);
 }
 
-#if defined(MC_HAVE_MPI)
-static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, MPI_Op op,
-                            const char *what)
+/* non-blocking plus an idle wait (parallel_state/comm.c) */
+static mc_status all_reduce(const struct mc_tp_group *g, float *x, int64_t n, enum mc_comm_op op)
 {
-    MPI_Comm comm = *(const MPI_Comm *)g->comm;
-    mc_comm_stats_add(mc_comm_stats_kind(g->comm), MC_COMM_ALL_REDUCE,
-                      (double)n * sizeof(float), g->size);
-    for (int64_t done = 0; done < n;) { /* MPI counts are int */
-        int chunk = n - done > (1 << 30) ? (1 << 30) : (int)(n - done);
-        MPI_Request r; /* non-blocking plus an idle wait (parallel_state/comm.c) */
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, x + done, chunk, MPI_FLOAT, op, comm, &r);
-        if (rc == MPI_SUCCESS)
-            rc = mc_comm_wait_requests(1, &r, g->comm, "all-reduce", "tensor-parallel all-reduce");
-        if (rc != MPI_SUCCESS) {
-            char msg[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(rc, msg, &len);
-            return mc_error(MC_ERR_COMM, "tensor-parallel %s of %lld floats failed: %s", what,
-                            (long long)n, msg);
-        }
-        done += chunk;
-    }
-    return MC_OK;
+    return mc_comm_all_reduce(g->comm, x, n, MC_DTYPE_F32, op, "tensor-parallel all-reduce");
 }
-#endif
 
 mc_status mc_tp_all_reduce_sum(const struct mc_tp_group *g, float *x, int64_t n)
 {
     if (g->size == 1)
         return MC_OK;
-#if defined(MC_HAVE_MPI)
     if (g->comm)
-        return all_reduce(g, x, n, MPI_SUM, "all-reduce(sum)");
-#endif
-    (void)x;
-    (void)n;
+        return all_reduce(g, x, n, MC_COMM_SUM);
     return need_comm(g, "all-reduce(sum)");
 }
 
@@ -63,12 +35,8 @@ mc_status mc_tp_all_reduce_max(const struct mc_tp_group *g, float *x, int64_t n)
 {
     if (g->size == 1)
         return MC_OK;
-#if defined(MC_HAVE_MPI)
     if (g->comm)
-        return all_reduce(g, x, n, MPI_MAX, "all-reduce(max)");
-#endif
-    (void)x;
-    (void)n;
+        return all_reduce(g, x, n, MC_COMM_MAX);
     return need_comm(g, "all-reduce(max)");
 }
 
@@ -94,7 +62,7 @@ mc_status mc_tp_all_gather_seq(const struct mc_tp_group *g, float *full, const f
 {
     if (g->size > 1 && !g->comm)
         return need_comm(g, "sequence-parallel all-gather");
-    return mc_comm_all_gather(seq_comm(g), full, local, n_local, MC_COMM_FLOAT,
+    return mc_comm_all_gather(seq_comm(g), full, local, n_local, MC_DTYPE_F32,
                               "tensor-parallel sequence all-gather");
 }
 
@@ -103,6 +71,6 @@ mc_status mc_tp_reduce_scatter_seq(const struct mc_tp_group *g, float *local, co
 {
     if (g->size > 1 && !g->comm)
         return need_comm(g, "sequence-parallel reduce-scatter");
-    return mc_comm_reduce_scatter(seq_comm(g), local, full, n_local, MC_COMM_FLOAT,
+    return mc_comm_reduce_scatter(seq_comm(g), local, full, n_local, MC_DTYPE_F32,
                                   "tensor-parallel sequence reduce-scatter");
 }

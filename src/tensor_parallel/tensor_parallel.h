@@ -16,7 +16,7 @@
 struct mc_tp_group {
     int size;   /* tensor_model_parallel_size */
     int rank;   /* this rank's index in the group */
-    void *comm; /* the group's MPI communicator (MPI_Comm *) once parallel_state wires it */
+    void *comm; /* the group's communicator (a comm.c handle) once parallel_state wires it */
     bool sequence_parallel; /* activations outside the TP regions are [T/size] row shards */
 };
 

@@ -4,6 +4,7 @@
 #ifndef MC_TRAINING_MODEL_CONFIG_H
 #define MC_TRAINING_MODEL_CONFIG_H
 
+#include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "training/args.h"
 

@@ -30,7 +30,7 @@ mc_status mc_param_hashes_match(mc_gpt_model *const *chunks, int vp, const struc
             struct mc_param_view p = mc_gpt_param(chunks[v], i);
             mc_md5(p.data, (size_t)p.numel * sizeof(float), (uint8_t *)&local[2 * k]);
         }
-    mc_status st = mc_comm_all_gather(dp->comm, all, local, 2 * n, MC_COMM_INT64,
+    mc_status st = mc_comm_all_gather(dp->comm, all, local, 2 * n, MC_DTYPE_I64,
                                       "data-parallel weight-hash all-gather");
     if (st == MC_OK) {
         size_t bytes = (size_t)(2 * n) * sizeof(int64_t);

@@ -148,7 +148,7 @@ static mc_status gather_timers(void *ctx, const float *local, int n, float *all,
     memset(all, 0, sizeof(float) * (size_t)n * (size_t)w);
     memcpy(all + (size_t)r * (size_t)n, local, sizeof(float) * (size_t)n);
     *world = w;
-    return mc_comm_all_reduce(world_comm, all, (int64_t)n * w, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(world_comm, all, (int64_t)n * w, MC_DTYPE_F32, MC_COMM_SUM,
                               "timers all-gather");
 }
 
@@ -244,7 +244,8 @@ static mc_status build_ddp(struct trainer *t)
     mc_status st = MC_OK;
     for (int v = 0; v < t->vp && !st; v++) /* one DDP per model chunk, as get_model */
         if (!(st = ddp_bucket_size(t, v, &dc.bucket_size)))
-            st = mc_ddp_init(&dc, t->chunks[v], &t->ps, t->dopts[v], &t->ddps[v]);
+            st = mc_ddp_init(&dc, mc_gpt_param_set(t->chunks[v]), &t->ps, t->dopts[v],
+                             &t->ddps[v]);
     t->ddp = t->ddps[0];
     if (st)
         return st;
@@ -262,7 +263,7 @@ static mc_status build_distopt(struct trainer *t, const struct mc_optimizer_conf
     mc_status st = MC_OK;
     for (int v = 0; v < t->vp && !st; v++) /* one per chunk: its own buffer and shards */
         if (!(st = ddp_bucket_size(t, v, &bucket)))
-            st = mc_distopt_init(oc, t->chunks[v], &t->ps, world_comm, bucket,
+            st = mc_distopt_init(oc, mc_gpt_param_set(t->chunks[v]), &t->ps, world_comm, bucket,
                                  mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw),
                                  &t->dopts[v]);
     t->dopt = t->dopts[0];
@@ -314,7 +315,7 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
     if (t->dopt) /* after the reduce-scatter: this rank's shard (same range on both stages) */
         mc_distopt_param_main_grad(t->dopts[c], mc_gpt_param_index(t->chunks[c], v.name), &g,
                                    &n);
-    return mc_comm_all_reduce(t->embedding_group, g, n, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(t->embedding_group, g, n, MC_DTYPE_F32, MC_COMM_SUM,
                               "embedding-group word-embedding grad all-reduce");
 }
 
@@ -420,7 +421,7 @@ static mc_status pp_setup(struct trainer *t)
     struct mc_param_view v = tied_embedding(t);
     if (mc_ps_is_pipeline_last_stage(&t->ps))
         memset(v.data, 0, sizeof(float) * (size_t)v.numel);
-    return mc_comm_all_reduce(t->embedding_group, v.data, v.numel, MC_COMM_FLOAT, MC_COMM_SUM,
+    return mc_comm_all_reduce(t->embedding_group, v.data, v.numel, MC_DTYPE_F32, MC_COMM_SUM,
                               "embedding-group word-embedding weight all-reduce");
 }
 
@@ -448,7 +449,7 @@ static mc_status ckpt_barrier(void *ctx)
 {
     (void)ctx;
     int64_t x = 0;
-    return mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "checkpoint barrier");
+    return mc_comm_all_reduce(world_comm, &x, 1, MC_DTYPE_I64, MC_COMM_MAX, "checkpoint barrier");
 }
 
 /* Every rank's outcome of a checkpoint step: ok on all ranks or on none. */
@@ -456,7 +457,7 @@ static mc_status ckpt_all_ok(void *ctx, bool *ok)
 {
     (void)ctx;
     int64_t failed = !*ok;
-    mc_status st = mc_comm_all_reduce(world_comm, &failed, 1, MC_COMM_INT64, MC_COMM_MAX,
+    mc_status st = mc_comm_all_reduce(world_comm, &failed, 1, MC_DTYPE_I64, MC_COMM_MAX,
                                       "checkpoint outcome");
     *ok = !failed;
     return st;
@@ -582,8 +583,11 @@ static mc_status build_model_and_optimizer(struct trainer *t)
     }
     struct mc_optimizer_config oc;
     mc_opt_config_from_args(a, &oc);
+    const struct mc_param_set *sets[MC_MAX_VP];
+    for (int v = 0; v < t->vp; v++)
+        sets[v] = mc_gpt_param_set(t->chunks[v]);
     st = mc_args_bool(a, MC_A_use_distributed_optimizer)
-             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, t->chunks, t->vp, &t->opt);
+             ? build_distopt(t, &oc) : mc_opt_init_chunks(&oc, sets, t->vp, &t->opt);
     if (st || (st = build_ddp(t)))
         return st;
     struct mc_opt_sched_config sc;
@@ -674,7 +678,7 @@ static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_disto
             off += n;
         }
         mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->ps.group[MC_PS_TP].comm, tmp, total,
-                                                         MC_COMM_FLOAT, MC_COMM_SUM,
+                                                         MC_DTYPE_F32, MC_COMM_SUM,
                                                          "sequence-parallel grad all-reduce");
         if (st) {
             mc_free(tmp);
@@ -722,7 +726,7 @@ static mc_status finalize_grads(struct trainer *t, bool per_token, float num_tok
     }
     /* num_tokens is already the token count of the whole data-parallel step */
     for (int v = 0; v < t->vp && per_token && !t->dopt; v++)
-        mc_ddp_scale_grads(t->chunks[v], 1.0f / num_tokens);
+        mc_ddp_scale_grads(mc_gpt_param_set(t->chunks[v]), 1.0f / num_tokens);
     return MC_OK;
 }
 
@@ -759,7 +763,7 @@ static mc_status params_norm(const struct trainer *t, double *norm)
                 ss += (double)p.data[k] * p.data[k];
         }
     }
-    st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_COMM_DOUBLE, MC_COMM_SUM,
+    st = mc_comm_all_reduce(t->ps.group[MC_PS_MP].comm, &ss, 1, MC_DTYPE_F64, MC_COMM_SUM,
                             "params-norm all-reduce");
     *norm = sqrt(ss);
     return st;
@@ -824,7 +828,7 @@ static mc_status add_loss_report(const struct trainer *t, double num, double den
                                  float *denom)
 {
     float rep[2] = {(float)num, (float)den};
-    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_DP].comm, rep, 2, MC_COMM_FLOAT,
+    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_DP].comm, rep, 2, MC_DTYPE_F32,
                                       MC_COMM_SUM, "data-parallel loss all-reduce");
     *numer += rep[0];
     *denom += rep[1];
@@ -1065,7 +1069,7 @@ static mc_status pp_share_loss(const struct trainer *t, float *numer, float *den
     float v[2] = {*numer, *denom};
     if (!mc_ps_is_pipeline_last_stage(&t->ps))
         v[0] = v[1] = 0;
-    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_PP].comm, v, 2, MC_COMM_FLOAT,
+    mc_status st = mc_comm_all_reduce(t->ps.group[MC_PS_PP].comm, v, 2, MC_DTYPE_F32,
                                       MC_COMM_SUM, "pipeline loss broadcast");
     *numer = v[0];
     *denom = v[1];
@@ -1141,7 +1145,7 @@ static mc_status train_step(struct trainer *t, int64_t iteration, float *lm_loss
 static bool on_any_rank(bool v)
 {
     int64_t x = v;
-    if (mc_comm_all_reduce(world_comm, &x, 1, MC_COMM_INT64, MC_COMM_MAX, "exit-flag all-reduce"))
+    if (mc_comm_all_reduce(world_comm, &x, 1, MC_DTYPE_I64, MC_COMM_MAX, "exit-flag all-reduce"))
         return true;
     return x != 0;
 }
@@ -1207,7 +1211,7 @@ static mc_status tb_write_timers(struct trainer *t, int64_t iteration, double no
                 tm = &t->timers.t[j];
         s[k] = (float)mc_timer_elapsed(tm, true);
     }
-    mc_status st = mc_comm_all_reduce(world_comm, s, n, MC_COMM_FLOAT, MC_COMM_MAX,
+    mc_status st = mc_comm_all_reduce(world_comm, s, n, MC_DTYPE_F32, MC_COMM_MAX,
                                       "timers max-reduce");
     for (int k = 0; k < n && !st && t->tb; k++) {
         if (!(s[k] > 0.0f))

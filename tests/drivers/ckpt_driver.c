@@ -7,29 +7,9 @@
 #include <string.h>
 
 #include "checkpointing/torch_pickle.h"
+#include "core/dtype.h"
 
-static double elem(const struct mc_pk *s, int64_t i)
-{
-    const uint8_t *p = (const uint8_t *)s->data + (size_t)i * mc_pk_dtype_size(s->dtype);
-    union { float f; double d; int64_t l; int32_t i; int16_t h; int8_t c; uint8_t b; uint16_t u; uint32_t w; } x;
-    memcpy(&x, p, mc_pk_dtype_size(s->dtype));
-    switch (s->dtype) {
-    case MC_PKT_FLOAT: return x.f;
-    case MC_PKT_DOUBLE: return x.d;
-    case MC_PKT_LONG: return (double)x.l;
-    case MC_PKT_INT: return x.i;
-    case MC_PKT_SHORT: return x.h;
-    case MC_PKT_CHAR: return x.c;
-    case MC_PKT_BYTE: case MC_PKT_BOOL: return x.b;
-    case MC_PKT_BFLOAT16: { uint32_t w = (uint32_t)x.u << 16; float f; memcpy(&f, &w, 4); return f; }
-    case MC_PKT_HALF: {
-        int e = (x.u >> 10) & 0x1f, m = x.u & 0x3ff;
-        double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
-        return (x.u & 0x8000) ? -v : v;
-    }
-    default: return NAN;
-    }
-}
+static double elem(const struct mc_pk *s, int64_t i) { return mc_dtype_get_f64(s->data, s->dtype, i); }
 
 static void pfloat(double f)
 {
@@ -69,7 +49,7 @@ static void pairs(const char *tag, const struct mc_pk *v)
 
 static void tensor(const struct mc_pk *t)
 {
-    printf("{\"tensor\":\"%s\",\"shape\":", mc_pk_dtype_torch(t->dtype));
+    printf("{\"tensor\":\"%s\",\"shape\":", mc_dtype_name(t->dtype));
     ints(t->ndim, t->shape);
     printf(",\"stride\":");
     ints(t->ndim, t->stride);
@@ -151,7 +131,7 @@ static uint8_t bl[2] = {1, 0};
 
 #define ADD(key, val) do { if (mc_pk_set(d, root, key, (val))) return 1; } while (0)
 
-static struct mc_pk *tens(mc_pk_doc *d, enum mc_pk_dtype t, int64_t n, const void *p)
+static struct mc_pk *tens(mc_pk_doc *d, enum mc_dtype t, int64_t n, const void *p)
 {
     int64_t shape[1] = {n};
     return mc_pk_tensor(d, mc_pk_storage(d, t, n, p), 0, 1, shape, NULL);
@@ -163,21 +143,21 @@ static int write_file(const char *path, bool zip64)
     if (mc_pk_doc_init(&d))
         return 1;
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
-    struct mc_pk *s = mc_pk_storage(d, MC_PKT_FLOAT, 6, f32);
+    struct mc_pk *s = mc_pk_storage(d, MC_DTYPE_F32, 6, f32);
     int64_t sh[2] = {2, 3}, vs[1] = {2}, vst[1] = {3};
     ADD("f32", mc_pk_tensor(d, s, 0, 2, sh, NULL));
     ADD("view", mc_pk_tensor(d, s, 1, 1, vs, vst)); /* column 1: shares f32's storage */
     ADD("scalar", mc_pk_tensor(d, s, 2, 0, NULL, NULL));
-    ADD("f64", tens(d, MC_PKT_DOUBLE, 3, f64));
-    ADD("f16", tens(d, MC_PKT_HALF, 3, f16));
-    ADD("bf16", tens(d, MC_PKT_BFLOAT16, 3, bf16));
-    ADD("i64", tens(d, MC_PKT_LONG, 2, i64));
-    ADD("i32", tens(d, MC_PKT_INT, 2, i32));
-    ADD("i16", tens(d, MC_PKT_SHORT, 2, i16));
-    ADD("i8", tens(d, MC_PKT_CHAR, 2, i8));
-    ADD("u8", tens(d, MC_PKT_BYTE, 3, u8));
-    ADD("bool", tens(d, MC_PKT_BOOL, 2, bl));
-    ADD("empty", tens(d, MC_PKT_FLOAT, 0, f32));
+    ADD("f64", tens(d, MC_DTYPE_F64, 3, f64));
+    ADD("f16", tens(d, MC_DTYPE_F16, 3, f16));
+    ADD("bf16", tens(d, MC_DTYPE_BF16, 3, bf16));
+    ADD("i64", tens(d, MC_DTYPE_I64, 2, i64));
+    ADD("i32", tens(d, MC_DTYPE_I32, 2, i32));
+    ADD("i16", tens(d, MC_DTYPE_I16, 2, i16));
+    ADD("i8", tens(d, MC_DTYPE_I8, 2, i8));
+    ADD("u8", tens(d, MC_DTYPE_U8, 3, u8));
+    ADD("bool", tens(d, MC_DTYPE_BOOL, 2, bl));
+    ADD("empty", tens(d, MC_DTYPE_F32, 0, f32));
     struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE), *lst = mc_pk_new(d, MC_PK_LIST);
     mc_pk_append(d, lst, mc_pk_int(d, 1));
     mc_pk_append(d, lst, mc_pk_str(d, "a"));
@@ -197,7 +177,7 @@ static int write_file(const char *path, bool zip64)
     struct mc_pk *nested = mc_pk_new(d, MC_PK_DICT), *inner = mc_pk_new(d, MC_PK_DICT);
     mc_pk_append(d, nested, mc_pk_int(d, 0));
     mc_pk_append(d, nested, inner);
-    mc_pk_set(d, inner, "step", tens(d, MC_PKT_FLOAT, 1, f32));
+    mc_pk_set(d, inner, "step", tens(d, MC_DTYPE_F32, 1, f32));
     ADD("nested", nested);
     struct mc_pk *tup = mc_pk_new(d, MC_PK_TUPLE), *big = mc_pk_new(d, MC_PK_TUPLE);
     mc_pk_append(d, tup, mc_pk_float(d, 0.9));

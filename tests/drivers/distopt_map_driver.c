@@ -92,7 +92,7 @@ static int run_model(int argc, char **argv)
         dp, mc_args_bool(a, MC_A_use_distributed_optimizer),
         mc_pgb_bucket_size(mc_args_bool(a, MC_A_overlap_grad_reduce), bucket, dp, 0),
         mc_args_bool(a, MC_A_ddp_pad_buckets_for_high_nccl_busbw)};
-    if (mc_distopt_map_init(model, &c, &m) != MC_OK) {
+    if (mc_distopt_map_init(mc_gpt_param_set(model), &c, &m) != MC_OK) {
         fprintf(stderr, "map: %s\n", mc_last_error());
         goto out;
     }

@@ -244,7 +244,7 @@ static void train(const mc_dump *in, mc_gpt_model *m, const struct mc_gpt_batch 
     oc.adam_eps = read_opt_f32(in, "opt.eps");
     oc.clip_grad = read_opt_f32(in, "opt.clip_grad");
     mc_optimizer *opt = NULL;
-    TRY(mc_opt_init(&oc, m, &opt));
+    TRY(mc_opt_init(&oc, mc_gpt_param_set(m), &opt));
     int64_t n = batch->b * batch->s;
     float *loss = mc_alloc((size_t)n * sizeof(float));
     float *curve = mc_alloc((size_t)steps * sizeof(float));

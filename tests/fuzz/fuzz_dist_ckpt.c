@@ -77,7 +77,7 @@ static void setup(void)
         mc_gpt_model_init(&c, &model))
         abort();
     mc_opt_config_from_args(args, &oc);
-    if (mc_opt_init(&oc, model, &opt))
+    if (mc_opt_init(&oc, mc_gpt_param_set(model), &opt))
         abort();
 }
 

@@ -28,7 +28,7 @@ static void mc_fuzz_copy_golden(const char *name)
 static void mc_fuzz_load_hf_dir(void)
 {
     struct mc_cv_options o = {.load_dir = mc_fuzz_dir(), .true_vocab_size = -1,
-                              .make_vocab_size_divisible_by = -1, .hf_params_dtype = MC_PKT_FLOAT,
+                              .make_vocab_size_divisible_by = -1, .hf_params_dtype = MC_DTYPE_F32,
                               .loader_impl = "local", .saver_impl = "local", .checking = true};
     struct mc_cv_model m;
     mc_cv_model_init(&m);

@@ -18,7 +18,7 @@ static void mc_fuzz_walk(const struct mc_pk *v, int depth)
             mc_fuzz_sink += (unsigned char)v->s[i];
     if (v->kind == MC_PK_TENSOR && v->storage && mc_pk_tensor_numel(v) > 0) {
         const unsigned char *p = v->storage->data;
-        size_t es = mc_pk_dtype_size(v->storage->dtype);
+        size_t es = mc_dtype_size(v->storage->dtype);
         int64_t last = v->offset;
         for (int k = 0; k < v->ndim; k++)
             last += (v->shape[k] - 1) * v->stride[k];
@@ -26,7 +26,7 @@ static void mc_fuzz_walk(const struct mc_pk *v, int depth)
     }
     if (v->kind == MC_PK_STORAGE && v->numel > 0) {
         const unsigned char *p = v->data;
-        mc_fuzz_sink += p[0] + p[(size_t)v->numel * mc_pk_dtype_size(v->dtype) - 1];
+        mc_fuzz_sink += p[0] + p[(size_t)v->numel * mc_dtype_size(v->dtype) - 1];
     }
     for (int64_t i = 0; i < v->n; i++)
         mc_fuzz_walk(v->items[i], depth + 1);

@@ -13,11 +13,11 @@ int main(int argc, char **argv)
     if (argc != 2 || mc_pk_doc_init(&d))
         return 2;
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT), *ns = mc_pk_new(d, MC_PK_NAMESPACE);
-    struct mc_pk *s = mc_pk_storage(d, MC_PKT_FLOAT, 6, w), *od = mc_pk_new(d, MC_PK_ODICT);
+    struct mc_pk *s = mc_pk_storage(d, MC_DTYPE_F32, 6, w), *od = mc_pk_new(d, MC_PK_ODICT);
     int64_t shape[2] = {2, 3}, vs[1] = {2}, vst[1] = {3}, hs[1] = {2};
     mc_pk_set(d, od, "w", mc_pk_tensor(d, s, 0, 2, shape, NULL));
     mc_pk_set(d, od, "col", mc_pk_tensor(d, s, 1, 1, vs, vst));
-    mc_pk_set(d, od, "h", mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_HALF, 2, h), 0, 1, hs, NULL));
+    mc_pk_set(d, od, "h", mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F16, 2, h), 0, 1, hs, NULL));
     mc_pk_set(d, od, "x._extra_state", mc_pk_none(d));
     mc_pk_set(d, ns, "num_layers", mc_pk_int(d, 12));
     mc_pk_set(d, ns, "lr", mc_pk_float(d, 6e-4));

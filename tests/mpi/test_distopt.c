@@ -52,8 +52,9 @@ static void run(enum mc_optimizer_type type, int64_t bucket_size, void *world, i
     mc_distopt *d = NULL;
     mc_optimizer *ref = NULL;
     CHECK(a && b && mc_ps_init(&ps, world, &pc) == MC_OK);
-    CHECK(mc_distopt_init(&oc, a, &ps, world, bucket_size, false, &d) == MC_OK);
-    CHECK(mc_opt_init(&oc, b, &ref) == MC_OK);
+    CHECK(mc_distopt_init(&oc, mc_gpt_param_set(a), &ps, world, bucket_size, false, &d) ==
+          MC_OK);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(b), &ref) == MC_OK);
     if (!d || !ref)
         goto out;
     int64_t n = a->n_elements, sharded, full;

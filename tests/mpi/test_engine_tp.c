@@ -124,7 +124,8 @@ static void run(int activation, enum mc_optimizer_type opt, int rank, int tp, MP
     mc_opt_config_default(&oc);
     oc.optimizer = opt;
     mc_optimizer *o1 = NULL, *on = NULL;
-    CHECK(mc_opt_init(&oc, ref, &o1) == MC_OK && mc_opt_init(&oc, m, &on) == MC_OK);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(ref), &o1) == MC_OK &&
+          mc_opt_init(&oc, mc_gpt_param_set(m), &on) == MC_OK);
     struct mc_opt_step_result r1, rn;
     CHECK(mc_opt_step(o1, 1e-2f, 0.1f, &r1) == MC_OK);
     CHECK(mc_opt_step(on, 1e-2f, 0.1f, &rn) == MC_OK);

@@ -89,7 +89,7 @@ static void check_groups(int tp, int pp, int cp, const char *order, MPI_Comm *wo
         int64_t sum = me, want = 0;
         for (int i = 0; i < g->size; i++)
             want += g->ranks[i];
-        CHECK(mc_comm_all_reduce(g->comm, &sum, 1, MC_COMM_INT64, MC_COMM_SUM, "test") == MC_OK);
+        CHECK(mc_comm_all_reduce(g->comm, &sum, 1, MC_DTYPE_I64, MC_COMM_SUM, "test") == MC_OK);
         CHECK(sum == want);
     }
     if (!order) { /* default order: rank = tp_rank + tp*(cp_rank + cp*(dp_rank + dp*pp_rank)) */
@@ -144,7 +144,8 @@ static void check_ddp(MPI_Comm *world, int me, int world_size)
     }
     for (int64_t i = 0; i < m->n_elements; i++)
         m->grad_block[i] = (float)(me + 1) * (float)(i % 7);
-    CHECK(mc_ddp_finish_grad_sync(m, &ps, mc_ddp_grad_scale(&ps, false)) == MC_OK);
+    CHECK(mc_ddp_finish_grad_sync(mc_gpt_param_set(m), &ps, mc_ddp_grad_scale(&ps, false)) ==
+          MC_OK);
     float mean = (float)(world_size + 1) / 2.0f;
     int bad = 0;
     for (int64_t i = 0; i < m->n_elements; i++)

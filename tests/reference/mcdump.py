@@ -15,9 +15,13 @@ MAX_NAME = 1024
 
 # mc_dtype codes (include/megatron.h). bf16 has no numpy dtype: kept as raw uint16 words.
 DTYPES = {0: np.dtype('<f4'), 1: np.dtype('<u2'), 2: np.dtype('<f2'), 3: np.dtype('<i4'),
-          4: np.dtype('<i8'), 5: np.dtype('u1')}
+          4: np.dtype('<i8'), 5: np.dtype('u1'), 6: np.dtype('<f8'), 7: np.dtype('<i2'),
+          8: np.dtype('i1'), 9: np.dtype('?')}
+# what write() stores each numpy dtype as (float64 is written as float32, bool as uint8, as
+# the committed goldens were made)
 CODES = {np.dtype('float32'): 0, np.dtype('float16'): 2, np.dtype('int32'): 3,
-         np.dtype('int64'): 4, np.dtype('uint8'): 5, np.dtype('bool'): 5}
+         np.dtype('int64'): 4, np.dtype('uint8'): 5, np.dtype('bool'): 5, np.dtype('int16'): 7,
+         np.dtype('int8'): 8}
 
 
 class DumpError(Exception):

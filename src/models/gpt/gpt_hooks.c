@@ -3,13 +3,9 @@
  * parameter's grad accumulator (grad ready -> bucket all-reduce / reduce-scatter) and a
  * forward pre-hook on every module (wait for the param all-gather). The engine has no
  * autograd, so backward and forward call the two callbacks at layer granularity, which is
- * where a layer's grads become final and where its params are first read. */
+ * where a layer's grads become final and where its params are first read (the callbacks
+ * live in the model's parameter set, mc_param_set.hooks, where DDP installs them). */
 #include "models/gpt/gpt_model.h"
-
-void mc_gpt_set_hooks(struct mc_gpt_model *m, const struct mc_gpt_hooks *h)
-{
-    m->hooks = h ? *h : (struct mc_gpt_hooks){0};
-}
 
 /* state_dict order: [embeddings on the first stage] [L layers of equal size] [head on the
  * last stage], so the layers' first indices follow from the counts before and after them. */

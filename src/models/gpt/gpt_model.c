@@ -29,10 +29,8 @@
  * (Megatron's CPU init is not, spec §4). */
 #include "models/gpt/gpt_model.h"
 
+#include "parallel_state/parallel_state.h"
 
-#if defined(MC_HAVE_MPI)
-#include <mpi.h>
-#endif
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -431,6 +429,41 @@ mc_status mc_gpt_use_slot(mc_gpt_model *m, int slot)
     return MC_OK;
 }
 
+/* ---- the parameter set (megatron/param_set.h) ---------------------------------------- */
+
+/* Megatron's shared_embedding attribute: with tied embeddings split across pipeline stages,
+ * the first (virtual) stage's word embedding (when it is not also the last) and the last
+ * stage's copy. */
+static bool is_shared_embedding(const struct mc_gpt_model *m, const struct mc_gpt_param *p)
+{
+    const struct mc_gpt_config *c = &m->cfg;
+    if (c->pipeline_model_parallel_size == 1 || c->untie_embeddings_and_output_weights)
+        return false;
+    if (p->view.shared)
+        return true;
+    return m->dims.first_stage && /* chunk 0 of the first stage with interleaving */
+           !strcmp(p->name, "embedding.word_embeddings.weight");
+}
+
+/* What the optimizer and DDP see: the views with their attributes, the blocks, the kernels and
+ * the grad norm's group (the communicators follow mc_gpt_set_tp_comm / _mp_comm). */
+static mc_status build_param_set(struct mc_gpt_model *m)
+{
+    m->pset_params = mc_calloc((size_t)m->n_params, sizeof(*m->pset_params));
+    if (!m->pset_params)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < m->n_params; i++)
+        m->pset_params[i] = (struct mc_param){m->params[i].view, m->params[i].offset,
+                                              is_shared_embedding(m, &m->params[i])};
+    m->pset = (struct mc_param_set){
+        .n_params = m->n_params, .params = m->pset_params, .n_elements = m->n_elements,
+        .param_block = m->param_block, .grad_block = m->grad_block, .be = m->be,
+        .tp_size = m->tp.size, .tp_rank = m->tp.rank,
+        .pp_size = m->cfg.pipeline_model_parallel_size, .tp_comm = m->tp.comm,
+        .mp_comm_setter = "mc_gpt_set_mp_comm"};
+    return MC_OK;
+}
+
 /* ---- init / free ------------------------------------------------------------------------ */
 
 /* The parameter and grad blocks, in backend memory: params zeroed before their init (norm
@@ -492,9 +525,11 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     for (int64_t i = 0; i < m->n_params; i++)
         init_param(m, &m->params[i]);
     mark_sequence_parallel(m);
+    if (build_param_set(m) != MC_OK)
+        goto out_free;
     if (m->sp_numel > 0 &&
-        !(m->sp_grads = m->be->ops->alloc(m->be,
-                                          (size_t)m->sp_numel * sizeof(float)))) goto out_free;
+        !(m->sp_grads = m->be->ops->alloc(m->be, (size_t)m->sp_numel * sizeof(float))))
+        goto out_free;
 
     if ((st = build_act_block(m, 1)) != MC_OK)
         goto out_free;
@@ -516,6 +551,7 @@ void mc_gpt_model_free(mc_gpt_model *m)
         m->be->ops->free(m->be, m->grad_block);
         m->be->ops->free(m->be, m->param_block);
     }
+    mc_free(m->pset_params);
     mc_free(m->params);
     free_slots(m->slots, m->n_slots);
     mc_free(m->layer_g);
@@ -545,6 +581,8 @@ int64_t mc_gpt_param_index(const mc_gpt_model *m, const char *name)
 
 int64_t mc_gpt_num_elements(const mc_gpt_model *m) { return m->n_elements; }
 
+struct mc_param_set *mc_gpt_param_set(mc_gpt_model *m) { return &m->pset; }
+
 void mc_gpt_zero_grad(mc_gpt_model *m)
 {
     m->be->ops->set(m->be, m->grad_block, 0, (size_t)m->n_elements * sizeof(float));
@@ -560,23 +598,22 @@ const float *mc_gpt_logits(const mc_gpt_model *m) { return m->slots[m->cur].logi
 
 mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
 {
-#if defined(MC_HAVE_MPI)
+    if (!mc_comm_available())
+        return mc_error(MC_ERR_UNSUPPORTED,
+                        "pipeline parallelism needs an MPI build of megatron.c");
     if (mpi_comm) {
-        int size = 0;
-        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
+        int size = 0, rank = 0;
+        mc_status st = mc_comm_size_rank(mpi_comm, &size, &rank);
+        if (st)
+            return st;
         int want = m->cfg.tensor_model_parallel_size * m->cfg.pipeline_model_parallel_size;
         if (size != want)
             return mc_error(MC_ERR_CONFIG, "model-parallel communicator has size %d; expected "
                             "--tensor-model-parallel-size x --pipeline-model-parallel-size = %d",
                             size, want);
     }
-    m->mp_comm = mpi_comm;
+    m->pset.mp_comm = mpi_comm;
     return MC_OK;
-#else
-    (void)m;
-    (void)mpi_comm;
-    return mc_error(MC_ERR_UNSUPPORTED, "pipeline parallelism needs an MPI build of megatron.c");
-#endif
 }
 
 const float *mc_gpt_stage_output(const mc_gpt_model *m)
@@ -591,23 +628,22 @@ const float *mc_gpt_stage_input_grad(const mc_gpt_model *m)
 
 mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 {
-#if defined(MC_HAVE_MPI)
+    if (!mc_comm_available())
+        return mc_error(MC_ERR_UNSUPPORTED,
+                        "tensor parallelism needs an MPI build of megatron.c");
     if (mpi_comm) {
         int size = 0, rank = 0;
-        MPI_Comm_size(*(MPI_Comm *)mpi_comm, &size);
-        MPI_Comm_rank(*(MPI_Comm *)mpi_comm, &rank);
+        mc_status st = mc_comm_size_rank(mpi_comm, &size, &rank);
+        if (st)
+            return st;
         if (size != m->tp.size || rank != m->tp.rank)
             return mc_error(MC_ERR_CONFIG, "tensor-parallel communicator has size %d, rank %d; "
                             "the model was built for --tensor-model-parallel-size %d, rank %d",
                             size, rank, m->tp.size, m->tp.rank);
     }
     m->tp.comm = mpi_comm;
+    m->pset.tp_comm = mpi_comm;
     return MC_OK;
-#else
-    (void)m;
-    (void)mpi_comm;
-    return mc_error(MC_ERR_UNSUPPORTED, "tensor parallelism needs an MPI build of megatron.c");
-#endif
 }
 
 size_t mc_gpt_activation_bytes(const mc_gpt_model *m) { return m->act_bytes; }

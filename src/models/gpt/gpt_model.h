@@ -30,15 +30,6 @@ struct mc_gpt_param_spec {
     bool gated, shared;
 };
 
-/* Callbacks into the data-parallel layer (Megatron's DDP backward post-hooks and forward
- * pre-hooks), set with mc_gpt_set_hooks. */
-struct mc_gpt_hooks {
-    mc_status (*grad_ready)(void *ctx, int64_t first_ready);
-    mc_status (*param_use)(void *ctx, int64_t end);
-    void *ctx;
-};
-void mc_gpt_set_hooks(struct mc_gpt_model *m, const struct mc_gpt_hooks *h);
-
 struct mc_gpt_model {
     struct mc_gpt_config cfg; /* validated */
     struct mc_tfm_dims dims;
@@ -70,7 +61,10 @@ struct mc_gpt_model {
     int64_t step;
     uint32_t micro_next;
 
-    struct mc_gpt_hooks hooks; /* data-parallel overlap (gpt_hooks.c); all NULL = off */
+    /* what the optimizer and DDP see (mc_gpt_param_set): built once the params are, holds
+     * the mp communicator and DDP's hooks (data-parallel overlap; all NULL = off) */
+    struct mc_param_set pset;
+    struct mc_param *pset_params; /* [n_params] */
 };
 
 /* Everything backward needs of one forward: the activations, keep masks, ids, shapes and the
@@ -96,13 +90,13 @@ struct mc_gpt_slot {
  * backward; called by backward after the head, after each layer and after the embeddings. */
 static inline mc_status mc_gpt_hook_grad_ready(struct mc_gpt_model *m, int64_t first_ready)
 {
-    return m->hooks.grad_ready ? m->hooks.grad_ready(m->hooks.ctx, first_ready) : MC_OK;
+    return mc_param_set_grad_ready(&m->pset, first_ready);
 }
 
 /* Forward is about to read params [0, end) (state_dict order). */
 static inline mc_status mc_gpt_hook_param_use(struct mc_gpt_model *m, int64_t end)
 {
-    return m->hooks.param_use ? m->hooks.param_use(m->hooks.ctx, end) : MC_OK;
+    return mc_param_set_param_use(&m->pset, end);
 }
 
 /* Index of the first parameter of local layer l (l = L: the first one after the layers). */

@@ -66,7 +66,7 @@ static void test_safetensors(const char *dir)
     struct mc_st_item items[2] = {{.name = "w", .ndim = 2, .shape = {2, 3}, .data = w},
                                   {.name = "b\"q", .ndim = 1, .shape = {3}, .data = b}};
     for (int dt = 0; dt < 3; dt++) {
-        enum mc_st_dtype t = dt == 0 ? MC_ST_F32 : dt == 1 ? MC_ST_BF16 : MC_ST_F16;
+        enum mc_dtype t = dt == 0 ? MC_DTYPE_F32 : dt == 1 ? MC_DTYPE_BF16 : MC_DTYPE_F16;
         CHECK(mc_st_write(path, items, 2, t) == MC_OK);
         struct mc_st_file f;
         CHECK(mc_st_open(&f, path) == MC_OK);
@@ -80,14 +80,14 @@ static void test_safetensors(const char *dir)
         if (tw) {
             mc_st_to_f32(tw, got);
             for (int i = 0; i < 6; i++) {
-                float want = t == MC_ST_F32 ? w[i] : t == MC_ST_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(w[i]))
+                float want = t == MC_DTYPE_F32 ? w[i] : t == MC_DTYPE_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(w[i]))
                                                                      : mc_f16_to_f32(mc_f32_to_f16(w[i]));
                 CHECK(got[i] == want);
             }
         }
         mc_st_close(&f);
     }
-    CHECK(mc_st_write(path, items, 2, MC_ST_I32) == MC_ERR_UNSUPPORTED);
+    CHECK(mc_st_write(path, items, 2, MC_DTYPE_I32) == MC_ERR_UNSUPPORTED);
     /* broken files: each refused with MC_ERR_FORMAT / UNSUPPORTED, never a crash */
     static const char *const headers[] = {
         "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}",   /* past the end */
@@ -162,13 +162,13 @@ static void make_model(struct mc_cv_model *m)
         {"post norm weight", h, 1}, {"mlp l0 weight", 48, h}, {"mlp l1 weight", h, 24}};
     struct mc_cv_tensor *t;
     uint32_t seed = 12345;
-    MC_ASSERT(!mc_cv_add(m, &t, MC_PKT_FLOAT, 2, 384, h, "word embeddings"));
+    MC_ASSERT(!mc_cv_add(m, &t, MC_DTYPE_F32, 2, 384, h, "word embeddings"));
     for (int64_t l = 0; l < 4; l++)
         for (int k = 0; k < 6; k++)
-            MC_ASSERT(!mc_cv_add(m, &t, MC_PKT_FLOAT, shapes[k].d1 > 1 ? 2 : 1, shapes[k].d0, shapes[k].d1,
+            MC_ASSERT(!mc_cv_add(m, &t, MC_DTYPE_F32, shapes[k].d1 > 1 ? 2 : 1, shapes[k].d0, shapes[k].d1,
                                  "layer %lld %s", (long long)l, shapes[k].name));
-    MC_ASSERT(!mc_cv_add(m, &t, MC_PKT_FLOAT, 1, h, 1, "final norm weight"));
-    MC_ASSERT(!mc_cv_add(m, &t, MC_PKT_FLOAT, 2, 384, h, "output layer weight"));
+    MC_ASSERT(!mc_cv_add(m, &t, MC_DTYPE_F32, 1, h, 1, "final norm weight"));
+    MC_ASSERT(!mc_cv_add(m, &t, MC_DTYPE_F32, 2, 384, h, "output layer weight"));
     /* source args as the llama_mistral loader would make them */
     MC_ASSERT(!mc_pk_doc_init(&md->doc));
     MC_ASSERT(!mc_cv_hf_source_args(md->doc, md, "hand-made", 384, &md->checkpoint_args));
@@ -190,9 +190,9 @@ static void to_bf16(struct mc_cv_model *m)
         uint16_t *h = (uint16_t *)t->data; /* in place: element i is read before it is overwritten */
         for (int64_t j = 0; j < n; j++)
             h[j] = mc_f32_to_bf16(((const float *)t->data)[j]);
-        t->dtype = MC_PKT_BFLOAT16;
+        t->dtype = MC_DTYPE_BF16;
     }
-    m->md.params_dtype = MC_PKT_BFLOAT16;
+    m->md.params_dtype = MC_DTYPE_BF16;
     m->md.release = true;
     MC_ASSERT(!mc_cv_hf_source_args(m->md.doc, &m->md, "hand-made", 384, &m->md.checkpoint_args));
 }
@@ -210,7 +210,7 @@ static void same_models(const struct mc_cv_model *a, const struct mc_cv_model *b
         CHECK(y->shape[1] == x->shape[1] && y->shape[0] >= rows);
         CHECK(y->dtype == x->dtype);
         if (y->shape[1] == x->shape[1] && y->shape[0] >= rows && y->dtype == x->dtype)
-            CHECK(!memcmp(x->data, y->data, (size_t)(rows * x->shape[1]) * mc_pk_dtype_size(x->dtype)));
+            CHECK(!memcmp(x->data, y->data, (size_t)(rows * x->shape[1]) * mc_dtype_size(x->dtype)));
     }
 }
 
@@ -257,7 +257,7 @@ static void test_roundtrips(const char *dir)
     CHECK(access(rel, R_OK) == 0);
     mc_cv_model_init(&back);
     CHECK(mc_cv_load_megatron(&back, &ob) == MC_OK);
-    CHECK(back.md.release && back.md.params_dtype == MC_PKT_BFLOAT16); /* --bf16 in the args */
+    CHECK(back.md.release && back.md.params_dtype == MC_DTYPE_BF16); /* --bf16 in the args */
     same_models(&b16, &back, 384);
     mc_cv_model_free(&back);
     mc_cv_model_free(&b16);

@@ -29,7 +29,7 @@ static void check_forged_views(void)
         mc_pk_doc *d;
         CHECK(mc_pk_doc_init(&d) == MC_OK);
         struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
-        struct mc_pk *s = mc_pk_storage(d, MC_PKT_FLOAT, 4, w);
+        struct mc_pk *s = mc_pk_storage(d, MC_DTYPE_F32, 4, w);
         mc_pk_set(d, root, "v", mc_pk_tensor(d, s, 0, 2, shapes[k], strides[k]));
         CHECK(mc_torch_save(d, root, path) == MC_OK);
         mc_pk_doc_free(d);

@@ -17,11 +17,11 @@ static uint16_t h[2] = {0x3c00, 0x4000};
 static struct mc_pk *sample(mc_pk_doc *d)
 {
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT), *ns = mc_pk_new(d, MC_PK_NAMESPACE);
-    struct mc_pk *s = mc_pk_storage(d, MC_PKT_FLOAT, 6, w), *od = mc_pk_new(d, MC_PK_ODICT);
+    struct mc_pk *s = mc_pk_storage(d, MC_DTYPE_F32, 6, w), *od = mc_pk_new(d, MC_PK_ODICT);
     int64_t shape[2] = {2, 3}, vs[1] = {2}, vst[1] = {3}, hs[1] = {2};
     mc_pk_set(d, od, "w", mc_pk_tensor(d, s, 0, 2, shape, NULL));
     mc_pk_set(d, od, "col", mc_pk_tensor(d, s, 1, 1, vs, vst));
-    mc_pk_set(d, od, "h", mc_pk_tensor(d, mc_pk_storage(d, MC_PKT_HALF, 2, h), 0, 1, hs, NULL));
+    mc_pk_set(d, od, "h", mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F16, 2, h), 0, 1, hs, NULL));
     mc_pk_set(d, od, "x._extra_state", mc_pk_none(d));
     mc_pk_set(d, ns, "num_layers", mc_pk_int(d, 12));
     mc_pk_set(d, ns, "lr", mc_pk_float(d, 6e-4));
@@ -49,7 +49,7 @@ static void check_roundtrip(const char *path)
     CHECK(v->kind == MC_PK_DICT && m && m->kind == MC_PK_ODICT && ns && ns->kind == MC_PK_NAMESPACE);
     CHECK(wt && wt->ndim == 2 && wt->shape[1] == 3 && ((const float *)wt->storage->data)[5] == 6.0f);
     CHECK(col && col->storage == wt->storage && col->offset == 1 && col->stride[0] == 3);
-    CHECK(hh && hh->dtype == MC_PKT_HALF && ((const uint16_t *)hh->storage->data)[1] == 0x4000);
+    CHECK(hh && hh->dtype == MC_DTYPE_F16 && ((const uint16_t *)hh->storage->data)[1] == 0x4000);
     CHECK(mc_pk_get(m, "x._extra_state") && mc_pk_get(m, "x._extra_state")->kind == MC_PK_NONE);
     CHECK(mc_pk_get(ns, "num_layers")->i == 12 && mc_pk_get(ns, "lr")->f == 6e-4);
     CHECK(mc_pk_get(ns, "big")->i == -5000000000LL);
@@ -112,7 +112,7 @@ static void check_damage(const char *path, const char *bad)
 }
 
 /* The pickle alone: every prefix and every single-byte change of data.pkl's stream. */
-static mc_status no_storage(void *ctx, const char *key, enum mc_pk_dtype t, int64_t numel, const void **data)
+static mc_status no_storage(void *ctx, const char *key, enum mc_dtype t, int64_t numel, const void **data)
 {
     (void)ctx; (void)key; (void)t;
     static const uint8_t zeros[64];

@@ -40,6 +40,48 @@ static void expect_format_error(const char *path, const unsigned char *b, size_t
         fprintf(stderr, "  (%s accepted)\n", what);
 }
 
+/* mc_dump_get_f64 / _i64 read a one-element tensor of every dtype by its own width (an f64 or
+ * int16 scalar used to be read as a float32 or a byte); a non-integer or out-of-range float is
+ * refused by _i64, an int64 beyond 2^53 comes back exact. */
+static void test_scalars_of_every_dtype(void)
+{
+    mc_dump *d = NULL;
+    MC_ASSERT(mc_dump_init(&d) == MC_OK);
+    float f32 = 3;
+    double f64 = 5, half = 2.5, big = 1e300;
+    uint16_t bf16 = 0x40e0, f16 = 0x4700; /* 7 in bfloat16, 7 in float16 */
+    int32_t i32 = -11;
+    int64_t i64 = ((int64_t)1 << 60) + 1;
+    int16_t i16 = -300;
+    int8_t i8 = -5;
+    uint8_t u8 = 200, b = 1;
+    struct { const char *name; enum mc_dtype t; const void *p; double f; int64_t i; } c[] = {
+        {"f32", MC_DTYPE_F32, &f32, 3, 3},     {"f64", MC_DTYPE_F64, &f64, 5, 5},
+        {"bf16", MC_DTYPE_BF16, &bf16, 7, 7},  {"f16", MC_DTYPE_F16, &f16, 7, 7},
+        {"i32", MC_DTYPE_I32, &i32, -11, -11}, {"i64", MC_DTYPE_I64, &i64, 0x1p60, ((int64_t)1 << 60) + 1},
+        {"i16", MC_DTYPE_I16, &i16, -300, -300}, {"i8", MC_DTYPE_I8, &i8, -5, -5},
+        {"u8", MC_DTYPE_U8, &u8, 200, 200},    {"bool", MC_DTYPE_BOOL, &b, 1, 1},
+    };
+    int n = (int)(sizeof(c) / sizeof(*c));
+    CHECK(n == MC_DTYPE_COUNT);
+    for (int k = 0; k < n; k++)
+        MC_ASSERT(mc_dump_add(d, c[k].name, c[k].t, 0, NULL, c[k].p) == MC_OK);
+    MC_ASSERT(mc_dump_add(d, "half", MC_DTYPE_F64, 0, NULL, &half) == MC_OK);
+    MC_ASSERT(mc_dump_add(d, "big", MC_DTYPE_F64, 0, NULL, &big) == MC_OK);
+    for (int k = 0; k < n; k++) {
+        double f = -1;
+        int64_t i = -1;
+        CHECK(mc_dump_get_f64(d, c[k].name, &f) == MC_OK && f == c[k].f);
+        CHECK(mc_dump_get_i64(d, c[k].name, &i) == MC_OK && i == c[k].i);
+        if (f != c[k].f || i != c[k].i)
+            fprintf(stderr, "  %s: got %g / %lld\n", c[k].name, f, (long long)i);
+    }
+    int64_t i;
+    CHECK(mc_dump_get_i64(d, "half", &i) == MC_ERR_FORMAT);
+    CHECK(mc_dump_get_i64(d, "big", &i) == MC_ERR_FORMAT);
+    mc_dump_free(d);
+}
+
 int main(void)
 {
     const char *path = "test_dump.dump", *bad = "test_dump_bad.dump";
@@ -100,13 +142,16 @@ int main(void)
     expect_format_error(bad, c, n, "count");
     memcpy(c, b, n);
     /* first record: name length at 24, name (38 bytes), dtype at 66, ndim at 70 */
-    c[66] = 9;
+    c[66] = MC_DTYPE_COUNT; /* the first code past the enum */
     expect_format_error(bad, c, n, "dtype");
+    CHECK(strstr(mc_last_error(), "has dtype 10 (expected < 10)") != NULL);
     memcpy(c, b, n);
     c[74] = 3; /* shape[0] 2 -> 3: byte count no longer matches */
     expect_format_error(bad, c, n, "byte count");
     free(c);
     free(b);
+
+    test_scalars_of_every_dtype();
 
     mc_dump *m = NULL;
     CHECK(mc_dump_read("/nonexistent/x.dump", &m) == MC_ERR_IO && m == NULL);

@@ -113,8 +113,8 @@ static void check_stage(const char *label, mc_gpt_model *m, const float *hidden_
     memcpy(final, m->grad_block, bytes);
 
     /* grad-ready */
-    struct mc_gpt_hooks hk = {on_grad_ready, NULL, &r};
-    mc_gpt_set_hooks(m, &hk);
+    struct mc_param_set *set = mc_gpt_param_set(m);
+    set->hooks = (struct mc_param_hooks){on_grad_ready, NULL, &r};
     mc_gpt_zero_grad(m);
     pass(m, hidden_in, dout, true, got);
     int want_calls = (int)m->dims.L + m->dims.first_stage + m->dims.last_stage;
@@ -140,15 +140,14 @@ static void check_stage(const char *label, mc_gpt_model *m, const float *hidden_
     /* param-use: not-yet-announced params are NaN */
     memcpy(clean, m->param_block, bytes);
     r.params = clean;
-    hk = (struct mc_gpt_hooks){NULL, on_param_use, &r};
-    mc_gpt_set_hooks(m, &hk);
+    set->hooks = (struct mc_param_hooks){NULL, on_param_use, &r};
     for (int64_t i = 0; i < m->n_elements; i++)
         m->param_block[i] = NAN;
     pass(m, hidden_in, dout, false, got);
     CHECK(r.monotonic && r.end == m->n_params);
     CHECK(memcmp(got, ref, sizeof(float) * (size_t)nout) == 0);
     CHECK(memcmp(clean, m->param_block, bytes) == 0);
-    mc_gpt_set_hooks(m, NULL);
+    set->hooks = (struct mc_param_hooks){0};
     printf("%s: %d grad-ready calls, param use through %lld params\n", label, r.calls,
            (long long)r.end);
     free(r.snap);

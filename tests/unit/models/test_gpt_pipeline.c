@@ -6,6 +6,7 @@
  * mc_gpt_backward_stage / mc_gpt_stage_input_grad must reproduce the pp=1 model: the same
  * initial weights, bit-identical losses and grads (with dropout on), and the tied embedding
  * grad as the sum of the two copies. */
+#include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "test.h"
 
@@ -151,7 +152,10 @@ static void run(const char *label, bool llama, int ranks, int vp)
     struct mc_optimizer_config oc;
     mc_opt_config_default(&oc);
     mc_optimizer *o = NULL;
-    CHECK(mc_opt_init_chunks(&oc, st, vp, &o) == MC_OK);
+    const struct mc_param_set *sets[4];
+    for (int c = 0; c < vp; c++)
+        sets[c] = mc_gpt_param_set(st[c]);
+    CHECK(mc_opt_init_chunks(&oc, sets, vp, &o) == MC_OK);
     CHECK(mc_opt_step(o, 1e-3f, 0.0f, NULL) == MC_ERR_UNSUPPORTED);
     CHECK(strstr(mc_last_error(), "mc_gpt_set_mp_comm") != NULL);
     mc_opt_free(o);

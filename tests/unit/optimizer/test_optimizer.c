@@ -2,6 +2,7 @@
  * (torch.optim.AdamW: decoupled decay, bias correction), SGD with momentum and coupled decay
  * (torch.optim.SGD), Megatron's no-weight-decay group, the global grad norm, clipping by
  * clip_grad / (norm + 1e-6) and the zero count. */
+#include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "test.h"
 
@@ -72,7 +73,7 @@ static void test_adam(bool clip)
     mc_opt_config_default(&oc);
     oc.clip_grad = clip ? 0.5f : 0.0f;
     mc_optimizer *o = NULL;
-    CHECK(mc_opt_init(&oc, m, &o) == MC_OK);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(m), &o) == MC_OK);
     int64_t n = mc_gpt_num_elements(m);
     double *mm = calloc((size_t)n, sizeof(double)), *vv = calloc((size_t)n, sizeof(double));
     double *pp = calloc((size_t)n, sizeof(double));
@@ -143,7 +144,7 @@ static void test_sgd(void)
     oc.optimizer = MC_OPT_SGD;
     oc.clip_grad = 0.0f;
     mc_optimizer *o = NULL;
-    CHECK(mc_opt_init(&oc, m, &o) == MC_OK);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(m), &o) == MC_OK);
     int64_t n = mc_gpt_num_elements(m);
     double *buf = calloc((size_t)n, sizeof(double)), *pp = calloc((size_t)n, sizeof(double));
     const float lr = 0.05f, wd = 0.01f;
@@ -183,14 +184,14 @@ static void test_bad_config(void)
     mc_optimizer *o = NULL;
     mc_opt_config_default(&oc);
     oc.adam_beta2 = 1.5f;
-    CHECK(mc_opt_init(&oc, m, &o) == MC_ERR_CONFIG && o == NULL);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(m), &o) == MC_ERR_CONFIG && o == NULL);
     CHECK(strstr(mc_last_error(), "--adam-beta2") != NULL);
     mc_opt_config_default(&oc);
     oc.clip_grad = -1.0f;
-    CHECK(mc_opt_init(&oc, m, &o) == MC_ERR_CONFIG);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(m), &o) == MC_ERR_CONFIG);
     mc_opt_config_default(&oc);
     oc.optimizer = (enum mc_optimizer_type)7;
-    CHECK(mc_opt_init(&oc, m, &o) == MC_ERR_CONFIG);
+    CHECK(mc_opt_init(&oc, mc_gpt_param_set(m), &o) == MC_ERR_CONFIG);
     mc_gpt_model_free(m);
 }
 
