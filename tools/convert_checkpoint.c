@@ -7,12 +7,12 @@
  *
  * The loader and saver run one after the other in one process (Megatron runs them as two
  * processes joined by a queue; --max-queue-size is accepted for that reason and has no effect).
- * Library: src/checkpointing/convert*.c. */
+ * Library: src/tools/checkpoint/convert*.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 
 struct cli {
     const char *model_type, *loader, *saver;

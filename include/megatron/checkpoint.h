@@ -26,21 +26,48 @@
 extern "C" {
 #endif
 
-struct mc_args;      /* src/training/args.h */
 struct mc_opt_sched; /* src/optimizer/lr_scheduler.h */
+struct mc_pk;        /* src/checkpointing/torch_pickle.h: one unpickled / to-be-pickled value */
+struct mc_pk_doc;
 
-/* What save_checkpoint needs beyond the model. `args` is saved as the Namespace (with
- * consumed_train_samples etc. as the caller set them). opt/sched may be NULL with no_save_optim. */
+/* What the format code is told: plain values, no command line. The training layer fills it
+ * from the arguments (src/training/checkpointing.c, as Megatron's policy lives in
+ * megatron/training/checkpointing.py); the args Namespace a checkpoint carries is the caller's
+ * business too, through the two callbacks. */
+struct mc_ckpt_options {
+    const char *dir; /* the directory saved to (--save) or loaded from (--load) */
+    /* saving */
+    bool legacy_names;    /* --use-legacy-models: the legacy model's nested state dict */
+    bool local_names;     /* --transformer-impl local (else Transformer Engine names) */
+    bool save_optim;      /* not --no-save-optim: optimizer and opt_param_scheduler */
+    bool adam;            /* --optimizer adam (else sgd): the param_groups' keys */
+    double adam_beta1, adam_beta2, adam_eps, sgd_momentum, max_lr, min_lr;
+    /* loading */
+    bool finetune;        /* --finetune: model only, iteration 0, no args check */
+    bool load_optim;      /* not --no-load-optim */
+    bool exit_on_missing; /* --exit-on-missing-checkpoint */
+    const char *ckpt_format;   /* --ckpt-format, named in messages */
+    bool read_dist;            /* --ckpt-format torch_dist or --auto-detect-ckpt-format */
+    int64_t ckpt_step;         /* --ckpt-step, 0 for none */
+    /* The args Namespace to save (a new value in doc d), and the check of a loaded one
+     * (check_checkpoint_args and the counters restored from it; `path` names the file in
+     * messages). Either may be NULL: no args saved / none checked. */
+    mc_status (*save_args)(void *ctx, struct mc_pk_doc *d, struct mc_pk **out);
+    mc_status (*load_args)(void *ctx, const struct mc_pk *saved, const char *path);
+    void *args_ctx;
+};
+
+/* What save_checkpoint needs beyond the model. opt/sched may be NULL without save_optim. */
 struct mc_ckpt_state {
-    struct mc_args *args;
+    struct mc_ckpt_options opts;
     mc_gpt_model *model;
     mc_optimizer *opt;
     struct mc_opt_sched *sched;
     int64_t iteration;
     double num_floating_point_operations_so_far;
-    /* attributes Megatron adds to args at run time, saved with them: args.iteration and
-     * args.num_floating_point_operations_so_far as they were after loading (0 for a fresh run),
-     * do_train / do_valid / do_test (0 or 1) */
+    /* attributes Megatron adds to args at run time, saved with them (by opts.save_args):
+     * args.iteration and args.num_floating_point_operations_so_far as they were after loading
+     * (0 for a fresh run), do_train / do_valid / do_test (0 or 1) */
     int64_t args_iteration;
     double args_flops;
     int do_train, do_valid, do_test;
@@ -69,18 +96,17 @@ struct mc_ckpt_state {
     struct mc_distopt *const *distopts;
 };
 
-/* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under args.save through a
+/* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under opts.dir through a
  * temporary name (fsync, rename), then the tracker file the same way. Prints Megatron's
  * "saving checkpoint at iteration ..." and "  successfully saved checkpoint from iteration ..."
  * lines to `log`. */
 MC_API mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log);
 
-/* load_checkpoint for args.load: the tracker (or --ckpt-step) picks the iteration; checks the
- * model arguments as check_checkpoint_args does (unless --finetune), loads the model strictly,
- * the optimizer and scheduler (unless --finetune / --no-load-optim / release), and restores
- * consumed_train_samples, skipped_train_samples, consumed_valid_samples into args. Sets
- * s->iteration (0 for --finetune and release) and the FLOPs counter. *loaded is false when
- * there is no tracker file (Megatron's warning is printed and training starts from scratch). */
+/* load_checkpoint from opts.dir: the tracker (or ckpt_step) picks the iteration; hands the
+ * saved args to opts.load_args (unless finetune), loads the model strictly, the optimizer and
+ * scheduler (unless finetune / !load_optim / release). Sets s->iteration (0 for finetune and
+ * release) and the FLOPs counter. *loaded is false when there is no tracker file (Megatron's
+ * warning is printed and training starts from scratch). */
 MC_API mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded);
 
 /* iter_%07d/mp_rank_%02d/model_optim_rng.pt under dir (mp_rank_%02d_%03d with pp_size > 1; or

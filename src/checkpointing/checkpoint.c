@@ -1,10 +1,12 @@
 /* save_checkpoint / load_checkpoint of megatron/training/checkpointing.py (Megatron-LM
- * core_v0.12.1) for `--ckpt-format torch` and one process (tensor and pipeline rank 0 of 1):
- * the directory layout, the tracker file, and the state dict Megatron builds in
- * generate_state_dict: args, checkpoint_version, iteration, model, optimizer (the fp32
- * optimizer's torch state_dict: spec megatron-model-parallel-ckpt.md 7.2), opt_param_scheduler,
- * rerun_state_machine, num_floating_point_operations_so_far. Writes are atomic: every file
- * goes through a temporary name, is fsync'ed and renamed; the tracker file is written last. */
+ * core_v0.12.1) for `--ckpt-format torch`, the format half: the directory layout, the tracker
+ * file, and the state dict Megatron builds in generate_state_dict: args, checkpoint_version,
+ * iteration, model, optimizer (the fp32 optimizer's torch state_dict: spec
+ * megatron-model-parallel-ckpt.md 7.2), opt_param_scheduler, rerun_state_machine,
+ * num_floating_point_operations_so_far. Driven by a plain struct mc_ckpt_options: what the
+ * arguments ask for, the args Namespace and check_checkpoint_args are the training layer's
+ * (src/training/checkpointing.c). Writes are atomic: every file goes through a temporary name,
+ * is fsync'ed and renamed; the tracker file is written last. */
 #include "megatron/checkpoint.h"
 
 #include <errno.h>
@@ -24,7 +26,6 @@
 #include "checkpointing/torch_pickle.h"
 #include "core/pyformat.h"
 #include "optimizer/lr_scheduler.h"
-#include "training/args.h"
 
 #define CKPT_VERSION 3.0
 #define TRACKER "latest_checkpointed_iteration.txt"
@@ -81,72 +82,13 @@ static int ckpt_name(const struct mc_ckpt_state *s, char *buf, size_t n, const c
     return mc_ckpt_name(buf, n, dir, iteration, release, s->tp_rank, s->pp_rank, pp_size(s));
 }
 
-/* ---- the args Namespace ---------------------------------------------------------------------- */
-static struct mc_pk *val_to_pk(mc_pk_doc *d, const struct mc_val *v)
-{
-    switch (v->kind) {
-    case MC_V_NONE: return mc_pk_none(d);
-    case MC_V_BOOL: return mc_pk_bool(d, v->b);
-    case MC_V_INT: return mc_pk_int(d, v->i);
-    case MC_V_FLOAT: return mc_pk_float(d, v->f);
-    case MC_V_STR: return mc_pk_str(d, v->s);
-    case MC_V_SYM:
-        if (!strncmp(v->s, "torch.", 6))
-            return mc_pk_global(d, "torch", v->s + 6);
-        if (!strncmp(v->s, "AttnBackend.", 12))
-            return mc_pk_enum_member(d, "megatron.core.transformer.enums", "AttnBackend", v->s + 12);
-        return mc_pk_str(d, v->s);
-    case MC_V_LIST: {
-        struct mc_pk *l = mc_pk_new(d, MC_PK_LIST);
-        for (int k = 0; l && k < v->n; k++)
-            if (mc_pk_append(d, l, val_to_pk(d, &v->items[k])))
-                return NULL;
-        return l;
-    }
-    }
-    return NULL;
-}
-
-/* The attributes Megatron's pretrain() adds to args while running, in the order it adds them
- * (padded_vocab_size, model_type, iteration, ...); our option table has none of them. */
-static mc_status runtime_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_ckpt_state *s)
-{
-    const struct mc_gpt_config *c = mc_gpt_model_config(s->model);
-    mc_status st = mc_pk_set(d, ns, "padded_vocab_size", mc_pk_int(d, c->padded_vocab_size));
-    st = st ? st : mc_pk_set(d, ns, "model_type", mc_pk_enum_member(d, "megatron.core.enums",
-                                                                    "ModelType", "encoder_or_decoder"));
-    st = st ? st : mc_pk_set(d, ns, "iteration", mc_pk_int(d, s->args_iteration));
-    st = st ? st : mc_pk_set(d, ns, "num_floating_point_operations_so_far",
-                             s->args_flops ? mc_pk_float(d, s->args_flops) : mc_pk_int(d, 0));
-    st = st ? st : mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
-    st = st ? st : mc_pk_set(d, ns, "do_valid", mc_pk_int(d, s->do_valid));
-    st = st ? st : mc_pk_set(d, ns, "do_test", mc_pk_int(d, s->do_test));
-    st = st ? st : mc_pk_set(d, ns, "curr_iteration", mc_pk_int(d, s->iteration > 0 ? s->iteration - 1 : 0));
-    return st;
-}
-
-static struct mc_pk *args_namespace(mc_pk_doc *d, const struct mc_ckpt_state *s)
-{
-    const struct mc_args *a = s->args;
-    struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE);
-    for (int i = 0; ns && i < MC_A_COUNT; i++) {
-        struct mc_val v = a->v[i];
-        /* training.py's FLOPs count sets num_query_groups = num_attention_heads without GQA */
-        if (i == MC_A_num_query_groups && !mc_args_bool(a, MC_A_group_query_attention))
-            v = a->v[MC_A_num_attention_heads];
-        if (!a->deleted[i] && mc_pk_set(d, ns, mc_arg_defs[i].dest, val_to_pk(d, &v)))
-            return NULL;
-    }
-    return ns && !runtime_args(d, ns, s) ? ns : NULL;
-}
-
 /* ---- model ----------------------------------------------------------------------------------- */
 /* The names this run's model has in Megatron: --use-legacy-models, else --transformer-impl. */
-static enum mc_sd_scheme save_scheme(const struct mc_args *a)
+static enum mc_sd_scheme save_scheme(const struct mc_ckpt_options *o)
 {
-    if (mc_args_bool(a, MC_A_use_legacy_models))
+    if (o->legacy_names)
         return MC_SD_LEGACY;
-    return strcmp(mc_args_str(a, MC_A_transformer_impl), "local") ? MC_SD_TE : MC_SD_LOCAL;
+    return o->local_names ? MC_SD_LOCAL : MC_SD_TE;
 }
 
 static bool tied_embeddings(const mc_gpt_model *m)
@@ -298,7 +240,7 @@ static mc_status legacy_insert(mc_pk_doc *d, struct mc_pk *root, const char *key
 
 static struct mc_pk *model_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, const mc_gpt_model *m)
 {
-    struct sd_list l = {.scheme = save_scheme(s->args), .tied = tied_embeddings(m)};
+    struct sd_list l = {.scheme = save_scheme(&s->opts), .tied = tied_embeddings(m)};
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
     bool last = (c->pipeline_model_parallel_size <= 1 ||
                  c->pipeline_model_parallel_rank == c->pipeline_model_parallel_size - 1) &&
@@ -386,35 +328,35 @@ static void group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme,
 static struct mc_pk *param_group(mc_pk_doc *d, const struct mc_ckpt_state *s, bool decay,
                                  int64_t from, int64_t to)
 {
-    const struct mc_args *a = s->args;
+    const struct mc_ckpt_options *a = &s->opts;
     struct mc_pk *g = mc_pk_new(d, MC_PK_DICT), *betas = mc_pk_new(d, MC_PK_TUPLE);
     struct mc_pk *params = mc_pk_new(d, MC_PK_LIST);
-    bool adam = !strcmp(mc_args_str(a, MC_A_optimizer), "adam");
+    bool adam = a->adam;
     if (!g || !betas || !params)
         return NULL;
     for (int64_t i = from; i < to; i++)
         if (mc_pk_append(d, params, mc_pk_int(d, i)))
             return NULL;
-    mc_pk_append(d, betas, mc_pk_float(d, mc_args_float(a, MC_A_adam_beta1)));
-    mc_pk_append(d, betas, mc_pk_float(d, mc_args_float(a, MC_A_adam_beta2)));
+    mc_pk_append(d, betas, mc_pk_float(d, a->adam_beta1));
+    mc_pk_append(d, betas, mc_pk_float(d, a->adam_beta2));
     double wd_mult = decay ? 1.0 : 0.0;
     mc_status st = mc_pk_set(d, g, "wd_mult", mc_pk_float(d, wd_mult));
     st = st ? st : mc_pk_set(d, g, "lr_mult", mc_pk_float(d, 1.0));
     st = st ? st : mc_pk_set(d, g, "is_expert_parallel", mc_pk_bool(d, false));
     st = st ? st : mc_pk_set(d, g, "is_decoupled_lr", mc_pk_bool(d, false));
-    st = st ? st : mc_pk_set(d, g, "max_lr", mc_pk_float(d, mc_args_float(a, MC_A_lr)));
-    st = st ? st : mc_pk_set(d, g, "min_lr", mc_pk_float(d, mc_args_float(a, MC_A_min_lr)));
+    st = st ? st : mc_pk_set(d, g, "max_lr", mc_pk_float(d, a->max_lr));
+    st = st ? st : mc_pk_set(d, g, "min_lr", mc_pk_float(d, a->min_lr));
     st = st ? st : mc_pk_set(d, g, "lr", mc_pk_float(d, s->sched->lr));
     if (adam) {
         st = st ? st : mc_pk_set(d, g, "betas", betas);
-        st = st ? st : mc_pk_set(d, g, "eps", mc_pk_float(d, mc_args_float(a, MC_A_adam_eps)));
+        st = st ? st : mc_pk_set(d, g, "eps", mc_pk_float(d, a->adam_eps));
         st = st ? st : mc_pk_set(d, g, "weight_decay", mc_pk_float(d, s->sched->wd * wd_mult));
         st = st ? st : mc_pk_set(d, g, "amsgrad", mc_pk_bool(d, false));
         st = st ? st : mc_pk_set(d, g, "foreach", mc_pk_none(d));
         st = st ? st : mc_pk_set(d, g, "maximize", mc_pk_bool(d, false));
         st = st ? st : mc_pk_set(d, g, "capturable", mc_pk_bool(d, false));
     } else {
-        st = st ? st : mc_pk_set(d, g, "momentum", mc_pk_float(d, mc_args_float(a, MC_A_sgd_momentum)));
+        st = st ? st : mc_pk_set(d, g, "momentum", mc_pk_float(d, a->sgd_momentum));
         st = st ? st : mc_pk_set(d, g, "dampening", mc_pk_float(d, 0.0));
         st = st ? st : mc_pk_set(d, g, "weight_decay", mc_pk_float(d, s->sched->wd * wd_mult));
         st = st ? st : mc_pk_set(d, g, "nesterov", mc_pk_bool(d, false));
@@ -457,7 +399,7 @@ static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
     mc_distopt_shard(s->distopt, &sh);
     if (!order || !o || !inner || !groups)
         goto out;
-    group_order(s, save_scheme(s->args), order, &n_first, &first_decay);
+    group_order(s, save_scheme(&s->opts), order, &n_first, &first_decay);
     for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
         struct mc_pk *pg = g == 0 ? param_group(d, s, first_decay, 0, n_first)
                                   : param_group(d, s, !first_decay, n_first, n);
@@ -485,7 +427,7 @@ static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s,
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
     if (!order || !o || !state || !groups)
         goto out;
-    group_order(s, save_scheme(s->args), order, &n_first, &first_decay);
+    group_order(s, save_scheme(&s->opts), order, &n_first, &first_decay);
     *step = (float)mc_opt_step_count(s->opt);
     /* torch keeps no state for a parameter before its first step */
     for (int64_t k = 0; k < n && mc_opt_step_count(s->opt) > 0; k++)
@@ -557,11 +499,19 @@ static struct mc_pk *rerun_dict(mc_pk_doc *d, int64_t iteration)
     return o;
 }
 
+/* The args Namespace, from the caller (training/checkpointing.c); none without a callback. */
+static struct mc_pk *args_value(mc_pk_doc *d, const struct mc_ckpt_state *s)
+{
+    struct mc_pk *ns = NULL;
+    if (!s->opts.save_args)
+        return mc_pk_none(d);
+    return s->opts.save_args(s->opts.args_ctx, d, &ns) ? NULL : ns;
+}
+
 static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, float *step)
 {
-    const struct mc_args *a = s->args;
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT);
-    if (!root || mc_pk_set(d, root, "args", args_namespace(d, s)) ||
+    if (!root || mc_pk_set(d, root, "args", args_value(d, s)) ||
         mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
         mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)))
         return NULL;
@@ -571,7 +521,7 @@ static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, flo
         if (mc_pk_set(d, root, key, model_dict(d, s, chunk(s, c))))
             return NULL;
     }
-    if (!mc_args_bool(a, MC_A_no_save_optim) &&
+    if (s->opts.save_optim &&
         (mc_pk_set(d, root, "optimizer", optimizer_dict(d, s, step)) ||
          mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched))))
         return NULL;
@@ -642,7 +592,7 @@ static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, b
         ch[c].o = chunk_distopt(s, c);
         ch[c].m = chunk(s, c);
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
-        st = ch[c].perm ? param_order(ch[c].m, save_scheme(s->args), ch[c].perm) : MC_ERR_NOMEM;
+        st = ch[c].perm ? param_order(ch[c].m, save_scheme(&s->opts), ch[c].perm) : MC_ERR_NOMEM;
     }
     st = st ? st : mc_ckpt_distopt_save(ch, nc, path, writer);
     for (int c = 0; c < nc; c++)
@@ -659,7 +609,7 @@ static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, boo
         return mc_error(MC_ERR_CONFIG, "--save: directory name too long: %s", dir);
     *strrchr(path, '/') = 0;
     mc_status st = writer ? mkdirs(path) : MC_OK;
-    bool optim = !mc_args_bool(s->args, MC_A_no_save_optim);
+    bool optim = s->opts.save_optim;
     size_t len = strlen(path);
     if (st)
         writer = false; /* still joins the gather below: the other ranks are waiting in it */
@@ -738,7 +688,7 @@ static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *
 
 mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
 {
-    const char *dir = mc_args_str(s->args, MC_A_save);
+    const char *dir = s->opts.dir;
     bool one = single(s);
     if (log)
         fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
@@ -1165,47 +1115,6 @@ static mc_status layout_error(const struct mc_ckpt_state *s, const char *dir, co
                     tp_size(s), pp_size(s));
 }
 
-/* check_checkpoint_args: the model-shape arguments must agree. */
-static mc_status check_args(const struct loader *l, const struct mc_pk *ck)
-{
-    static const enum mc_arg_id ids[] = {MC_A_num_layers, MC_A_hidden_size, MC_A_num_attention_heads,
-                                         MC_A_add_position_embedding, MC_A_tensor_model_parallel_size,
-                                         MC_A_pipeline_model_parallel_size};
-    const struct mc_args *a = l->s->args;
-    for (size_t k = 0; k < sizeof(ids) / sizeof(*ids); k++) {
-        const char *name = mc_arg_defs[ids[k]].dest;
-        const struct mc_val *x = &a->v[ids[k]];
-        double cv, av = x->kind == MC_V_BOOL ? x->b : x->kind == MC_V_INT ? (double)x->i : x->f;
-        const struct mc_pk *v = mc_pk_get(ck, name);
-        if (!v && ids[k] == MC_A_add_position_embedding)
-            cv = 1; /* _compare's default=True */
-        else if (!mc_pk_number(v, &cv))
-            return missing(l, name, " in the saved args");
-        if (cv != av && (ids[k] == MC_A_tensor_model_parallel_size ||
-                         ids[k] == MC_A_pipeline_model_parallel_size))
-            return layout_error(l->s, mc_args_str(a, MC_A_load), l->path, ck);
-        if (cv != av)
-            return mc_error(MC_ERR_CONFIG, "%s: %s value from checkpoint (%.17g) is not equal to the "
-                            "input argument value (%.17g).", l->path, name, cv, av);
-    }
-    return MC_OK;
-}
-
-static mc_status restore_counters(const struct loader *l, const struct mc_pk *ck)
-{
-    static const enum mc_arg_id ids[] = {MC_A_consumed_train_samples, MC_A_skipped_train_samples,
-                                         MC_A_consumed_valid_samples};
-    for (size_t k = 0; k < 3; k++) {
-        double v = 0;
-        const struct mc_pk *x = mc_pk_get(ck, mc_arg_defs[ids[k]].dest);
-        if (x && !mc_pk_number(x, &v))
-            return mc_error(MC_ERR_FORMAT, "%s: args.%s is not a number", l->path,
-                            mc_arg_defs[ids[k]].dest);
-        mc_args_set_int(l->s->args, ids[k], (int64_t)v);
-    }
-    return MC_OK;
-}
-
 /* read_metadata: an int > 0 or "release". */
 static mc_status read_tracker(const char *tracker, int64_t *iteration, bool *release)
 {
@@ -1246,7 +1155,7 @@ static mc_status check_chunks(const struct loader *l, const struct mc_pk *sd)
     int want = l->s->n_chunks > 1 ? l->s->n_chunks : 0;
     if (saved == want)
         return MC_OK;
-    const char *dir = mc_args_str(l->s->args, MC_A_load);
+    const char *dir = l->s->opts.dir;
     char have[96], run[96];
     if (saved)
         snprintf(have, sizeof(have), "--num-virtual-stages-per-pipeline-rank %d (model0 .. model%d)",
@@ -1272,8 +1181,7 @@ static mc_status check_chunks(const struct loader *l, const struct mc_pk *sd)
 static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool release)
 {
     struct mc_ckpt_state *s = l->s;
-    const struct mc_args *a = s->args;
-    bool finetune = mc_args_bool(a, MC_A_finetune);
+    bool finetune = s->opts.finetune;
     double version = 0;
     if (!mc_pk_is_map(sd))
         return mc_error(MC_ERR_FORMAT, "%s: the checkpoint is not a dict", l->path);
@@ -1290,7 +1198,7 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     const struct mc_pk *ck = mc_pk_get(sd, "args");
     mc_status st;
     if (ck && !finetune) {
-        if ((st = check_args(l, ck)) || (st = restore_counters(l, ck)))
+        if (s->opts.load_args && (st = s->opts.load_args(s->opts.args_ctx, ck, l->path)))
             return st;
     } else if (l->log) {
         fprintf(l->log, "could not find arguments in the checkpoint ...\n");
@@ -1308,7 +1216,7 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     }
     if (l->log)
         fprintf(l->log, " checkpoint version 3.0\n");
-    if (!release && !finetune && !mc_args_bool(a, MC_A_no_load_optim)) {
+    if (!release && !finetune && s->opts.load_optim) {
         const struct mc_pk *o = mc_pk_get(sd, "optimizer");
         if (!o)
             return missing(l, "optimizer", "; specify --no-load-optim or --finetune to prevent "
@@ -1371,8 +1279,7 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
 static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
                            int64_t iteration, bool release)
 {
-    if (s->distopt && !release && !mc_args_bool(s->args, MC_A_no_load_optim) &&
-        !mc_args_bool(s->args, MC_A_finetune))
+    if (s->distopt && !release && s->opts.load_optim && !s->opts.finetune)
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
                         "optimizer state with --use-distributed-optimizer is not implemented yet "
                         "(load it without that option, or add --no-load-optim)", dir, iter_dir);
@@ -1410,11 +1317,10 @@ static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, 
     *strrchr(iter_dir, '/') = 0;
     /* Megatron reads a torch_dist directory with --ckpt-format torch_dist (the default) or
      * --auto-detect-ckpt-format; --ckpt-format torch alone looks for mp_rank_* files */
-    if (mc_dist_ckpt_is(iter_dir) && strcmp(mc_args_str(s->args, MC_A_ckpt_format), "torch_dist") &&
-        !mc_args_bool(s->args, MC_A_auto_detect_ckpt_format))
+    if (mc_dist_ckpt_is(iter_dir) && !s->opts.read_dist)
         return mc_error(MC_ERR_CONFIG, "--load %s: %s is a torch_dist checkpoint, which --ckpt-format "
                         "%s does not read; use --ckpt-format torch_dist (Megatron's default) or add "
-                        "--auto-detect-ckpt-format", dir, iter_dir, mc_args_str(s->args, MC_A_ckpt_format));
+                        "--auto-detect-ckpt-format", dir, iter_dir, s->opts.ckpt_format);
     if (mc_dist_ckpt_is(iter_dir))
         return load_dist(s, log, dir, iter_dir, iteration, release);
     if (access(path, R_OK) && (st = explain_missing(s, dir, path)))
@@ -1422,7 +1328,7 @@ static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, 
     if (access(path, R_OK))
         return mc_error(MC_ERR_IO, "--load %s: the checkpoint %s of iteration %lld (from %s%s) "
                         "cannot be read: %s", dir, path, (long long)iteration, tracker,
-                        mc_args_is_none(s->args, MC_A_ckpt_step) ? "" : " / --ckpt-step",
+                        s->opts.ckpt_step ? " / --ckpt-step" : "",
                         strerror(errno));
     if (log) {
         if (release)
@@ -1443,14 +1349,14 @@ static mc_status load_rank(struct mc_ckpt_state *s, FILE *log, const char *dir, 
 
 mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
 {
-    const char *dir = mc_args_str(s->args, MC_A_load);
+    const char *dir = s->opts.dir;
     char tracker[4096];
     *loaded = false;
     s->iteration = 0;
     snprintf(tracker, sizeof(tracker), "%s/%s", dir, TRACKER);
-    bool step_given = !mc_args_is_none(s->args, MC_A_ckpt_step) && mc_args_int(s->args, MC_A_ckpt_step);
+    bool step_given = s->opts.ckpt_step != 0;
     if (access(tracker, F_OK) && !step_given) {
-        if (mc_args_bool(s->args, MC_A_exit_on_missing_checkpoint))
+        if (s->opts.exit_on_missing)
             return mc_error(MC_ERR_IO, "--exit-on-missing-checkpoint: no checkpoint to load: %s "
                             "does not exist", tracker);
         if (log)
@@ -1462,7 +1368,7 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     bool release = false;
     mc_status st = step_given ? MC_OK : read_tracker(tracker, &iteration, &release);
     if (step_given) /* --ckpt-step picks the iteration, with or without a tracker file */
-        iteration = mc_args_int(s->args, MC_A_ckpt_step);
+        iteration = s->opts.ckpt_step;
     if (!st)
         st = load_rank(s, log, dir, tracker, iteration, release);
     /* every rank learns whether all loaded: none goes on to train while another has failed */
@@ -1477,9 +1383,19 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
     return MC_OK;
 }
 
-/* ---- helpers for the checkpoint converter (src/checkpointing/convert_args.c) ----------------- */
+/* ---- helpers for the checkpoint converter (src/tools/checkpoint/convert_args.c) -------------- */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration) { return rerun_dict(d, iteration); }
-struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v) { return val_to_pk(d, v); }
+
+/* ---- for the args check of training/checkpointing.c ------------------------------------------ */
+mc_status mc_ckpt_layout_error(const struct mc_ckpt_state *s, const char *what, const struct mc_pk *ck)
+{
+    return layout_error(s, s->opts.dir, what, ck);
+}
+mc_status mc_ckpt_missing(const char *path, const char *key, const char *hint)
+{
+    struct loader l = {.path = path};
+    return missing(&l, key, hint);
+}
 
 /* ---- helpers for the torch_dist reader (src/checkpointing/dist_checkpoint.c) ----------------- */
 int64_t mc_ckpt_total_params(const struct mc_ckpt_state *s) { return total_params(s); }

@@ -1,17 +1,21 @@
-/* Pieces of checkpoint.c (save_checkpoint's state dict) that the checkpoint converter reuses.
- * Private header of src/checkpointing/. */
+/* Pieces of checkpoint.c (save_checkpoint's state dict) that the checkpoint converter
+ * (src/tools/checkpoint/) and the training layer's checkpoint policy (src/training/
+ * checkpointing.c) reuse. Private header of src/checkpointing/. No command-line arguments here:
+ * the format code is told plain options (struct mc_ckpt_options). */
 #ifndef MC_CHECKPOINTING_CHECKPOINT_INTERNAL_H
 #define MC_CHECKPOINTING_CHECKPOINT_INTERNAL_H
 
 #include "checkpointing/torch_pickle.h"
 #include "checkpointing/state_dict_names.h"
 #include "megatron/checkpoint.h"
-#include "training/args.h"
 
 /* RerunStateMachine.state_dict() of a disabled machine at `iteration`. */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration);
-/* One argument value as it pickles in the args Namespace (torch dtypes, AttnBackend enums). */
-struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v);
+/* The error for a checkpoint `what` of another tensor / pipeline layout than this run's (its
+ * saved args ck), naming the converter command that reshards it. */
+mc_status mc_ckpt_layout_error(const struct mc_ckpt_state *s, const char *what, const struct mc_pk *ck);
+/* "<path>: no '<key>' in the checkpoint<hint>" (MC_ERR_FORMAT). */
+mc_status mc_ckpt_missing(const char *path, const char *key, const char *hint);
 
 /* The optimizer's parameters as the torch format numbers them (dist_checkpoint.c builds the
  * same numbering): their count over every model chunk, the parameter (and its chunk's model) of

@@ -554,8 +554,7 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
         st = st ? st : mc_pk_set(d, sd, key, model);
     }
     const struct mc_pk *copt = st ? NULL : mc_pk_get(c, "optimizer");
-    if (!st && copt && s->opt && !mc_args_bool(s->args, MC_A_no_load_optim) &&
-        !mc_args_bool(s->args, MC_A_finetune)) {
+    if (!st && copt && s->opt && s->opts.load_optim && !s->opts.finetune) {
         struct mc_pk *o;
         st = optimizer_dict(d, r, s, copt, &o);
         st = st ? st : mc_pk_set(d, sd, "optimizer", o);

@@ -24,6 +24,7 @@
 #include "parallel_state/parallel_state.h"
 #include "pipeline_parallel/in_flight.h"
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "training/checkpointing.h"
 #include "training/dry_run.h"
 #include "training/flops.h"
 #include "training/log_format.h"
@@ -488,10 +489,10 @@ static mc_status load_checkpoint(struct trainer *t)
 {
     if (mc_args_is_none(t->a, MC_A_load))
         return MC_OK;
-    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched};
+    struct mc_ckpt_state s = {.model = t->model, .opt = t->opt, .sched = &t->sched};
     ckpt_layout(t, &s);
     bool loaded;
-    mc_status st = mc_ckpt_load(&s, out_first, &loaded);
+    mc_status st = mc_train_ckpt_load(t->a, &s, out_first, &loaded);
     if (st || !loaded)
         return st;
     t->start_iteration = s.iteration;
@@ -526,7 +527,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
         return st;
     mc_args_set_int(t->a, MC_A_consumed_train_samples, t->consumed_train);
     mc_args_set_int(t->a, MC_A_consumed_valid_samples, t->consumed_valid);
-    struct mc_ckpt_state s = {.args = t->a, .model = t->model, .opt = t->opt, .sched = &t->sched,
+    struct mc_ckpt_state s = {.model = t->model, .opt = t->opt, .sched = &t->sched,
                               .iteration = iteration,
                               .num_floating_point_operations_so_far = t->flops_so_far,
                               .args_iteration = t->start_iteration, .args_flops = t->start_flops,
@@ -537,7 +538,7 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
                               .do_test = mc_train_data_has(t->data, MC_TRAIN_SPLIT_TEST) &&
                                          mc_args_int(t->a, MC_A_eval_iters) > 0};
     ckpt_layout(t, &s);
-    st = mc_ckpt_save(&s, out_first);
+    st = mc_train_ckpt_save(t->a, &s, out_first);
     if (st)
         return st;
     mc_timer_stop(tm);

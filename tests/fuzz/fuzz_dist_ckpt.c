@@ -19,6 +19,7 @@
 #include "megatron/optimizer.h"
 #include "optimizer/lr_scheduler.h"
 #include "training/args.h"
+#include "training/checkpointing.h"
 #include "training/dry_run.h"
 #include "training/microbatches.h"
 #include "training/model_config.h"
@@ -105,9 +106,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct mc_opt_sched sched;
     if (mc_opt_sched_init(&sched, &sched_cfg, NULL))
         abort();
-    struct mc_ckpt_state s = {.args = args, .model = model, .opt = opt, .sched = &sched};
+    struct mc_ckpt_state s = {.model = model, .opt = opt, .sched = &sched};
     bool loaded = false;
-    mc_status st = mc_fuzz_report("dist_ckpt", mc_ckpt_load(&s, NULL, &loaded));
+    mc_status st = mc_fuzz_report("dist_ckpt", mc_train_ckpt_load(args, &s, NULL, &loaded));
     if (!st && loaded) /* touch every loaded weight */
         for (int64_t i = 0; i < mc_gpt_num_params(model); i++) {
             struct mc_param_view v = mc_gpt_param(model, i);

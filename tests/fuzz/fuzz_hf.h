@@ -3,7 +3,7 @@
 #ifndef MC_TESTS_FUZZ_HF_H
 #define MC_TESTS_FUZZ_HF_H
 
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 #include "fuzz_common.h"
 
 /* Copies tests/golden/convert/hf_llama/<name> (a real tiny Llama from transformers) into the

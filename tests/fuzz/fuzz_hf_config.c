@@ -1,4 +1,4 @@
-/* HuggingFace config.json (src/checkpointing/convert_hf.c read_config: GPT-2 and Llama
+/* HuggingFace config.json (src/tools/checkpoint/convert_hf.c read_config: GPT-2 and Llama
  * configurations, rope_scaling): the input is config.json, beside a real tiny Llama's
  * model.safetensors, so an accepted configuration goes on to the weight import's shape checks. */
 #include "fuzz_hf.h"

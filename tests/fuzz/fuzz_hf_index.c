@@ -1,4 +1,4 @@
-/* model.safetensors.index.json and the shards it names (src/checkpointing/convert_hf.c
+/* model.safetensors.index.json and the shards it names (src/tools/checkpoint/convert_hf.c
  * open_index): the input is the index, MC_FUZZ_SEP, the shard model-00001-of-00002.safetensors,
  * loaded beside a real tiny Llama's config.json. */
 #include "fuzz_hf.h"

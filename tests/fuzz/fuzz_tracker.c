@@ -1,9 +1,9 @@
 /* The tracker file latest_checkpointed_iteration.txt (src/checkpointing/checkpoint.c
  * read_tracker): the input is the file, in a --load directory that holds nothing else, read by
- * mc_ckpt_load as training does; an accepted iteration then fails on the missing checkpoint. */
+ * mc_train_ckpt_load (then mc_ckpt_load) as training does; an accepted iteration then fails on the missing checkpoint. */
 #include "fuzz_common.h"
 #include "megatron/checkpoint.h"
-#include "training/args.h"
+#include "training/checkpointing.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -15,9 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     struct mc_ckpt_state s;
     memset(&s, 0, sizeof(s));
-    s.args = a;
     bool loaded = false;
-    if (mc_ckpt_load(&s, NULL, &loaded) == MC_OK && loaded)
+    if (mc_train_ckpt_load(a, &s, NULL, &loaded) == MC_OK && loaded)
         abort(); /* there is no checkpoint to load */
     mc_fuzz_touch(mc_last_error(), strlen(mc_last_error()));
     mc_args_free(a);

@@ -2,7 +2,7 @@
  * comparison), and the views the checkpoint formats and dumps hand out for their tensors. */
 #include <string.h>
 
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 #include "megatron/dump.h"
 #include "megatron/tensor.h"
 #include "test.h"

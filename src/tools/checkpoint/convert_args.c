@@ -5,7 +5,7 @@
  * We start from the source's Namespace and set the kept arguments to the values the fresh parse
  * gives; a HuggingFace source's Namespace is what Megatron's llama_mistral loader parses, made by
  * our own parser (src/training/args.c) from the same command line. */
-#include "checkpointing/convert_args.h"
+#include "tools/checkpoint/convert_args.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "checkpointing/checkpoint_internal.h"
+#include "training/checkpointing.h"
 #include "training/validate.h"
 
 /* Sets an existing attribute in place (keeping the Namespace order) or appends it. */

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpointing/convert.h"
-#include "checkpointing/convert_args.h"
+#include "tools/checkpoint/convert.h"
+#include "tools/checkpoint/convert_args.h"
 #include "checkpointing/safetensors.h"
 #include "test.h"
 

@@ -4,7 +4,7 @@
 #ifndef MC_CHECKPOINTING_CONVERT_ARGS_H
 #define MC_CHECKPOINTING_CONVERT_ARGS_H
 
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 
 /* The args of a HuggingFace import, as Megatron's llama_mistral loader builds them (its command
  * line, the config's values, validate_args at tp 1, pp 1): the source args for the saver. */

@@ -4,7 +4,7 @@
  * model.safetensors (on import also a sharded model.safetensors.index.json, or pytorch_model.bin
  * files read with our torch.load). Parameter mappings:
  * spec megatron-model-parallel-ckpt.md 3.8 (verified there numerically against Megatron). */
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpointing/convert_args.h"
+#include "tools/checkpoint/convert_args.h"
 #include "checkpointing/safetensors.h"
 #include "core/json.h"
 #include "megatron/tokenizer.h"

@@ -5,7 +5,7 @@
  * Keys of the three layouts (mcore local spec, mcore Transformer-Engine spec, legacy model) are
  * translated to and from the local spec by the shared table of state_dict_names.h; the table
  * below says which converter tensor each local-spec parameter is and how TP shards it. */
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpointing/convert_args.h"
+#include "tools/checkpoint/convert_args.h"
 #include "checkpointing/state_dict_names.h"
 
 /* How a tensor is sharded over tensor-parallel ranks (schema_core / utils.chunk_weight). */

@@ -3,7 +3,7 @@
  * loader_base.py (compute_true_vocab_size, verify_vocabs_match) and
  * megatron/training/tokenizer/tokenizer.py (_vocab_size_with_padding), and the output
  * directory written under a temporary name and renamed at the end. Megatron-LM core_v0.12.1. */
-#include "checkpointing/convert.h"
+#include "tools/checkpoint/convert.h"
 
 #include <dirent.h>
 #include <errno.h>
