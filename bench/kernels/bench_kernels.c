@@ -2,7 +2,7 @@
  * (b*s = 1024 tokens, h = 768, 12 heads, vocab 50304), 1 and 2 threads. Links against
  * build/libmegatron.a; run bench/kernels/run.sh after building. Prints ms per call and the
  * speedup. No Megatron counterpart (its fused CUDA kernels play this role). */
-#include "backend/backend.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "megatron.h"
 
@@ -54,7 +54,7 @@ static float *buf(int64_t n, float lo, float hi)
 
 int main(void)
 {
-    const struct mc_backend_ops *R = mc_backend_ref();
+    const struct mc_cpu_kernels *R = mc_cpu_kernels_ref();
     const int64_t T = 1024, h = 768, heads = 12, V = 50304, np = 10 * 1000 * 1000;
     float *x = buf(T * 4 * h, -3, 3), *y = buf(T * 4 * h, 0, 1), *dy = buf(T * 4 * h, -1, 1);
     float *w = buf(h, 0.5f, 1.5f), *b = buf(4 * h, -1, 1), *mu = buf(T, 0, 1), *rs = buf(T, 0, 1);

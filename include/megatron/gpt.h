@@ -107,6 +107,11 @@ typedef struct mc_gpt_model mc_gpt_model;
  * construction order, sliced for this tensor-parallel rank (so a seed gives the same model for
  * any layout). *out is owned by the caller: free with mc_gpt_model_free. */
 MC_API mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out);
+/* The same on a backend the caller created (src/backend/backend.h: mc_backend_create) and
+ * frees after the model; mc_gpt_model_init creates a "cpu" backend of its own. */
+struct mc_backend;
+MC_API mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg,
+                                           struct mc_backend *be, mc_gpt_model **out);
 MC_API void mc_gpt_model_free(mc_gpt_model *m);
 MC_API const struct mc_gpt_config *mc_gpt_model_config(const mc_gpt_model *m);
 

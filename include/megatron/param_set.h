@@ -55,7 +55,7 @@ struct mc_param_hooks {
     void *ctx;
 };
 
-struct mc_backend_ops; /* the kernel table the parameters' memory belongs to (src/backend) */
+struct mc_backend; /* the backend the parameters' memory belongs to (src/backend/backend.h) */
 
 struct mc_param_set {
     int64_t n_params;
@@ -64,7 +64,7 @@ struct mc_param_set {
      * the sum of numel), so one pass over a block touches every param or grad */
     int64_t n_elements;
     float *param_block, *grad_block; /* [n_elements] each */
-    const struct mc_backend_ops *be; /* the kernels optimizer and DDP run on these tensors */
+    struct mc_backend *be; /* the backend optimizer and DDP run their ops on */
     /* The grad norm and zero count (clip_grads.py) sum each element once over the
      * model-parallel (tp x pp) group: a parameter that is not tensor_parallel is a duplicate
      * on every tp rank but 0, and a shared one is the other stage's. */

@@ -1,22 +1,31 @@
-/* Backend registry: chooses the active ops table once, through the CPU dispatch (select.c),
- * which also honours MC_KERNELS=ref (the scalar references, GEMM included) and logs the choice. */
-#include "backend/backend_internal.h"
-#include "megatron.h"
+/* Backend registry: creates a backend by name and lists the tables that ship. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 
-#include <pthread.h>
+#include <string.h>
 
-static const struct mc_backend_ops *active;
-static pthread_once_t active_once = PTHREAD_ONCE_INIT;
-
-static void choose(void)
+mc_status mc_backend_create(const char *name, struct mc_backend **out)
 {
-    active = mc_cpu_backend_select();
-    MC_ASSERT(active && active->version == MC_BACKEND_VERSION);
-    mc_log(MC_LOG_DEBUG, "backend: %s", active->name);
+    if (!out)
+        return mc_error(MC_ERR_CONFIG, "mc_backend_create: no output pointer");
+    *out = NULL;
+    mc_status st;
+    if (!name || !strcmp(name, "cpu"))
+        st = mc_cpu_backend_create(mc_cpu_kernels_select(), out);
+    else if (!strcmp(name, "cpu-ref"))
+        st = mc_cpu_backend_create(mc_cpu_kernels_ref(), out);
+    else
+        return mc_error(MC_ERR_CONFIG, "unknown backend '%s' (expected cpu or cpu-ref)", name);
+    if (st == MC_OK)
+        mc_log(MC_LOG_DEBUG, "backend: %s (%s kernels, %d threads)", (*out)->ops->name,
+               (*out)->name, (*out)->n_threads);
+    return st;
 }
 
-const struct mc_backend_ops *mc_backend(void)
+void mc_backend_free(struct mc_backend *be) { mc_free(be); }
+
+const struct mc_backend_ops *mc_backend_table(int i)
 {
-    pthread_once(&active_once, choose);
-    return active;
+    static const struct mc_backend_ops *(*const tables[])(void) = {mc_cpu_backend_ops};
+    return i >= 0 && i < (int)(sizeof tables / sizeof *tables) ? tables[i]() : NULL;
 }

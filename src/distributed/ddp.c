@@ -29,7 +29,7 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
 
 void mc_ddp_scale_grads(const struct mc_param_set *s, float scale)
 {
-    s->be->scale(s->grad_block, scale, s->n_elements);
+    s->be->ops->scale(s->be, MC_DTYPE_F32, s->grad_block, scale, s->n_elements);
 }
 
 mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
@@ -127,7 +127,7 @@ static mc_status check_bucket(const mc_ddp *d, int64_t b)
 {
     int64_t off, n;
     bucket_range(d, b, &off, &n);
-    double ss = d->s->be->sumsq(d->s->grad_block + off, n);
+    double ss = d->s->be->ops->sumsq(d->s->be, MC_DTYPE_F32, d->s->grad_block + off, n);
     if (isfinite(ss))
         return MC_OK;
     return mc_error(MC_ERR_INTERNAL, "found %s in local grad norm for bucket #%lld in backward "
@@ -152,7 +152,7 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
     bucket_range(d, b, &off, &n);
     float *g = d->s->grad_block + off;
     if (d->cfg.grad_scale != 1.0f)
-        d->s->be->scale(g, d->cfg.grad_scale, n);
+        d->s->be->ops->scale(d->s->be, MC_DTYPE_F32, g, d->cfg.grad_scale, n);
     /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
      * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
      * ranks may associate differently; one algorithm keeps overlap bit-identical to the

@@ -258,7 +258,8 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
     int64_t per = (bk->end - bk->start) / o->dp;
     bucket_to_buffer(o, b, o->set->grad_block);
     if (scale != 1.0f)
-        o->set->be->scale(o->buffer + bk->start, scale, bk->end - bk->start);
+        o->set->be->ops->scale(o->set->be, MC_DTYPE_F32, o->buffer + bk->start, scale,
+                               bk->end - bk->start);
     if (o->dp == 1) {
         memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
         return MC_OK;
@@ -388,8 +389,8 @@ static void local_grad_stats(const mc_distopt *o, double *sq, int64_t *z)
         int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
         if (n == 0 || !mc_opt_counted(s, &s->params[i].view))
             continue;
-        *sq += s->be->sumsq(o->main_grad + at_s, n);
-        *z += s->be->count_zeros(o->main_grad + at_s, n);
+        *sq += s->be->ops->sumsq(s->be, MC_DTYPE_F32, o->main_grad + at_s, n);
+        *z += s->be->ops->count_zeros(s->be, MC_DTYPE_F32, o->main_grad + at_s, n);
     }
 }
 
@@ -420,10 +421,12 @@ static void update(mc_distopt *o, float lr, float weight_decay)
         float wd = s->params[i].view.no_weight_decay ? 0.0f : weight_decay;
         float *p = s->param_block + at_m, *g = o->main_grad + at_s;
         if (c->optimizer == MC_OPT_ADAM)
-            s->be->adamw(p, o->state + at_s, o->state + o->shard_numel + at_s, g, n, lr,
-                         c->adam_beta1, c->adam_beta2, c->adam_eps, wd, o->step);
+            s->be->ops->adamw(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s,
+                              o->state + o->shard_numel + at_s, g, n, lr, c->adam_beta1,
+                              c->adam_beta2, c->adam_eps, wd, o->step);
         else
-            s->be->sgd(p, o->state + at_s, g, n, lr, c->sgd_momentum, wd, o->step == 1);
+            s->be->ops->sgd(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s, g, n, lr,
+                            c->sgd_momentum, wd, o->step == 1);
     }
 }
 
@@ -435,7 +438,7 @@ static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
         st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
     o->grads_reduced = false;
     if (!st && post_scale != 1.0f)
-        o->set->be->scale(o->main_grad, post_scale, o->shard_numel);
+        o->set->be->ops->scale(o->set->be, MC_DTYPE_F32, o->main_grad, post_scale, o->shard_numel);
     return st;
 }
 
@@ -444,7 +447,7 @@ static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight
 {
     const struct mc_param_set *s = o->set;
     if (coeff < 1.0f)
-        s->be->scale(o->main_grad, coeff, o->shard_numel);
+        s->be->ops->scale(s->be, MC_DTYPE_F32, o->main_grad, coeff, o->shard_numel);
     update(o, lr, weight_decay);
     /* with overlap the whole buffer gets the params before the first all-gather starts */
     if (o->overlap_param_gather && o->dp > 1)

@@ -35,7 +35,7 @@ mc_status mc_opt_grad_norm(const struct mc_param_set *const *sets, int n, float 
         for (int64_t i = 0; i < s->n_params; i++) {
             const struct mc_param_view *v = &s->params[i].view;
             if (mc_opt_counted(s, v))
-                sq += s->be->sumsq(v->grad, v->numel);
+                sq += s->be->ops->sumsq(s->be, MC_DTYPE_F32, v->grad, v->numel);
         }
     }
     float total = (float)sq;
@@ -54,7 +54,7 @@ mc_status mc_opt_count_zeros(const struct mc_param_set *const *sets, int n, int6
         for (int64_t i = 0; i < s->n_params; i++) {
             const struct mc_param_view *v = &s->params[i].view;
             if (mc_opt_counted(s, v))
-                z += s->be->count_zeros(v->grad, v->numel);
+                z += s->be->ops->count_zeros(s->be, MC_DTYPE_F32, v->grad, v->numel);
         }
     }
     float total = (float)z; /* Megatron reduces the count as a float tensor too */
@@ -74,5 +74,6 @@ void mc_opt_clip_grads(const struct mc_param_set *const *sets, int n, float clip
     if (!(coeff < 1.0f))
         return;
     for (int c = 0; c < n; c++)
-        sets[c]->be->scale(sets[c]->grad_block, coeff, sets[c]->n_elements);
+        sets[c]->be->ops->scale(sets[c]->be, MC_DTYPE_F32, sets[c]->grad_block, coeff,
+                                sets[c]->n_elements);
 }

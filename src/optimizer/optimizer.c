@@ -131,11 +131,12 @@ static void update(mc_optimizer *o, float lr, float weight_decay)
             float wd = v->no_weight_decay ? 0.0f : weight_decay;
             struct mc_opt_param_state s = mc_opt_param_state(o, first + i);
             if (c->optimizer == MC_OPT_ADAM)
-                set->be->adamw(v->data, s.exp_avg, s.exp_avg_sq, v->grad, v->numel, lr,
-                               c->adam_beta1, c->adam_beta2, c->adam_eps, wd, o->step);
+                set->be->ops->adamw(set->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.exp_avg,
+                                    s.exp_avg_sq, v->grad, v->numel, lr, c->adam_beta1,
+                                    c->adam_beta2, c->adam_eps, wd, o->step);
             else
-                set->be->sgd(v->data, s.momentum_buffer, v->grad, v->numel, lr,
-                             c->sgd_momentum, wd, o->step == 1);
+                set->be->ops->sgd(set->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.momentum_buffer,
+                                  v->grad, v->numel, lr, c->sgd_momentum, wd, o->step == 1);
         }
         first += set->n_params;
     }

@@ -6,17 +6,17 @@
 
 #include <math.h>
 
-mc_status mc_tp_cross_entropy_forward(const struct mc_backend_ops *be,
+mc_status mc_tp_cross_entropy_forward(struct mc_backend *be,
                                       const struct mc_tp_group *g, float *loss, float *max,
                                       float *sumexp, float *target_logit, const float *logits,
                                       const int64_t *target, int64_t T, int64_t vocab_local)
 {
-    be->xent_max(max, logits, T, vocab_local);
+    be->ops->xent_max(be, MC_DTYPE_F32, max, logits, T, vocab_local);
     mc_status st = mc_tp_all_reduce_max(g, max, T);
     if (st != MC_OK)
         return st;
-    be->xent_sumexp(sumexp, target_logit, logits, max, target, T, vocab_local,
-                    (int64_t)g->rank * vocab_local);
+    be->ops->xent_sumexp(be, MC_DTYPE_F32, sumexp, target_logit, logits, max, target, T,
+                         vocab_local, (int64_t)g->rank * vocab_local);
     if ((st = mc_tp_all_reduce_sum(g, sumexp, T)) != MC_OK)
         return st;
     if ((st = mc_tp_all_reduce_sum(g, target_logit, T)) != MC_OK)
@@ -26,11 +26,11 @@ mc_status mc_tp_cross_entropy_forward(const struct mc_backend_ops *be,
     return MC_OK;
 }
 
-void mc_tp_cross_entropy_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+void mc_tp_cross_entropy_backward(struct mc_backend *be, const struct mc_tp_group *g,
                                   float *dlogits, const float *logits, const float *max,
                                   const float *sumexp, const int64_t *target, const float *dloss,
                                   int64_t T, int64_t vocab_local)
 {
-    be->xent_bwd(dlogits, logits, max, sumexp, target, dloss, T, vocab_local,
-                 (int64_t)g->rank * vocab_local);
+    be->ops->xent_bwd(be, MC_DTYPE_F32, dlogits, logits, max, sumexp, target, dloss, T, vocab_local,
+                      (int64_t)g->rank * vocab_local);
 }

@@ -21,7 +21,7 @@ static mc_status gathered(const struct mc_tp_group *g, const float **full, const
     return mc_tp_all_gather_seq(g, work, x, T / g->size * width);
 }
 
-mc_status mc_tp_linear_col_forward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_col_forward(struct mc_backend *be, const struct mc_tp_group *g,
                                    float *y, const float *x, const float *w, const float *b,
                                    int64_t T, int64_t in, int64_t out_l, float *work)
 {
@@ -30,13 +30,14 @@ mc_status mc_tp_linear_col_forward(const struct mc_backend_ops *be, const struct
     mc_status st = gathered(g, &xf, x, work, T, in);
     if (st != MC_OK)
         return st;
-    be->gemm(false, true, T, out_l, in, 1.0f, xf, in, w, in, 0.0f, y, out_l);
+    be->ops->gemm(be, false, true, T, out_l, in, 1.0f, xf, MC_DTYPE_F32, in, w, MC_DTYPE_F32, in,
+                  0.0f, y, MC_DTYPE_F32, out_l, MC_DTYPE_F32);
     if (b)
-        be->bias_dropout_add(y, y, b, NULL, NULL, 1.0f, T, out_l);
+        be->ops->bias_dropout_add(be, MC_DTYPE_F32, y, y, b, NULL, NULL, 1.0f, T, out_l);
     return MC_OK;
 }
 
-mc_status mc_tp_linear_col_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_col_backward(struct mc_backend *be, const struct mc_tp_group *g,
                                     float *dx, float *dw, float *db, const float *dy,
                                     const float *x, const float *w, int64_t T, int64_t in,
                                     int64_t out_l, float *work)
@@ -45,33 +46,38 @@ mc_status mc_tp_linear_col_backward(const struct mc_backend_ops *be, const struc
     mc_status st = gathered(g, &xf, x, work, T, in);
     if (st != MC_OK)
         return st;
-    be->gemm(true, false, out_l, in, T, 1.0f, dy, out_l, xf, in, 1.0f, dw, in);
+    be->ops->gemm(be, true, false, out_l, in, T, 1.0f, dy, MC_DTYPE_F32, out_l, xf, MC_DTYPE_F32,
+                  in, 1.0f, dw, MC_DTYPE_F32, in, MC_DTYPE_F32);
     if (db)
-        be->bias_grad(db, dy, T, out_l);
+        be->ops->bias_grad(be, MC_DTYPE_F32, db, dy, T, out_l);
     if (!dx)
         return MC_OK;
     if (!g->sequence_parallel) {
-        be->gemm(false, false, T, in, out_l, 1.0f, dy, out_l, w, in, 0.0f, dx, in);
+        be->ops->gemm(be, false, false, T, in, out_l, 1.0f, dy, MC_DTYPE_F32, out_l, w,
+                      MC_DTYPE_F32, in, 0.0f, dx, MC_DTYPE_F32, in, MC_DTYPE_F32);
         return mc_tp_copy_to_region_bwd(g, dx, T * in);
     }
     /* the gathered input is no longer needed: its buffer takes the full input grad */
-    be->gemm(false, false, T, in, out_l, 1.0f, dy, out_l, w, in, 0.0f, work, in);
+    be->ops->gemm(be, false, false, T, in, out_l, 1.0f, dy, MC_DTYPE_F32, out_l, w, MC_DTYPE_F32,
+                  in, 0.0f, work, MC_DTYPE_F32, in, MC_DTYPE_F32);
     return mc_tp_reduce_scatter_seq(g, dx, work, T / g->size * in);
 }
 
-mc_status mc_tp_linear_row_forward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_row_forward(struct mc_backend *be, const struct mc_tp_group *g,
                                    float *y, const float *x, const float *w, int64_t T,
                                    int64_t in_l, int64_t out, float *work)
 {
     if (!g->sequence_parallel) {
-        be->gemm(false, true, T, out, in_l, 1.0f, x, in_l, w, in_l, 0.0f, y, out);
+        be->ops->gemm(be, false, true, T, out, in_l, 1.0f, x, MC_DTYPE_F32, in_l, w, MC_DTYPE_F32,
+                      in_l, 0.0f, y, MC_DTYPE_F32, out, MC_DTYPE_F32);
         return mc_tp_reduce_from_region_fwd(g, y, T * out);
     }
-    be->gemm(false, true, T, out, in_l, 1.0f, x, in_l, w, in_l, 0.0f, work, out);
+    be->ops->gemm(be, false, true, T, out, in_l, 1.0f, x, MC_DTYPE_F32, in_l, w, MC_DTYPE_F32, in_l,
+                  0.0f, work, MC_DTYPE_F32, out, MC_DTYPE_F32);
     return mc_tp_reduce_scatter_seq(g, y, work, T / g->size * out);
 }
 
-mc_status mc_tp_linear_row_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_row_backward(struct mc_backend *be, const struct mc_tp_group *g,
                                     float *dx, float *dw, const float *dy, const float *x,
                                     const float *w, int64_t T, int64_t in_l, int64_t out,
                                     float *work)
@@ -80,26 +86,31 @@ mc_status mc_tp_linear_row_backward(const struct mc_backend_ops *be, const struc
     mc_status st = gathered(g, &dyf, dy, work, T, out);
     if (st != MC_OK)
         return st;
-    be->gemm(true, false, out, in_l, T, 1.0f, dyf, out, x, in_l, 1.0f, dw, in_l);
-    be->gemm(false, false, T, in_l, out, 1.0f, dyf, out, w, in_l, 0.0f, dx, in_l);
+    be->ops->gemm(be, true, false, out, in_l, T, 1.0f, dyf, MC_DTYPE_F32, out, x, MC_DTYPE_F32,
+                  in_l, 1.0f, dw, MC_DTYPE_F32, in_l, MC_DTYPE_F32);
+    be->ops->gemm(be, false, false, T, in_l, out, 1.0f, dyf, MC_DTYPE_F32, out, w, MC_DTYPE_F32,
+                  in_l, 0.0f, dx, MC_DTYPE_F32, in_l, MC_DTYPE_F32);
     return MC_OK;
 }
 
-mc_status mc_tp_embedding_forward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_embedding_forward(struct mc_backend *be, const struct mc_tp_group *g,
                                   float *y, const float *w, const int64_t *ids, int64_t T,
                                   int64_t h, int64_t vocab_local, float *work)
 {
     if (!g->sequence_parallel) {
-        be->embedding_fwd(y, w, ids, T, h, (int64_t)g->rank * vocab_local, vocab_local);
+        be->ops->embedding_fwd(be, MC_DTYPE_F32, y, w, ids, T, h, (int64_t)g->rank * vocab_local,
+                               vocab_local);
         return mc_tp_reduce_from_region_fwd(g, y, T * h);
     }
-    be->embedding_fwd(work, w, ids, T, h, (int64_t)g->rank * vocab_local, vocab_local);
+    be->ops->embedding_fwd(be, MC_DTYPE_F32, work, w, ids, T, h, (int64_t)g->rank * vocab_local,
+                           vocab_local);
     return mc_tp_reduce_scatter_seq(g, y, work, T / g->size * h);
 }
 
-void mc_tp_embedding_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+void mc_tp_embedding_backward(struct mc_backend *be, const struct mc_tp_group *g,
                               float *dw, const float *dy, const int64_t *ids, int64_t T,
                               int64_t h, int64_t vocab_local)
 {
-    be->embedding_bwd(dw, dy, ids, T, h, (int64_t)g->rank * vocab_local, vocab_local);
+    be->ops->embedding_bwd(be, MC_DTYPE_F32, dw, dy, ids, T, h, (int64_t)g->rank * vocab_local,
+                           vocab_local);
 }

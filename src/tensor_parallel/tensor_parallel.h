@@ -51,37 +51,37 @@ mc_status mc_tp_reduce_scatter_seq(const struct mc_tp_group *g, float *local, co
 /* ColumnParallelLinear (gather_output=False): y[T, out_l] = x[T, in] w[out_l, in]^T + b[out_l]
  * (b may be NULL, or skipped by the caller to fuse it into the activation); with SP x is
  * all-gathered first. */
-mc_status mc_tp_linear_col_forward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_col_forward(struct mc_backend *be, const struct mc_tp_group *g,
                                    float *y, const float *x, const float *w, const float *b,
                                    int64_t T, int64_t in, int64_t out_l, float *work);
 /* Backward: dw[out_l, in] += dy^T x; db[out_l] += colsum(dy) when db != NULL;
  * dx[T, in] = dy w, then all-reduced (the backward of copy_to). dx may be NULL (no input grad).
  * With SP x is all-gathered again (as Megatron does, instead of keeping it) and dx is
  * reduce-scattered to this rank's rows. */
-mc_status mc_tp_linear_col_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_col_backward(struct mc_backend *be, const struct mc_tp_group *g,
                                     float *dx, float *dw, float *db, const float *dy,
                                     const float *x, const float *w, int64_t T, int64_t in,
                                     int64_t out_l, float *work);
 /* RowParallelLinear (input_is_parallel, skip_bias_add): y[T, out] = all-reduce(x[T, in_l]
  * w[out, in_l]^T), or its reduce-scatter to this rank's rows with SP. The bias is added by the
  * caller after the reduction (bias-dropout-add). */
-mc_status mc_tp_linear_row_forward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_row_forward(struct mc_backend *be, const struct mc_tp_group *g,
                                    float *y, const float *x, const float *w, int64_t T,
                                    int64_t in_l, int64_t out, float *work);
 /* Backward: dw[out, in_l] += dy^T x; dx[T, in_l] = dy w (with SP dy is all-gathered first). */
-mc_status mc_tp_linear_row_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_linear_row_backward(struct mc_backend *be, const struct mc_tp_group *g,
                                     float *dx, float *dw, const float *dy, const float *x,
                                     const float *w, int64_t T, int64_t in_l, int64_t out,
                                     float *work);
 /* VocabParallelEmbedding: y[T, h] = w[ids - start] on the owning rank, all-reduced; with SP
  * reduce-scattered to this rank's rows (reduce_scatter_embeddings). */
-mc_status mc_tp_embedding_forward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+mc_status mc_tp_embedding_forward(struct mc_backend *be, const struct mc_tp_group *g,
                                   float *y, const float *w, const int64_t *ids, int64_t T,
                                   int64_t h, int64_t vocab_local, float *work);
 /* dw[V_l, h] += scatter of dy by ids owned by this rank (the grad of the reduce region is the
  * identity, so dy is already the full grad on every rank). dy [T, h] is full: with SP the
  * caller all-gathers its rows first. */
-void mc_tp_embedding_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+void mc_tp_embedding_backward(struct mc_backend *be, const struct mc_tp_group *g,
                               float *dw, const float *dy, const int64_t *ids, int64_t T,
                               int64_t h, int64_t vocab_local);
 
@@ -89,12 +89,12 @@ void mc_tp_embedding_backward(const struct mc_backend_ops *be, const struct mc_t
 /* loss[T] = log(sum_j exp(logits_j - max)) - (logits_target - max) over the whole (padded)
  * vocabulary spread over the group; max[T] and sumexp[T] are kept for backward.
  * target_logit[T] is scratch. */
-mc_status mc_tp_cross_entropy_forward(const struct mc_backend_ops *be,
+mc_status mc_tp_cross_entropy_forward(struct mc_backend *be,
                                       const struct mc_tp_group *g, float *loss, float *max,
                                       float *sumexp, float *target_logit, const float *logits,
                                       const int64_t *target, int64_t T, int64_t vocab_local);
 /* dlogits[T, V_l] = (softmax - onehot(target)) * dloss; may alias logits. */
-void mc_tp_cross_entropy_backward(const struct mc_backend_ops *be, const struct mc_tp_group *g,
+void mc_tp_cross_entropy_backward(struct mc_backend *be, const struct mc_tp_group *g,
                                   float *dlogits, const float *logits, const float *max,
                                   const float *sumexp, const int64_t *target, const float *dloss,
                                   int64_t T, int64_t vocab_local);

@@ -160,13 +160,8 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const f
 static void pp_masked_loss(const struct trainer *t, double *num, double *den)
 {
     const struct mc_micro_batch *mb = &t->d.batch;
-    double s = 0, d = 0;
-    for (int64_t i = 0; i < mb->b * mb->s; i++) {
-        s += (double)t->d.loss[i] * mb->loss_mask[i];
-        d += mb->loss_mask[i];
-    }
-    *num = s;
-    *den = d;
+    t->m.be->ops->masked_loss(t->m.be, MC_DTYPE_F32, num, den, t->d.loss, mb->loss_mask,
+                              mb->b * mb->s);
 }
 
 static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *input,
@@ -206,8 +201,8 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float 
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
         float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
-        for (int64_t i = 0; i < t->d.batch.b * t->d.batch.s; i++)
-            t->d.dloss[i] = t->d.batch.loss_mask[i] * scale;
+        t->m.be->ops->masked_loss_bwd(t->m.be, t->d.dloss, t->d.batch.loss_mask, scale,
+                                      t->d.batch.b * t->d.batch.s);
         st = mc_gpt_backward(m, t->d.dloss);
     } else {
         st = mc_gpt_backward_stage(m, output_grad);

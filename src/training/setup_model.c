@@ -242,10 +242,12 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
     t->m.vp = vpp ? (int)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) : 1;
     c.virtual_pipeline_model_parallel_size = vpp ? t->m.vp : 0;
     int64_t n_params = 0;
+    if (!st)
+        st = mc_backend_create(NULL, &t->m.be);
     /* get_model: one model per chunk, built with the virtual rank set to the chunk */
     for (int v = 0; v < t->m.vp && !st; v++) {
         c.virtual_pipeline_model_parallel_rank = v;
-        if ((st = mc_gpt_model_init(&c, &t->m.chunks[v])))
+        if ((st = mc_gpt_model_init_backend(&c, t->m.be, &t->m.chunks[v])))
             break;
         if (mc_ps_size(&t->par.ps, MC_PS_TP) > 1)
             st = mc_gpt_set_tp_comm(t->m.chunks[v], t->par.ps.group[MC_PS_TP].comm);

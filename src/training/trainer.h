@@ -25,6 +25,7 @@
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "megatron/tokenizer.h"
+#include "backend/backend.h"
 #include "distributed/ddp.h"
 #include "distributed/distrib_optimizer.h"
 #include "optimizer/lr_scheduler.h"
@@ -45,6 +46,7 @@ enum { MC_MAX_VP = MC_MAX_VP_CHUNKS }; /* model chunks per pipeline rank (refusa
 struct trainer_model {
     mc_tokenizer *tok;
     int64_t padded_vocab;
+    struct mc_backend *be;           /* the backend every model chunk runs on (created once) */
     mc_gpt_model *model;             /* chunks[0] */
     mc_gpt_model *chunks[MC_MAX_VP]; /* interleaved pipelining: vp model chunks, else model */
     int vp;                          /* model chunks on this rank (1 without interleaving) */

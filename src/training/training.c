@@ -341,6 +341,7 @@ static void teardown(struct trainer *t)
         mc_distopt_free(t->o.dopts[v]);
     for (int v = 0; v < t->m.vp; v++)
         mc_gpt_model_free(t->m.chunks[v]);
+    mc_backend_free(t->m.be);
     mc_tok_free(t->m.tok);
 }
 

@@ -7,23 +7,27 @@
 void mc_tfm_mlp_act_forward(const struct mc_tfm_ctx *c, float *y, const float *u,
                             const float *bias)
 {
-    const struct mc_tfm_dims *d = c->d;
+    struct mc_backend *be = c->be;
+    const enum mc_dtype dt = MC_DTYPE_F32;
+    int64_t T = c->T, n = c->d->ffn_l;
     switch (c->cfg->activation) {
-    case MC_ACT_GELU_TANH: c->be->gelu_tanh_fwd(y, u, bias, c->T, d->ffn_l); break;
-    case MC_ACT_GELU_ERF: c->be->gelu_erf_fwd(y, u, bias, c->T, d->ffn_l); break;
-    case MC_ACT_SQUARED_RELU: c->be->squared_relu_fwd(y, u, bias, c->T, d->ffn_l); break;
-    case MC_ACT_SWIGLU: c->be->swiglu_fwd(y, u, bias, c->T, d->ffn_l); break;
+    case MC_ACT_GELU_TANH: be->ops->gelu_tanh_fwd(be, dt, y, u, bias, T, n); break;
+    case MC_ACT_GELU_ERF: be->ops->gelu_erf_fwd(be, dt, y, u, bias, T, n); break;
+    case MC_ACT_SQUARED_RELU: be->ops->squared_relu_fwd(be, dt, y, u, bias, T, n); break;
+    case MC_ACT_SWIGLU: be->ops->swiglu_fwd(be, dt, y, u, bias, T, n); break;
     }
 }
 
 void mc_tfm_mlp_act_backward(const struct mc_tfm_ctx *c, float *du, const float *dy,
                              const float *u, const float *bias)
 {
-    const struct mc_tfm_dims *d = c->d;
+    struct mc_backend *be = c->be;
+    const enum mc_dtype dt = MC_DTYPE_F32;
+    int64_t T = c->T, n = c->d->ffn_l;
     switch (c->cfg->activation) {
-    case MC_ACT_GELU_TANH: c->be->gelu_tanh_bwd(du, dy, u, bias, c->T, d->ffn_l); break;
-    case MC_ACT_GELU_ERF: c->be->gelu_erf_bwd(du, dy, u, bias, c->T, d->ffn_l); break;
-    case MC_ACT_SQUARED_RELU: c->be->squared_relu_bwd(du, dy, u, bias, c->T, d->ffn_l); break;
-    case MC_ACT_SWIGLU: c->be->swiglu_bwd(du, dy, u, bias, c->T, d->ffn_l); break;
+    case MC_ACT_GELU_TANH: be->ops->gelu_tanh_bwd(be, dt, du, dy, u, bias, T, n); break;
+    case MC_ACT_GELU_ERF: be->ops->gelu_erf_bwd(be, dt, du, dy, u, bias, T, n); break;
+    case MC_ACT_SQUARED_RELU: be->ops->squared_relu_bwd(be, dt, du, dy, u, bias, T, n); break;
+    case MC_ACT_SWIGLU: be->ops->swiglu_bwd(be, dt, du, dy, u, bias, T, n); break;
     }
 }

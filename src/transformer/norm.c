@@ -24,9 +24,10 @@ void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, float *y, float *mean, floa
     float eps = c->cfg->norm_epsilon;
     w = gamma_of(c, w);
     if (c->d->layernorm)
-        c->be->layernorm_fwd(y, mean, rstd, x, w, b, c->T_sp, c->d->h, eps);
+        c->be->ops->layernorm_fwd(c->be, MC_DTYPE_F32, y, mean, rstd, x, w, b, c->T_sp, c->d->h,
+                                  eps);
     else
-        c->be->rmsnorm_fwd(y, rstd, x, w, c->T_sp, c->d->h, eps);
+        c->be->ops->rmsnorm_fwd(c->be, MC_DTYPE_F32, y, rstd, x, w, c->T_sp, c->d->h, eps);
 }
 
 void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, float *dx, float *dw, float *db,
@@ -35,7 +36,8 @@ void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, float *dx, float *dw, floa
 {
     w = gamma_of(c, w);
     if (c->d->layernorm)
-        c->be->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, c->T_sp, c->d->h);
+        c->be->ops->layernorm_bwd(c->be, MC_DTYPE_F32, dx, dw, db, dy, x, w, mean, rstd, c->T_sp,
+                                  c->d->h);
     else
-        c->be->rmsnorm_bwd(dx, dw, dy, x, w, rstd, c->T_sp, c->d->h);
+        c->be->ops->rmsnorm_bwd(c->be, MC_DTYPE_F32, dx, dw, dy, x, w, rstd, c->T_sp, c->d->h);
 }

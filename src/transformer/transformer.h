@@ -74,7 +74,7 @@ struct mc_tfm_scratch {
 
 /* One forward or backward call. */
 struct mc_tfm_ctx {
-    const struct mc_backend_ops *be;
+    struct mc_backend *be;
     const struct mc_tp_group *tp;
     const struct mc_gpt_config *cfg;
     const struct mc_tfm_dims *d;
@@ -91,8 +91,10 @@ struct mc_tfm_ctx {
     uint32_t step, micro;     /* Philox counter word c2 and the micro-batch in c3 (rng.h) */
 };
 
-/* Keep mask of `n` dropout elements starting at element `first` of a site (gpt_model.c
- * documents the Philox counters). */
+/* dropout.c: the Philox stream of a dropout site in this call (gpt_model.c documents the
+ * counters), and the keep mask of `n` of its elements from element `first`, drawn by the
+ * backend. */
+struct mc_dropout_stream mc_tfm_dropout_stream(const struct mc_tfm_ctx *c, uint32_t site);
 void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site, int64_t first,
                          int64_t n, float p);
 /* Dropout sites (the low 24 bits of Philox counter word c3). */

@@ -29,7 +29,7 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                struct mc_tfm_layer_acts *a, float *x_out)
 {
     const struct mc_tfm_dims *d = c->d;
-    const struct mc_backend_ops *be = c->be;
+    struct mc_backend *be = c->be;
     float *tmp = c->scr->h1, *work = c->scr->h2, *ln = c->scr->norm_out, *act = c->scr->act;
     int64_t T = c->T, Ts = c->T_sp;
     mc_status st;
@@ -45,7 +45,8 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                        work)) != MC_OK)
         return st;
     const uint8_t *k1 = hidden_keep(c, a->keep_attn_out, MC_TFM_SITE_ATTN_OUT(layer));
-    be->bias_dropout_add(a->x_mid, tmp, w->proj_b, a->x_in, k1, hidden_scale(c), Ts, d->h);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, a->x_mid, tmp, w->proj_b, a->x_in, k1,
+                              hidden_scale(c), Ts, d->h);
 
     mc_tfm_norm_forward(c, ln, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
     if ((st = mc_tp_linear_col_forward(be, c->tp, a->fc1, ln, w->fc1_w, NULL, T, d->h,
@@ -56,7 +57,8 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                        work)) != MC_OK)
         return st;
     const uint8_t *k2 = hidden_keep(c, a->keep_mlp_out, MC_TFM_SITE_MLP_OUT(layer));
-    be->bias_dropout_add(x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c), Ts, d->h);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c),
+                              Ts, d->h);
     return MC_OK;
 }
 
@@ -67,7 +69,8 @@ static const float *dropout_grad(const struct mc_tfm_ctx *c, float *buf, const f
 {
     if (!c->hidden_dropout)
         return dx;
-    c->be->bias_dropout_add(buf, dx, NULL, NULL, keep, hidden_scale(c), c->T_sp, c->d->h);
+    c->be->ops->bias_dropout_add(c->be, MC_DTYPE_F32, buf, dx, NULL, NULL, keep, hidden_scale(c),
+                                 c->T_sp, c->d->h);
     return buf;
 }
 
@@ -85,7 +88,7 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                 const struct mc_tfm_layer_acts *a, float *dx)
 {
     const struct mc_tfm_dims *d = c->d;
-    const struct mc_backend_ops *be = c->be;
+    struct mc_backend *be = c->be;
     struct mc_tfm_scratch *scr = c->scr;
     int64_t T = c->T, Ts = c->T_sp;
     mc_status st;
@@ -93,7 +96,7 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     /* MLP block (dy lives in h1 or dx; h2 gathers it; then h1 is the column work buffer) */
     const float *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
     if (g->fc2_b)
-        be->bias_grad(g->fc2_b, dy, Ts, d->h);
+        be->ops->bias_grad(be, MC_DTYPE_F32, g->fc2_b, dy, Ts, d->h);
     mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w,
                                         T, d->ffn_l, d->h, scr->h2)) != MC_OK)
@@ -106,12 +109,12 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln2_w, g->ln2_b, scr->h2, a->x_mid, w->ln2_w, a->ln2_mean,
                          a->ln2_rstd);
-    be->bias_dropout_add(dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
 
     /* attention block */
     dy = dropout_grad(c, scr->h1, dx, a->keep_attn_out);
     if (g->proj_b)
-        be->bias_grad(g->proj_b, dy, Ts, d->h);
+        be->ops->bias_grad(be, MC_DTYPE_F32, g->proj_b, dy, Ts, d->h);
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dctx, g->proj_w, dy, a->ctx, w->proj_w,
                                         T, d->ctx_l, d->h, scr->h2)) != MC_OK)
         return st;
@@ -125,6 +128,6 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln1_w, g->ln1_b, scr->h2, a->x_in, w->ln1_w, a->ln1_mean,
                          a->ln1_rstd);
-    be->bias_dropout_add(dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
     return MC_OK;
 }

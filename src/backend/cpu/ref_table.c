@@ -1,9 +1,9 @@
-/* The CPU reference ops table: every op of backend.h bound to its scalar reference
+/* The CPU reference ops table: every fp32 kernel slot (kernels.h) bound to its scalar reference
  * (kernels/<op>_ref.c). Tests compare every fast kernel against this table. */
 #include "backend/cpu/kernels/ref.h"
 
-static const struct mc_backend_ops ref_ops = {
-    .version = MC_BACKEND_VERSION,
+static const struct mc_cpu_kernels ref_ops = {
+    .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-ref",
     .gemm = gemm_ref,
     .layernorm_fwd = layernorm_fwd_ref,
@@ -36,13 +36,13 @@ static const struct mc_backend_ops ref_ops = {
     .sgd = sgd_ref,
 };
 
-const struct mc_backend_ops *mc_backend_ref(void) { return &ref_ops; }
+const struct mc_cpu_kernels *mc_cpu_kernels_ref(void) { return &ref_ops; }
 
 /* The references with GEMM through BLAS: the table the model runs on when no faster kernels
  * are selected (a triple-loop GEMM is only a definition). */
-static struct mc_backend_ops ref_blas_ops;
+static struct mc_cpu_kernels ref_blas_ops;
 
-const struct mc_backend_ops *mc_cpu_backend_ref_blas(void)
+const struct mc_cpu_kernels *mc_cpu_kernels_ref_blas(void)
 {
     ref_blas_ops = ref_ops;
     ref_blas_ops.name = "cpu-ref+blas";

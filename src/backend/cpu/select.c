@@ -1,11 +1,11 @@
 /* Chooses the CPU ops table once at startup: AVX-512 kernels (kernels/<op>_avx512.c + BLAS GEMM)
  * when CPUID and XGETBV say they can run, else the scalar references with BLAS GEMM.
  * MC_KERNELS=ref forces the references (the definition every fast kernel is tested against;
- * backend.c also honours it before calling here); MC_KERNELS=auto|avx512 or unset choose
+ * the "cpu" backend runs the table chosen here); MC_KERNELS=auto|avx512 or unset choose
  * automatically. The choice is logged once.
  * Plays the role of PyTorch's CPU capability dispatch; Megatron itself only targets CUDA. */
-#include "backend/backend_internal.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "megatron.h"
 
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct mc_backend_ops avx512_ops = {
-    .version = MC_BACKEND_VERSION,
+static const struct mc_cpu_kernels avx512_ops = {
+    .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-avx512",
     .gemm = gemm_blas,
     .layernorm_fwd = layernorm_fwd_avx512,
@@ -47,7 +47,7 @@ static const struct mc_backend_ops avx512_ops = {
     .sgd = sgd_avx512,
 };
 
-static const struct mc_backend_ops *chosen;
+static const struct mc_cpu_kernels *chosen;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
 static void choose(void)
@@ -59,13 +59,13 @@ static void choose(void)
         mc_log(MC_LOG_WARN, "MC_KERNELS=%s is not one of ref, avx512, auto; choosing automatically",
                env);
     if (want_ref) {
-        chosen = mc_backend_ref();
+        chosen = mc_cpu_kernels_ref();
         why = "forced by MC_KERNELS=ref";
     } else if (mc_cpu_has_avx512()) {
         chosen = &avx512_ops;
         why = "CPU and OS support AVX-512 F/BW/VL/DQ";
     } else {
-        chosen = mc_cpu_backend_ref_blas();
+        chosen = mc_cpu_kernels_ref_blas();
         why = "no usable AVX-512 (CPU flag or OS XSAVE support missing)";
         if (env && !strcmp(env, "avx512"))
             mc_log(MC_LOG_WARN, "MC_KERNELS=avx512 requested but this CPU/OS cannot run AVX-512");
@@ -78,8 +78,10 @@ static void choose(void)
            chosen->gemm == gemm_blas ? mc_gemm_blas_name() : "reference triple loop");
 }
 
-const struct mc_backend_ops *mc_cpu_backend_select(void)
+const struct mc_cpu_kernels *mc_cpu_kernels_select(void)
 {
     pthread_once(&chosen_once, choose);
     return chosen;
 }
+
+const struct mc_cpu_kernels *mc_cpu_kernels_avx512(void) { return &avx512_ops; }

@@ -108,15 +108,16 @@ static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
         return st;
     if (m->pos_w) {
         float *pe = m->scratch.h1;
-        m->be->embedding_fwd(pe, m->pos_w, sl->pos_sf + c->sp_first, c->T_sp, d->h, 0,
-                             m->cfg.max_position_embeddings);
-        m->be->bias_dropout_add(x0, x0, NULL, pe, NULL, 1.0f, c->T_sp, d->h);
+        m->be->ops->embedding_fwd(m->be, MC_DTYPE_F32, pe, m->pos_w, sl->pos_sf + c->sp_first,
+                                  c->T_sp, d->h, 0, m->cfg.max_position_embeddings);
+        m->be->ops->bias_dropout_add(m->be, MC_DTYPE_F32, x0, x0, NULL, pe, NULL, 1.0f, c->T_sp,
+                                     d->h);
     }
     if (c->hidden_dropout) {
         mc_tfm_dropout_mask(c, sl->emb_keep, MC_TFM_SITE_EMBEDDING, c->sp_first * d->h,
                             c->T_sp * d->h, m->cfg.hidden_dropout);
-        m->be->bias_dropout_add(x0, x0, NULL, NULL, sl->emb_keep,
-                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
+        m->be->ops->bias_dropout_add(m->be, MC_DTYPE_F32, x0, x0, NULL, NULL, sl->emb_keep,
+                                     1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
     }
     return MC_OK;
 }
@@ -184,7 +185,7 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     sl->s = s;
     sl->mask = batch->attention_mask;
     if (sl->mask && sl->mask_copy) { /* the caller's buffer may hold another micro-batch later */
-        memcpy(sl->mask_copy, sl->mask, (size_t)(b * s * s));
+        m->be->ops->copy_to_backend(m->be, sl->mask_copy, sl->mask, (size_t)(b * s * s));
         sl->mask = sl->mask_copy;
     }
     sl->training = training;
@@ -210,7 +211,8 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
             return st;
         hook("embedding.output", x0, c.T_sp / b, b, d->h);
     } else {
-        memcpy(x0, batch->hidden_in, sizeof(float) * (size_t)(c.T_sp * d->h));
+        m->be->ops->copy_to_backend(m->be, x0, batch->hidden_in,
+                                    sizeof(float) * (size_t)(c.T_sp * d->h));
     }
     for (int64_t l = 0; l < d->L; l++) {
         float *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
@@ -246,8 +248,8 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot 
     if (!d->first_stage)
         return MC_OK;
     if (c->hidden_dropout)
-        m->be->bias_dropout_add(m->dx, m->dx, NULL, NULL, sl->emb_keep,
-                                1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
+        m->be->ops->bias_dropout_add(m->be, MC_DTYPE_F32, m->dx, m->dx, NULL, NULL, sl->emb_keep,
+                                     1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
     /* the backward of the sequence-parallel scatter: every rank needs every row's grad */
     float *dx = m->dx;
     if (m->cfg.sequence_parallel) {
@@ -257,8 +259,8 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot 
     }
     mc_tp_embedding_backward(m->be, &m->tp, m->word_g, dx, sl->ids_sf, c->T, d->h, d->V_l);
     if (m->pos_g)
-        m->be->embedding_bwd(m->pos_g, dx, sl->pos_sf, c->T, d->h, 0,
-                             m->cfg.max_position_embeddings);
+        m->be->ops->embedding_bwd(m->be, MC_DTYPE_F32, m->pos_g, dx, sl->pos_sf, c->T, d->h, 0,
+                                  m->cfg.max_position_embeddings);
     return mc_gpt_hook_grad_ready(m, 0);
 }
 
@@ -310,6 +312,7 @@ mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
         return mc_error(MC_ERR_SHAPE, "backward: no output grad");
     sl->valid = false;
     struct mc_tfm_ctx c = make_ctx(m, sl);
-    memcpy(m->dx, dhidden_out, sizeof(float) * (size_t)(c.T_sp * m->dims.h));
+    m->be->ops->copy_to_backend(m->be, m->dx, dhidden_out,
+                                sizeof(float) * (size_t)(c.T_sp * m->dims.h));
     return body_backward(m, sl, &c);
 }

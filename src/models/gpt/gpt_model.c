@@ -29,19 +29,11 @@
  * (Megatron's CPU init is not, spec §4). */
 #include "models/gpt/gpt_model.h"
 
-#include "core/rng.h"
 #include "parallel_state/parallel_state.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site, int64_t first,
-                         int64_t n, float p)
-{
-    uint32_t c3 = ((c->micro & 0xffu) << 24) | (site & 0xffffffu);
-    mc_rng_dropout_mask(keep, first, n, c->seed, (c->micro >> 8) & 0xffffu, c->step, c3, p);
-}
 
 /* ---- dims ------------------------------------------------------------------------------- */
 
@@ -271,7 +263,8 @@ static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *
             first = r * cols * m->dims.tp + m->dims.tp_rank * cols;
         else
             first = r * cols;
-        mc_rng_normal_fill(v->data + r * cols, first, cols, m->cfg.seed, 0xffffffffu, c3, std);
+        m->be->ops->fill_normal(m->be, MC_DTYPE_F32, v->data + r * cols, first, cols, m->cfg.seed,
+                                0xffffffffu, c3, std);
     }
 }
 
@@ -395,7 +388,7 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
     m->n_slots = n;
     struct carver cv = {NULL, 0};
     carve_all(m, &cv);
-    void *block = mc_alloc(cv.used);
+    void *block = m->be->ops->alloc(m->be, cv.used);
     if (!block) {
         m->slots = old_slots;
         m->n_slots = old_n;
@@ -404,7 +397,7 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
                         (double)cv.used / 1048576.0);
     }
     free_slots(old_slots, old_n);
-    mc_free(m->act_block);
+    m->be->ops->free(m->be, m->act_block);
     m->act_block = block;
     m->act_bytes = cv.used;
     cv = (struct carver){block, 0};
@@ -473,7 +466,28 @@ static mc_status build_param_set(struct mc_gpt_model *m)
 
 /* ---- init / free ------------------------------------------------------------------------ */
 
+/* The parameter and grad blocks, in backend memory: params zeroed before their init (norm
+ * weights and biases are set by init_param, the rest drawn), grads zeroed. */
+static mc_status alloc_blocks(struct mc_gpt_model *m)
+{
+    size_t bytes = (size_t)m->n_elements * sizeof(float);
+    m->params = mc_calloc((size_t)m->n_params, sizeof(*m->params));
+    m->param_block = m->be->ops->alloc(m->be, bytes);
+    m->grad_block = m->be->ops->alloc(m->be, bytes);
+    if (!m->params || !m->param_block || !m->grad_block)
+        return MC_ERR_NOMEM;
+    m->be->ops->set(m->be, m->param_block, 0, bytes);
+    m->be->ops->set(m->be, m->grad_block, 0, bytes);
+    return MC_OK;
+}
+
 mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
+{
+    return mc_gpt_model_init_backend(cfg, NULL, out);
+}
+
+mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_backend *be,
+                                    mc_gpt_model **out)
 {
     if (!out)
         return mc_error(MC_ERR_CONFIG, "mc_gpt_model_init: no output pointer");
@@ -484,12 +498,17 @@ mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
     struct mc_gpt_model *m = mc_calloc(1, sizeof(*m));
     if (!m)
         return MC_ERR_NOMEM;
+    m->be = be;
+    if (!be && (st = mc_backend_create(NULL, &m->be)) != MC_OK) {
+        mc_free(m);
+        return st;
+    }
+    m->owns_be = !be;
     m->cfg = *cfg;
     if ((st = mc_gpt_config_validate(&m->cfg)) != MC_OK)
         goto out_free;
     st = MC_ERR_NOMEM;
     derive_dims(&m->dims, &m->cfg);
-    m->be = mc_backend();
     m->tp = (struct mc_tp_group){m->cfg.tensor_model_parallel_size,
                                  m->cfg.tensor_model_parallel_rank, NULL,
                                  m->cfg.sequence_parallel};
@@ -499,19 +518,17 @@ mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
         goto out_free;
 
     walk_params(m, false);
-    m->params = mc_calloc((size_t)m->n_params, sizeof(*m->params));
-    m->param_block = mc_alloc((size_t)m->n_elements * sizeof(float));
-    m->grad_block = mc_calloc((size_t)m->n_elements, sizeof(float));
-    if (!m->params || !m->param_block || !m->grad_block)
+    if ((st = alloc_blocks(m)) != MC_OK)
         goto out_free;
-    memset(m->param_block, 0, (size_t)m->n_elements * sizeof(float));
+    st = MC_ERR_NOMEM;
     walk_params(m, true);
     for (int64_t i = 0; i < m->n_params; i++)
         init_param(m, &m->params[i]);
     mark_sequence_parallel(m);
     if (build_param_set(m) != MC_OK)
         goto out_free;
-    if (m->sp_numel > 0 && !(m->sp_grads = mc_alloc((size_t)m->sp_numel * sizeof(float))))
+    if (m->sp_numel > 0 &&
+        !(m->sp_grads = m->be->ops->alloc(m->be, (size_t)m->sp_numel * sizeof(float))))
         goto out_free;
 
     if ((st = build_act_block(m, 1)) != MC_OK)
@@ -528,15 +545,19 @@ void mc_gpt_model_free(mc_gpt_model *m)
 {
     if (!m)
         return;
-    mc_free(m->act_block);
-    mc_free(m->sp_grads);
-    mc_free(m->grad_block);
-    mc_free(m->param_block);
+    if (m->be) {
+        m->be->ops->free(m->be, m->act_block);
+        m->be->ops->free(m->be, m->sp_grads);
+        m->be->ops->free(m->be, m->grad_block);
+        m->be->ops->free(m->be, m->param_block);
+    }
     mc_free(m->pset_params);
     mc_free(m->params);
     free_slots(m->slots, m->n_slots);
     mc_free(m->layer_g);
     mc_free(m->layer_w);
+    if (m->owns_be)
+        mc_backend_free(m->be);
     mc_free(m);
 }
 
@@ -564,7 +585,7 @@ struct mc_param_set *mc_gpt_param_set(mc_gpt_model *m) { return &m->pset; }
 
 void mc_gpt_zero_grad(mc_gpt_model *m)
 {
-    memset(m->grad_block, 0, (size_t)m->n_elements * sizeof(float));
+    m->be->ops->set(m->be, m->grad_block, 0, (size_t)m->n_elements * sizeof(float));
 }
 
 void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
@@ -635,7 +656,7 @@ mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m)
     for (int64_t i = 0; i < m->n_params; i++) {
         const struct mc_param_view *v = &m->params[i].view;
         if (v->sequence_parallel) {
-            memcpy(m->sp_grads + off, v->grad, sizeof(float) * (size_t)v->numel);
+            m->be->ops->copy(m->be, m->sp_grads + off, v->grad, sizeof(float) * (size_t)v->numel);
             off += v->numel;
         }
     }
@@ -646,7 +667,7 @@ mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m)
     for (int64_t i = 0; i < m->n_params; i++) {
         const struct mc_param_view *v = &m->params[i].view;
         if (v->sequence_parallel) {
-            memcpy(v->grad, m->sp_grads + off, sizeof(float) * (size_t)v->numel);
+            m->be->ops->copy(m->be, v->grad, m->sp_grads + off, sizeof(float) * (size_t)v->numel);
             off += v->numel;
         }
     }

@@ -34,7 +34,9 @@ struct mc_gpt_model {
     struct mc_gpt_config cfg; /* validated */
     struct mc_tfm_dims dims;
     struct mc_tp_group tp;
-    const struct mc_backend_ops *be;
+    void *mp_comm; /* model-parallel (tp x pp) communicator for the grad norm when pp > 1 */
+    struct mc_backend *be; /* every op and buffer of the model goes through it */
+    bool owns_be;          /* created by mc_gpt_model_init (freed with the model) */
 
     int64_t n_params, n_elements;
     struct mc_gpt_param *params; /* state_dict order */

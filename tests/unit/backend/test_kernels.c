@@ -1,9 +1,10 @@
-/* Every AVX-512 kernel against the scalar reference table (mc_backend_ref()) on random shapes
+/* Every AVX-512 kernel against the scalar reference table (mc_cpu_kernels_ref()) on random shapes
  * with ragged tails, the same kernels on 1, 2 and 3 threads compared bit for bit, the BLAS GEMM
  * against the reference GEMM, and the table selection (MC_KERNELS=ref). Ops whose fast version
  * repeats the reference's fp32 operations (column sums, AdamW, RoPE, embedding, ...) must match
  * it exactly; transcendental ops get tolerances stated next to each check. */
-#include "backend/backend_internal.h"
+#include "backend/backend.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "megatron.h"
@@ -55,7 +56,7 @@ static int same_bits(const char *what, const float *a, const float *b, int64_t n
     return 0;
 }
 
-static const struct mc_backend_ops *R;
+static const struct mc_cpu_kernels *R;
 static const int threads[] = {1, 2, 3};
 
 /* ---- elementwise activations ------------------------------------------------------------- */
@@ -471,10 +472,12 @@ static int child_select(const char *env, const char *want)
     if (pid == 0) {
         if (env) setenv("MC_KERNELS", env, 1);
         else unsetenv("MC_KERNELS");
-        /* the registry (backend.c) and the CPU selection must agree */
-        const struct mc_backend_ops *ops = mc_backend();
-        if (ops != mc_cpu_backend_select() && !(env && !strcmp(env, "ref"))) _exit(2);
-        _exit(ops && ops->version == MC_BACKEND_VERSION && strcmp(ops->name, want) == 0 ? 0 : 1);
+        /* the "cpu" backend runs the kernels the CPU selection chose */
+        struct mc_backend *be = NULL;
+        if (mc_backend_create("cpu", &be) != MC_OK) _exit(3);
+        const struct mc_cpu_kernels *k = mc_cpu_kernels_select();
+        if (be->impl != k || strcmp(be->name, k->name)) _exit(2);
+        _exit(k->version == MC_CPU_KERNELS_VERSION && strcmp(k->name, want) == 0 ? 0 : 1);
     }
     int st = 0;
     waitpid(pid, &st, 0);
@@ -500,7 +503,7 @@ static void test_select(void)
 int main(void)
 {
     test_select(); /* forks: first, before any OpenMP thread exists */
-    R = mc_backend_ref();
+    R = mc_cpu_kernels_ref();
     if (!mc_cpu_has_avx512()) {
         printf("test_kernels: this CPU/OS cannot run AVX-512; only selection and GEMM tested\n");
         test_gemm();

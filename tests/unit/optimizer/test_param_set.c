@@ -16,6 +16,15 @@ enum { NW = 6, NB = 3, NS = 2, N = NW + NB + NS };
 
 static float pblock[N], gblock[N];
 
+/* One CPU backend for the whole test (freed before the leak check). */
+static struct mc_backend *test_be;
+static struct mc_backend *cpu_backend(void)
+{
+    if (!test_be)
+        MC_ASSERT(mc_backend_create("cpu", &test_be) == MC_OK);
+    return test_be;
+}
+
 static struct mc_param_set hand_set(struct mc_param *p)
 {
     /* w [2, 3] (decayed), b [3] (no decay), s [2] (a shared copy: stepped, not in the norm) */
@@ -26,7 +35,7 @@ static struct mc_param_set hand_set(struct mc_param *p)
     p[2] = (struct mc_param){{"s", 1, {NS, 0}, NS, pblock + NW + NB, gblock + NW + NB, true,
                               false, -1, true, false}, NW + NB, true};
     return (struct mc_param_set){.n_params = 3, .params = p, .n_elements = N,
-                                 .param_block = pblock, .grad_block = gblock, .be = mc_backend(),
+                                 .param_block = pblock, .grad_block = gblock, .be = cpu_backend(),
                                  .tp_size = 1, .tp_rank = 0, .pp_size = 1,
                                  .mp_comm_setter = "hand_set_mp_comm"};
 }
@@ -99,6 +108,7 @@ int main(void)
 {
     test_sgd_step();
     test_mp_comm_needed();
+    mc_backend_free(test_be);
     CHECK(mc_alloc_live_bytes() == 0);
     return test_summary("param_set");
 }

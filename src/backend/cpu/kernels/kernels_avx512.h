@@ -1,6 +1,6 @@
 /* Prototypes of the fast CPU kernels (kernels/<op>_avx512.c and the BLAS GEMM). Each has the
- * signature of the matching slot in struct mc_backend_ops (backend/backend.h), where the
- * semantics are documented; select.c puts them in the table when the CPU supports AVX-512. */
+ * signature of the matching slot in struct mc_cpu_kernels (kernels.h; backend/backend.h has the
+ * semantics); select.c puts them in the table when the CPU supports AVX-512. */
 #ifndef MC_KERNELS_AVX512_H
 #define MC_KERNELS_AVX512_H
 

@@ -1,10 +1,10 @@
 /* Declarations of the scalar reference kernels (kernels/<op>_ref.c) and the BLAS GEMM
  * (kernels/gemm_blas.c). Private to the CPU backend: the model reaches them only through the
- * ops table of src/backend/backend.h, whose comments define each op. */
+ * CPU backend (kernels.h; backend/backend.h defines each op). */
 #ifndef MC_CPU_KERNELS_REF_H
 #define MC_CPU_KERNELS_REF_H
 
-#include "backend/backend.h"
+#include "backend/cpu/kernels/kernels.h"
 
 /* Column block owned by one thread in the deterministic column reductions (bias and norm
  * grads, embedding grads): each output element is summed over rows in row order by exactly

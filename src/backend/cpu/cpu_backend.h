@@ -1,0 +1,30 @@
+/* The CPU backend's internals shared by its files: the kernel table a backend instance runs,
+ * the fp32-only guard, the attention op pair (attention_cpu.c). Private to src/backend. */
+#ifndef MC_CPU_BACKEND_H
+#define MC_CPU_BACKEND_H
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels/kernels.h"
+
+/* The kernel table of a CPU backend instance. */
+static inline const struct mc_cpu_kernels *mc_cpu_kernels_of(const struct mc_backend *be)
+{
+    return be->impl;
+}
+
+/* Stops the process with a message when an op gets a dtype the CPU backend does not implement
+ * (fp32 today; supports() says so, so a caller that asks first never gets here). */
+void mc_cpu_need_f32(enum mc_dtype dt, const char *op);
+
+void mc_cpu_attention_fwd(struct mc_backend *be, const struct mc_attention_desc *d,
+                          const void *qkv, void *probs, void *ctx, struct mc_attention_work *w);
+void mc_cpu_attention_bwd(struct mc_backend *be, const struct mc_attention_desc *d,
+                          const void *qkv, const void *probs, const void *dctx, void *dqkv,
+                          struct mc_attention_work *w);
+
+/* Creates the CPU backend on kernel table k. */
+mc_status mc_cpu_backend_create(const struct mc_cpu_kernels *k, struct mc_backend **out);
+/* The CPU backend's ops table. */
+const struct mc_backend_ops *mc_cpu_backend_ops(void);
+
+#endif /* MC_CPU_BACKEND_H */

@@ -1,0 +1,276 @@
+/* Every backend table that ships is complete: right version, a name, every op slot filled, and
+ * supports() answering for the dtype list each op documents (fp32 yes, bf16/fp16 no, a wrong
+ * list length no); every CPU kernel table (references, references + BLAS, AVX-512) likewise.
+ * Then the backend objects: creation by name (an unknown name is refused), the buffer ops
+ * round trip, an op called with an unsupported dtype stops the process with a message, and the
+ * attention op pair against a direct evaluation of its definition (GQA, causal and explicit
+ * masks, dropout off) and against finite differences for backward. */
+#include "backend/backend.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "megatron.h"
+#include "test.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef void (*fnptr)(void);
+
+/* The slots of a table from its first op to its end, all function pointers. */
+static int count_null_slots(const void *table, size_t first, size_t size, const char *name)
+{
+    CHECK((size - first) % sizeof(fnptr) == 0); /* nothing but op slots after `first` */
+    int nulls = 0;
+    for (size_t off = first; off + sizeof(fnptr) <= size; off += sizeof(fnptr)) {
+        fnptr f;
+        memcpy(&f, (const char *)table + off, sizeof f);
+        if (!f) {
+            fprintf(stderr, "%s: op slot %zu is NULL\n", name, (off - first) / sizeof(fnptr));
+            nulls++;
+        }
+    }
+    return nulls;
+}
+
+/* The dtype list length each op documents (backend.h, enum mc_backend_op). */
+static int list_len(enum mc_backend_op op)
+{
+    switch (op) {
+    case MC_OP_BUFFER: return 0;
+    case MC_OP_GEMM: return 4;
+    case MC_OP_ADAMW:
+    case MC_OP_SGD: return 2;
+    default: return 1;
+    }
+}
+
+static void test_tables(void)
+{
+    int n = 0;
+    for (const struct mc_backend_ops *t; (t = mc_backend_table(n)); n++) {
+        CHECK(t->version == MC_BACKEND_VERSION);
+        CHECK(t->name && *t->name);
+        CHECK(t->supports != NULL);
+        CHECK(count_null_slots(t, offsetof(struct mc_backend_ops, alloc), sizeof *t, t->name) == 0);
+        struct mc_backend *be = NULL;
+        CHECK(mc_backend_create(t->name, &be) == MC_OK && be && be->ops == t);
+        if (!be || !t->supports)
+            continue;
+        for (int op = 0; op < MC_OP_COUNT; op++) {
+            int len = list_len((enum mc_backend_op)op);
+            enum mc_dtype want = op == MC_OP_DROPOUT_MASK ? MC_DTYPE_U8 : MC_DTYPE_F32;
+            enum mc_dtype f32[4] = {want, want, want, want}, bf16[4] = {want, want, want, want};
+            if (len > 0)
+                bf16[len - 1] = MC_DTYPE_BF16;
+            if (!t->supports(be, (enum mc_backend_op)op, f32, len)) {
+                fprintf(stderr, "%s: supports(op %d, fp32) is false\n", t->name, op);
+                CHECK(0);
+            }
+            if (len > 0) {
+                CHECK(!t->supports(be, (enum mc_backend_op)op, bf16, len));
+                CHECK(!t->supports(be, (enum mc_backend_op)op, f32, len - 1));
+            }
+        }
+        CHECK(!t->supports(be, MC_OP_COUNT, NULL, 0));
+        mc_backend_free(be);
+    }
+    CHECK(n >= 1);
+    printf("backend tables: %d\n", n);
+
+    const struct mc_cpu_kernels *k[] = {mc_cpu_kernels_ref(), mc_cpu_kernels_ref_blas(),
+                                        mc_cpu_kernels_avx512()};
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        CHECK(k[i]->version == MC_CPU_KERNELS_VERSION && k[i]->name && *k[i]->name);
+        CHECK(count_null_slots(k[i], offsetof(struct mc_cpu_kernels, gemm), sizeof *k[i],
+                               k[i]->name) == 0);
+    }
+}
+
+static void test_create(void)
+{
+    struct mc_backend *be = (void *)1;
+    CHECK(mc_backend_create("tpu-v9", &be) == MC_ERR_CONFIG && be == NULL);
+    CHECK(strstr(mc_last_error(), "tpu-v9") != NULL);
+    CHECK(mc_backend_create("cpu-ref", &be) == MC_OK);
+    CHECK(be && !strcmp(be->name, "cpu-ref") && be->n_threads >= 1);
+    mc_backend_free(be);
+    CHECK(mc_backend_create(NULL, &be) == MC_OK && be && be->impl == mc_cpu_kernels_select());
+    mc_backend_free(be);
+    mc_backend_free(NULL);
+}
+
+static void test_buffers(void)
+{
+    struct mc_backend *be;
+    CHECK(mc_backend_create("cpu", &be) == MC_OK);
+    const struct mc_backend_ops *o = be->ops;
+    float host[37], back[37];
+    for (int i = 0; i < 37; i++)
+        host[i] = (float)i * 0.5f - 3.0f;
+    float *a = o->alloc(be, sizeof host), *b = o->alloc(be, sizeof host);
+    CHECK(a && b && ((uintptr_t)a % 16) == 0);
+    o->set(be, a, 0, sizeof host);
+    o->copy_to_host(be, back, a, sizeof back);
+    CHECK(back[0] == 0.0f && back[36] == 0.0f);
+    o->copy_to_backend(be, a, host, sizeof host);
+    o->copy(be, b, a, sizeof host);
+    o->scale(be, MC_DTYPE_F32, b, 2.0f, 37);
+    o->sync(be);
+    o->copy_to_host(be, back, b, sizeof back);
+    int same = 1;
+    for (int i = 0; i < 37; i++)
+        same &= back[i] == 2.0f * host[i];
+    CHECK(same);
+    double sum, count;
+    float mask[37];
+    for (int i = 0; i < 37; i++)
+        mask[i] = (float)(i % 3 == 0);
+    o->masked_loss(be, MC_DTYPE_F32, &sum, &count, a, mask, 37);
+    double want = 0;
+    for (int i = 0; i < 37; i += 3)
+        want += host[i];
+    CHECK(sum == want && count == 13.0);
+    o->masked_loss_bwd(be, back, mask, 0.25f, 37);
+    CHECK(back[0] == 0.25f && back[1] == 0.0f && back[36] == 0.25f);
+    o->free(be, a);
+    o->free(be, b);
+    o->free(be, NULL);
+    mc_backend_free(be);
+}
+
+/* An op called with a dtype the backend does not implement ends the process (abort), it does
+ * not compute garbage. Checked in a child with stderr kept. */
+static void test_unsupported_dtype_stops(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct mc_backend *be;
+        if (mc_backend_create("cpu", &be) != MC_OK)
+            _exit(3);
+        float x[4] = {1, 2, 3, 4};
+        be->ops->scale(be, MC_DTYPE_BF16, x, 2.0f, 4);
+        _exit(0); /* reached only if the op ran */
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+}
+
+/* ---- attention against its definition --------------------------------------------------- */
+
+static uint64_t rs = 0x2545F4914F6CDD1Dull;
+static float urand(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (float)(rs >> 40) / 16777216.0f - 0.5f;
+}
+
+/* Direct evaluation in double: ctx[t=(si,bi), head i] = sum_j p_ij v_j with
+ * p = softmax_j(masked ? -10000 : alpha * mult * q_i . k_j). */
+static void naive_attention(const struct mc_attention_desc *d, const float *qkv, double *ctx)
+{
+    int64_t pg = d->heads / d->groups, s = d->s;
+    double *sc = malloc(sizeof(double) * (size_t)s);
+    for (int64_t bi = 0; bi < d->b; bi++)
+        for (int64_t h = 0; h < d->heads; h++) {
+            int64_t g = h / pg, qo = (g * (pg + 2) + h % pg) * d->hn;
+            int64_t ko = (g * (pg + 2) + pg) * d->hn, vo = ko + d->hn;
+            for (int64_t i = 0; i < s; i++) {
+                const float *q = qkv + (i * d->b + bi) * d->qkv_ld + qo;
+                double mx = -1e300, z = 0;
+                for (int64_t j = 0; j < s; j++) {
+                    const float *kk = qkv + (j * d->b + bi) * d->qkv_ld + ko;
+                    double dot = 0;
+                    for (int64_t c = 0; c < d->hn; c++)
+                        dot += (double)q[c] * kk[c];
+                    bool masked = d->mask ? d->mask[(bi * s + i) * s + j] : j > i;
+                    sc[j] = masked ? -10000.0 : dot * d->alpha * d->mult;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int64_t j = 0; j < s; j++)
+                    z += (sc[j] = exp(sc[j] - mx));
+                for (int64_t c = 0; c < d->hn; c++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < s; j++)
+                        acc += sc[j] / z * qkv[(j * d->b + bi) * d->qkv_ld + vo + c];
+                    ctx[(i * d->b + bi) * d->ctx_ld + h * d->hn + c] = acc;
+                }
+            }
+        }
+    free(sc);
+}
+
+static void test_attention(bool explicit_mask)
+{
+    struct mc_backend *be;
+    CHECK(mc_backend_create("cpu-ref", &be) == MC_OK);
+    struct mc_attention_desc d = {.dt = MC_DTYPE_F32, .b = 2, .s = 5, .heads = 4, .groups = 2,
+                                  .hn = 3, .alpha = 0.5f, .mult = 1.0f, .heads_total = 4};
+    d.qkv_ld = (d.heads + 2 * d.groups) * d.hn;
+    d.ctx_ld = d.heads * d.hn;
+    int64_t T = d.b * d.s, nqkv = T * d.qkv_ld, nctx = T * d.ctx_ld;
+    int64_t np = d.b * d.heads * d.s * d.s;
+    uint8_t mask[2 * 5 * 5];
+    for (int i = 0; i < 50; i++)
+        mask[i] = (uint8_t)(i % 7 == 1); /* keeps the diagonal of both batch rows */
+    if (explicit_mask)
+        d.mask = mask;
+    float *qkv = malloc(sizeof(float) * (size_t)nqkv), *ctx = malloc(sizeof(float) * (size_t)nctx);
+    float *probs = malloc(sizeof(float) * (size_t)np), *wa = malloc(sizeof(float) * (size_t)np);
+    float *wb = malloc(sizeof(float) * (size_t)np), *dctx = malloc(sizeof(float) * (size_t)nctx);
+    float *dqkv = malloc(sizeof(float) * (size_t)nqkv);
+    uint8_t *keep = malloc((size_t)np);
+    double *want = malloc(sizeof(double) * (size_t)nctx), *plus = malloc(sizeof(double) * (size_t)nctx);
+    for (int64_t i = 0; i < nqkv; i++)
+        qkv[i] = 2.0f * urand();
+    for (int64_t i = 0; i < nctx; i++)
+        dctx[i] = urand();
+    struct mc_attention_work w = {wa, wb, keep};
+    be->ops->attention_fwd(be, &d, qkv, probs, ctx, &w);
+    naive_attention(&d, qkv, want);
+    float *wantf = malloc(sizeof(float) * (size_t)nctx);
+    for (int64_t i = 0; i < nctx; i++)
+        wantf[i] = (float)want[i];
+    check_tensor_close(explicit_mask ? "attention_fwd (mask)" : "attention_fwd (causal)", ctx,
+                       wantf, nctx, 1e-5, 1e-6);
+    /* backward: dL/dqkv of L = sum(dctx * ctx), against central differences in double */
+    be->ops->attention_bwd(be, &d, qkv, probs, dctx, dqkv, &w);
+    float *fd = malloc(sizeof(float) * (size_t)nqkv);
+    for (int64_t i = 0; i < nqkv; i++) {
+        float x0 = qkv[i];
+        const float hstep = 1e-2f;
+        double lp = 0, lm = 0;
+        qkv[i] = x0 + hstep;
+        naive_attention(&d, qkv, plus);
+        for (int64_t k = 0; k < nctx; k++)
+            lp += plus[k] * dctx[k];
+        qkv[i] = x0 - hstep;
+        naive_attention(&d, qkv, plus);
+        for (int64_t k = 0; k < nctx; k++)
+            lm += plus[k] * dctx[k];
+        qkv[i] = x0;
+        fd[i] = (float)((lp - lm) / (2.0 * (double)hstep));
+    }
+    check_tensor_close(explicit_mask ? "attention_bwd (mask)" : "attention_bwd (causal)", dqkv, fd,
+                       nqkv, 2e-3, 2e-4);
+    free(qkv); free(ctx); free(probs); free(wa); free(wb); free(dctx); free(dqkv); free(keep);
+    free(want); free(plus); free(wantf); free(fd);
+    mc_backend_free(be);
+}
+
+int main(void)
+{
+    test_unsupported_dtype_stops(); /* forks: before any OpenMP thread exists */
+    test_tables();
+    test_create();
+    test_buffers();
+    test_attention(false);
+    test_attention(true);
+    return test_summary("test_backend_tables");
+}
