@@ -2,7 +2,7 @@
  * megatron/training/arguments.py:validate_args and
  * megatron/core/transformer/transformer_config.py:TransformerConfig.__post_init__ that concern
  * the model. Messages name options in their command-line spelling. */
-#include "megatron/gpt.h"
+#include "megatron/transformer_config.h"
 
 #include <math.h>
 

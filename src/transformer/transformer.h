@@ -8,7 +8,7 @@
 #define MC_TRANSFORMER_H
 
 #include "backend/backend.h"
-#include "megatron/gpt.h"
+#include "megatron/transformer_config.h"
 #include "tensor_parallel/tensor_parallel.h"
 
 /* Sizes derived from a validated config; _l = this tensor-parallel rank's share. */

@@ -1,0 +1,102 @@
+/* The model configuration: the counterpart of megatron/core/transformer/transformer_config.py
+ * (TransformerConfig) plus the GPTModel arguments, in the transformer layer so that the layer
+ * code reads it without reaching up into models/ (docs/layers.md). megatron/gpt.h includes it. */
+#ifndef MEGATRON_TRANSFORMER_CONFIG_H
+#define MEGATRON_TRANSFORMER_CONFIG_H
+
+#include "megatron.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mc_normalization { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM };
+enum mc_position_embedding { MC_POS_LEARNED_ABSOLUTE = 0, MC_POS_ROPE, MC_POS_NONE };
+/* Non-gated MLP activation. MC_ACT_GELU_TANH is Megatron's default fused bias-GELU (tanh
+ * approximation, constant 0.79788456); MC_ACT_GELU_ERF is --no-bias-gelu-fusion. SwiGLU is
+ * MC_ACT_SWIGLU (gated: fc1 is [gate; up], output silu(gate) * up). */
+enum mc_activation { MC_ACT_GELU_TANH = 0, MC_ACT_GELU_ERF, MC_ACT_SWIGLU, MC_ACT_SQUARED_RELU };
+
+/* TransformerConfig + the GPTModel arguments. Field names follow Megatron's config fields.
+ * Zero in a "0 = derived" field takes Megatron's default. Fill with mc_gpt_config_default(). */
+struct mc_gpt_config {
+    int64_t num_layers;
+    int64_t hidden_size;
+    int64_t num_attention_heads;
+    int64_t num_query_groups;        /* 0 = num_attention_heads (no GQA) */
+    int64_t kv_channels;             /* 0 = hidden_size / num_attention_heads */
+    int64_t ffn_hidden_size;         /* 0 = 4 * hidden_size; with SwiGLU int(8h/3 / 64) * 64
+                                        (validate_args' rule, e.g. 768 -> 2048, 4096 -> 10880) */
+    int64_t vocab_size;              /* the tokenizer's vocabulary (unpadded) */
+    int64_t padded_vocab_size;       /* 0 = pad with make_vocab_size_divisible_by * tp */
+    int64_t make_vocab_size_divisible_by; /* 128 */
+    int64_t max_position_embeddings; /* learned_absolute table size; >= seq_length; 0 with
+                                        RoPE/none = seq_length */
+    int64_t seq_length;              /* the longest sequence forward() will see */
+    int64_t micro_batch_size;        /* the largest micro-batch forward() will see */
+
+    enum mc_normalization normalization;
+    float norm_epsilon;              /* 1e-5 */
+    bool layernorm_zero_centered_gamma; /* --apply-layernorm-1p: norms scale by (1 + weight), the
+                                           weight initialized to 0 (TE / FusedLayerNorm) */
+    enum mc_position_embedding position_embedding_type;
+    float rotary_percent;            /* 1.0 */
+    float rotary_base;               /* 10000 */
+    bool rotary_interleaved;
+    bool use_rope_scaling;           /* Llama 3.x: factor, low 1, high 4, old context 8192 */
+    float rope_scaling_factor;       /* 8.0 */
+    /* MindSpeed-LLM's --rope-scaling-type llama3 constants; 0 = Megatron's fixed 1 / 4 / 8192 */
+    float rope_low_freq_factor, rope_high_freq_factor, rope_original_max_position;
+    enum mc_activation activation;
+    bool add_bias_linear;            /* true */
+    bool add_qkv_bias;               /* false; true re-adds only the QKV bias */
+    bool apply_query_key_layer_scaling;
+    bool attention_softmax_in_fp32;
+    bool untie_embeddings_and_output_weights;
+    bool fp32_residual_connection;
+    float hidden_dropout;            /* 0.1 */
+    float attention_dropout;         /* 0.1 */
+    float init_method_std;           /* 0.02 */
+    uint64_t seed;                   /* 1234: init and dropout streams */
+    enum mc_dtype params_dtype;      /* MC_DTYPE_F32 now; bf16/fp16 arrive with mixed precision */
+
+    int tensor_model_parallel_size;  /* 1 */
+    int tensor_model_parallel_rank;  /* 0 */
+    /* --sequence-parallel (needs tensor_model_parallel_size > 1 and seq_length divisible by
+     * it): activations outside the tensor-parallel regions (norms, dropout, residuals, pipeline
+     * messages) are this rank's [s/tp, b, h] shard of the sequence; the column-parallel linears
+     * all-gather it, the row-parallel linears reduce-scatter back. The norm weights and the
+     * row-parallel biases (mc_param_view.sequence_parallel) then need their grads summed over
+     * the tensor-parallel group: mc_gpt_sequence_parallel_grad_sync. */
+    bool sequence_parallel;
+    /* Pipeline stage of this model: stage r holds layers [r L/pp, (r+1) L/pp) (named from 0 as
+     * in Megatron's per-stage state dicts), the first stage the embeddings, the last the final
+     * norm, output layer and loss. 0 = 1 (no pipeline). */
+    int pipeline_model_parallel_size;
+    int pipeline_model_parallel_rank;
+    /* Interleaved pipelining (--num-virtual-stages-per-pipeline-rank V): this model is chunk
+     * `virtual_pipeline_model_parallel_rank` of the V chunks of its stage, i.e. virtual stage
+     * v * pp + r of pp * V, holding layers [(v pp + r) L/(pp V), ... + L/(pp V)) (named from 0,
+     * as in Megatron's model<v> state dicts). Only the first virtual stage has the embeddings,
+     * only the last the final norm, output layer and loss. 0 = no interleaving (one chunk). */
+    int virtual_pipeline_model_parallel_size;
+    int virtual_pipeline_model_parallel_rank;
+};
+
+/* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */
+MC_API void mc_gpt_config_default(struct mc_gpt_config *cfg);
+/* Fills derived fields (query groups, kv channels, ffn, padded vocab) and checks every rule
+ * Megatron's validate_args / TransformerConfig.__post_init__ would; MC_ERR_CONFIG with a message
+ * naming the option (as its command-line spelling) otherwise. Called by mc_gpt_model_init.
+ * Like validate_args it also sets add_qkv_bias when add_bias_linear, and
+ * attention_softmax_in_fp32 under apply_query_key_layer_scaling. MC_ACT_GELU_TANH (the fused
+ * bias-GELU) without add_bias_linear is refused as TransformerConfig does (the CLI maps
+ * --disable-bias-linear to MC_ACT_GELU_ERF first, as validate_args does). Non-fp32
+ * params_dtype is MC_ERR_UNSUPPORTED. */
+MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEGATRON_TRANSFORMER_CONFIG_H */
