@@ -318,8 +318,7 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
     sl->ids_sf = carve(cv, T, sizeof(int64_t));
     sl->pos_sf = carve(cv, T, sizeof(int64_t));
     sl->labels_sf = carve(cv, T, sizeof(int64_t));
-    /* one slot keeps the caller's mask pointer (valid until backward, as before slots) */
-    sl->mask_copy = m->n_slots > 1 ? carve(cv, d->b_max * d->s_max * d->s_max, B) : NULL;
+    sl->mask_copy = carve(cv, d->b_max * d->s_max * d->s_max, B); /* host masks copied in */
 }
 
 /* The scratch shared by all slots, then the slots. */
@@ -377,6 +376,20 @@ static struct mc_gpt_slot *alloc_slots(int n, int64_t L)
     return slots;
 }
 
+/* The RoPE cos/sin tables, computed in host memory and copied into the activation block. */
+static mc_status rope_tables_to_backend(struct mc_gpt_model *m)
+{
+    size_t n = (size_t)(m->dims.s_max * m->dims.rot_dim), bytes = n * sizeof(float);
+    float *h = mc_alloc(2 * bytes);
+    if (!h)
+        return mc_error(MC_ERR_NOMEM, "RoPE tables: no host memory (%zu bytes)", 2 * bytes);
+    mc_tfm_rope_tables(h, h + n, &m->cfg, m->dims.rot_dim, m->dims.s_max);
+    m->be->ops->copy_to_backend(m->be, m->rope_cos, h, bytes);
+    m->be->ops->copy_to_backend(m->be, m->rope_sin, h + n, bytes);
+    mc_free(h);
+    return MC_OK;
+}
+
 /* (Re)builds the activation block for n slots; on failure the model keeps its old block. */
 static mc_status build_act_block(struct mc_gpt_model *m, int n)
 {
@@ -403,9 +416,7 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
     cv = (struct carver){block, 0};
     carve_all(m, &cv);
     m->cur = 0;
-    if (m->dims.rot_dim > 0)
-        mc_tfm_rope_tables(m->rope_cos, m->rope_sin, &m->cfg, m->dims.rot_dim, m->dims.s_max);
-    return MC_OK;
+    return m->dims.rot_dim > 0 ? rope_tables_to_backend(m) : MC_OK;
 }
 
 mc_status mc_gpt_set_activation_slots(mc_gpt_model *m, int n)
