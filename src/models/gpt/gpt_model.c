@@ -241,14 +241,22 @@ static int64_t master_row(const struct mc_gpt_model *m, const struct mc_gpt_para
     return r < half ? rank * half + r : full_half + rank * half + (r - half);
 }
 
-static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *p)
+static mc_status init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *p)
 {
     const struct mc_param_view *v = &p->view;
-    if (p->init == MC_INIT_ONE || p->init == MC_INIT_ZERO) {
-        float val = p->init == MC_INIT_ONE ? 1.0f : 0.0f;
+    if (p->init == MC_INIT_ZERO) {
+        m->be->ops->set(m->be, v->data, 0, (size_t)v->numel * sizeof(float));
+        return MC_OK;
+    }
+    if (p->init == MC_INIT_ONE) { /* ones, written in host memory and copied in */
+        float *h = mc_alloc((size_t)v->numel * sizeof(float));
+        if (!h)
+            return mc_error(MC_ERR_NOMEM, "init: no host memory for %s", p->name);
         for (int64_t i = 0; i < v->numel; i++)
-            v->data[i] = val;
-        return;
+            h[i] = 1.0f;
+        m->be->ops->copy_to_backend(m->be, v->data, h, (size_t)v->numel * sizeof(float));
+        mc_free(h);
+        return MC_OK;
     }
     float std = m->cfg.init_method_std;
     if (p->init == MC_INIT_SCALED_NORMAL)
@@ -266,6 +274,7 @@ static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *
         m->be->ops->fill_normal(m->be, MC_DTYPE_F32, v->data + r * cols, first, cols, m->cfg.seed,
                                 0xffffffffu, c3, std);
     }
+    return MC_OK;
 }
 
 /* ---- activations ------------------------------------------------------------------------ */
@@ -534,7 +543,9 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     st = MC_ERR_NOMEM;
     walk_params(m, true);
     for (int64_t i = 0; i < m->n_params; i++)
-        init_param(m, &m->params[i]);
+        if ((st = init_param(m, &m->params[i])) != MC_OK)
+            goto out_free;
+    st = MC_ERR_NOMEM;
     mark_sequence_parallel(m);
     if (build_param_set(m) != MC_OK)
         goto out_free;
