@@ -5,8 +5,9 @@ configurations (tests/training/test_engine_golden.py: GPT-2 and Llama with dropo
 sequence parallel, pipeline with virtual stages, data parallel with the distributed optimizer)
 run on it and must give bit for bit the [exact] lines and checkpoint tensors of the same runs on
 the CPU backend with MC_KERNELS=ref; rank 0 (the rank that logs info lines) must log that
-cpu-sim ran, that bytes went through its copy ops and that no block was left live. A model buffer left in host memory, or
-host data handed to an op directly, makes the run stop with the op and argument named."""
+cpu-sim ran, that bytes went through its copy ops and that no block was left live. A model
+buffer left in host memory, or host data handed to an op directly, makes the run stop with the
+op and argument named (e.g. RoPE tables left host-side: "op rope_fwd: argument cos")."""
 import os
 import re
 import sys
