@@ -107,6 +107,14 @@ static mc_status alloc_requests(mc_distopt *o)
     return MC_OK;
 }
 
+static float *zeroed(struct mc_backend *be, size_t bytes)
+{
+    float *p = be->ops->alloc(be, bytes);
+    if (p)
+        be->ops->set(be, p, 0, bytes);
+    return p;
+}
+
 static mc_status alloc_shards(mc_distopt *o)
 {
     const struct mc_pgb_map *mp = &o->map;
@@ -126,9 +134,10 @@ static mc_status alloc_shards(mc_distopt *o)
     if (alloc_requests(o))
         return MC_ERR_NOMEM;
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;
-    o->buffer = mc_calloc((size_t)mp->numel, sizeof(float));
-    o->main_grad = mc_calloc((size_t)o->shard_numel, sizeof(float));
-    o->state = mc_calloc((size_t)(blocks * o->shard_numel), sizeof(float));
+    /* backend memory, zeroed there: the scale, norm and update ops read and write them */
+    o->buffer = zeroed(o->set->be, (size_t)mp->numel * sizeof(float));
+    o->main_grad = zeroed(o->set->be, (size_t)o->shard_numel * sizeof(float));
+    o->state = zeroed(o->set->be, (size_t)(blocks * o->shard_numel) * sizeof(float));
     return o->buffer && o->main_grad && o->state ? MC_OK : MC_ERR_NOMEM;
 }
 
@@ -176,9 +185,11 @@ void mc_distopt_free(mc_distopt *o)
             mc_comm_drain(param_req(o, b));
     }
     mc_pgb_map_free(&o->map);
-    mc_free(o->buffer);
-    mc_free(o->main_grad);
-    mc_free(o->state);
+    if (o->set) {
+        o->set->be->ops->free(o->set->be, o->buffer);
+        o->set->be->ops->free(o->set->be, o->main_grad);
+        o->set->be->ops->free(o->set->be, o->state);
+    }
     mc_free(o->shard_off);
     mc_free(o->grad_req);
     mc_free(o->param_req);

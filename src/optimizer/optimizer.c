@@ -75,11 +75,14 @@ mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
     int64_t blocks = cfg->optimizer == MC_OPT_ADAM ? 2 : 1;
     for (int c = 0; c < n; c++) {
         o->set[c] = sets[c];
-        o->state[c] = mc_calloc((size_t)(blocks * sets[c]->n_elements), sizeof(float));
-        if (!o->state[c]) {
+        /* the moments are backend memory (the update op reads them), zeroed there */
+        struct mc_backend *be = sets[c]->be;
+        size_t bytes = (size_t)(blocks * sets[c]->n_elements) * sizeof(float);
+        if (!(o->state[c] = be->ops->alloc(be, bytes))) {
             mc_opt_free(o);
             return MC_ERR_NOMEM;
         }
+        be->ops->set(be, o->state[c], 0, bytes);
     }
     *out = o;
     return MC_OK;
@@ -96,7 +99,8 @@ void mc_opt_free(mc_optimizer *o)
     if (!o)
         return;
     for (int c = 0; o->state && c < o->n_chunks; c++)
-        mc_free(o->state[c]);
+        if (o->state[c])
+            o->set[c]->be->ops->free(o->set[c]->be, o->state[c]);
     mc_free(o->state);
     mc_free(o->set);
     mc_free(o);

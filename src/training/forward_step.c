@@ -156,12 +156,16 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const f
     return st;
 }
 
-/* loss_func: the sum of the masked per-token losses and the token count of the batch held */
+/* loss_func: the sum of the masked per-token losses and the token count of the batch held.
+ * The host loss (the model's output) and loss mask enter the backend through its copy op. */
 static void pp_masked_loss(const struct trainer *t, double *num, double *den)
 {
     const struct mc_micro_batch *mb = &t->d.batch;
-    t->m.be->ops->masked_loss(t->m.be, MC_DTYPE_F32, num, den, t->d.loss, mb->loss_mask,
-                              mb->b * mb->s);
+    struct mc_backend *be = t->m.be;
+    size_t bytes = (size_t)(mb->b * mb->s) * sizeof(float);
+    be->ops->copy_to_backend(be, t->d.loss_be, t->d.loss, bytes);
+    be->ops->copy_to_backend(be, t->d.mask_be, mb->loss_mask, bytes);
+    be->ops->masked_loss(be, MC_DTYPE_F32, num, den, t->d.loss_be, t->d.mask_be, mb->b * mb->s);
 }
 
 static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *input,
@@ -201,8 +205,11 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float 
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
         float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
-        t->m.be->ops->masked_loss_bwd(t->m.be, t->d.dloss, t->d.batch.loss_mask, scale,
-                                      t->d.batch.b * t->d.batch.s);
+        /* mask_be holds this micro-batch's mask (pp_masked_loss); dloss leaves for the host */
+        int64_t n = t->d.batch.b * t->d.batch.s;
+        t->m.be->ops->masked_loss_bwd(t->m.be, t->d.dloss_be, t->d.mask_be, scale, n);
+        t->m.be->ops->copy_to_host(t->m.be, t->d.dloss, t->d.dloss_be,
+                                   (size_t)n * sizeof(float));
         st = mc_gpt_backward(m, t->d.dloss);
     } else {
         st = mc_gpt_backward_stage(m, output_grad);

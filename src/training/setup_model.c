@@ -229,6 +229,13 @@ static mc_status pp_setup(struct trainer *t)
                               "embedding-group word-embedding weight all-reduce");
 }
 
+/* MC_BACKEND names the backend (backend.h: cpu, cpu-ref, cpu-sim); unset or empty: "cpu". */
+static const char *backend_name(void)
+{
+    const char *e = getenv("MC_BACKEND");
+    return e && *e ? e : NULL;
+}
+
 mc_status mc_train_build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -243,7 +250,7 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
     c.virtual_pipeline_model_parallel_size = vpp ? t->m.vp : 0;
     int64_t n_params = 0;
     if (!st)
-        st = mc_backend_create(NULL, &t->m.be);
+        st = mc_backend_create(backend_name(), &t->m.be);
     /* get_model: one model per chunk, built with the virtual rank set to the chunk */
     for (int v = 0; v < t->m.vp && !st; v++) {
         c.virtual_pipeline_model_parallel_rank = v;

@@ -68,7 +68,8 @@ struct trainer_data {
     struct mc_microbatches mb;
     mc_train_data *data;
     struct mc_micro_batch batch;
-    float *loss, *dloss;          /* [mbs * seq] */
+    float *loss, *dloss;          /* [mbs * seq], host: the model's loss out and dloss in */
+    float *loss_be, *dloss_be, *mask_be; /* the same in backend memory, for the loss ops */
     int64_t mbs, seq, gbs;
     int64_t consumed_train, consumed_valid;
 };

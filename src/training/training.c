@@ -322,7 +322,13 @@ static mc_status setup(struct trainer *t)
         return st;
     t->d.loss = mc_alloc((size_t)(t->d.mbs * t->d.seq) * sizeof(float));
     t->d.dloss = mc_alloc((size_t)(t->d.mbs * t->d.seq) * sizeof(float));
-    return t->d.loss && t->d.dloss ? MC_OK : MC_ERR_NOMEM;
+    struct mc_backend *be = t->m.be;
+    size_t bytes = (size_t)(t->d.mbs * t->d.seq) * sizeof(float);
+    t->d.loss_be = be->ops->alloc(be, bytes);
+    t->d.dloss_be = be->ops->alloc(be, bytes);
+    t->d.mask_be = be->ops->alloc(be, bytes);
+    return t->d.loss && t->d.dloss && t->d.loss_be && t->d.dloss_be && t->d.mask_be
+               ? MC_OK : MC_ERR_NOMEM;
 }
 
 static void teardown(struct trainer *t)
@@ -330,6 +336,11 @@ static void teardown(struct trainer *t)
     mc_pp_group_free(t->pp.embedding_group);
     mc_pp_schedule_free(&t->pp.pipe);
     mc_pp_interleaved_free(&t->pp.vpipe);
+    if (t->m.be) {
+        t->m.be->ops->free(t->m.be, t->d.mask_be);
+        t->m.be->ops->free(t->m.be, t->d.dloss_be);
+        t->m.be->ops->free(t->m.be, t->d.loss_be);
+    }
     mc_free(t->d.dloss);
     mc_free(t->d.loss);
     mc_micro_batch_free(&t->d.batch);

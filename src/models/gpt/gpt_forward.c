@@ -66,6 +66,49 @@ static void to_seq_first(int64_t *dst, const int64_t *src, int64_t b, int64_t s)
             dst[si * b + bi] = src[bi * s + si];
 }
 
+/* Host ids [b, s] (NULL: the positions t / b) into the backend buffer dst [s, b]: reordered in
+ * host memory, then one copy_to_backend (the buffers are backend memory, not host). */
+static mc_status ids_to_backend(struct mc_gpt_model *m, int64_t *dst, const int64_t *src,
+                                int64_t b, int64_t s)
+{
+    int64_t T = b * s, *h = mc_alloc((size_t)T * sizeof(*h));
+    if (!h)
+        return mc_error(MC_ERR_NOMEM, "forward: no host memory to stage %lld ids", (long long)T);
+    if (src)
+        to_seq_first(h, src, b, s);
+    else
+        for (int64_t t = 0; t < T; t++)
+            h[t] = t / b;
+    m->be->ops->copy_to_backend(m->be, dst, h, (size_t)T * sizeof(*h));
+    mc_free(h);
+    return MC_OK;
+}
+
+/* Per-token floats between host [b, s] and backend [s, b], staged in host memory: with out,
+ * the backend buffer is copied out and reordered into it; else in is reordered and copied in. */
+static mc_status tokens_f32(struct mc_gpt_model *m, float *out, const float *in, float *dev,
+                            int64_t b, int64_t s)
+{
+    bool to_host = out != NULL;
+    float *h = mc_alloc((size_t)(b * s) * sizeof(*h));
+    if (!h)
+        return mc_error(MC_ERR_NOMEM, "no host memory to stage %lld per-token values",
+                        (long long)(b * s));
+    if (to_host)
+        m->be->ops->copy_to_host(m->be, h, dev, (size_t)(b * s) * sizeof(*h));
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t si = 0; si < s; si++) {
+            if (to_host)
+                out[bi * s + si] = h[si * b + bi];
+            else
+                h[si * b + bi] = in[bi * s + si];
+        }
+    if (!to_host)
+        m->be->ops->copy_to_backend(m->be, dev, h, (size_t)(b * s) * sizeof(*h));
+    mc_free(h);
+    return MC_OK;
+}
+
 /* The call context of the forward held in slot sl (its shapes, mask and dropout stream). */
 static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_slot *sl)
 {
@@ -152,17 +195,14 @@ static mc_status head_forward(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
     hook("output_layer.output", sl->logits, s, b, d->V_l);
     if (!batch->labels)
         return MC_OK;
-    to_seq_first(sl->labels_sf, batch->labels, b, s);
+    if ((st = ids_to_backend(m, sl->labels_sf, batch->labels, b, s)) != MC_OK)
+        return st;
     if ((st = mc_tp_cross_entropy_forward(m->be, &m->tp, m->loss_sf, sl->xent_max,
                                           sl->xent_sumexp, m->xent_target, sl->logits,
                                           sl->labels_sf, T,
                                           d->V_l)) != MC_OK)
         return st;
-    if (loss)
-        for (int64_t bi = 0; bi < b; bi++)
-            for (int64_t si = 0; si < s; si++)
-                loss[bi * s + si] = m->loss_sf[si * b + bi];
-    return MC_OK;
+    return loss ? tokens_f32(m, loss, NULL, m->loss_sf, b, s) : MC_OK;
 }
 
 mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
@@ -180,11 +220,11 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
                         "(this is stage %d of %d)", m->cfg.pipeline_model_parallel_rank,
                         m->cfg.pipeline_model_parallel_size);
     const struct mc_tfm_dims *d = &m->dims;
-    int64_t b = batch->b, s = batch->s, T = b * s;
+    int64_t b = batch->b, s = batch->s;
     sl->b = b;
     sl->s = s;
     sl->mask = batch->attention_mask;
-    if (sl->mask && sl->mask_copy) { /* the caller's buffer may hold another micro-batch later */
+    if (sl->mask) { /* host memory, and the caller's buffer may hold another micro-batch later */
         m->be->ops->copy_to_backend(m->be, sl->mask_copy, sl->mask, (size_t)(b * s * s));
         sl->mask = sl->mask_copy;
     }
@@ -198,15 +238,9 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     if (d->first_stage) {
         if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, 0))) != MC_OK)
             return st;
-        to_seq_first(sl->ids_sf, batch->tokens, b, s);
-        if (m->pos_w) {
-            if (batch->position_ids) {
-                to_seq_first(sl->pos_sf, batch->position_ids, b, s);
-            } else {
-                for (int64_t t = 0; t < T; t++)
-                    sl->pos_sf[t] = t / b;
-            }
-        }
+        if ((st = ids_to_backend(m, sl->ids_sf, batch->tokens, b, s)) != MC_OK ||
+            (m->pos_w && (st = ids_to_backend(m, sl->pos_sf, batch->position_ids, b, s))))
+            return st;
         if ((st = embed(m, sl, &c, x0)) != MC_OK)
             return st;
         hook("embedding.output", x0, c.T_sp / b, b, d->h);
@@ -281,9 +315,8 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
     struct mc_tfm_ctx c = make_ctx(m, sl);
     int64_t b = c.b, s = c.s, T = c.T;
     mc_status st;
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t si = 0; si < s; si++)
-            m->dloss_sf[si * b + bi] = dloss[bi * s + si];
+    if ((st = tokens_f32(m, NULL, dloss, m->dloss_sf, b, s)) != MC_OK)
+        return st;
 
     mc_tp_cross_entropy_backward(m->be, &m->tp, sl->logits, sl->logits, sl->xent_max,
                                  sl->xent_sumexp, sl->labels_sf, m->dloss_sf, T, d->V_l);

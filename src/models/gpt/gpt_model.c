@@ -241,14 +241,22 @@ static int64_t master_row(const struct mc_gpt_model *m, const struct mc_gpt_para
     return r < half ? rank * half + r : full_half + rank * half + (r - half);
 }
 
-static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *p)
+static mc_status init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *p)
 {
     const struct mc_param_view *v = &p->view;
-    if (p->init == MC_INIT_ONE || p->init == MC_INIT_ZERO) {
-        float val = p->init == MC_INIT_ONE ? 1.0f : 0.0f;
+    if (p->init == MC_INIT_ZERO) {
+        m->be->ops->set(m->be, v->data, 0, (size_t)v->numel * sizeof(float));
+        return MC_OK;
+    }
+    if (p->init == MC_INIT_ONE) { /* ones, written in host memory and copied in */
+        float *h = mc_alloc((size_t)v->numel * sizeof(float));
+        if (!h)
+            return mc_error(MC_ERR_NOMEM, "init: no host memory for %s", p->name);
         for (int64_t i = 0; i < v->numel; i++)
-            v->data[i] = val;
-        return;
+            h[i] = 1.0f;
+        m->be->ops->copy_to_backend(m->be, v->data, h, (size_t)v->numel * sizeof(float));
+        mc_free(h);
+        return MC_OK;
     }
     float std = m->cfg.init_method_std;
     if (p->init == MC_INIT_SCALED_NORMAL)
@@ -266,6 +274,7 @@ static void init_param(const struct mc_gpt_model *m, const struct mc_gpt_param *
         m->be->ops->fill_normal(m->be, MC_DTYPE_F32, v->data + r * cols, first, cols, m->cfg.seed,
                                 0xffffffffu, c3, std);
     }
+    return MC_OK;
 }
 
 /* ---- activations ------------------------------------------------------------------------ */
@@ -318,8 +327,7 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
     sl->ids_sf = carve(cv, T, sizeof(int64_t));
     sl->pos_sf = carve(cv, T, sizeof(int64_t));
     sl->labels_sf = carve(cv, T, sizeof(int64_t));
-    /* one slot keeps the caller's mask pointer (valid until backward, as before slots) */
-    sl->mask_copy = m->n_slots > 1 ? carve(cv, d->b_max * d->s_max * d->s_max, B) : NULL;
+    sl->mask_copy = carve(cv, d->b_max * d->s_max * d->s_max, B); /* host masks copied in */
 }
 
 /* The scratch shared by all slots, then the slots. */
@@ -377,6 +385,20 @@ static struct mc_gpt_slot *alloc_slots(int n, int64_t L)
     return slots;
 }
 
+/* The RoPE cos/sin tables, computed in host memory and copied into the activation block. */
+static mc_status rope_tables_to_backend(struct mc_gpt_model *m)
+{
+    size_t n = (size_t)(m->dims.s_max * m->dims.rot_dim), bytes = n * sizeof(float);
+    float *h = mc_alloc(2 * bytes);
+    if (!h)
+        return mc_error(MC_ERR_NOMEM, "RoPE tables: no host memory (%zu bytes)", 2 * bytes);
+    mc_tfm_rope_tables(h, h + n, &m->cfg, m->dims.rot_dim, m->dims.s_max);
+    m->be->ops->copy_to_backend(m->be, m->rope_cos, h, bytes);
+    m->be->ops->copy_to_backend(m->be, m->rope_sin, h + n, bytes);
+    mc_free(h);
+    return MC_OK;
+}
+
 /* (Re)builds the activation block for n slots; on failure the model keeps its old block. */
 static mc_status build_act_block(struct mc_gpt_model *m, int n)
 {
@@ -403,9 +425,7 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
     cv = (struct carver){block, 0};
     carve_all(m, &cv);
     m->cur = 0;
-    if (m->dims.rot_dim > 0)
-        mc_tfm_rope_tables(m->rope_cos, m->rope_sin, &m->cfg, m->dims.rot_dim, m->dims.s_max);
-    return MC_OK;
+    return m->dims.rot_dim > 0 ? rope_tables_to_backend(m) : MC_OK;
 }
 
 mc_status mc_gpt_set_activation_slots(mc_gpt_model *m, int n)
@@ -523,7 +543,9 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     st = MC_ERR_NOMEM;
     walk_params(m, true);
     for (int64_t i = 0; i < m->n_params; i++)
-        init_param(m, &m->params[i]);
+        if ((st = init_param(m, &m->params[i])) != MC_OK)
+            goto out_free;
+    st = MC_ERR_NOMEM;
     mark_sequence_parallel(m);
     if (build_param_set(m) != MC_OK)
         goto out_free;

@@ -160,6 +160,52 @@ static void test_unsupported_dtype_stops(void)
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
 }
 
+/* cpu-sim takes only its own memory: in a child (stderr to a pipe), an op on the inside of a
+ * live block runs, then the op given `which` (0: a host array, 1: one past the block's end,
+ * 2: a freed block) stops the process with the op and argument named. */
+static void sim_child(int which, int fd)
+{
+    dup2(fd, 2);
+    struct mc_backend *be;
+    if (mc_backend_create("cpu-sim", &be) != MC_OK)
+        _exit(3);
+    float host[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *a = be->ops->alloc(be, sizeof host), *dead = be->ops->alloc(be, sizeof host);
+    be->ops->copy_to_backend(be, a, host, sizeof host);
+    be->ops->scale(be, MC_DTYPE_F32, a + 4, 2.0f, 4); /* inside a block: runs */
+    be->ops->copy_to_host(be, host, a, sizeof host);
+    if (host[3] != 4.0f || host[4] != 10.0f)
+        _exit(4);
+    be->ops->free(be, dead);
+    float *bad = which == 0 ? host : which == 1 ? a + 8 : dead;
+    be->ops->scale(be, MC_DTYPE_F32, bad, 2.0f, 1);
+    _exit(0); /* reached only if the op ran */
+}
+
+static void test_sim_rejects_foreign_memory(void)
+{
+    for (int which = 0; which < 3; which++) {
+        int fds[2];
+        CHECK(pipe(fds) == 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            sim_child(which, fds[1]);
+        }
+        close(fds[1]);
+        char err[1024] = {0};
+        size_t got = 0;
+        ssize_t r;
+        while (got < sizeof err - 1 && (r = read(fds[0], err + got, sizeof err - 1 - got)) > 0)
+            got += (size_t)r;
+        close(fds[0]);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+        CHECK(strstr(err, "backend cpu-sim: op scale: argument x") != NULL);
+    }
+}
+
 /* ---- attention against its definition --------------------------------------------------- */
 
 static uint64_t rs = 0x2545F4914F6CDD1Dull;
@@ -267,6 +313,7 @@ static void test_attention(bool explicit_mask)
 int main(void)
 {
     test_unsupported_dtype_stops(); /* forks: before any OpenMP thread exists */
+    test_sim_rejects_foreign_memory();
     test_tables();
     test_create();
     test_buffers();
