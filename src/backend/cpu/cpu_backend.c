@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/half_cpu.h"
+#include "core/dtype.h"
 
 #include "core/rng.h"
 
@@ -463,49 +464,39 @@ static void cpu_embedding_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, 
     }
 }
 
-/* 16 bits: the fp32 kernel on a widened copy of only the rows the tokens touch (the others
- * would come back unchanged), then those rows rounded: dw = round(dw + sum of dy). */
+/* 16 bits: each token's row is added with its own rounding, in token order, dw[id] =
+ * round(dw[id] + dy[t]): torch's CPU embedding backward on 16-bit tensors (an index_add into a
+ * zeroed 16-bit grad), so a row used by several tokens is not one rounding of their sum. Column
+ * blocks have one owner each, so the result does not depend on the thread count. */
 static void cpu_embedding_bwd(struct mc_backend *be, enum mc_dtype dt, void *dw, const void *dy,
                               const int64_t *ids, int64_t n, int64_t h, int64_t vocab_start,
                               int64_t vocab_local)
 {
-    const char *op = "embedding_bwd";
-    need_op_dt(dt, op);
+    need_op_dt(dt, "embedding_bwd");
     if (dt == MC_DTYPE_F32) {
         K(be)->embedding_bwd(dw, dy, ids, n, h, vocab_start, vocab_local);
         return;
     }
-    int64_t *slot = mc_alloc((size_t)(vocab_local > 0 ? vocab_local : 1) * sizeof(int64_t));
-    int64_t *rows = mc_alloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    int64_t *sid = mc_alloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-    if (!slot || !rows || !sid) {
-        mc_log(MC_LOG_ERROR, "backend cpu: op %s: out of memory", op);
-        abort();
-    }
-    for (int64_t v = 0; v < vocab_local; v++)
-        slot[v] = -1;
-    int64_t m = 0;
-    for (int64_t t = 0; t < n; t++) {
-        int64_t id = ids[t] - vocab_start;
-        if (id < 0 || id >= vocab_local) {
-            sid[t] = -1; /* outside the compact range: the kernel skips it */
-            continue;
+    enum { BLK = 64 };
+    uint16_t *w = dw;
+    const uint16_t *g = dy;
+    bool bf = dt == MC_DTYPE_BF16;
+    int64_t nblk = (h + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t j0 = blk * BLK, j1 = j0 + BLK < h ? j0 + BLK : h;
+        for (int64_t t = 0; t < n; t++) {
+            int64_t id = ids[t] - vocab_start;
+            if (id < 0 || id >= vocab_local)
+                continue;
+            for (int64_t j = j0; j < j1; j++) {
+                uint16_t *o = &w[id * h + j];
+                float v = bf ? mc_bf16_to_f32(*o) + mc_bf16_to_f32(g[t * h + j])
+                             : mc_f16_to_f32(*o) + mc_f16_to_f32(g[t * h + j]);
+                *o = bf ? mc_f32_to_bf16(v) : mc_f32_to_f16(v);
+            }
         }
-        if (slot[id] < 0) {
-            slot[id] = m;
-            rows[m++] = id;
-        }
-        sid[t] = slot[id];
     }
-    float *wf = mc_cpu_scratch(m * h, op), *dyf = W(dy, dt, n * h);
-    size_t es = mc_dtype_size(dt);
-    for (int64_t r = 0; r < m; r++)
-        K(be)->convert(wf + r * h, MC_DTYPE_F32, (const char *)dw + (size_t)(rows[r] * h) * es,
-                       dt, h);
-    K(be)->embedding_bwd(wf, dyf, sid, n, h, 0, m);
-    for (int64_t r = 0; r < m; r++)
-        K(be)->convert((char *)dw + (size_t)(rows[r] * h) * es, dt, wf + r * h, MC_DTYPE_F32, h);
-    mc_free(wf); mc_free(dyf); mc_free(slot); mc_free(rows); mc_free(sid);
 }
 
 /* Cross-entropy on 16-bit logits: rows are independent, so they are widened a block of rows at

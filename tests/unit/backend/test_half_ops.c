@@ -1,7 +1,8 @@
 /* Every op of the CPU backends in BF16 and F16 against its definition (backend.h): widen the
  * 16-bit inputs (exact), run the same backend's fp32 op, round each output once with
- * core/dtype.c; parameter grads (norm dw/db, bias_grad, embedding_bwd) keep the ADD rule from a
- * non-zero start. Run on cpu-ref and cpu-sim (whose fp32 GEMM is the triple loop, so the bits
+ * core/dtype.c; parameter grads (norm dw/db, bias_grad) keep the ADD rule from a non-zero
+ * start; embedding_bwd rounds after each token's add, in token order (torch's 16-bit embedding
+ * backward). Run on cpu-ref and cpu-sim (whose fp32 GEMM is the triple loop, so the bits
  * must match exactly) and on cpu (the library GEMM: the same check, since the 16-bit GEMM calls
  * the same fp32 GEMM; only attention is compared with a tolerance). Shapes have odd sizes,
  * strided GEMM operands, beta != 0, repeated and out-of-range embedding ids, a vocab large
@@ -286,16 +287,35 @@ static void test_embedding_xent(void)
     int64_t n = 19, h = 40, vstart = 10, vlocal = 30;
     int64_t hid[19];
     for (int i = 0; i < 19; i++)
-        hid[i] = (i * 7) % 45; /* repeats, below and above the local range */
+        hid[i] = i % 6 == 5 ? 2 : i % 4 == 3 ? 45 : 10 + (i * 5) % 7; /* repeats; out of range */
     int64_t *ids = balloc(sizeof hid);
     o->copy_to_backend(be, ids, hid, sizeof hid);
     struct pair w = mk(vlocal * h, 1), y = mk(n * h, 1), dy = mk(n * h, 1);
     o->embedding_fwd(be, MC_DTYPE_F32, y.f, w.f, ids, n, h, vstart, vlocal);
     o->embedding_fwd(be, DT, y.h, w.h, ids, n, h, vstart, vlocal);
     expect("embedding_fwd", &y);
-    o->embedding_bwd(be, MC_DTYPE_F32, w.f, dy.f, ids, n, h, vstart, vlocal);
+    /* the grad: each token's row added with its own rounding, in token order (torch's CPU
+     * embedding backward in 16 bits), built here on the host with core/dtype.c */
+    uint16_t *hw = malloc(2 * (size_t)w.n), *hg = malloc(2 * (size_t)dy.n);
+    uint16_t *got = malloc(2 * (size_t)w.n);
+    o->copy_to_host(be, hw, w.h, 2 * (size_t)w.n);
+    o->copy_to_host(be, hg, dy.h, 2 * (size_t)dy.n);
+    for (int64_t t = 0; t < n; t++) {
+        int64_t id = hid[t] - vstart;
+        if (id < 0 || id >= vlocal)
+            continue;
+        for (int64_t j = 0; j < h; j++) {
+            float v = (float)mc_dtype_get_f64(hw, DT, id * h + j) +
+                      (float)mc_dtype_get_f64(hg, DT, t * h + j);
+            mc_dtype_from_f32(hw + id * h + j, DT, &v, 1);
+        }
+    }
     o->embedding_bwd(be, DT, w.h, dy.h, ids, n, h, vstart, vlocal);
-    expect("embedding_bwd (ADD)", &w);
+    o->copy_to_host(be, got, w.h, 2 * (size_t)w.n);
+    CHECK(!memcmp(got, hw, 2 * (size_t)w.n));
+    free(hw);
+    free(hg);
+    free(got);
     /* cross-entropy: v large enough that 16-bit logits are widened in several row blocks */
     int64_t rows = 7, v = 200003, vs = 5;
     struct pair lg = mk(rows * v, 8);
