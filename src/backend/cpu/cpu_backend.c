@@ -9,12 +9,15 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/half_cpu.h"
+#include "backend/cpu/kernels/kernels_avx512.h"
 #include "core/dtype.h"
 
 #include "core/rng.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -197,6 +200,80 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
     mc_free(b);
 }
 
+/* ---- the 16-bit GEMM on the library: two ways to feed it, chosen by timing ---------------
+ * "copies": widen A and B into whole fp32 copies, gemm_blas, round C (gemm_half above);
+ * "tiles": gemm_blas_half widens per C tile (no full-size copies). Both make the same library
+ * calls on the same values, so they give the same bits (test_half_ops checks); the faster one
+ * on the first 16-bit GEMM's shape is used from then on, and the choice is logged once.
+ * MC_GEMM16=copies|tiles forces one. */
+enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES };
+static enum gemm16_path g16_path = G16_UNSET;
+static pthread_mutex_t g16_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void gemm16_run(struct mc_backend *be, enum gemm16_path p, bool ta, bool tb, int64_t M,
+                       int64_t N, int64_t K_, float alpha, const void *A, enum mc_dtype dt,
+                       int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                       enum mc_dtype c_dt, int64_t ldc)
+{
+    if (p == G16_TILES)
+        gemm_blas_half(ta, tb, M, N, K_, alpha, A, dt, lda, B, ldb, beta, C, c_dt, ldc,
+                       K(be)->convert);
+    else
+        gemm_half(be, ta, tb, M, N, K_, alpha, A, dt, lda, B, ldb, beta, C, c_dt, ldc);
+}
+
+/* The path for this process: forced by MC_GEMM16, else timed once on this call's shape (into a
+ * scratch C, twice each, the faster of each kept). */
+static enum gemm16_path gemm16_choose(struct mc_backend *be, bool ta, bool tb, int64_t M,
+                                      int64_t N, int64_t K_, const void *A, enum mc_dtype dt,
+                                      int64_t lda, const void *B, int64_t ldb,
+                                      enum mc_dtype c_dt)
+{
+    pthread_mutex_lock(&g16_lock);
+    enum gemm16_path p = __atomic_load_n(&g16_path, __ATOMIC_ACQUIRE);
+    if (p != G16_UNSET) {
+        pthread_mutex_unlock(&g16_lock);
+        return p;
+    }
+    const char *env = getenv("MC_GEMM16");
+    if (env && (!strcmp(env, "copies") || !strcmp(env, "tiles"))) {
+        p = !strcmp(env, "tiles") ? G16_TILES : G16_COPIES;
+        mc_log(MC_LOG_INFO, "16-bit GEMM: widen %s + %s (forced by MC_GEMM16)",
+               p == G16_TILES ? "per tile" : "to fp32 copies", mc_gemm_blas_name());
+    } else {
+        if (env && *env)
+            mc_log(MC_LOG_WARN, "MC_GEMM16=%s is not one of copies, tiles; choosing by timing",
+                   env);
+        void *c = mc_cpu_scratch(M * N, "gemm"); /* fp32-sized: fits either C dtype */
+        double best[3] = {1e300, 1e300, 1e300};
+        for (int rep = 0; rep < 2; rep++)
+            for (int q = G16_COPIES; q <= G16_TILES; q++) {
+                double t0 = now_ms();
+                gemm16_run(be, (enum gemm16_path)q, ta, tb, M, N, K_, 1.0f, A, dt, lda, B, ldb,
+                           0.0f, c, c_dt, N);
+                double t = now_ms() - t0;
+                best[q] = t < best[q] ? t : best[q];
+            }
+        mc_free(c);
+        p = best[G16_TILES] < best[G16_COPIES] ? G16_TILES : G16_COPIES;
+        mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to "
+               "fp32 copies %.2f ms, widen per tile %.2f ms (+ %s); using %s", mc_dtype_name(dt),
+               mc_dtype_name(c_dt), (long long)M, (long long)N, (long long)K_, be->n_threads,
+               best[G16_COPIES], best[G16_TILES], mc_gemm_blas_name(),
+               p == G16_TILES ? "per tile" : "copies");
+    }
+    __atomic_store_n(&g16_path, p, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g16_lock);
+    return p;
+}
+
 static bool gemm_types_ok(enum mc_dtype a, enum mc_dtype b, enum mc_dtype c, enum mc_dtype comp)
 {
     if (comp != MC_DTYPE_F32 || a != b)
@@ -217,10 +294,16 @@ static void cpu_gemm(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t
                mc_dtype_name(b_dt), mc_dtype_name(c_dt), mc_dtype_name(compute));
         abort();
     }
-    if (a_dt == MC_DTYPE_F32)
+    if (a_dt == MC_DTYPE_F32) {
         K(be)->gemm(ta, tb, M, N, K_, alpha, A, lda, B, ldb, beta, C, ldc);
-    else
+    } else if (K(be)->gemm != gemm_blas || M <= 0 || N <= 0) {
         gemm_half(be, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);
+    } else {
+        enum gemm16_path p = __atomic_load_n(&g16_path, __ATOMIC_ACQUIRE);
+        if (p == G16_UNSET)
+            p = gemm16_choose(be, ta, tb, M, N, K_, A, a_dt, lda, B, ldb, c_dt);
+        gemm16_run(be, p, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);
+    }
 }
 
 static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *mean,
