@@ -95,6 +95,8 @@ MC_API mc_status mc_grad_scaler_init(struct mc_grad_scaler *g, const struct mc_o
  * 0; after growth_interval clean steps in a row the scale doubles and hysteresis refills.
  * The constant scaler (and none) never changes. */
 MC_API void mc_grad_scaler_update(struct mc_grad_scaler *g, bool found_inf);
+/* The loss scale (1.0 without a scaler). */
+MC_API double mc_grad_scaler_get_scale(const struct mc_grad_scaler *g);
 /* 1 / scale as Megatron's inv_scale: the float32 of the double reciprocal. */
 MC_API float mc_grad_scaler_inv_scale(const struct mc_grad_scaler *g);
 

@@ -71,6 +71,11 @@ void mc_grad_scaler_update(struct mc_grad_scaler *g, bool found_inf)
     }
 }
 
+double mc_grad_scaler_get_scale(const struct mc_grad_scaler *g)
+{
+    return g->on ? (double)g->scale : 1.0;
+}
+
 float mc_grad_scaler_inv_scale(const struct mc_grad_scaler *g)
 {
     return (float)(1.0 / (double)g->scale);
