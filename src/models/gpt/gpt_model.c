@@ -558,6 +558,48 @@ static void round_initial_params(struct mc_gpt_model *m)
                         m->n_elements);
 }
 
+/* A 16-bit model needs every op it calls in dt from its backend: refused at init, naming the
+ * op, rather than stopping the process at the first forward. */
+static mc_status check_backend_dtype(const struct mc_gpt_model *m)
+{
+    enum mc_dtype dt = m->dt, F = MC_DTYPE_F32;
+    if (dt == F)
+        return MC_OK;
+    enum mc_backend_op act = m->cfg.activation == MC_ACT_GELU_TANH ? MC_OP_GELU_TANH
+                             : m->cfg.activation == MC_ACT_GELU_ERF ? MC_OP_GELU_ERF
+                             : m->cfg.activation == MC_ACT_SWIGLU   ? MC_OP_SWIGLU
+                                                                    : MC_OP_SQUARED_RELU;
+    const struct {
+        enum mc_backend_op op;
+        const char *name;
+        int n;
+        enum mc_dtype t[4];
+    } need[] = {
+        {MC_OP_GEMM, "gemm", 4, {dt, dt, dt, F}},
+        {m->dims.layernorm ? MC_OP_LAYERNORM : MC_OP_RMSNORM, "norm", 1, {dt}},
+        {act, "MLP activation", 1, {dt}},
+        {MC_OP_BIAS_GRAD, "bias_grad", 1, {dt}},
+        {MC_OP_BIAS_DROPOUT_ADD, "bias_dropout_add", 1, {dt}},
+        {MC_OP_ATTENTION, "attention", 1, {dt}},
+        {MC_OP_EMBEDDING, "embedding", 1, {dt}},
+        {MC_OP_CROSS_ENTROPY, "cross_entropy", 1, {dt}},
+        {MC_OP_ROPE, "rope", 1, {dt}},
+        {MC_OP_CONVERT, "convert", 2, {dt, F}},
+        {MC_OP_CONVERT, "convert", 2, {F, dt}},
+        {MC_OP_ACCUMULATE, "accumulate", 2, {F, dt}},
+        {MC_OP_ACCUMULATE, "accumulate", 2, {dt, dt}},
+    };
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+        if (need[i].op == MC_OP_ROPE && m->dims.rot_dim == 0)
+            continue;
+        if (!m->be->ops->supports(m->be, need[i].op, need[i].t, need[i].n))
+            return mc_error(MC_ERR_UNSUPPORTED, "params dtype %s (--%s): backend %s has no %s "
+                            "op in %s yet", mc_dtype_name(dt), dt == MC_DTYPE_BF16 ? "bf16" : "fp16",
+                            m->be->name, need[i].name, mc_dtype_name(dt));
+    }
+    return MC_OK;
+}
+
 mc_status mc_gpt_model_init(const struct mc_gpt_config *cfg, mc_gpt_model **out)
 {
     return mc_gpt_model_init_backend(cfg, NULL, out);
@@ -588,6 +630,9 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     derive_dims(&m->dims, &m->cfg);
     m->dt = m->cfg.params_dtype;
     m->esize = mc_dtype_size(m->dt);
+    if ((st = check_backend_dtype(m)) != MC_OK)
+        goto out_free;
+    st = MC_ERR_NOMEM;
     m->tp = (struct mc_tp_group){m->cfg.tensor_model_parallel_size,
                                  m->cfg.tensor_model_parallel_rank, NULL,
                                  m->cfg.sequence_parallel, m->dt, m->be, NULL, NULL};
