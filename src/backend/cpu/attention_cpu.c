@@ -268,10 +268,10 @@ static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_
         k->gemm(false, false, s, hn, s, 1.0f, sf + i * ss, s, hp.v, hp.ld, 0.0f, c, hn);
         store_head(d->dt, (uint16_t *)ctx + bi * d->ctx_ld + hl * hn, d->b * d->ctx_ld, c, s,
                    hn);
-        mc_free(c);
+        mc_cpu_release(c);
     }
-    mc_free(qf);
-    mc_free(sf);
+    mc_cpu_release(qf);
+    mc_cpu_release(sf);
 }
 
 /* acc += x over n in fp32 (the first head: acc = x); rounded once when stored */
@@ -325,8 +325,8 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
         }
         struct head_offs dh = head_offs(d, bi, g * per_group);
         store_head(d->dt, dq16 + dh.v, dh.ld, acc, s, hn);
-        mc_free(tmp);
-        mc_free(acc);
+        mc_cpu_release(tmp);
+        mc_cpu_release(acc);
     }
     round_inplace(d->dt, dp, nbh * ss); /* dprobs (bmm output) in 16 bits */
     if (d->dropout > 0.0f)
@@ -359,11 +359,11 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
         }
         struct head_offs dh = head_offs(d, bi, g * per_group);
         store_head(d->dt, dq16 + dh.k, dh.ld, acc, s, hn);
-        mc_free(tmp);
-        mc_free(acc);
+        mc_cpu_release(tmp);
+        mc_cpu_release(acc);
     }
-    mc_free(qf);
-    mc_free(dcf);
-    mc_free(pd);
-    mc_free(dp);
+    mc_cpu_release(qf);
+    mc_cpu_release(dcf);
+    mc_cpu_release(pd);
+    mc_cpu_release(dp);
 }

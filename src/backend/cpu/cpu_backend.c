@@ -194,10 +194,10 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
             copy_c(be, C, c_dt, ldc, c, M, N, false);
         K(be)->gemm(ta, tb, M, N, K_, alpha, a, ac, b, bc, beta, c, N);
         copy_c(be, C, c_dt, ldc, c, M, N, true);
-        mc_free(c);
+        mc_cpu_release(c);
     }
-    mc_free(a);
-    mc_free(b);
+    mc_cpu_release(a);
+    mc_cpu_release(b);
 }
 
 /* ---- the 16-bit GEMM on the library: two ways to feed it, chosen by timing ---------------
@@ -261,7 +261,7 @@ static enum gemm16_path gemm16_choose(struct mc_backend *be, bool ta, bool tb, i
                 double t = now_ms() - t0;
                 best[q] = t < best[q] ? t : best[q];
             }
-        mc_free(c);
+        mc_cpu_release(c);
         p = best[G16_TILES] < best[G16_COPIES] ? G16_TILES : G16_COPIES;
         mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to "
                "fp32 copies %.2f ms, widen per tile %.2f ms (+ %s); using %s", mc_dtype_name(dt),
@@ -320,7 +320,7 @@ static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, 
     float *yf = mc_cpu_scratch(rows * h, op);
     K(be)->layernorm_fwd(yf, mean, rstd, xf, wf, bf, rows, h, eps);
     NARROW(y, dt, yf, rows * h);
-    mc_free(xf); mc_free(wf); mc_free(bf); mc_free(yf);
+    mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(bf); mc_cpu_release(yf);
 }
 
 /* dw, db: parameter grads, the ADD rule dw = round(dw + contribution). */
@@ -340,7 +340,7 @@ static void cpu_layernorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,
     NARROW(dx, dt, dxf, rows * h);
     NARROW(dw, dt, dwf, h);
     NARROW(db, dt, dbf, h);
-    mc_free(dyf); mc_free(xf); mc_free(wf); mc_free(dwf); mc_free(dbf); mc_free(dxf);
+    mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(dwf); mc_cpu_release(dbf); mc_cpu_release(dxf);
 }
 
 static void cpu_rmsnorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *rstd,
@@ -355,7 +355,7 @@ static void cpu_rmsnorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, fl
     float *xf = W(x, dt, rows * h), *wf = W(w, dt, h), *yf = mc_cpu_scratch(rows * h, op);
     K(be)->rmsnorm_fwd(yf, rstd, xf, wf, rows, h, eps);
     NARROW(y, dt, yf, rows * h);
-    mc_free(xf); mc_free(wf); mc_free(yf);
+    mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(yf);
 }
 
 static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, void *dw,
@@ -373,7 +373,7 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
     K(be)->rmsnorm_bwd(dxf, dwf, dyf, xf, wf, rstd, rows, h);
     NARROW(dx, dt, dxf, rows * h);
     NARROW(dw, dt, dwf, h);
-    mc_free(dyf); mc_free(xf); mc_free(wf); mc_free(dwf); mc_free(dxf);
+    mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(dwf); mc_cpu_release(dxf);
 }
 
 /* The activations share one shape: forward (y, x, bias), backward (dx, dy, x, bias); x and dx
@@ -393,7 +393,7 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
         float *yf = mc_cpu_scratch(rows * cols, op);                                          \
         K(be)->opn##_fwd(yf, xf, bf, rows, cols);                                             \
         NARROW(y, dt, yf, rows * cols);                                                       \
-        mc_free(xf); mc_free(bf); mc_free(yf);                                                \
+        mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(yf);                                                \
     }                                                                                         \
     static void cpu_##opn##_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,            \
                                 const void *dy, const void *x, const void *bias,              \
@@ -410,7 +410,7 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
         float *bf = W(bias, dt, xw), *dxf = mc_cpu_scratch(rows * xw, op);                    \
         K(be)->opn##_bwd(dxf, dyf, xf, bf, rows, cols);                                       \
         NARROW(dx, dt, dxf, rows * xw);                                                       \
-        mc_free(dyf); mc_free(xf); mc_free(bf); mc_free(dxf);                                 \
+        mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(dxf);                                 \
     }
 CPU_ACTIVATION(gelu_tanh, 1)
 CPU_ACTIVATION(gelu_erf, 1)
@@ -429,7 +429,7 @@ static void cpu_bias_grad(struct mc_backend *be, enum mc_dtype dt, void *db, con
     float *dyf = W(dy, dt, rows * cols), *dbf = W(db, dt, cols);
     K(be)->bias_grad(dbf, dyf, rows, cols);
     NARROW(db, dt, dbf, cols);
-    mc_free(dyf); mc_free(dbf);
+    mc_cpu_release(dyf); mc_cpu_release(dbf);
 }
 
 /* The dropout scale in a 16-bit op is rounded to the dtype first: torch's CPU dropout
@@ -459,7 +459,7 @@ static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *
     float *yf = mc_cpu_scratch(n, op);
     K(be)->bias_dropout_add(yf, xf, bf, rf, keep_mask, half_scale(be, dt, scale), rows, cols);
     NARROW(y, dt, yf, n);
-    mc_free(xf); mc_free(bf); mc_free(rf); mc_free(yf);
+    mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(rf); mc_cpu_release(yf);
 }
 
 static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void *p, int64_t bh,
@@ -475,7 +475,7 @@ static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void
     float *pf = W(p, dt, n);
     K(be)->masked_softmax_fwd(pf, bh, sq, sk, mult, mask);
     NARROW(p, dt, pf, n);
-    mc_free(pf);
+    mc_cpu_release(pf);
 }
 
 static void cpu_masked_softmax_bwd(struct mc_backend *be, enum mc_dtype dt, void *dp,
@@ -491,7 +491,7 @@ static void cpu_masked_softmax_bwd(struct mc_backend *be, enum mc_dtype dt, void
     float *dpf = W(dp, dt, n), *pf = W(p, dt, n);
     K(be)->masked_softmax_bwd(dpf, pf, bh, sq, sk, mult);
     NARROW(dp, dt, dpf, n);
-    mc_free(dpf); mc_free(pf);
+    mc_cpu_release(dpf); mc_cpu_release(pf);
 }
 
 static void cpu_rope_fwd(struct mc_backend *be, enum mc_dtype dt, void *t, const float *cos,
@@ -507,7 +507,7 @@ static void cpu_rope_fwd(struct mc_backend *be, enum mc_dtype dt, void *t, const
     float *tf = W(t, dt, s * bh * hn);
     K(be)->rope_fwd(tf, cos, sin, s, bh, hn, rot_dim, interleaved);
     NARROW(t, dt, tf, s * bh * hn);
-    mc_free(tf);
+    mc_cpu_release(tf);
 }
 
 static void cpu_rope_bwd(struct mc_backend *be, enum mc_dtype dt, void *dgrad, const float *cos,
@@ -523,7 +523,7 @@ static void cpu_rope_bwd(struct mc_backend *be, enum mc_dtype dt, void *dgrad, c
     float *gf = W(dgrad, dt, s * bh * hn);
     K(be)->rope_bwd(gf, cos, sin, s, bh, hn, rot_dim, interleaved);
     NARROW(dgrad, dt, gf, s * bh * hn);
-    mc_free(gf);
+    mc_cpu_release(gf);
 }
 
 /* 16 bits: a row copy is exact, so the rows are copied as they are. */
@@ -602,7 +602,7 @@ static void cpu_xent_max(struct mc_backend *be, enum mc_dtype dt, float *max_loc
         K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + (size_t)(r0 * v) * 2, dt, nr * v);
         K(be)->xent_max(max_local + r0, lf, nr, v);
     }
-    mc_free(lf);
+    mc_cpu_release(lf);
 }
 
 static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sumexp_local,
@@ -623,7 +623,7 @@ static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sume
         K(be)->xent_sumexp(sumexp_local + r0, target_logit + r0, lf, max + r0, target + r0, nr,
                            v, v_start);
     }
-    mc_free(lf);
+    mc_cpu_release(lf);
 }
 
 static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
@@ -646,7 +646,7 @@ static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
         K(be)->xent_bwd(lf, lf, max + r0, sumexp + r0, target + r0, dloss + r0, nr, v, v_start);
         K(be)->convert((char *)dlogits + off, dt, lf, MC_DTYPE_F32, nr * v);
     }
-    mc_free(lf);
+    mc_cpu_release(lf);
 }
 
 static double cpu_sumsq(struct mc_backend *be, enum mc_dtype dt, const void *x, int64_t n)
@@ -657,7 +657,7 @@ static double cpu_sumsq(struct mc_backend *be, enum mc_dtype dt, const void *x, 
         return K(be)->sumsq(x, n);
     float *xf = W(x, dt, n);
     double r = K(be)->sumsq(xf, n);
-    mc_free(xf);
+    mc_cpu_release(xf);
     return r;
 }
 
@@ -686,7 +686,7 @@ static void cpu_scale(struct mc_backend *be, enum mc_dtype dt, void *x, float s,
     float *xf = W(x, dt, n);
     K(be)->scale(xf, s, n);
     NARROW(x, dt, xf, n);
-    mc_free(xf);
+    mc_cpu_release(xf);
 }
 
 /* 16-bit param or grad: the step on fp32 copies (state m, v fp32), the param rounded once. */
@@ -702,10 +702,10 @@ static void cpu_adamw(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g
     K(be)->adamw(pf, m, v, gf, n, lr, b1, b2, eps, wd, t);
     if (p_dt != MC_DTYPE_F32) {
         NARROW(p, p_dt, pf, n);
-        mc_free(pf);
+        mc_cpu_release(pf);
     }
     if (g_dt != MC_DTYPE_F32)
-        mc_free(gf);
+        mc_cpu_release(gf);
 }
 
 static void cpu_sgd(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_dt, void *p,
@@ -720,10 +720,10 @@ static void cpu_sgd(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_d
     K(be)->sgd(pf, buf, gf, n, lr, momentum, wd, first_step);
     if (p_dt != MC_DTYPE_F32) {
         NARROW(p, p_dt, pf, n);
-        mc_free(pf);
+        mc_cpu_release(pf);
     }
     if (g_dt != MC_DTYPE_F32)
-        mc_free(gf);
+        mc_cpu_release(gf);
 }
 
 static void cpu_dropout_mask(struct mc_backend *be, uint8_t *keep,
@@ -745,7 +745,7 @@ static void cpu_fill_normal(struct mc_backend *be, enum mc_dtype dt, void *out, 
     float *f = mc_cpu_scratch(n, op); /* the fp32 samples, rounded once */
     mc_rng_normal_fill(f, first, n, seed, c2, c3, std);
     NARROW(out, dt, f, n);
-    mc_free(f);
+    mc_cpu_release(f);
 }
 
 static void cpu_masked_loss(struct mc_backend *be, enum mc_dtype dt, double *sum, double *count,
@@ -760,7 +760,7 @@ static void cpu_masked_loss(struct mc_backend *be, enum mc_dtype dt, double *sum
         s += (double)loss[i] * mask[i];
         d += mask[i];
     }
-    mc_free(wide);
+    mc_cpu_release(wide);
     *sum = s;
     *count = d;
 }
