@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MC_BACKEND_VERSION 2
+#define MC_BACKEND_VERSION 3
 
 struct mc_backend_ops;
 
@@ -64,6 +64,8 @@ enum mc_backend_op {
     MC_OP_DROPOUT_MASK,     /* {keep mask} (MC_DTYPE_U8) */
     MC_OP_FILL_NORMAL,      /* {out} */
     MC_OP_MASKED_LOSS,      /* {loss} */
+    MC_OP_CONVERT,          /* {dst, src}: each F32, BF16 or F16 */
+    MC_OP_ACCUMULATE,       /* {dst, src}: each F32, BF16 or F16 */
     MC_OP_COUNT
 };
 
@@ -77,7 +79,16 @@ struct mc_dropout_stream {
  * probs = softmax(where(mask, -10000, (q k^T * alpha) * mult)), dropped out, ctx = probs @ v.
  * qkv is the fused linear_qkv output [s, b, qkv_ld] (token t = s_index * b + b_index), each
  * token's row laid out per key/value group: [heads/groups query heads | k | v], hn each; query
- * head i uses the k and v of its group (GQA). ctx [s, b, ctx_ld] holds head i at column i*hn. */
+ * head i uses the k and v of its group (GQA). ctx [s, b, ctx_ld] holds head i at column i*hn.
+ * 16-bit dt: the rounding points of DotProductAttention on 16-bit tensors (fp32 accumulation in
+ * every bmm): scores = round(alpha q k^T) (baddbmm), softmax in fp32 of the widened scores,
+ * probs rounded, dropout on the 16-bit probs (keep ? round(p * round(1/(1-p_drop))) : 0, torch's
+ * CPU dropout noise tensor), ctx = round(probs @ v). Backward: dprobs = round(dctx v^T),
+ * dv = round(probs^T dctx) per head, dropout's mask and scale again with one rounding, softmax
+ * backward in fp32 with one rounding, dq = round(round(dscores k) * alpha) (autograd's baddbmm
+ * backward multiplies the bmm output by alpha; once when alpha is 1), dk likewise; the dk and
+ * dv of a group's query heads are added in head order with a rounding after each add (the
+ * backward of torch 1.13's repeat_interleave, an index_add on 16-bit values). */
 struct mc_attention_desc {
     enum mc_dtype dt;                /* qkv, probs, ctx and their grads */
     int64_t b, s;                    /* batch rows; sequence length (queries = keys) */
@@ -90,8 +101,12 @@ struct mc_attention_desc {
     struct mc_dropout_stream rng;    /* the site's stream; element (b_index, global head,
                                       * query, key) of the [b, heads_total, s, s] probs */
     int64_t heads_total, head_first; /* global head count; this rank's first head */
+    bool softmax_in_fp32;            /* 16-bit dt only: Megatron's --attention-softmax-in-fp32
+                                      * (forced by query-key layer scaling): the softmax backward
+                                      * reads the fp32 probs (recomputed) instead of the 16-bit
+                                      * ones. The forward is the same bits either way. */
 };
-/* Work buffers of the attention ops, each [b, heads, s, s] (backend memory). */
+/* Work buffers of the attention ops, each [b, heads, s, s] elements of d->dt (backend memory). */
 struct mc_attention_work {
     void *a, *b;
     uint8_t *keep;
@@ -115,6 +130,14 @@ struct mc_backend_ops {
     void (*copy)(struct mc_backend *be, void *dst, const void *src, size_t bytes);
     void (*set)(struct mc_backend *be, void *dst, int byte, size_t bytes); /* memset */
     void (*sync)(struct mc_backend *be);
+
+    /* ---- dtype conversion (mixed precision: main params and grads in fp32) ---- */
+    /* dst[i] = src[i] converted (16-bit outputs rounded to nearest even; widening exact). */
+    void (*convert)(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
+                    enum mc_dtype src_dt, int64_t n);
+    /* dst[i] = round_dst(float(dst[i]) + float(src[i])): main_grad += param.grad. */
+    void (*accumulate)(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
+                       enum mc_dtype src_dt, int64_t n);
 
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T (ta/tb); lda/ldb/ldc are
      * the row strides of the stored matrices, in elements. beta == 0 ignores C's old contents
