@@ -117,7 +117,7 @@ static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
                "checkpoints are read, not yet written)" : "");
 }
 
-/* --bf16 / --fp16 train (Megatron's Float16OptimizerWithFloat16Params, docs/mixed-precision.md);
+/* --bf16 / --fp16 train (Megatron's Float16OptimizerWithFloat16Params, docs/loss-scaling.md);
  * what Megatron offers around them and megatron.c does not do yet is refused by name. */
 static void precision(const struct mc_args *a, struct mc_refusals *r)
 {
