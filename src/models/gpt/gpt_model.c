@@ -486,7 +486,8 @@ static mc_status build_param_set(struct mc_gpt_model *m)
                                               is_shared_embedding(m, &m->params[i])};
     m->pset = (struct mc_param_set){
         .n_params = m->n_params, .params = m->pset_params, .n_elements = m->n_elements,
-        .param_block = m->param_block, .grad_block = m->grad_block, .be = m->be,
+        .param_block = m->param_block, .grad_block = m->grad_block,
+        .compute_dtype = m->dt, .compute_block = m->compute_block, .be = m->be,
         .tp_size = m->tp.size, .tp_rank = m->tp.rank,
         .pp_size = m->cfg.pipeline_model_parallel_size, .tp_comm = m->tp.comm,
         .mp_comm_setter = "mc_gpt_set_mp_comm"};
