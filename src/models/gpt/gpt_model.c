@@ -595,8 +595,9 @@ static mc_status check_backend_dtype(const struct mc_gpt_model *m)
             continue;
         if (!m->be->ops->supports(m->be, need[i].op, need[i].t, need[i].n))
             return mc_error(MC_ERR_UNSUPPORTED, "params dtype %s (--%s): backend %s has no %s "
-                            "op in %s yet", mc_dtype_name(dt), dt == MC_DTYPE_BF16 ? "bf16" : "fp16",
-                            m->be->name, need[i].name, mc_dtype_name(dt));
+                            "op in %s yet", mc_dtype_name(dt),
+                            dt == MC_DTYPE_BF16 ? "bf16" : "fp16", m->be->name, need[i].name,
+                            mc_dtype_name(dt));
     }
     return MC_OK;
 }
