@@ -76,6 +76,14 @@ static void *arena(mc_pk_doc *d, size_t n)
     return p;
 }
 
+void *mc_pk_doc_alloc(mc_pk_doc *d, size_t n)
+{
+    void *p = arena(d, n);
+    if (!p)
+        mc_error(MC_ERR_NOMEM, "out of memory for a %zu-byte checkpoint tensor", n);
+    return p;
+}
+
 static char *arena_str(mc_pk_doc *d, const char *s, size_t n)
 {
     char *p = arena(d, n + 1);

@@ -154,9 +154,28 @@ static mc_status load_args(void *ctx, const struct mc_pk *saved, const char *pat
     return st ? st : restore_counters(ctx, saved, path);
 }
 
+/* The run's precision and Megatron's grad scaler (get_megatron_optimizer): a constant one for
+ * a nonzero --loss-scale under --fp16, --bf16 or --use-distributed-optimizer, the dynamic one
+ * for --fp16 without it, none otherwise. */
+static void precision(const struct mc_args *a, struct mc_ckpt_state *s)
+{
+    bool fp16 = mc_args_bool(a, MC_A_fp16), bf16 = mc_args_bool(a, MC_A_bf16);
+    bool constant = !mc_args_is_none(a, MC_A_loss_scale) && mc_args_float(a, MC_A_loss_scale) != 0;
+    s->params_dtype = mc_gpt_model_config(s->model)->params_dtype;
+    memset(&s->scaler, 0, sizeof(s->scaler));
+    if (constant && (fp16 || bf16 || mc_args_bool(a, MC_A_use_distributed_optimizer)))
+        s->scaler.kind = MC_CKPT_SCALER_CONSTANT;
+    else if (fp16)
+        s->scaler.kind = MC_CKPT_SCALER_DYNAMIC;
+}
+
 mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *log)
 {
     struct args_ctx c = {.a = a, .s = s};
+    precision(a, s);
+    if (s->scaler.kind == MC_CKPT_SCALER_DYNAMIC)
+        return mc_error(MC_ERR_UNSUPPORTED, "--save with --fp16: saving the dynamic grad scaler's "
+                        "state is not implemented in megatron.c yet");
     mc_train_ckpt_options(a, true, &s->opts);
     s->opts.save_args = save_args;
     s->opts.args_ctx = &c;
@@ -168,6 +187,7 @@ mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
 mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *log, bool *loaded)
 {
     struct args_ctx c = {.a = a, .s = s};
+    precision(a, s);
     mc_train_ckpt_options(a, false, &s->opts);
     s->opts.load_args = load_args;
     s->opts.args_ctx = &c;
