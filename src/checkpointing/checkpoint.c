@@ -1132,14 +1132,16 @@ static mc_status precision_mismatch(const struct loader *l, bool saved_mixed)
     const char *run = precision_name(l->s->params_dtype);
     const char *saved = saved_mixed && !strcmp(l->saved_precision, "fp32") ? "--bf16/--fp16"
                                                                             : l->saved_precision;
-    return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved by a %s run (%s), which this "
+    bool known = strchr(saved, '/') == NULL && saved[0] == '-';
+    return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved by %s %s run (%s), which this "
                     "%s run's optimizer cannot load (Megatron: \"Unable to load optimizer from "
                     "checkpoint\", KeyError '%s'); resume with %s, or specify --no-load-optim or "
-                    "--finetune to load only the weights (converted to %s)", l->path, saved,
+                    "--finetune to load only the weights (converted to %s)", l->path,
+                    saved_mixed ? "a" : "an", saved_mixed ? saved : "fp32",
                     saved_mixed ? "Float16OptimizerWithFloat16Params: 'optimizer', "
                                   "'fp32_from_fp16_params'" : "the fp32 optimizer's torch state_dict",
-                    run, saved_mixed ? "param_groups" : "optimizer_state_dict",
-                    saved_mixed ? "the checkpoint's precision" : "neither --bf16 nor --fp16",
+                    run, saved_mixed ? "state" : "optimizer_state_dict",
+                    !saved_mixed ? "neither --bf16 nor --fp16" : known ? saved : "the checkpoint's precision",
                     l->s->params_dtype == MC_DTYPE_F32 ? "float32" : run + 2);
 }
 
