@@ -193,5 +193,8 @@ mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
     s->opts.args_ctx = &c;
     mc_status st = mc_ckpt_load(s, log, loaded);
     s->opts.args_ctx = NULL;
+    /* the 16-bit weights forward reads follow the loaded main params (a no-op in fp32) */
+    for (int c = 0; !st && *loaded && c < (s->n_chunks > 1 ? s->n_chunks : 1); c++)
+        mc_param_set_refresh_compute(mc_gpt_param_set(s->n_chunks > 1 ? s->chunks[c] : s->model));
     return st;
 }
