@@ -1491,6 +1491,10 @@ static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, 
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
                         "optimizer state with --use-distributed-optimizer is not implemented yet "
                         "(load it without that option, or add --no-load-optim)", dir, iter_dir);
+    if (mixed(s) && !release && s->opts.load_optim && !s->opts.finetune)
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
+                        "optimizer state into a %s run is not implemented yet (add --no-load-optim "
+                        "to load the weights only)", dir, iter_dir, precision_name(s->params_dtype));
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);
