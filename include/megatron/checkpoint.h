@@ -101,6 +101,10 @@ struct mc_ckpt_state {
      * 'fp32_from_fp16_params'; loading widens a checkpoint's model tensors through this dtype
      * (Megatron's param.copy_) before the main params overwrite them. */
     enum mc_dtype params_dtype;
+    /* The main grads' dtype Megatron would have (distrib_optim.pt's buffer key (params_dtype,
+     * grad dtype)): float32 (F32 = 0) with --accumulate-allreduce-grads-in-fp32 (forced on by
+     * --bf16), else params_dtype (--fp16 alone). */
+    enum mc_dtype grad_dtype;
     /* The grad scaler Megatron's optimizer saves as optimizer['grad_scaler'] (a constant
      * --loss-scale: {}; the dynamic fp16 scaler: scale, growth_tracker, hysteresis_tracker).
      * The caller fills it before a save; a load sets `loaded` when the checkpoint's state was

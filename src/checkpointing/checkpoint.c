@@ -660,6 +660,7 @@ static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, b
         ch[c].m = chunk(s, c);
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
         ch[c].param_dtype = s->params_dtype;
+        ch[c].grad_dtype = s->grad_dtype;
         st = ch[c].perm ? param_order(ch[c].m, save_scheme(&s->opts), ch[c].perm) : MC_ERR_NOMEM;
     }
     st = st ? st : mc_ckpt_distopt_save(ch, nc, path, writer);
@@ -1087,6 +1088,7 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         ch[c].m = chunk(l->s, c);
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
         ch[c].param_dtype = l->s->params_dtype;
+        ch[c].grad_dtype = l->s->grad_dtype;
         st = ch[c].perm ? param_order(ch[c].m, l->scheme, ch[c].perm) : MC_ERR_NOMEM;
     }
     st = st ? st : mc_ckpt_distopt_load(ch, nc, path);

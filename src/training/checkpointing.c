@@ -165,10 +165,12 @@ static struct mc_grad_scaler *scaler_of(const struct mc_ckpt_state *s)
 
 /* The run's precision and grad scaler as the checkpoint code sees them: the scaler
  * get_megatron_optimizer chose (constant, dynamic or none) with its current state. */
-static void precision(struct mc_ckpt_state *s)
+static void precision(const struct mc_args *a, struct mc_ckpt_state *s)
 {
     const struct mc_grad_scaler *g = scaler_of(s);
     s->params_dtype = mc_gpt_model_config(s->model)->params_dtype;
+    s->grad_dtype = mc_args_bool(a, MC_A_accumulate_allreduce_grads_in_fp32) ? MC_DTYPE_F32
+                                                                             : s->params_dtype;
     memset(&s->scaler, 0, sizeof(s->scaler));
     if (!g)
         return;
@@ -183,7 +185,7 @@ static void precision(struct mc_ckpt_state *s)
 mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *log)
 {
     struct args_ctx c = {.a = a, .s = s};
-    precision(s);
+    precision(a, s);
     mc_train_ckpt_options(a, true, &s->opts);
     s->opts.save_args = save_args;
     s->opts.args_ctx = &c;
@@ -195,7 +197,7 @@ mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
 mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *log, bool *loaded)
 {
     struct args_ctx c = {.a = a, .s = s};
-    precision(s);
+    precision(a, s);
     mc_train_ckpt_options(a, false, &s->opts);
     s->opts.load_args = load_args;
     s->opts.args_ctx = &c;

@@ -27,6 +27,7 @@ SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".
 BUILD = os.environ.get("MC_BUILD_DIR", "build")
 DRIVER = os.path.join(BUILD, "tests", "ckpt16_driver")
 GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_bf16", "save")
+GOLDEN16 = os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_fp16", "save")  # torch 2.x
 FILE = os.path.join("iter_0000002", "mp_rank_00", "model_optim_rng.pt")
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -46,6 +47,9 @@ def driver(*argv):
 
 def load(path):
     torch_stubs.install()
+    import numpy.core.multiarray  # a torch 2.x checkpoint's RNG state names numpy 2's modules
+    sys.modules.setdefault("numpy._core", numpy.core)
+    sys.modules.setdefault("numpy._core.multiarray", numpy.core.multiarray)
     return torch.load(path)
 
 
@@ -183,12 +187,36 @@ def test_megatron_bf16_loads(tmp):
           "will not load grad scaler ..." in out, f"fp16 run, bf16 checkpoint: {err[-300:]}")
 
 
+def test_megatron_fp16_loads(tmp):
+    """Megatron's --fp16 checkpoint (torch 2.x): our fp16 file has its optimizer layout, and it
+    loads with the main params, the Adam step and the dynamic scaler's state."""
+    gold = load(os.path.join(GOLDEN16, FILE))
+    gm = main_params(gold)
+    d = os.path.join(tmp, "fp16_vs")
+    rc, _, _, _, err = driver("save", d, "fp16", "dynamic")
+    ours = load(os.path.join(d, FILE))
+    go, oo = gold["optimizer"], ours["optimizer"]
+    bad = same_structure(ours["model"], gold["model"], "model") + \
+        same_structure(oo["grad_scaler"], go["grad_scaler"], "grad_scaler") + \
+        same_structure(oo["fp32_from_fp16_params"], go["fp32_from_fp16_params"], "fp32_from_fp16_params")
+    check(rc == 0 and list(oo) == list(go) and not bad, f"fp16 layout as Megatron's: {list(go)} {bad[:4]}")
+    rc, got, info, out, err = driver("load", GOLDEN16, "fp16", "dynamic", "optim")
+    check(rc == 0, f"Megatron's fp16 checkpoint loads: {err[-300:]}")
+    check(got.keys() == gm.keys() and all(bits_equal(got[n], gm[n].flatten()) for n in gm),
+          "its fp32_from_fp16_params become our main params bit for bit")
+    gs = go["grad_scaler"]
+    want = "loaded=1 scale=%.17g growth=%d hysteresis=%d" % (gs["scale"].item(), gs["growth_tracker"],
+                                                             gs["hysteresis_tracker"])
+    check(info.get("step") == "2" and info.get("scaler") == want, f"step 2, scaler {want}: {info}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         bf16_dir, _ = test_bf16_file(tmp)
         test_fp16_scalers(tmp)
         test_precision_refusals(tmp, bf16_dir)
         test_megatron_bf16_loads(tmp)
+        test_megatron_fp16_loads(tmp)
     return summary("test_ckpt_mixed")
 
 
