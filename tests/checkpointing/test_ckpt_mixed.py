@@ -29,6 +29,7 @@ DRIVER = os.path.join(BUILD, "tests", "ckpt16_driver")
 GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_bf16", "save")
 GOLDEN16 = os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_fp16", "save")  # torch 2.x
 FILE = os.path.join("iter_0000002", "mp_rank_00", "model_optim_rng.pt")
+DISTOPT = os.path.join("iter_0000002", "mp_rank_00", "distrib_optim.pt")
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -210,6 +211,41 @@ def test_megatron_fp16_loads(tmp):
     check(info.get("step") == "2" and info.get("scaler") == want, f"step 2, scaler {want}: {info}")
 
 
+def test_megatron_distopt(tmp):
+    """Megatron's --use-distributed-optimizer checkpoints (dp 2) in bf16 and fp16, loaded on one
+    process and saved again: distrib_optim.pt (buffer key, fp32 main params and moments) and the
+    16-bit model come back bit-identical, the optimizer dict as Megatron's; the scaler state
+    loads; a run of another precision is refused as Megatron fails on the buffer key."""
+    for prec, scaler, grad in (("bf16", "none", "fp32"), ("fp16", "dynamic", "fp16")):
+        src = os.path.join(SRC, "tests", "golden", "checkpointing", f"mixed_{prec}_distopt", "save")
+        out = os.path.join(tmp, f"distopt_{prec}")
+        rc, _, info, _, err = driver("distopt", src, prec, scaler, grad, out)
+        check(rc == 0, f"{prec} distopt: load and save: {err[-300:]}")
+        if rc:
+            continue
+        a, b = load(os.path.join(out, DISTOPT)), load(os.path.join(src, DISTOPT))
+        check(list(a) == list(b) and list(a[0]) == list(b[0]), f"{prec} distrib_optim.pt keys {list(a[0])} vs {list(b[0])}")
+        ka, kb = next(iter(a[0])), next(iter(b[0]))
+        check(all(torch.equal(a[0][ka][k], b[0][kb][k]) and a[0][ka][k].dtype == torch.float32
+                  for k in ("param", "exp_avg", "exp_avg_sq")) and a[0][ka]["numel_unpadded"] == b[0][kb]["numel_unpadded"],
+              f"{prec} distrib_optim.pt tensors bit-identical to Megatron's")
+        x, y = load(os.path.join(out, FILE)), load(os.path.join(src, FILE))
+        check(all(torch.equal(x["model"][k], y["model"][k]) for k in y["model"] if y["model"][k] is not None),
+              f"{prec} model tensors bit-identical")
+        xo, yo = x["optimizer"], y["optimizer"]
+        check(list(xo) == list(yo) and [g["step"] for g in xo["optimizer"]["param_groups"]] ==
+              [g["step"] for g in yo["optimizer"]["param_groups"]], f"{prec} optimizer keys {list(xo)} vs {list(yo)}, step")
+        if prec == "bf16":  # torch 1.13 both (torch 2 adds param group keys)
+            check(xo["optimizer"]["param_groups"] == yo["optimizer"]["param_groups"], "bf16 param groups equal")
+        else:
+            check(str(xo["grad_scaler"]) == str(yo["grad_scaler"]) and "loaded=1" in info.get("scaler", ""),
+                  f"fp16 scaler state loaded and saved: {xo['grad_scaler']}")
+    rc, _, _, _, err = driver("distopt", os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_bf16_distopt", "save"),
+                              "fp32", "none", "fp32", os.path.join(tmp, "distopt_x"))
+    check(rc != 0 and "(torch.bfloat16, torch.float32), this run's is (torch.float32, torch.float32)" in err
+          and "--no-load-optim" in err, f"fp32 run, bf16 distrib_optim.pt refused: {err.strip()[-300:]}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         bf16_dir, _ = test_bf16_file(tmp)
@@ -217,6 +253,7 @@ def main():
         test_precision_refusals(tmp, bf16_dir)
         test_megatron_bf16_loads(tmp)
         test_megatron_fp16_loads(tmp)
+        test_megatron_distopt(tmp)
     return summary("test_ckpt_mixed")
 
 

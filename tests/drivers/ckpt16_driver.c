@@ -6,10 +6,16 @@
  *   ckpt16_driver save DIR DTYPE SCALER        two Adam steps on fixed pseudo-random grads,
  *                                               then save iteration 2 to DIR
  *   ckpt16_driver load DIR DTYPE SCALER OPTIM  load DIR into a fresh model
+ *   ckpt16_driver distopt DIR DTYPE SCALER GRADDT OUT
+ *                                               --use-distributed-optimizer (one process, dp 1):
+ *                                               load DIR with its optimizer state and
+ *                                               distrib_optim.pt, save it again to OUT
  * DTYPE: bf16, fp16 or fp32 (the run's params_dtype); SCALER: none, constant or dynamic (the
  * saved scaler state is scale 32768, growth 3, hysteresis 1); OPTIM: optim or nooptim
- * (--no-load-optim). Both print every parameter as `name numel` then its fp32 values' bits
+ * (--no-load-optim); GRADDT: the main grads' dtype Megatron keys distrib_optim.pt with (fp32, or
+ * fp16 for --fp16 alone). All print every parameter as `name numel` then its fp32 values' bits
  * (hex) in one line, the step count and the scaler state; errors go to stderr, exit 1. */
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +24,8 @@
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 #include "core/dtype.h"
+#include "distributed/distrib_optimizer.h"
+#include "parallel_state/parallel_state.h"
 #include "optimizer/lr_scheduler.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -52,7 +60,7 @@ static mc_gpt_model *model(uint64_t seed)
     return mc_gpt_model_init(&c, &m) ? NULL : m;
 }
 
-static void print_params(mc_gpt_model *m, mc_optimizer *o, const struct mc_ckpt_state *s)
+static void print_params(mc_gpt_model *m, int64_t step, const struct mc_ckpt_state *s)
 {
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
@@ -64,14 +72,74 @@ static void print_params(mc_gpt_model *m, mc_optimizer *o, const struct mc_ckpt_
         }
         printf("\n");
     }
-    printf("step %lld\n", (long long)mc_opt_step_count(o));
+    printf("step %lld\n", (long long)step);
     printf("scaler loaded=%d scale=%.17g growth=%lld hysteresis=%lld\n", s->scaler.loaded,
            s->scaler.scale, (long long)s->scaler.growth_tracker,
            (long long)s->scaler.hysteresis_tracker);
 }
 
+static enum mc_dtype dtype_arg(const char *a)
+{
+    return !strcmp(a, "bf16") ? MC_DTYPE_BF16 : !strcmp(a, "fp16") ? MC_DTYPE_F16 : MC_DTYPE_F32;
+}
+
+static int scaler_arg(const char *a)
+{
+    return !strcmp(a, "dynamic") ? MC_CKPT_SCALER_DYNAMIC
+           : !strcmp(a, "constant") ? MC_CKPT_SCALER_CONSTANT : MC_CKPT_SCALER_NONE;
+}
+
+/* The distributed optimizer's checkpoint round trip on one process. */
+static int distopt(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm world = MPI_COMM_WORLD;
+    struct mc_parallel_state ps;
+    struct mc_ps_config pc = {1, 1, 1, 1, NULL};
+    mc_gpt_model *m = model(99);
+    struct mc_optimizer_config oc;
+    mc_opt_config_default(&oc);
+    mc_distopt *d = NULL;
+    if (!m || mc_ps_init(&ps, &world, &pc) || mc_distopt_init(&oc, mc_gpt_param_set(m), &ps, &world, 0,
+                                                              false, &d))
+        return fail("distributed optimizer");
+    struct mc_opt_sched sched;
+    struct mc_opt_sched_config sc = {.max_lr = 1e-2, .warmup_steps = 8, .decay_steps = 64,
+                                     .decay_style = MC_LR_COSINE, .start_wd = 0.01, .end_wd = 0.01,
+                                     .wd_incr_steps = 16, .use_checkpoint = true};
+    if (mc_opt_sched_init(&sched, &sc, NULL))
+        return fail("scheduler");
+    struct mc_ckpt_state s = {.model = m, .distopt = d, .sched = &sched, .writer = true,
+                              .write_tracker = true, .params_dtype = dtype_arg(argv[3]),
+                              .grad_dtype = dtype_arg(argv[5])};
+    s.scaler.kind = scaler_arg(argv[4]);
+    s.opts.dir = argv[2];
+    s.opts.local_names = true;
+    s.opts.load_optim = true;
+    bool loaded;
+    if (mc_ckpt_load(&s, stdout, &loaded) || !loaded)
+        return fail("load");
+    struct mc_distopt_shard sh;
+    mc_distopt_shard(d, &sh);
+    print_params(m, sh.step, &s);
+    s.opts.dir = argv[6];
+    s.opts.save_optim = s.opts.adam = true;
+    s.opts.adam_beta1 = 0.9;
+    s.opts.adam_beta2 = 0.999;
+    s.opts.adam_eps = 1e-8;
+    s.opts.max_lr = 1e-2;
+    if (mc_ckpt_save(&s, NULL))
+        return fail("save");
+    mc_distopt_free(d);
+    mc_gpt_model_free(m);
+    MPI_Finalize();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 7 && !strcmp(argv[1], "distopt"))
+        return distopt(argc, argv);
     if (argc < 5 || (strcmp(argv[1], "save") && strcmp(argv[1], "load")) ||
         (!strcmp(argv[1], "load") && argc < 6)) {
         fprintf(stderr, "usage: ckpt16_driver save DIR DTYPE SCALER | load DIR DTYPE SCALER "
@@ -79,8 +147,7 @@ int main(int argc, char **argv)
         return 2;
     }
     bool save = !strcmp(argv[1], "save");
-    enum mc_dtype dt = !strcmp(argv[3], "bf16") ? MC_DTYPE_BF16
-                       : !strcmp(argv[3], "fp16") ? MC_DTYPE_F16 : MC_DTYPE_F32;
+    enum mc_dtype dt = dtype_arg(argv[3]);
     mc_gpt_model *m = model(save ? 1234 : 99);
     if (!m)
         return fail("model");
@@ -96,8 +163,7 @@ int main(int argc, char **argv)
     if (mc_opt_sched_init(&sched, &sc, NULL))
         return fail("scheduler");
     struct mc_ckpt_state s = {.model = m, .opt = o, .sched = &sched, .params_dtype = dt};
-    s.scaler.kind = !strcmp(argv[4], "dynamic") ? MC_CKPT_SCALER_DYNAMIC
-                    : !strcmp(argv[4], "constant") ? MC_CKPT_SCALER_CONSTANT : MC_CKPT_SCALER_NONE;
+    s.scaler.kind = scaler_arg(argv[4]);
     s.opts.dir = argv[2];
     s.opts.local_names = true;
     if (save) {
@@ -139,7 +205,7 @@ int main(int argc, char **argv)
         if (!loaded)
             return fail("load (no checkpoint)");
     }
-    print_params(m, o, &s);
+    print_params(m, mc_opt_step_count(o), &s);
     mc_opt_free(o);
     mc_gpt_model_free(m);
     return 0;
