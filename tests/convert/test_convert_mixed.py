@@ -21,6 +21,7 @@ from common import SRC, Counter, convert, load_rank
 
 C = Counter("test_convert_mixed")
 GOLDEN = os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_bf16", "save")
+GOLDEN16 = os.path.join(SRC, "tests", "golden", "checkpointing", "mixed_fp16", "save")  # torch 2.x wrote it
 ST_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 VOCAB = 513  # NullTokenizer --vocab-size 512 plus EOD; Megatron pads it to 576
 
@@ -98,6 +99,19 @@ def main():
                     {d for d, _ in st16.values()} == {"F16"}, "fp16 export: F16, torch_dtype float16")
             C.check(all(torch.equal(st16[k][1], st[k][1].half()) for k in st),
                     "fp16 weights = torch's bfloat16 -> float16 conversion")
+
+        meg16 = os.path.join(tmp, "meg16")
+        p = convert(GOLDEN16, meg16, "--loader", "core", "--saver", "hf")
+        C.check(p.returncode == 0, "Megatron's fp16 checkpoint (torch 2.x pickle) -> HF: " + p.stderr[-300:])
+        if p.returncode == 0:
+            import numpy.core.multiarray  # its RNG state names numpy 2's modules
+            sys.modules.setdefault("numpy._core", numpy.core)
+            sys.modules.setdefault("numpy._core.multiarray", numpy.core.multiarray)
+            g16 = {k: v for k, v in load_rank(GOLDEN16, 0, 0, 1)["model"].items() if v is not None}
+            s16 = read_safetensors(os.path.join(meg16, "model.safetensors"))
+            C.check({d for d, _ in s16.values()} == {"F16"} and
+                    torch.equal(s16["transformer.wte.weight"][1], g16["embedding.word_embeddings.weight"][:VOCAB]),
+                    "fp16 export: F16 tensors, Megatron's fp16 bits")
 
         tp2, tp1 = os.path.join(tmp, "tp2"), os.path.join(tmp, "tp1")
         p = convert(GOLDEN, tp2, "--loader", "core", "--saver", "core", "--target-tensor-parallel-size", "2",
