@@ -257,7 +257,8 @@ static mc_status legacy_insert(mc_pk_doc *d, struct mc_pk *root, const char *key
 
 static struct mc_pk *model_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, const mc_gpt_model *m)
 {
-    struct sd_list l = {.scheme = save_scheme(&s->opts), .tied = tied_embeddings(m), .dt = s->params_dtype};
+    struct sd_list l = {.scheme = save_scheme(&s->opts), .tied = tied_embeddings(m),
+                        .dt = s->params_dtype};
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
     bool last = (c->pipeline_model_parallel_size <= 1 ||
                  c->pipeline_model_parallel_rank == c->pipeline_model_parallel_size - 1) &&
@@ -837,9 +838,9 @@ static mc_status copy_tensor(const struct loader *l, const char *what, const str
     return MC_OK;
 }
 
-/* A 16-bit run's model param is the checkpoint's tensor converted to params_dtype (load_state_dict's
- * param.copy_); until the optimizer state overwrites it, the main param is float() of that
- * (Megatron's reload_model_params). */
+/* A 16-bit run's model param is the checkpoint's tensor converted to params_dtype
+ * (load_state_dict's param.copy_); until the optimizer state overwrites it, the main param is
+ * float() of that (Megatron's reload_model_params). */
 static void through_dtype(float *x, int64_t n, enum mc_dtype dt)
 {
     for (int64_t k = 0; dt == MC_DTYPE_BF16 && k < n; k++)
@@ -1104,15 +1105,16 @@ static mc_status load_main_params(const struct loader *l, const struct mc_pk *gr
 {
     int ng = n_first < n ? 2 : 1;
     if (!groups || groups->kind != MC_PK_LIST || groups->n != ng)
-        return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params: expected %d lists (one "
-                        "per param group)", l->path, ng);
+        return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params: expected %d lists "
+                        "(one per param group)", l->path, ng);
     for (int g = 0; g < ng; g++) {
         const struct mc_pk *list = groups->items[g];
         int64_t from = g ? n_first : 0, to = g ? n : n_first;
         if (list->kind != MC_PK_LIST || list->n != to - from)
             return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params[%d] holds %lld "
                             "tensors, the model has %lld parameters in that group", l->path, g,
-                            (long long)(list->kind == MC_PK_LIST ? list->n : -1), (long long)(to - from));
+                            (long long)(list->kind == MC_PK_LIST ? list->n : -1),
+                            (long long)(to - from));
         for (int64_t k = from; k < to; k++) {
             struct mc_param_view p = opt_param(l->s, order[k]);
             char what[600];
@@ -1135,15 +1137,18 @@ static mc_status precision_mismatch(const struct loader *l, bool saved_mixed)
     const char *saved = saved_mixed && !strcmp(l->saved_precision, "fp32") ? "--bf16/--fp16"
                                                                             : l->saved_precision;
     bool known = strchr(saved, '/') == NULL && saved[0] == '-';
-    return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved by %s %s run (%s), which this "
-                    "%s run's optimizer cannot load (Megatron: \"Unable to load optimizer from "
-                    "checkpoint\", KeyError '%s'); resume with %s, or specify --no-load-optim or "
-                    "--finetune to load only the weights (converted to %s)", l->path,
+    return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved by %s %s run (%s), which "
+                    "this %s run's optimizer cannot load (Megatron: \"Unable to load optimizer "
+                    "from checkpoint\", KeyError '%s'); resume with %s, or specify --no-load-optim "
+                    "or --finetune to load only the weights (converted to %s)", l->path,
                     saved_mixed ? "a" : "an", saved_mixed ? saved : "fp32",
                     saved_mixed ? "Float16OptimizerWithFloat16Params: 'optimizer', "
-                                  "'fp32_from_fp16_params'" : "the fp32 optimizer's torch state_dict",
+                                  "'fp32_from_fp16_params'"
+                                : "the fp32 optimizer's torch state_dict",
                     run, saved_mixed ? "state" : "optimizer_state_dict",
-                    !saved_mixed ? "neither --bf16 nor --fp16" : known ? saved : "the checkpoint's precision",
+                    !saved_mixed ? "neither --bf16 nor --fp16"
+                    : known      ? saved
+                                 : "the checkpoint's precision",
                     l->s->params_dtype == MC_DTYPE_F32 ? "float32" : run + 2);
 }
 
@@ -1164,7 +1169,8 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
         return precision_mismatch(l, true);
     if (mc_pk_is_map(o) && state && !main_key && mixed(l->s))
         return precision_mismatch(l, false);
-    const struct mc_pk *inner = main_key ? mc_pk_get(o, "optimizer") : o; /* Float16's torch state */
+    /* Float16OptimizerWithFloat16Params keeps the torch state under 'optimizer' */
+    const struct mc_pk *inner = main_key ? mc_pk_get(o, "optimizer") : o;
     state = mc_pk_get(inner, "state");
     if (!mc_pk_is_map(o) || !mc_pk_is_map(inner) || !mc_pk_is_map(state))
         return missing(l, main_key ? "optimizer.optimizer.state" : "optimizer.state",
@@ -1496,7 +1502,8 @@ static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, 
     if (mixed(s) && !release && s->opts.load_optim && !s->opts.finetune)
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
                         "optimizer state into a %s run is not implemented yet (add --no-load-optim "
-                        "to load the weights only)", dir, iter_dir, precision_name(s->params_dtype));
+                        "to load the weights only)", dir, iter_dir,
+                        precision_name(s->params_dtype));
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

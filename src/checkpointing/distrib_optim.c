@@ -92,8 +92,8 @@ static void from_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm,
 /* Buffer `index`'s entry {(params_dtype, grad dtype): {param, exp_avg, exp_avg_sq, numel_unpadded}}
  * (Megatron keys a grad buffer by its param and grad dtype; the tensors are fp32 in every
  * precision). */
-static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *world[N_KEYS], int64_t n,
-                           enum mc_dtype param_dtype, enum mc_dtype grad_dtype)
+static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *world[N_KEYS],
+                           int64_t n, enum mc_dtype param_dtype, enum mc_dtype grad_dtype)
 {
     struct mc_pk *buf = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *dtypes = mc_pk_new(d, MC_PK_TUPLE), *state = mc_pk_new(d, MC_PK_DICT);

@@ -208,7 +208,8 @@ mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
         struct mc_grad_scaler_state gs = {s->scaler.scale, s->scaler.growth_tracker,
                                           s->scaler.hysteresis_tracker};
         if ((st = mc_grad_scaler_set_state(g, &gs)))
-            return mc_error(st, "--load %s: optimizer grad_scaler: %s", s->opts.dir, mc_last_error());
+            return mc_error(st, "--load %s: optimizer grad_scaler: %s", s->opts.dir,
+                            mc_last_error());
     }
     /* the 16-bit weights forward reads follow the loaded main params (a no-op in fp32) */
     for (int c = 0; !st && *loaded && c < (s->n_chunks > 1 ? s->n_chunks : 1); c++)

@@ -100,8 +100,8 @@ static int distopt(int argc, char **argv)
     struct mc_optimizer_config oc;
     mc_opt_config_default(&oc);
     mc_distopt *d = NULL;
-    if (!m || mc_ps_init(&ps, &world, &pc) || mc_distopt_init(&oc, mc_gpt_param_set(m), &ps, &world, 0,
-                                                              false, &d))
+    if (!m || mc_ps_init(&ps, &world, &pc) ||
+        mc_distopt_init(&oc, mc_gpt_param_set(m), &ps, &world, 0, false, &d))
         return fail("distributed optimizer");
     struct mc_opt_sched sched;
     struct mc_opt_sched_config sc = {.max_lr = 1e-2, .warmup_steps = 8, .decay_steps = 64,
