@@ -626,6 +626,9 @@ static const char *const known_globals[] = {
     "torch._utils _rebuild_tensor_v2", "torch._utils _rebuild_parameter",
     "collections OrderedDict", "argparse Namespace", "_codecs encode",
     "numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype",
+    /* written by torch 2.x with numpy 2: numpy's new module name; a tensor with Python
+     * attributes (Megatron's tensor_model_parallel etc. on fp32_from_fp16_params) */
+    "numpy._core.multiarray _reconstruct", "torch._tensor _rebuild_from_type_v2", "torch Tensor",
     "megatron.core.enums ModelType", "megatron.core.transformer.enums AttnBackend",
     "megatron.core.transformer.enums AttnMaskType", "megatron.core.transformer.enums AttnType",
     "megatron.core.rerun_state_machine RerunMode", "megatron.core.rerun_state_machine RerunState",
@@ -775,7 +778,16 @@ static mc_status reduce(struct in *r)
         if (args->n < 1 || args->items[0]->kind != MC_PK_STR)
             return corrupt(r, "_codecs.encode of a non-str");
         v = latin1_bytes(r, args->items[0]);
-    } else if (is_global(fn, "numpy.core.multiarray _reconstruct")) {
+    } else if (is_global(fn, "torch._tensor _rebuild_from_type_v2")) {
+        /* (func, type, args, attributes) of a plain tensor: the tensor; the attributes (Megatron's
+         * tensor-parallel bookkeeping) carry nothing a checkpoint reader needs */
+        if (args->n != 4 || !is_global(args->items[0], "torch._utils _rebuild_tensor_v2") ||
+            !is_global(args->items[1], "torch Tensor"))
+            return corrupt(r, "_rebuild_from_type_v2 of something other than a torch.Tensor");
+        if ((st = rebuild_tensor(r, args->items[2], &v)))
+            return st;
+    } else if (is_global(fn, "numpy.core.multiarray _reconstruct") ||
+               is_global(fn, "numpy._core.multiarray _reconstruct")) {
         v = mc_pk_new(r->d, MC_PK_NDARRAY);
     } else if (is_global(fn, "numpy dtype")) {
         if (args->n < 1 || args->items[0]->kind != MC_PK_STR)
