@@ -6,8 +6,8 @@
   static --loss-scale) and trains iterations 4-6 with the same arguments: lm loss within 2e-4
   relative of Megatron's own at every iteration (absent on the same skipped iterations), the
   same learning rate, consumed samples, loss scale and numbers of skipped and nan iterations.
-- megatron.c -> Megatron (live, only with MC_MEGATRON_ROOT set; fp16 cases also need PyPI torch
-  2.x, MC_TORCH2_PYTHON): megatron.c trains 3 iterations and saves; Megatron loads that
+- megatron.c -> Megatron (live, only with MC_MEGATRON_ROOT set and PyPI torch 2.x installed,
+  MC_TORCH2_PYTHON): megatron.c trains 3 iterations and saves; Megatron loads that
   checkpoint and trains 4-6; its lines match megatron.c's own 6-iteration run the same way."""
 import os
 import shutil
@@ -80,7 +80,7 @@ def main():
         if mcs.megatron_root():
             for i, case in enumerate(mx.CASES):
                 if mx.python_for(case) is None:
-                    print(f"{case}: megatron.c -> Megatron skipped (fp16 needs PyPI torch 2.x: MC_TORCH2_PYTHON)")
+                    print(f"{case}: megatron.c -> Megatron skipped (the references need PyPI torch 2.x: MC_TORCH2_PYTHON)")
                 else:
                     test_megatron_continues_ours(case, tmp, 29900 + 2 * i)
         else:

@@ -3,8 +3,11 @@ GPT-2 style and Llama style models of tests/checkpointing/megatron_cases.py (reu
 model arguments, the shared arguments, the corpora, the log-line parser), trained by Megatron
 itself through run_pretrain_mixed.py (the megatron-cpu runner with an fp32-internal RMSNorm).
 
-bf16 runs use Debian's torch 1.13 (/usr/bin/python3); fp16 runs need PyPI's torch 2.x (torch
-1.13 has no fp16 LayerNorm on the CPU): MC_TORCH2_PYTHON, default /work/torch2-venv/bin/python.
+Megatron runs under PyPI's torch 2.x (MC_TORCH2_PYTHON, default /work/torch2-venv/bin/python):
+torch 1.13 has no fp16 LayerNorm on the CPU, and its CPU bf16 matmul accumulates in bf16 in three
+of the four transpose layouts (x @ W^T alone accumulates in fp32), so its backward GEMMs are not
+what Megatron computes on a GPU (cuBLAS: fp32 accumulation) nor what megatron.c does; torch 2.x's
+CPU bf16 / fp16 matmuls accumulate in fp32 and round once.
 Used by make_megatron_mixed_goldens.py (writes the goldens) and test_megatron_mixed.py."""
 import os
 import re
@@ -53,8 +56,8 @@ def torch2_python():
 
 
 def python_for(case):
-    """Megatron's interpreter for the case; None when it is not installed (fp16 without torch 2)."""
-    return torch2_python() if is_fp16(case) else "/usr/bin/python3"
+    """Megatron's interpreter for the case (torch 2.x); None when it is not installed."""
+    return torch2_python()
 
 
 def args(case, tmp, extra=(), fp32=False):
