@@ -22,6 +22,11 @@ struct mc_optimizer_config {
 };
 MC_API void mc_opt_config_default(struct mc_optimizer_config *cfg);
 
+/* compute_block = param_block rounded to compute_dtype (nearest even) on the set's backend;
+ * nothing for an fp32 set. mc_opt_step calls it after every update; call it after writing
+ * param_block any other way (a checkpoint load). */
+MC_API void mc_param_set_refresh_compute(const struct mc_param_set *s);
+
 typedef struct mc_optimizer mc_optimizer;
 
 /* Allocates state for every parameter of a model's parameter set (megatron/param_set.h; for

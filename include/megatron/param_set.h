@@ -63,7 +63,15 @@ struct mc_param_set {
     /* the views are packed in order: the blocks hold exactly the parameters (n_elements =
      * the sum of numel), so one pass over a block touches every param or grad */
     int64_t n_elements;
-    float *param_block, *grad_block; /* [n_elements] each */
+    float *param_block, *grad_block; /* [n_elements] each, fp32: with a 16-bit model these are
+                                        the main params and main grads (Megatron's
+                                        fp32_from_float16 copies and main_grad buffer) */
+    /* The weights forward and backward read: param_block itself (compute_dtype F32,
+     * compute_block NULL), or a 16-bit copy in compute_dtype (BF16, F16) with param_block's
+     * offsets, Megatron's bf16/fp16 model params: round(param_block) after every update
+     * (mc_param_set_refresh_compute, megatron/optimizer.h). */
+    enum mc_dtype compute_dtype;
+    void *compute_block;
     struct mc_backend *be; /* the backend optimizer and DDP run their ops on */
     /* The grad norm and zero count (clip_grads.py) sum each element once over the
      * model-parallel (tp x pp) group: a parameter that is not tensor_parallel is a duplicate

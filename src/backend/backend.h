@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MC_BACKEND_VERSION 2
+#define MC_BACKEND_VERSION 3
 
 struct mc_backend_ops;
 
@@ -64,6 +64,8 @@ enum mc_backend_op {
     MC_OP_DROPOUT_MASK,     /* {keep mask} (MC_DTYPE_U8) */
     MC_OP_FILL_NORMAL,      /* {out} */
     MC_OP_MASKED_LOSS,      /* {loss} */
+    MC_OP_CONVERT,          /* {dst, src}: each F32, BF16 or F16 */
+    MC_OP_ACCUMULATE,       /* {dst, src}: each F32, BF16 or F16 */
     MC_OP_COUNT
 };
 
@@ -115,6 +117,14 @@ struct mc_backend_ops {
     void (*copy)(struct mc_backend *be, void *dst, const void *src, size_t bytes);
     void (*set)(struct mc_backend *be, void *dst, int byte, size_t bytes); /* memset */
     void (*sync)(struct mc_backend *be);
+
+    /* ---- dtype conversion (mixed precision: main params and grads in fp32) ---- */
+    /* dst[i] = src[i] converted (16-bit outputs rounded to nearest even; widening exact). */
+    void (*convert)(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
+                    enum mc_dtype src_dt, int64_t n);
+    /* dst[i] = round_dst(float(dst[i]) + float(src[i])): main_grad += param.grad. */
+    void (*accumulate)(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
+                       enum mc_dtype src_dt, int64_t n);
 
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T (ta/tb); lda/ldb/ldc are
      * the row strides of the stored matrices, in elements. beta == 0 ignores C's old contents

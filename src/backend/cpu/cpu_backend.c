@@ -24,20 +24,38 @@ void mc_cpu_need_f32(enum mc_dtype dt, const char *op)
     abort();
 }
 
+static bool is_float_dt(enum mc_dtype t)
+{
+    return t == MC_DTYPE_F32 || t == MC_DTYPE_BF16 || t == MC_DTYPE_F16;
+}
+
 /* The dtype list each op takes (enum mc_backend_op) and what the CPU backend implements. */
 static bool cpu_supports(const struct mc_backend *be, enum mc_backend_op op,
                          const enum mc_dtype *dtypes, int n)
 {
     (void)be;
     int want = op == MC_OP_BUFFER ? 0 : op == MC_OP_GEMM ? 4
-               : op == MC_OP_ADAMW || op == MC_OP_SGD ? 2 : 1;
+               : op == MC_OP_ADAMW || op == MC_OP_SGD || op == MC_OP_CONVERT ||
+                       op == MC_OP_ACCUMULATE ? 2 : 1;
     if ((int)op < 0 || op >= MC_OP_COUNT || n != want)
         return false;
+    if (op == MC_OP_CONVERT || op == MC_OP_ACCUMULATE)
+        return is_float_dt(dtypes[0]) && is_float_dt(dtypes[1]);
     enum mc_dtype native = op == MC_OP_DROPOUT_MASK ? MC_DTYPE_U8 : MC_DTYPE_F32;
     for (int i = 0; i < n; i++)
         if (dtypes[i] != native)
             return false;
     return true;
+}
+
+/* Stops the process when convert/accumulate get a dtype other than F32, BF16, F16. */
+static void need_float(enum mc_dtype dt, const char *op)
+{
+    if (is_float_dt(dt))
+        return;
+    mc_log(MC_LOG_ERROR, "backend cpu: op %s takes float32, bfloat16 or float16, not %s", op,
+           mc_dtype_name(dt));
+    abort();
 }
 
 /* ---- buffers: host memory --------------------------------------------------------------- */
@@ -69,6 +87,24 @@ static void cpu_set(struct mc_backend *be, void *dst, int byte, size_t bytes)
 }
 
 static void cpu_sync(struct mc_backend *be) { (void)be; }
+
+/* ---- dtype conversion ---------------------------------------------------------------------- */
+
+static void cpu_convert(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
+                        enum mc_dtype src_dt, int64_t n)
+{
+    need_float(dst_dt, "convert (dst)");
+    need_float(src_dt, "convert (src)");
+    K(be)->convert(dst, dst_dt, src, src_dt, n);
+}
+
+static void cpu_accumulate(struct mc_backend *be, void *dst, enum mc_dtype dst_dt,
+                           const void *src, enum mc_dtype src_dt, int64_t n)
+{
+    need_float(dst_dt, "accumulate (dst)");
+    need_float(src_dt, "accumulate (src)");
+    K(be)->accumulate(dst, dst_dt, src, src_dt, n);
+}
 
 /* ---- ops: the kernel table, fp32 ---------------------------------------------------------- */
 
@@ -306,6 +342,8 @@ static const struct mc_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .set = cpu_set,
     .sync = cpu_sync,
+    .convert = cpu_convert,
+    .accumulate = cpu_accumulate,
     .gemm = cpu_gemm,
     .layernorm_fwd = cpu_layernorm_fwd,
     .layernorm_bwd = cpu_layernorm_bwd,

@@ -5,6 +5,8 @@
 static const struct mc_cpu_kernels ref_ops = {
     .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-ref",
+    .convert = convert_ref,
+    .accumulate = accumulate_ref,
     .gemm = gemm_ref,
     .layernorm_fwd = layernorm_fwd_ref,
     .layernorm_bwd = layernorm_bwd_ref,

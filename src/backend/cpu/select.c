@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
+#include "backend/cpu/kernels/ref.h"
 #include "megatron.h"
 
 #include <pthread.h>
@@ -16,6 +17,8 @@
 static const struct mc_cpu_kernels avx512_ops = {
     .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-avx512",
+    .convert = convert_ref,
+    .accumulate = accumulate_ref,
     .gemm = gemm_blas,
     .layernorm_fwd = layernorm_fwd_avx512,
     .layernorm_bwd = layernorm_bwd_avx512,

@@ -171,6 +171,24 @@ static void sim_set(struct mc_backend *be, void *dst, int byte, size_t bytes)
 
 static void sim_sync(struct mc_backend *be) { (void)be; }
 
+static void sim_convert(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
+                        enum mc_dtype src_dt, int64_t n)
+{
+    const char *op_name = "convert";
+    NEED(dst);
+    NEED(src);
+    IN(be)->ops->convert(IN(be), dst, dst_dt, src, src_dt, n);
+}
+
+static void sim_accumulate(struct mc_backend *be, void *dst, enum mc_dtype dst_dt,
+                           const void *src, enum mc_dtype src_dt, int64_t n)
+{
+    const char *op_name = "accumulate";
+    NEED(dst);
+    NEED(src);
+    IN(be)->ops->accumulate(IN(be), dst, dst_dt, src, src_dt, n);
+}
+
 /* ---- ops: check every tensor argument, then run the reference kernel ---------------------- */
 
 static void sim_gemm(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -511,6 +529,8 @@ static const struct mc_backend_ops sim_ops = {
     .copy = sim_copy,
     .set = sim_set,
     .sync = sim_sync,
+    .convert = sim_convert,
+    .accumulate = sim_accumulate,
     .gemm = sim_gemm,
     .layernorm_fwd = sim_layernorm_fwd,
     .layernorm_bwd = sim_layernorm_bwd,

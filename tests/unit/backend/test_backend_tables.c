@@ -1,12 +1,13 @@
 /* Every backend table that ships is complete: right version, a name, every op slot filled, and
  * supports() answering for the dtype list each op documents (fp32 yes, bf16/fp16 no, a wrong
- * list length no); every CPU kernel table (references, references + BLAS, AVX-512) likewise.
+ * list length no; convert/accumulate: every pair of F32, BF16, F16); every CPU kernel table (references, references + BLAS, AVX-512) likewise.
  * Then the backend objects: creation by name (an unknown name is refused), the buffer ops
- * round trip, an op called with an unsupported dtype stops the process with a message, and the
+ * round trip, convert and accumulate bit-exact with core/dtype.c on every backend, an op called with an unsupported dtype stops the process with a message, and the
  * attention op pair against a direct evaluation of its definition (GQA, causal and explicit
  * masks, dropout off) and against finite differences for backward. */
 #include "backend/backend.h"
 #include "backend/cpu/kernels/kernels.h"
+#include "core/dtype.h"
 #include "megatron.h"
 #include "test.h"
 
@@ -19,6 +20,16 @@
 #include <unistd.h>
 
 typedef void (*fnptr)(void);
+
+static uint64_t rs = 0x2545F4914F6CDD1Dull;
+static uint64_t rs_next(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+static float urand(void) { return (float)(rs_next() >> 40) / 16777216.0f - 0.5f; }
 
 /* The slots of a table from its first op to its end, all function pointers. */
 static int count_null_slots(const void *table, size_t first, size_t size, const char *name)
@@ -43,9 +54,26 @@ static int list_len(enum mc_backend_op op)
     case MC_OP_BUFFER: return 0;
     case MC_OP_GEMM: return 4;
     case MC_OP_ADAMW:
-    case MC_OP_SGD: return 2;
+    case MC_OP_SGD:
+    case MC_OP_CONVERT:
+    case MC_OP_ACCUMULATE: return 2;
     default: return 1;
     }
+}
+
+/* convert and accumulate take every pair of F32, BF16, F16 and nothing else. */
+static void check_float_pairs(struct mc_backend *be, enum mc_backend_op op)
+{
+    const enum mc_dtype fl[3] = {MC_DTYPE_F32, MC_DTYPE_BF16, MC_DTYPE_F16};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            enum mc_dtype p[2] = {fl[i], fl[j]};
+            CHECK(be->ops->supports(be, op, p, 2));
+            enum mc_dtype q[2] = {fl[i], MC_DTYPE_I32}, r[2] = {MC_DTYPE_F64, fl[j]};
+            CHECK(!be->ops->supports(be, op, q, 2));
+            CHECK(!be->ops->supports(be, op, r, 2));
+            CHECK(!be->ops->supports(be, op, p, 1));
+        }
 }
 
 static void test_tables(void)
@@ -61,6 +89,10 @@ static void test_tables(void)
         if (!be || !t->supports)
             continue;
         for (int op = 0; op < MC_OP_COUNT; op++) {
+            if (op == MC_OP_CONVERT || op == MC_OP_ACCUMULATE) {
+                check_float_pairs(be, (enum mc_backend_op)op);
+                continue;
+            }
             int len = list_len((enum mc_backend_op)op);
             enum mc_dtype want = op == MC_OP_DROPOUT_MASK ? MC_DTYPE_U8 : MC_DTYPE_F32;
             enum mc_dtype f32[4] = {want, want, want, want}, bf16[4] = {want, want, want, want};
@@ -206,16 +238,112 @@ static void test_sim_rejects_foreign_memory(void)
     }
 }
 
+/* ---- convert and accumulate against core/dtype.c ----------------------------------------- */
+
+/* Inputs that exercise the rounding: ties at both precisions, subnormals of both 16-bit
+ * formats, values past fp16's range and the rounding edge 65520, infinities, NaN, zeros. */
+static void convert_inputs(float *x, int n)
+{
+    const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* bf16 tie */,
+                             1.01171875f, 1.00048828125f /* fp16 tie */, 1.00146484375f,
+                             65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f, 6.0e-8f, 3.0e-8f,
+                             2.9802322e-8f, 1e-40f, -1e-45f, 3.4e38f, INFINITY, -INFINITY,
+                             NAN, -NAN, 1.17549435e-38f};
+    int ns = (int)(sizeof special / sizeof *special);
+    for (int i = 0; i < n; i++) {
+        if (i < ns) {
+            x[i] = special[i];
+            continue;
+        }
+        uint32_t u = (uint32_t)(rs_next() >> 32); /* any bit pattern, then a few scales */
+        if (i % 3 == 0)
+            u = (u & 0x807fffffu) | ((uint32_t)(100 + i % 50) << 23);
+        memcpy(&x[i], &u, 4);
+    }
+}
+
+static float as_f32(const void *p, enum mc_dtype t, int i)
+{
+    return (float)mc_dtype_get_f64(p, t, i); /* exact for F32, BF16, F16 */
+}
+
+/* want = core/dtype.c's conversion of each element of src (src_dt) into dst_dt. */
+static void convert_want(void *want, enum mc_dtype dd, const void *src, enum mc_dtype sd, int n)
+{
+    if (dd == sd) {
+        memcpy(want, src, (size_t)n * mc_dtype_size(dd));
+        return;
+    }
+    float *f = malloc(sizeof(float) * (size_t)n);
+    mc_dtype_to_f32(f, src, sd, n);
+    mc_dtype_from_f32(want, dd, f, n);
+    free(f);
+}
+
+static void test_convert_accumulate(const char *name)
+{
+    enum { N = 70001 }; /* past the threading threshold, odd */
+    const enum mc_dtype fl[3] = {MC_DTYPE_F32, MC_DTYPE_BF16, MC_DTYPE_F16};
+    struct mc_backend *be;
+    CHECK(mc_backend_create(name, &be) == MC_OK);
+    const struct mc_backend_ops *o = be->ops;
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    convert_inputs(x, N);
+    convert_inputs(y, N);
+    for (int i = 0; i < N; i++) /* y: a permutation, so dst and src differ per element */
+        y[i] = x[(i * 7919) % N];
+    void *src = malloc(4 * N), *dst0 = malloc(4 * N), *want = malloc(4 * N), *got = malloc(4 * N);
+    void *bsrc = o->alloc(be, 4 * N), *bdst = o->alloc(be, 4 * N);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            enum mc_dtype dd = fl[i], sd = fl[j];
+            size_t ds = mc_dtype_size(dd), ss = mc_dtype_size(sd);
+            mc_dtype_from_f32(src, sd, x, N);
+            /* convert */
+            convert_want(want, dd, src, sd, N);
+            o->copy_to_backend(be, bsrc, src, ss * N);
+            o->convert(be, bdst, dd, bsrc, sd, N);
+            o->copy_to_host(be, got, bdst, ds * N);
+            if (memcmp(got, want, ds * N)) {
+                fprintf(stderr, "%s: convert %s <- %s differs from core/dtype.c\n", name,
+                        mc_dtype_name(dd), mc_dtype_name(sd));
+                CHECK(0);
+            }
+            /* accumulate: want = round_dd(float(dst) + float(src)) with dtype.c's rounding */
+            mc_dtype_from_f32(dst0, dd, y, N);
+            float *sum = malloc(sizeof(float) * N);
+            for (int k = 0; k < N; k++)
+                sum[k] = as_f32(dst0, dd, k) + as_f32(src, sd, k);
+            mc_dtype_from_f32(want, dd, sum, N);
+            free(sum);
+            o->copy_to_backend(be, bdst, dst0, ds * N);
+            o->accumulate(be, bdst, dd, bsrc, sd, N);
+            o->copy_to_host(be, got, bdst, ds * N);
+            if (memcmp(got, want, ds * N)) {
+                fprintf(stderr, "%s: accumulate %s += %s differs from core/dtype.c\n", name,
+                        mc_dtype_name(dd), mc_dtype_name(sd));
+                CHECK(0);
+            }
+        }
+    /* the rounding really happens: 1 + 2^-9 is a bf16 tie that goes to even (1.0) */
+    uint16_t h;
+    float one_tie = 1.001953125f;
+    float *bx = o->alloc(be, 4);
+    uint16_t *bh = o->alloc(be, 2);
+    o->copy_to_backend(be, bx, &one_tie, 4);
+    o->convert(be, bh, MC_DTYPE_BF16, bx, MC_DTYPE_F32, 1);
+    o->copy_to_host(be, &h, bh, 2);
+    CHECK(h == 0x3f80);
+    o->free(be, bx);
+    o->free(be, bh);
+    o->free(be, bsrc);
+    o->free(be, bdst);
+    free(x); free(y); free(src); free(dst0); free(want); free(got);
+    mc_backend_free(be);
+}
+
 /* ---- attention against its definition --------------------------------------------------- */
 
-static uint64_t rs = 0x2545F4914F6CDD1Dull;
-static float urand(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (float)(rs >> 40) / 16777216.0f - 0.5f;
-}
 
 /* Direct evaluation in double: ctx[t=(si,bi), head i] = sum_j p_ij v_j with
  * p = softmax_j(masked ? -10000 : alpha * mult * q_i . k_j). */
@@ -317,6 +445,9 @@ int main(void)
     test_tables();
     test_create();
     test_buffers();
+    test_convert_accumulate("cpu");
+    test_convert_accumulate("cpu-ref");
+    test_convert_accumulate("cpu-sim");
     test_attention(false);
     test_attention(true);
     return test_summary("test_backend_tables");

@@ -5,14 +5,24 @@
 #ifndef MC_CPU_KERNELS_H
 #define MC_CPU_KERNELS_H
 
+#include "megatron.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
-#define MC_CPU_KERNELS_VERSION 1
+#define MC_CPU_KERNELS_VERSION 2
 
 struct mc_cpu_kernels {
     int version;      /* MC_CPU_KERNELS_VERSION */
     const char *name; /* "cpu-ref", "cpu-ref+blas", "cpu-avx512" */
+
+    /* dst[i] = src[i] converted between F32, BF16 and F16 (core/dtype.c's rounding: nearest
+     * even; widening exact; same dtype copies the bits). */
+    void (*convert)(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                    int64_t n);
+    /* dst[i] = round_dst(float(dst[i]) + float(src[i])) */
+    void (*accumulate)(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                       int64_t n);
 
     /* C[M,N] = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T (ta/tb); lda/ldb/ldc are
      * the row strides of the stored matrices. beta == 0 ignores C's old contents (even NaN). */

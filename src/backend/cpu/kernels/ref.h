@@ -11,6 +11,11 @@
  * one thread, whatever the thread count. */
 #define MC_REF_COL_BLOCK 64
 
+void convert_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                 int64_t n);
+void accumulate_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                    int64_t n);
+
 void gemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,

@@ -1,0 +1,50 @@
+/* Reference dtype conversion and accumulation between F32, BF16 and F16, element by element
+ * with core/dtype.c's conversions (round to nearest even, widening exact): the counterparts of
+ * Megatron's `param.data.copy_(main_param)` (fp32 -> 16-bit model weights), `main_param =
+ * param.detach().clone().float()` and, for accumulate, `main_grad.add_(param.grad)` without
+ * gradient-accumulation fusion. Elementwise, so any thread split gives the same bits. */
+#include "backend/cpu/kernels/ref.h"
+
+#include "core/dtype.h"
+
+#include <string.h>
+
+static inline float load_f32(const void *p, enum mc_dtype t, int64_t i)
+{
+    switch (t) {
+    case MC_DTYPE_BF16: return mc_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MC_DTYPE_F16: return mc_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline void store_f32(void *p, enum mc_dtype t, int64_t i, float v)
+{
+    switch (t) {
+    case MC_DTYPE_BF16: ((uint16_t *)p)[i] = mc_f32_to_bf16(v); break;
+    case MC_DTYPE_F16: ((uint16_t *)p)[i] = mc_f32_to_f16(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+void convert_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                 int64_t n)
+{
+    if (n <= 0)
+        return;
+    if (dst_dt == src_dt) { /* a copy keeps every bit (NaN payloads included) */
+        memmove(dst, src, (size_t)n * mc_dtype_size(dst_dt));
+        return;
+    }
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        store_f32(dst, dst_dt, i, load_f32(src, src_dt, i));
+}
+
+void accumulate_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                    int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        store_f32(dst, dst_dt, i, load_f32(dst, dst_dt, i) + load_f32(src, src_dt, i));
+}
