@@ -391,6 +391,35 @@ class _Softmax16(torch.autograd.Function):
         return d.masked_fill(mask, 0.0), None, None
 
 
+class _Embedding16(torch.autograd.Function):
+    """F.embedding on a 16-bit weight in fp32 arithmetic. Backward as torch's 16-bit CPU
+    embedding backward (the one Megatron's VocabParallelEmbedding gets on a CPU): each token's
+    gradient row is added to its weight row in token order ([b, s] flattened), rounding after
+    every add."""
+
+    @staticmethod
+    def forward(ctx, weight, ids, dt):
+        ctx.save_for_backward(ids)
+        ctx.shape, ctx.dt = weight.shape, dt
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, g):
+        (ids,) = ctx.saved_tensors
+        flat, rows = ids.reshape(-1), g.reshape(-1, g.shape[-1])
+        dw = torch.zeros(ctx.shape, dtype=g.dtype)
+        for i in range(flat.numel()):
+            t = int(flat[i])
+            dw[t] = (dw[t] + rows[i]).to(ctx.dt).float()
+        return dw, None, None
+
+
+def embedding16(p, weight, ids):
+    if p.native:
+        return F.embedding(ids, weight)
+    return _Embedding16.apply(p.r(weight), ids, p.dt)
+
+
 def scaled_bmm16(p, a, b, alpha):
     if p.native:
         out = torch.empty(a.shape[0], a.shape[1], b.shape[2], dtype=a.dtype)
@@ -752,17 +781,15 @@ class GPTTwin(torch.nn.Module):
         per-token loss [b, s] or None)."""
         c, p = self.c, self.prec
         b, s = tokens.shape
-        if p.native:  # VocabParallelEmbedding: F.embedding (its 16-bit backward)
-            x = F.embedding(tokens, self.embedding.word_embeddings.weight)
+        if p.on:  # VocabParallelEmbedding: F.embedding (and its 16-bit backward)
+            x = embedding16(p, self.embedding.word_embeddings.weight, tokens)
         else:
-            x = p.r(self.embedding.word_embeddings.weight)[tokens]
+            x = self.embedding.word_embeddings.weight[tokens]
         if c['position_embedding_type'] == POS_LEARNED:
             if position_ids is None:
                 position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
-            if p.native:
-                x = x + F.embedding(position_ids, self.embedding.position_embeddings.weight)
-            elif p.on:
-                x = p.add(x, p.r(self.embedding.position_embeddings.weight)[position_ids])
+            if p.on:
+                x = p.add(x, embedding16(p, self.embedding.position_embeddings.weight, position_ids))
             else:
                 x = x + self.embedding.position_embeddings.weight[position_ids]
         x = x.transpose(0, 1).contiguous()
