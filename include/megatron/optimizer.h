@@ -19,6 +19,13 @@ struct mc_optimizer_config {
     float adam_eps;                   /* 1e-8 */
     float sgd_momentum;               /* 0.9 */
     float clip_grad;                  /* 1.0; 0 disables clipping */
+    /* Mixed precision (Megatron's MixedPrecisionOptimizer and its grad scaler) */
+    bool fp16, bf16;                  /* --fp16 / --bf16 (the model's params_dtype) */
+    double loss_scale;                /* --loss-scale: a constant scaler when > 0 (None: 0) */
+    double initial_loss_scale;        /* --initial-loss-scale 2^32 (dynamic scaler) */
+    double min_loss_scale;            /* --min-loss-scale 1.0 */
+    double loss_scale_window;         /* --loss-scale-window 1000 (Megatron's type is float) */
+    int64_t hysteresis;               /* --hysteresis 2 */
 };
 MC_API void mc_opt_config_default(struct mc_optimizer_config *cfg);
 
@@ -46,6 +53,8 @@ MC_API void mc_opt_free(mc_optimizer *o);
 struct mc_opt_step_result {
     float grad_norm;     /* global L2 norm before clipping (Megatron's 'grad norm') */
     int64_t num_zeros;   /* zeros in the grads counted as --log-num-zeros-in-grad does */
+    bool skipped;        /* inf/nan in the (unscaled) grads: no update, no clip, grad_norm and
+                            num_zeros unset (Megatron's update_successful False, None, None) */
 };
 /* One step: grad norm, clip by clip_grad/(norm+1e-6) when that is < 1, then the update with
  * this step's learning rate and weight decay (the scheduler's values; wd applies to the
@@ -67,6 +76,60 @@ MC_API struct mc_opt_param_state mc_opt_param_state(const mc_optimizer *o, int64
 MC_API int64_t mc_opt_step_count(const mc_optimizer *o);
 /* Restores the step count after loading a checkpoint (the next step uses t = step + 1). */
 MC_API void mc_opt_set_step_count(mc_optimizer *o, int64_t step);
+
+/* ---- Grad scaler (megatron/core/optimizer/grad_scaler.py) -------------------------------
+ * Which one an optimizer gets is Megatron's get_megatron_optimizer rule: with --fp16, --bf16
+ * or the distributed optimizer, --loss-scale gives the constant scaler, else --fp16 the
+ * dynamic one (growth 2, backoff 0.5, --loss-scale-window, --hysteresis, --min-loss-scale),
+ * else (bf16 / fp32 distributed) none. The scale is a float32 value, as Megatron's tensor. */
+struct mc_grad_scaler {
+    bool on;                     /* false: no scaler (loss scale 1) */
+    bool dynamic;                /* DynamicGradScaler, else ConstantGradScaler */
+    float scale, min_scale;
+    double growth_interval;      /* --loss-scale-window */
+    int64_t hysteresis;
+    int64_t growth_tracker, hysteresis_tracker;
+};
+/* The scaler of an optimizer config; mixed = the optimizer is Megatron's
+ * MixedPrecisionOptimizer (fp16, bf16 or the distributed optimizer). MC_ERR_CONFIG naming the
+ * option on values Megatron's asserts reject. */
+MC_API mc_status mc_grad_scaler_init(struct mc_grad_scaler *g, const struct mc_optimizer_config *c,
+                                     bool mixed);
+/* DynamicGradScaler.update(found_inf): on inf/nan the growth tracker restarts and the
+ * hysteresis tracker counts down, the scale backs off (not below min_scale) once it reaches
+ * 0; after growth_interval clean steps in a row the scale doubles and hysteresis refills.
+ * The constant scaler (and none) never changes. */
+MC_API void mc_grad_scaler_update(struct mc_grad_scaler *g, bool found_inf);
+/* The loss scale (1.0 without a scaler). */
+MC_API double mc_grad_scaler_get_scale(const struct mc_grad_scaler *g);
+/* 1 / scale as Megatron's inv_scale: the float32 of the double reciprocal. */
+MC_API float mc_grad_scaler_inv_scale(const struct mc_grad_scaler *g);
+
+/* What a checkpoint holds (optimizer state_dict 'grad_scaler': dynamic {'scale': tensor,
+ * 'growth_tracker', 'hysteresis_tracker'}, constant {}). */
+struct mc_grad_scaler_state {
+    double scale;
+    int64_t growth_tracker, hysteresis_tracker;
+};
+/* The optimizer's scaler (the distributed optimizer's: mc_distopt_grad_scaler in
+ * distributed/distrib_optimizer.h; with several model chunks the first chunk's holds it). */
+MC_API struct mc_grad_scaler *mc_opt_grad_scaler(mc_optimizer *o);
+MC_API bool mc_opt_has_grad_scaler(const mc_optimizer *o);
+MC_API bool mc_opt_grad_scaler_dynamic(const mc_optimizer *o);
+/* The loss scale the next backward multiplies the loss by (1.0 without a scaler). */
+MC_API double mc_opt_loss_scale(const mc_optimizer *o);
+/* Read / restore the state. Get: the scale (1.0 without a scaler) and the trackers (0 for
+ * the constant scaler). Set: the dynamic scaler takes all three (MC_ERR_CONFIG on a scale
+ * that is not > 0 and finite); the constant one and none ignore it, as Megatron's
+ * ConstantGradScaler.load_state_dict does (the scale stays --loss-scale). */
+MC_API void mc_opt_grad_scaler_state(const mc_optimizer *o, struct mc_grad_scaler_state *st);
+MC_API mc_status mc_opt_set_grad_scaler_state(mc_optimizer *o,
+                                              const struct mc_grad_scaler_state *st);
+/* The same on a scaler object (what the mc_opt_ and mc_distopt_ forms call). */
+MC_API void mc_grad_scaler_get_state(const struct mc_grad_scaler *g,
+                                     struct mc_grad_scaler_state *st);
+MC_API mc_status mc_grad_scaler_set_state(struct mc_grad_scaler *g,
+                                          const struct mc_grad_scaler_state *st);
 
 #ifdef __cplusplus
 }

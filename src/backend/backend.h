@@ -79,7 +79,16 @@ struct mc_dropout_stream {
  * probs = softmax(where(mask, -10000, (q k^T * alpha) * mult)), dropped out, ctx = probs @ v.
  * qkv is the fused linear_qkv output [s, b, qkv_ld] (token t = s_index * b + b_index), each
  * token's row laid out per key/value group: [heads/groups query heads | k | v], hn each; query
- * head i uses the k and v of its group (GQA). ctx [s, b, ctx_ld] holds head i at column i*hn. */
+ * head i uses the k and v of its group (GQA). ctx [s, b, ctx_ld] holds head i at column i*hn.
+ * 16-bit dt: the rounding points of DotProductAttention on 16-bit tensors (fp32 accumulation in
+ * every bmm): scores = round(alpha q k^T) (baddbmm), softmax in fp32 of the widened scores,
+ * probs rounded, dropout on the 16-bit probs (keep ? round(p * round(1/(1-p_drop))) : 0, torch's
+ * CPU dropout noise tensor), ctx = round(probs @ v). Backward: dprobs = round(dctx v^T),
+ * dv = round(probs^T dctx) per head, dropout's mask and scale again with one rounding, softmax
+ * backward in fp32 with one rounding, dq = round(round(dscores k) * alpha) (autograd's baddbmm
+ * backward multiplies the bmm output by alpha; once when alpha is 1), dk likewise; the dk and
+ * dv of a group's query heads are added in head order with a rounding after each add (the
+ * backward of torch 1.13's repeat_interleave, an index_add on 16-bit values). */
 struct mc_attention_desc {
     enum mc_dtype dt;                /* qkv, probs, ctx and their grads */
     int64_t b, s;                    /* batch rows; sequence length (queries = keys) */
@@ -92,8 +101,12 @@ struct mc_attention_desc {
     struct mc_dropout_stream rng;    /* the site's stream; element (b_index, global head,
                                       * query, key) of the [b, heads_total, s, s] probs */
     int64_t heads_total, head_first; /* global head count; this rank's first head */
+    bool softmax_in_fp32;            /* 16-bit dt only: Megatron's --attention-softmax-in-fp32
+                                      * (forced by query-key layer scaling): the softmax backward
+                                      * reads the fp32 probs (recomputed) instead of the 16-bit
+                                      * ones. The forward is the same bits either way. */
 };
-/* Work buffers of the attention ops, each [b, heads, s, s] (backend memory). */
+/* Work buffers of the attention ops, each [b, heads, s, s] elements of d->dt (backend memory). */
 struct mc_attention_work {
     void *a, *b;
     uint8_t *keep;

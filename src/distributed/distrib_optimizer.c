@@ -40,6 +40,9 @@ struct mc_distopt {
     mc_comm_request *grad_req, *param_req; /* [n_buckets] each */
     bool *grad_pending, *param_pending;
     int64_t *bucket_first;   /* [n_buckets] lowest param index of each bucket */
+    /* the DistributedOptimizer's grad scaler (with several model chunks chunk 0's is the one
+     * mc_distopt_step_chunks uses, as Megatron's one optimizer over every chunk) */
+    struct mc_grad_scaler scaler;
 };
 
 static mc_comm_request *grad_req(mc_distopt *o, int64_t b) { return o->grad_req + b; }
@@ -154,6 +157,11 @@ mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, const struct mc
         return MC_ERR_NOMEM;
     o->cfg = *cfg;
     o->set = s;
+    /* the distributed optimizer is a MixedPrecisionOptimizer even in fp32 */
+    if ((st = mc_grad_scaler_init(&o->scaler, cfg, true))) {
+        mc_free(o);
+        return st;
+    }
     o->dp = mc_ps_size(ps, MC_PS_DP_CP);
     o->dp_rank = mc_ps_rank(ps, MC_PS_DP_CP);
     o->dp_comm = ps->group[MC_PS_DP_CP].comm;
@@ -213,6 +221,7 @@ void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out)
 }
 
 void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
+struct mc_grad_scaler *mc_distopt_grad_scaler(mc_distopt *o) { return &o->scaler; }
 
 mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out)
 {
@@ -467,6 +476,30 @@ static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight
     return all_gather(o);
 }
 
+/* MixedPrecisionOptimizer.prepare_grads with a grad scaler: this rank's reduce-scattered
+ * main-grad shards of every chunk unscaled and checked, found_inf MAX-reduced over the whole
+ * world (the distributed optimizer's grad-stats group), then chunk 0's scaler updated. */
+static mc_status unscale_and_check(mc_distopt *const *os, int n, bool *found)
+{
+    struct mc_grad_scaler *g = &os[0]->scaler;
+    *found = false;
+    if (!g->on)
+        return MC_OK;
+    float inv = mc_grad_scaler_inv_scale(g);
+    bool any = false;
+    for (int c = 0; c < n; c++)
+        any |= mc_opt_check_and_unscale(os[c]->set->be, os[c]->main_grad, os[c]->shard_numel,
+                                        inv);
+    float f = any ? 1.0f : 0.0f;
+    mc_status st = mc_comm_all_reduce(os[0]->world_comm, &f, 1, MC_DTYPE_F32, MC_COMM_MAX,
+                                      "distributed optimizer found-inf all-reduce");
+    if (st)
+        return st;
+    *found = f > 0.0f;
+    mc_grad_scaler_update(g, *found);
+    return MC_OK;
+}
+
 mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
                                  float post_scale, float lr, float weight_decay,
                                  struct mc_opt_step_result *res)
@@ -474,18 +507,28 @@ mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
     mc_status st = MC_OK;
     for (int c = 0; c < n && !st; c++)
         st = reduce_grads(os[c], grad_scale, post_scale);
-    float norm;
+    bool found_inf = false;
+    if (st || (st = unscale_and_check(os, n, &found_inf)))
+        return st;
+    if (found_inf) { /* no clip, no update, no all-gather: the params stay as they are */
+        if (res)
+            *res = (struct mc_opt_step_result){.skipped = true};
+        return MC_OK;
+    }
+    float norm = 0.0f;
     int64_t zeros;
-    if (st || (st = grad_stats(os, n, &norm, &zeros)))
+    if ((st = grad_stats(os, n, &norm, &zeros)))
         return st;
     float clip = os[0]->cfg.clip_grad;
     float coeff = clip > 0.0f ? clip / (norm + 1.0e-6f) : 1.0f;
+    /* MixedPrecisionOptimizer reports grad norm 0.0 when it does not clip; fp32 keeps the
+     * norm it always reported */
+    if (clip <= 0.0f && (os[0]->cfg.fp16 || os[0]->cfg.bf16))
+        norm = 0.0f;
     for (int c = 0; c < n && !st; c++)
         st = apply_update(os[c], coeff, lr, weight_decay);
-    if (!st && res) {
-        res->grad_norm = norm;
-        res->num_zeros = zeros;
-    }
+    if (!st && res)
+        *res = (struct mc_opt_step_result){.grad_norm = norm, .num_zeros = zeros};
     return st;
 }
 

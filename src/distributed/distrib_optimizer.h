@@ -80,6 +80,10 @@ struct mc_distopt_shard {
 };
 void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
 void mc_distopt_set_step(mc_distopt *o, int64_t step);
+/* The grad scaler (megatron/optimizer.h: mc_grad_scaler_get_state / set_state for checkpoints,
+ * the scale for the loss). With interleaved pipelining the first chunk's optimizer holds the
+ * one mc_distopt_step_chunks updates (Megatron's one DistributedOptimizer over all chunks). */
+struct mc_grad_scaler *mc_distopt_grad_scaler(mc_distopt *o);
 /* The buffer layout Megatron would build if the model registered its parameters in the order
  * perm[0], perm[1], ... (the TE spec and the legacy model register them in another order than
  * the local spec): out->param[j] is parameter perm[j]. Free with mc_pgb_map_free. */

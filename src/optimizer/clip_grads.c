@@ -13,19 +13,23 @@
 
 #include "tensor_parallel/tensor_parallel.h"
 
-/* Sum over the model-parallel group: tp x pp ranks (the tp group when pp == 1). */
-mc_status mc_opt_mp_sum(const struct mc_param_set *s, float *x)
+/* Sum (or max) over the model-parallel group: tp x pp ranks (the tp group when pp == 1). */
+static mc_status mp_reduce(const struct mc_param_set *s, float *x, bool max)
 {
-    if (s->pp_size == 1)
-        return mc_tp_all_reduce_sum(&(struct mc_tp_group){s->tp_size, s->tp_rank, s->tp_comm,
-                                                          false}, x, 1);
+    if (s->pp_size == 1) {
+        struct mc_tp_group tp = {s->tp_size, s->tp_rank, s->tp_comm, false};
+        return max ? mc_tp_all_reduce_max(&tp, x, 1) : mc_tp_all_reduce_sum(&tp, x, 1);
+    }
     if (!s->mp_comm)
         return mc_error(MC_ERR_UNSUPPORTED, "grad norm across --pipeline-model-parallel-size %d "
                         "needs the model-parallel communicator (%s)", s->pp_size,
                         s->mp_comm_setter ? s->mp_comm_setter : "mc_param_set.mp_comm");
     struct mc_tp_group mp = {s->tp_size * s->pp_size, 0, s->mp_comm, false};
-    return mc_tp_all_reduce_sum(&mp, x, 1);
+    return max ? mc_tp_all_reduce_max(&mp, x, 1) : mc_tp_all_reduce_sum(&mp, x, 1);
 }
+
+mc_status mc_opt_mp_sum(const struct mc_param_set *s, float *x) { return mp_reduce(s, x, false); }
+mc_status mc_opt_mp_max(const struct mc_param_set *s, float *x) { return mp_reduce(s, x, true); }
 
 mc_status mc_opt_grad_norm(const struct mc_param_set *const *sets, int n, float *norm)
 {

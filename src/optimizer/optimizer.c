@@ -14,6 +14,7 @@ struct mc_optimizer {
     const struct mc_param_set **set; /* [n_chunks] */
     float **state; /* [n_chunks] Adam: [exp_avg block | exp_avg_sq block]; SGD: [momentum block] */
     int64_t step;
+    struct mc_grad_scaler scaler; /* Float16OptimizerWithFloat16Params' (fp16/bf16), else none */
 };
 
 void mc_opt_config_default(struct mc_optimizer_config *cfg)
@@ -25,6 +26,10 @@ void mc_opt_config_default(struct mc_optimizer_config *cfg)
         .adam_eps = 1e-8f,
         .sgd_momentum = 0.9f,
         .clip_grad = 1.0f,
+        .initial_loss_scale = 4294967296.0, /* 2**32 */
+        .min_loss_scale = 1.0,
+        .loss_scale_window = 1000.0,
+        .hysteresis = 2,
     };
 }
 
@@ -46,6 +51,8 @@ mc_status mc_opt_config_check(const struct mc_optimizer_config *c)
                         (double)c->sgd_momentum);
     if (!(c->clip_grad >= 0.0f))
         return mc_error(MC_ERR_CONFIG, "--clip-grad (%g) must be >= 0", (double)c->clip_grad);
+    if (c->fp16 && c->bf16)
+        return mc_error(MC_ERR_CONFIG, "--fp16 and --bf16 given together (expected one)");
     return MC_OK;
 }
 
@@ -66,6 +73,10 @@ mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
         return MC_ERR_NOMEM;
     o->cfg = *cfg;
     o->n_chunks = n;
+    if ((st = mc_grad_scaler_init(&o->scaler, cfg, cfg->fp16 || cfg->bf16)) != MC_OK) {
+        mc_free(o);
+        return st;
+    }
     o->set = mc_calloc((size_t)n, sizeof(*o->set));
     o->state = mc_calloc((size_t)n, sizeof(*o->state));
     if (!o->set || !o->state) {
@@ -121,6 +132,21 @@ struct mc_opt_param_state mc_opt_param_state(const mc_optimizer *o, int64_t i)
 }
 
 int64_t mc_opt_step_count(const mc_optimizer *o) { return o->step; }
+
+struct mc_grad_scaler *mc_opt_grad_scaler(mc_optimizer *o) { return &o->scaler; }
+bool mc_opt_has_grad_scaler(const mc_optimizer *o) { return o->scaler.on; }
+bool mc_opt_grad_scaler_dynamic(const mc_optimizer *o) { return o->scaler.on && o->scaler.dynamic; }
+double mc_opt_loss_scale(const mc_optimizer *o) { return o->scaler.on ? o->scaler.scale : 1.0; }
+
+void mc_opt_grad_scaler_state(const mc_optimizer *o, struct mc_grad_scaler_state *st)
+{
+    mc_grad_scaler_get_state(&o->scaler, st);
+}
+
+mc_status mc_opt_set_grad_scaler_state(mc_optimizer *o, const struct mc_grad_scaler_state *st)
+{
+    return mc_grad_scaler_set_state(&o->scaler, st);
+}
 void mc_opt_set_step_count(mc_optimizer *o, int64_t step) { o->step = step; }
 
 static void update(mc_optimizer *o, float lr, float weight_decay)
@@ -146,6 +172,29 @@ static void update(mc_optimizer *o, float lr, float weight_decay)
     }
 }
 
+/* MixedPrecisionOptimizer.prepare_grads with a grad scaler: every main grad of every chunk
+ * (shared copies and tensor-parallel duplicates too) unscaled and checked, found_inf
+ * MAX-reduced over the model-parallel group (Float16OptimizerWithFloat16Params'
+ * grad_stats_parallel_group), then the scaler's update. *found: skip this step. */
+static mc_status unscale_and_check(mc_optimizer *o, bool *found)
+{
+    *found = false;
+    if (!o->scaler.on)
+        return MC_OK;
+    float inv = mc_grad_scaler_inv_scale(&o->scaler);
+    bool any = false;
+    for (int c = 0; c < o->n_chunks; c++)
+        any |= mc_opt_check_and_unscale(o->set[c]->be, o->set[c]->grad_block,
+                                        o->set[c]->n_elements, inv);
+    float f = any ? 1.0f : 0.0f;
+    mc_status st = mc_opt_mp_max(o->set[0], &f);
+    if (st)
+        return st;
+    *found = f > 0.0f;
+    mc_grad_scaler_update(&o->scaler, *found);
+    return MC_OK;
+}
+
 mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
                       struct mc_opt_step_result *res)
 {
@@ -153,16 +202,26 @@ mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
         return mc_error(MC_ERR_CONFIG, "mc_opt_step: no optimizer");
     float norm = 0.0f;
     int64_t zeros = 0;
-    mc_status st = mc_opt_grad_norm(o->set, o->n_chunks, &norm);
+    bool found_inf;
+    mc_status st = unscale_and_check(o, &found_inf);
     if (st != MC_OK)
         return st;
-    mc_opt_clip_grads(o->set, o->n_chunks, o->cfg.clip_grad, norm);
+    if (found_inf) { /* Megatron's step returns False, None, None: nothing else happens */
+        if (res)
+            *res = (struct mc_opt_step_result){.skipped = true};
+        return MC_OK;
+    }
+    /* MixedPrecisionOptimizer reports grad norm 0.0 when it does not clip (fp32 keeps the
+     * norm it always computed here) */
+    bool no_norm = (o->cfg.fp16 || o->cfg.bf16) && o->cfg.clip_grad <= 0.0f;
+    if (!no_norm && (st = mc_opt_grad_norm(o->set, o->n_chunks, &norm)) != MC_OK)
+        return st;
+    if (!no_norm)
+        mc_opt_clip_grads(o->set, o->n_chunks, o->cfg.clip_grad, norm);
     if ((st = mc_opt_count_zeros(o->set, o->n_chunks, &zeros)) != MC_OK)
         return st;
     update(o, lr, weight_decay);
-    if (res) {
-        res->grad_norm = norm;
-        res->num_zeros = zeros;
-    }
+    if (res)
+        *res = (struct mc_opt_step_result){.grad_norm = norm, .num_zeros = zeros};
     return MC_OK;
 }

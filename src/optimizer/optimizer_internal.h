@@ -20,6 +20,12 @@ void mc_opt_clip_grads(const struct mc_param_set *const *sets, int n, float clip
                        float norm);
 /* Sum over the model-parallel (tp x pp) group of one float, as clip_grads.py reduces. */
 mc_status mc_opt_mp_sum(const struct mc_param_set *s, float *x);
+/* Max of one float over the same group (found_inf of the non-distributed optimizer). */
+mc_status mc_opt_mp_max(const struct mc_param_set *s, float *x);
+/* torch._amp_foreach_non_finite_check_and_unscale_ on x[n] (fp32 backend memory): whether
+ * any element is inf or NaN (checked before scaling, as the kernel does), then x *= inv_scale
+ * unless inv_scale is 1. */
+bool mc_opt_check_and_unscale(struct mc_backend *be, float *x, int64_t n, float inv_scale);
 /* Whether this rank counts param p in the grad norm and zero count: not the shared copy,
  * and not a tensor-parallel duplicate (param_is_not_shared and
  * param_is_not_tensor_parallel_duplicate). */

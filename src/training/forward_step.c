@@ -204,7 +204,10 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float 
         double num, den;
         pp_masked_loss(t, &num, &den);
         bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
-        float scale = per_token ? 1.0f : (float)(1.0 / den / (double)r->num_micro);
+        /* the schedule's grad_scale_func: the loss (over tokens and micro-batches unless per
+         * token) times the optimizer's loss scale, 1 without a grad scaler */
+        double ls = mc_train_loss_scale(t);
+        float scale = per_token ? (float)ls : (float)(ls / den / (double)r->num_micro);
         /* mask_be holds this micro-batch's mask (pp_masked_loss); dloss leaves for the host */
         int64_t n = t->d.batch.b * t->d.batch.s;
         t->m.be->ops->masked_loss_bwd(t->m.be, t->d.dloss_be, t->d.mask_be, scale, n);

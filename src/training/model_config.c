@@ -140,4 +140,11 @@ void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config
     cfg->adam_eps = (float)mc_args_float(a, A(adam_eps));
     cfg->sgd_momentum = (float)mc_args_float(a, A(sgd_momentum));
     cfg->clip_grad = (float)mc_args_float(a, A(clip_grad));
+    cfg->fp16 = mc_args_bool(a, A(fp16));
+    cfg->bf16 = mc_args_bool(a, A(bf16));
+    cfg->loss_scale = mc_args_is_none(a, A(loss_scale)) ? 0.0 : mc_args_float(a, A(loss_scale));
+    cfg->initial_loss_scale = mc_args_float(a, A(initial_loss_scale));
+    cfg->min_loss_scale = mc_args_float(a, A(min_loss_scale));
+    cfg->loss_scale_window = mc_args_float(a, A(loss_scale_window));
+    cfg->hysteresis = mc_args_int(a, A(hysteresis));
 }

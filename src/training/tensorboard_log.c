@@ -98,13 +98,15 @@ mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float l
         (st = tb_pair(t, "lm loss", (double)loss, iteration)))
         return st;
     if (mc_args_bool(a, MC_A_log_loss_scale_to_tensorboard) &&
-        (st = tb_pair(t, "loss-scale", 1.0, iteration)))
+        (st = tb_pair(t, "loss-scale", mc_train_loss_scale(t), iteration)))
         return st;
     if (mc_args_bool(a, MC_A_log_world_size_to_tensorboard) &&
         (st = tb_pair(t, "world-size", (double)mc_args_int(a, MC_A_world_size), iteration)))
         return st;
-    if ((st = tb_pair(t, "grad-norm", (double)res->grad_norm, iteration)) ||
-        (st = tb_pair(t, "num-zeros", (double)res->num_zeros, iteration)))
+    /* a skipped step has no grad norm and no zero count (Megatron's None) */
+    if (!res->skipped &&
+        ((st = tb_pair(t, "grad-norm", (double)res->grad_norm, iteration)) ||
+         (st = tb_pair(t, "num-zeros", (double)res->num_zeros, iteration))))
         return st;
     return with_pnorm ? tb_pair(t, "params-norm", pnorm, iteration) : MC_OK;
 }

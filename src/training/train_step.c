@@ -16,8 +16,16 @@ static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tok
     return mc_opt_step(t->o.opt, (float)t->o.sched.lr, (float)t->o.sched.wd, res);
 }
 
-/* The end of train_step on every path: the timed optimizer step, then the scheduler advances
- * by the iteration's samples. */
+double mc_train_loss_scale(const struct trainer *t)
+{
+    if (t->o.dopt)
+        return mc_grad_scaler_get_scale(mc_distopt_grad_scaler(t->o.dopts[0]));
+    return mc_opt_loss_scale(t->o.opt);
+}
+
+/* The end of train_step on every path: the timed optimizer step, then, when the step was not
+ * skipped for inf/nan grads (Megatron's update_successful), the scheduler advances by the
+ * iteration's samples. */
 static mc_status step_optimizer(struct trainer *t, bool per_token, float denom,
                                 int64_t num_micro, struct mc_opt_step_result *res)
 {
@@ -27,7 +35,8 @@ static mc_status step_optimizer(struct trainer *t, bool per_token, float denom,
     mc_timer_stop(opt);
     if (st)
         return st;
-    mc_opt_sched_step(&t->o.sched, num_micro * t->d.mbs * t->par.dp);
+    if (!res->skipped)
+        mc_opt_sched_step(&t->o.sched, num_micro * t->d.mbs * t->par.dp);
     return MC_OK;
 }
 

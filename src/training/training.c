@@ -224,7 +224,7 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         t->d.consumed_train += t->d.mb.num_micro_batches * t->d.mbs * t->par.dp;
         t->p.flops_so_far += t->p.flops_per_sample *
                              (double)(t->d.mb.num_micro_batches * t->d.mbs * t->par.dp);
-        if ((st = mc_log_accum_add(&t->log.acc, 1, lm, &loss, false)))
+        if ((st = mc_log_accum_add(&t->log.acc, 1, lm, &loss, res.skipped)))
             return st;
         if ((st = mc_train_tb_training_log(t, *iteration, loss, &res)))
             return st;

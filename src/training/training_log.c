@@ -53,10 +53,11 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
     l.learning_rate = t->o.sched.lr;
     l.batch_size = t->d.mb.running;
     mc_log_accum_fill(&t->log.acc, names, &l);
-    l.loss_scale = 1.0;
-    l.has_grad_norm = true;
+    l.loss_scale = mc_train_loss_scale(t);
+    /* a skipped last iteration (inf/nan grads) has neither: Megatron's None, None */
+    l.has_grad_norm = !res->skipped;
     l.grad_norm = res->grad_norm;
-    l.has_num_zeros = true;
+    l.has_num_zeros = !res->skipped;
     l.num_zeros = (double)res->num_zeros;
     l.has_params_norm = mc_args_bool(a, MC_A_log_params_norm);
     mc_status st = l.has_params_norm ? mc_train_params_norm(t, &l.params_norm) : MC_OK;

@@ -2,10 +2,29 @@
  * composition of per-head GEMMs, the masked softmax and the dropout of the probabilities, run
  * on the backend's kernel table. Query head i of a group reads that group's key and value head
  * (the repeat_interleave of Megatron) in place from the fused QKV rows. A device backend may
- * fuse the whole op instead (flash attention); the numbers here are the definition. */
+ * fuse the whole op instead (flash attention); the numbers here are the definition. In 16
+ * bits (attention_fwd_half / attention_bwd_half) the same composition runs on fp32 copies with
+ * the tensors rounded where Megatron's 16-bit autograd graph rounds them (backend.h). */
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/cpu/half_cpu.h"
+#include "core/dtype.h"
 #include "core/rng.h"
+
+/* Element offsets of query head hl of batch row bi inside the fused QKV activations (its
+ * query, and its group's key and value); consecutive sequence positions are b * qkv_ld apart. */
+struct head_offs {
+    int64_t q, k, v, ld;
+};
+
+static struct head_offs head_offs(const struct mc_attention_desc *d, int64_t bi, int64_t hl)
+{
+    int64_t per_group = d->heads / d->groups;
+    int64_t g = hl / per_group, qi = hl % per_group;
+    int64_t base = bi * d->qkv_ld + g * (per_group + 2) * d->hn;
+    return (struct head_offs){base + qi * d->hn, base + per_group * d->hn,
+                              base + (per_group + 1) * d->hn, d->b * d->qkv_ld};
+}
 
 /* Pointers to head hl of batch row bi inside the fused QKV activations. */
 struct heads {
@@ -16,11 +35,8 @@ struct heads {
 static struct heads head_ptrs(const struct mc_attention_desc *d, const float *qkv, int64_t bi,
                               int64_t hl)
 {
-    int64_t per_group = d->heads / d->groups;
-    int64_t g = hl / per_group, qi = hl % per_group;
-    const float *base = qkv + bi * d->qkv_ld + g * (per_group + 2) * d->hn;
-    return (struct heads){base + qi * d->hn, base + per_group * d->hn,
-                          base + (per_group + 1) * d->hn, d->b * d->qkv_ld};
+    struct head_offs o = head_offs(d, bi, hl);
+    return (struct heads){qkv + o.q, qkv + o.k, qkv + o.v, o.ld};
 }
 
 /* keep masks for every (b, local head) block: element index in the GLOBAL [b, heads, s, s]
@@ -37,10 +53,21 @@ static void attention_keep(const struct mc_attention_desc *d, uint8_t *keep)
     }
 }
 
+static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
+                               const void *qkv, void *probs, void *ctx,
+                               struct mc_attention_work *w);
+static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
+                               const void *qkv, const void *probs, const void *dctx, void *dqkv,
+                               struct mc_attention_work *w);
+
 void mc_cpu_attention_fwd(struct mc_backend *be, const struct mc_attention_desc *d,
                           const void *qkv_, void *probs_, void *ctx_, struct mc_attention_work *w)
 {
-    mc_cpu_need_f32(d->dt, "attention_fwd");
+    if (d->dt != MC_DTYPE_F32) {
+        mc_cpu_need_half(d->dt, "attention_fwd");
+        attention_fwd_half(be, d, qkv_, probs_, ctx_, w);
+        return;
+    }
     const struct mc_cpu_kernels *k = mc_cpu_kernels_of(be);
     const float *qkv = qkv_;
     float *probs = probs_, *ctx = ctx_;
@@ -102,7 +129,11 @@ void mc_cpu_attention_bwd(struct mc_backend *be, const struct mc_attention_desc 
                           const void *qkv_, const void *probs_, const void *dctx_, void *dqkv_,
                           struct mc_attention_work *w)
 {
-    mc_cpu_need_f32(d->dt, "attention_bwd");
+    if (d->dt != MC_DTYPE_F32) {
+        mc_cpu_need_half(d->dt, "attention_bwd");
+        attention_bwd_half(be, d, qkv_, probs_, dctx_, dqkv_, w);
+        return;
+    }
     const struct mc_cpu_kernels *k = mc_cpu_kernels_of(be);
     const float *qkv = qkv_, *probs = probs_, *dctx = dctx_;
     float *dqkv = dqkv_;
@@ -149,4 +180,190 @@ void mc_cpu_attention_bwd(struct mc_backend *be, const struct mc_attention_desc 
                     (float *)dh.k, dh.ld);
         }
     }
+}
+
+/* ---- 16-bit attention (backend.h: the rounding points of DotProductAttention on 16-bit
+ * tensors): fp32 GEMMs and softmax of the kernel table on widened copies, each tensor torch
+ * would hold in 16 bits rounded where torch rounds it. --------------------------------------- */
+
+static float round_to(enum mc_dtype dt, float x)
+{
+    return dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(x)) : mc_f16_to_f32(mc_f32_to_f16(x));
+}
+
+/* x = float(round(x)) over n elements */
+static void round_inplace(enum mc_dtype dt, float *x, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = round_to(dt, x[i]);
+}
+
+/* The fp32 probabilities from widened qkv: scores = round(alpha q k^T), then the fp32 masked
+ * softmax (unrounded). */
+static void half_probs(const struct mc_cpu_kernels *k, const struct mc_attention_desc *d,
+                       const float *qf, float *sf)
+{
+    int64_t s = d->s, ss = s * s, nbh = d->b * d->heads;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < nbh; i++) {
+        struct heads hp = head_ptrs(d, qf, i / d->heads, i % d->heads);
+        k->gemm(false, true, s, s, d->hn, d->alpha, hp.q, hp.ld, hp.k, hp.ld, 0.0f, sf + i * ss,
+                s);
+    }
+    round_inplace(d->dt, sf, nbh * ss);
+    if (d->mask) {
+        for (int64_t bi = 0; bi < d->b; bi++)
+            k->masked_softmax_fwd(sf + bi * d->heads * ss, d->heads, s, s, d->mult,
+                                  d->mask + bi * ss);
+    } else {
+        k->masked_softmax_fwd(sf, nbh, s, s, d->mult, NULL);
+    }
+}
+
+/* x = keep ? round(x * scale16) : 0 on 16-bit values held as fp32 (dropout and its backward) */
+static void half_dropout(const struct mc_attention_desc *d, float *x, const uint8_t *keep,
+                         int64_t n)
+{
+    float scale = round_to(d->dt, 1.0f / (1.0f - d->dropout));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = keep[i] ? round_to(d->dt, x[i] * scale) : 0.0f;
+}
+
+/* Rows [s] x [hn] of fp32 src (packed) into the 16-bit dst with row stride ld. */
+static void store_head(enum mc_dtype dt, void *dst, int64_t ld, const float *src, int64_t s,
+                       int64_t hn)
+{
+    uint16_t *o = dst;
+    for (int64_t r = 0; r < s; r++)
+        for (int64_t c = 0; c < hn; c++) {
+            float v = src[r * hn + c];
+            o[r * ld + c] = dt == MC_DTYPE_BF16 ? mc_f32_to_bf16(v) : mc_f32_to_f16(v);
+        }
+}
+
+static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
+                               const void *qkv, void *probs, void *ctx,
+                               struct mc_attention_work *w)
+{
+    const struct mc_cpu_kernels *k = mc_cpu_kernels_of(be);
+    const char *op = "attention_fwd";
+    int64_t s = d->s, ss = s * s, nbh = d->b * d->heads, T = d->b * s;
+    float *qf = mc_cpu_widen(k, qkv, d->dt, T * d->qkv_ld, op);
+    float *sf = mc_cpu_scratch(nbh * ss, op);
+    half_probs(k, d, qf, sf);
+    k->convert(probs, d->dt, sf, MC_DTYPE_F32, nbh * ss); /* probs rounded */
+    k->convert(sf, MC_DTYPE_F32, probs, d->dt, nbh * ss);
+    if (d->dropout > 0.0f) {
+        attention_keep(d, w->keep);
+        half_dropout(d, sf, w->keep, nbh * ss);
+    }
+    int64_t hn = d->hn;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < nbh; i++) {
+        int64_t bi = i / d->heads, hl = i % d->heads;
+        struct heads hp = head_ptrs(d, qf, bi, hl);
+        float *c = mc_cpu_scratch(s * hn, op);
+        k->gemm(false, false, s, hn, s, 1.0f, sf + i * ss, s, hp.v, hp.ld, 0.0f, c, hn);
+        store_head(d->dt, (uint16_t *)ctx + bi * d->ctx_ld + hl * hn, d->b * d->ctx_ld, c, s,
+                   hn);
+        mc_free(c);
+    }
+    mc_free(qf);
+    mc_free(sf);
+}
+
+/* acc = round(acc + x) over n (the first head: acc = x, already rounded) */
+static void add_rounded(enum mc_dtype dt, float *acc, const float *x, int64_t n, bool first)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc[i] = first ? x[i] : round_to(dt, acc[i] + x[i]);
+}
+
+/* x = round(round(x) * alpha), or round(x) when alpha is 1 (baddbmm's backward) */
+static void round_scaled(enum mc_dtype dt, float *x, int64_t n, float alpha)
+{
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = round_to(dt, x[i]);
+        if (alpha != 1.0f)
+            x[i] = round_to(dt, x[i] * alpha);
+    }
+}
+
+static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
+                               const void *qkv, const void *probs, const void *dctx, void *dqkv,
+                               struct mc_attention_work *w)
+{
+    const struct mc_cpu_kernels *k = mc_cpu_kernels_of(be);
+    const char *op = "attention_bwd";
+    int64_t s = d->s, ss = s * s, nbh = d->b * d->heads, T = d->b * s, hn = d->hn;
+    int64_t ldc = d->b * d->ctx_ld, per_group = d->heads / d->groups;
+    float *qf = mc_cpu_widen(k, qkv, d->dt, T * d->qkv_ld, op);
+    float *dcf = mc_cpu_widen(k, dctx, d->dt, T * d->ctx_ld, op);
+    /* pd: the 16-bit probs after dropout (the second bmm's input), as fp32 */
+    float *pd = mc_cpu_widen(k, probs, d->dt, nbh * ss, op);
+    if (d->dropout > 0.0f) {
+        attention_keep(d, w->keep);
+        half_dropout(d, pd, w->keep, nbh * ss);
+    }
+    float *dp = mc_cpu_scratch(nbh * ss, op);
+    uint16_t *dq16 = dqkv;
+    /* one task per (batch row, group): dprobs per head, dv added over its heads in order */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < d->b * d->groups; i++) {
+        int64_t bi = i / d->groups, g = i % d->groups;
+        float *tmp = mc_cpu_scratch(s * hn, op), *acc = mc_cpu_scratch(s * hn, op);
+        for (int64_t hl = g * per_group; hl < (g + 1) * per_group; hl++) {
+            struct heads hp = head_ptrs(d, qf, bi, hl);
+            const float *dc = dcf + bi * d->ctx_ld + hl * hn;
+            int64_t off = (bi * d->heads + hl) * ss;
+            k->gemm(false, true, s, s, hn, 1.0f, dc, ldc, hp.v, hp.ld, 0.0f, dp + off, s);
+            k->gemm(true, false, s, hn, s, 1.0f, pd + off, s, dc, ldc, 0.0f, tmp, hn);
+            round_scaled(d->dt, tmp, s * hn, 1.0f);
+            add_rounded(d->dt, acc, tmp, s * hn, hl == g * per_group);
+        }
+        struct head_offs dh = head_offs(d, bi, g * per_group);
+        store_head(d->dt, dq16 + dh.v, dh.ld, acc, s, hn);
+        mc_free(tmp);
+        mc_free(acc);
+    }
+    round_inplace(d->dt, dp, nbh * ss); /* dprobs (bmm output) in 16 bits */
+    if (d->dropout > 0.0f)
+        half_dropout(d, dp, w->keep, nbh * ss);
+    /* the softmax backward in fp32 from the probs torch saved: fp32 (recomputed) with
+     * softmax_in_fp32, else the 16-bit ones */
+    float *pf = pd;
+    if (d->softmax_in_fp32) {
+        half_probs(k, d, qf, pd);
+    } else {
+        k->convert(pd, MC_DTYPE_F32, probs, d->dt, nbh * ss);
+    }
+    k->masked_softmax_bwd(dp, pf, nbh, s, s, d->mult);
+    zero_masked(d, dp);
+    round_inplace(d->dt, dp, nbh * ss); /* dscores in 16 bits */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < d->b * d->groups; i++) {
+        int64_t bi = i / d->groups, g = i % d->groups;
+        float *tmp = mc_cpu_scratch(s * hn, op), *acc = mc_cpu_scratch(s * hn, op);
+        for (int64_t hl = g * per_group; hl < (g + 1) * per_group; hl++) {
+            struct heads hp = head_ptrs(d, qf, bi, hl);
+            struct head_offs dh = head_offs(d, bi, hl);
+            int64_t off = (bi * d->heads + hl) * ss;
+            k->gemm(false, false, s, hn, s, 1.0f, dp + off, s, hp.k, hp.ld, 0.0f, tmp, hn);
+            round_scaled(d->dt, tmp, s * hn, d->alpha);
+            store_head(d->dt, dq16 + dh.q, dh.ld, tmp, s, hn);
+            k->gemm(true, false, s, hn, s, 1.0f, dp + off, s, hp.q, hp.ld, 0.0f, tmp, hn);
+            round_scaled(d->dt, tmp, s * hn, d->alpha);
+            add_rounded(d->dt, acc, tmp, s * hn, hl == g * per_group);
+        }
+        struct head_offs dh = head_offs(d, bi, g * per_group);
+        store_head(d->dt, dq16 + dh.k, dh.ld, acc, s, hn);
+        mc_free(tmp);
+        mc_free(acc);
+    }
+    mc_free(qf);
+    mc_free(dcf);
+    mc_free(pd);
+    mc_free(dp);
 }

@@ -1,9 +1,15 @@
 /* The CPU backend: the ops of backend.h on host memory, each bound to the kernel of the same
  * name in the instance's kernel table (the references, or the AVX-512 kernels chosen by
- * select.c). It implements fp32 and says so through supports(); an op called with another
- * dtype stops the process naming the op. Buffers are host memory from mc_alloc; the copies
- * are memcpy and sync has nothing to wait for (every op has returned when its call does). */
+ * select.c). fp32 calls the kernel directly (those numbers never change); BF16/F16 run the
+ * reference semantics of backend.h: inputs widened to fp32 (exact), the fp32 kernel, each
+ * output rounded once (half_cpu.h), parameter grads by the ADD rule. supports() says which
+ * dtypes; an op called with another stops the process naming the op. Buffers are host memory
+ * from mc_alloc; the copies are memcpy and sync has nothing to wait for (every op has returned
+ * when its call does). */
 #include "backend/cpu/cpu_backend.h"
+
+#include "backend/cpu/half_cpu.h"
+#include "core/dtype.h"
 
 #include "core/rng.h"
 
@@ -29,6 +35,17 @@ static bool is_float_dt(enum mc_dtype t)
     return t == MC_DTYPE_F32 || t == MC_DTYPE_BF16 || t == MC_DTYPE_F16;
 }
 
+static bool gemm_types_ok(enum mc_dtype a, enum mc_dtype b, enum mc_dtype c, enum mc_dtype comp);
+
+void mc_cpu_need_half(enum mc_dtype dt, const char *op)
+{
+    if (dt == MC_DTYPE_BF16 || dt == MC_DTYPE_F16)
+        return;
+    mc_log(MC_LOG_ERROR, "backend cpu: op %s is implemented for float32, bfloat16 and float16, "
+           "not %s (ask supports() first)", op, mc_dtype_name(dt));
+    abort();
+}
+
 /* The dtype list each op takes (enum mc_backend_op) and what the CPU backend implements. */
 static bool cpu_supports(const struct mc_backend *be, enum mc_backend_op op,
                          const enum mc_dtype *dtypes, int n)
@@ -39,11 +56,12 @@ static bool cpu_supports(const struct mc_backend *be, enum mc_backend_op op,
                        op == MC_OP_ACCUMULATE ? 2 : 1;
     if ((int)op < 0 || op >= MC_OP_COUNT || n != want)
         return false;
-    if (op == MC_OP_CONVERT || op == MC_OP_ACCUMULATE)
-        return is_float_dt(dtypes[0]) && is_float_dt(dtypes[1]);
-    enum mc_dtype native = op == MC_OP_DROPOUT_MASK ? MC_DTYPE_U8 : MC_DTYPE_F32;
-    for (int i = 0; i < n; i++)
-        if (dtypes[i] != native)
+    if (op == MC_OP_DROPOUT_MASK)
+        return dtypes[0] == MC_DTYPE_U8;
+    if (op == MC_OP_GEMM)
+        return gemm_types_ok(dtypes[0], dtypes[1], dtypes[2], dtypes[3]);
+    for (int i = 0; i < n; i++) /* every other op: each tensor F32, BF16 or F16 */
+        if (!is_float_dt(dtypes[i]))
             return false;
     return true;
 }
@@ -106,76 +124,240 @@ static void cpu_accumulate(struct mc_backend *be, void *dst, enum mc_dtype dst_d
     K(be)->accumulate(dst, dst_dt, src, src_dt, n);
 }
 
-/* ---- ops: the kernel table, fp32 ---------------------------------------------------------- */
+/* ---- ops: the kernel table; 16-bit dtypes staged through fp32 (half_cpu.h) ---------------- */
+
+/* Stops the process unless dt is F32, BF16 or F16 (the dtypes every tensor op takes). */
+static void need_op_dt(enum mc_dtype dt, const char *op)
+{
+    if (is_float_dt(dt))
+        return;
+    mc_log(MC_LOG_ERROR, "backend cpu: op %s is implemented for float32, bfloat16 and float16, "
+           "not %s (ask supports() first)", op, mc_dtype_name(dt));
+    abort();
+}
+
+#define W(p, dt, n) mc_cpu_widen(K(be), p, dt, n, op)
+#define NARROW(dst, dt, src, n) mc_cpu_narrow(K(be), dst, dt, src, n)
+
+/* An fp32 copy of the stored matrix X [rows, cols] with row stride ld, packed (stride cols). */
+static float *widen_matrix(struct mc_backend *be, const void *X, enum mc_dtype dt, int64_t rows,
+                           int64_t cols, int64_t ld, const char *op)
+{
+    if (ld == cols)
+        return W(X, dt, rows * cols);
+    float *p = mc_cpu_scratch(rows * cols, op);
+    size_t es = mc_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+    for (int64_t r = 0; r < rows; r++)
+        K(be)->convert(p + r * cols, MC_DTYPE_F32, (const char *)X + (size_t)(r * ld) * es, dt,
+                       cols);
+    return p;
+}
+
+/* C [M, N] (stride ldc, dtype dt) from/to a packed fp32 copy. */
+static void copy_c(struct mc_backend *be, void *C, enum mc_dtype dt, int64_t ldc, float *Cf,
+                   int64_t M, int64_t N, bool to_c)
+{
+    size_t es = mc_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (M * N > 65536)
+    for (int64_t r = 0; r < M; r++) {
+        char *c = (char *)C + (size_t)(r * ldc) * es;
+        if (to_c)
+            K(be)->convert(c, dt, Cf + r * N, MC_DTYPE_F32, N);
+        else
+            K(be)->convert(Cf + r * N, MC_DTYPE_F32, c, dt, N);
+    }
+}
+
+/* 16-bit A, B (same dtype), C in that dtype or fp32, fp32 compute: C = round_C(alpha *
+ * sum_fp32(op(A) op(B)) + beta * C), the reference: A and B widened, the fp32 GEMM, C rounded
+ * once. */
+static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K_,
+                      float alpha, const void *A, enum mc_dtype ab_dt, int64_t lda,
+                      const void *B, int64_t ldb, float beta, void *C, enum mc_dtype c_dt,
+                      int64_t ldc)
+{
+    const char *op = "gemm";
+    if (M <= 0 || N <= 0)
+        return;
+    int64_t ar = ta ? K_ : M, ac = ta ? M : K_, br = tb ? N : K_, bc = tb ? K_ : N;
+    float *a = widen_matrix(be, A, ab_dt, ar, ac, lda, op);
+    float *b = widen_matrix(be, B, ab_dt, br, bc, ldb, op);
+    if (c_dt == MC_DTYPE_F32) {
+        K(be)->gemm(ta, tb, M, N, K_, alpha, a, ac, b, bc, beta, C, ldc);
+    } else {
+        float *c = mc_cpu_scratch(M * N, op);
+        if (beta != 0.0f)
+            copy_c(be, C, c_dt, ldc, c, M, N, false);
+        K(be)->gemm(ta, tb, M, N, K_, alpha, a, ac, b, bc, beta, c, N);
+        copy_c(be, C, c_dt, ldc, c, M, N, true);
+        mc_free(c);
+    }
+    mc_free(a);
+    mc_free(b);
+}
+
+static bool gemm_types_ok(enum mc_dtype a, enum mc_dtype b, enum mc_dtype c, enum mc_dtype comp)
+{
+    if (comp != MC_DTYPE_F32 || a != b)
+        return false;
+    return a == MC_DTYPE_F32 ? c == MC_DTYPE_F32
+                             : mc_cpu_is_half(a) && (c == a || c == MC_DTYPE_F32);
+}
 
 static void cpu_gemm(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t N, int64_t K_,
                      float alpha, const void *A, enum mc_dtype a_dt, int64_t lda, const void *B,
                      enum mc_dtype b_dt, int64_t ldb, float beta, void *C, enum mc_dtype c_dt,
                      int64_t ldc, enum mc_dtype compute)
 {
-    mc_cpu_need_f32(a_dt, "gemm (A)");
-    mc_cpu_need_f32(b_dt, "gemm (B)");
-    mc_cpu_need_f32(c_dt, "gemm (C)");
-    mc_cpu_need_f32(compute, "gemm (compute type)");
-    K(be)->gemm(ta, tb, M, N, K_, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!gemm_types_ok(a_dt, b_dt, c_dt, compute)) {
+        mc_log(MC_LOG_ERROR, "backend cpu: op gemm is not implemented for A %s, B %s, C %s, "
+               "compute %s (A, B float32 with C float32, or A, B bfloat16/float16 with C of "
+               "their dtype or float32; compute float32)", mc_dtype_name(a_dt),
+               mc_dtype_name(b_dt), mc_dtype_name(c_dt), mc_dtype_name(compute));
+        abort();
+    }
+    if (a_dt == MC_DTYPE_F32)
+        K(be)->gemm(ta, tb, M, N, K_, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+        gemm_half(be, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);
 }
 
 static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *mean,
                               float *rstd, const void *x, const void *w, const void *b,
                               int64_t rows, int64_t h, float eps)
 {
-    mc_cpu_need_f32(dt, "layernorm_fwd");
-    K(be)->layernorm_fwd(y, mean, rstd, x, w, b, rows, h, eps);
+    const char *op = "layernorm_fwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->layernorm_fwd(y, mean, rstd, x, w, b, rows, h, eps);
+        return;
+    }
+    float *xf = W(x, dt, rows * h), *wf = W(w, dt, h), *bf = W(b, dt, h);
+    float *yf = mc_cpu_scratch(rows * h, op);
+    K(be)->layernorm_fwd(yf, mean, rstd, xf, wf, bf, rows, h, eps);
+    NARROW(y, dt, yf, rows * h);
+    mc_free(xf); mc_free(wf); mc_free(bf); mc_free(yf);
 }
 
+/* dw, db: parameter grads, the ADD rule dw = round(dw + contribution). */
 static void cpu_layernorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, void *dw,
                               void *db, const void *dy, const void *x, const void *w,
                               const float *mean, const float *rstd, int64_t rows, int64_t h)
 {
-    mc_cpu_need_f32(dt, "layernorm_bwd");
-    K(be)->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, rows, h);
+    const char *op = "layernorm_bwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->layernorm_bwd(dx, dw, db, dy, x, w, mean, rstd, rows, h);
+        return;
+    }
+    float *dyf = W(dy, dt, rows * h), *xf = W(x, dt, rows * h), *wf = W(w, dt, h);
+    float *dwf = W(dw, dt, h), *dbf = W(db, dt, h), *dxf = mc_cpu_scratch(rows * h, op);
+    K(be)->layernorm_bwd(dxf, dwf, dbf, dyf, xf, wf, mean, rstd, rows, h);
+    NARROW(dx, dt, dxf, rows * h);
+    NARROW(dw, dt, dwf, h);
+    NARROW(db, dt, dbf, h);
+    mc_free(dyf); mc_free(xf); mc_free(wf); mc_free(dwf); mc_free(dbf); mc_free(dxf);
 }
 
 static void cpu_rmsnorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *rstd,
                             const void *x, const void *w, int64_t rows, int64_t h, float eps)
 {
-    mc_cpu_need_f32(dt, "rmsnorm_fwd");
-    K(be)->rmsnorm_fwd(y, rstd, x, w, rows, h, eps);
+    const char *op = "rmsnorm_fwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->rmsnorm_fwd(y, rstd, x, w, rows, h, eps);
+        return;
+    }
+    float *xf = W(x, dt, rows * h), *wf = W(w, dt, h), *yf = mc_cpu_scratch(rows * h, op);
+    K(be)->rmsnorm_fwd(yf, rstd, xf, wf, rows, h, eps);
+    NARROW(y, dt, yf, rows * h);
+    mc_free(xf); mc_free(wf); mc_free(yf);
 }
 
 static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, void *dw,
                             const void *dy, const void *x, const void *w, const float *rstd,
                             int64_t rows, int64_t h)
 {
-    mc_cpu_need_f32(dt, "rmsnorm_bwd");
-    K(be)->rmsnorm_bwd(dx, dw, dy, x, w, rstd, rows, h);
+    const char *op = "rmsnorm_bwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->rmsnorm_bwd(dx, dw, dy, x, w, rstd, rows, h);
+        return;
+    }
+    float *dyf = W(dy, dt, rows * h), *xf = W(x, dt, rows * h), *wf = W(w, dt, h);
+    float *dwf = W(dw, dt, h), *dxf = mc_cpu_scratch(rows * h, op);
+    K(be)->rmsnorm_bwd(dxf, dwf, dyf, xf, wf, rstd, rows, h);
+    NARROW(dx, dt, dxf, rows * h);
+    NARROW(dw, dt, dwf, h);
+    mc_free(dyf); mc_free(xf); mc_free(wf); mc_free(dwf); mc_free(dxf);
 }
 
-/* The activations share one shape: forward (y, x, bias), backward (dx, dy, x, bias). */
-#define CPU_ACTIVATION(op)                                                                    \
-    static void cpu_##op##_fwd(struct mc_backend *be, enum mc_dtype dt, void *y,              \
-                               const void *x, const void *bias, int64_t rows, int64_t cols)   \
+/* The activations share one shape: forward (y, x, bias), backward (dx, dy, x, bias); x and dx
+ * have xw = cols (2 * cols for SwiGLU's [gate | up]) columns, y and dy have cols. */
+#define CPU_ACTIVATION(opn, XW)                                                               \
+    static void cpu_##opn##_fwd(struct mc_backend *be, enum mc_dtype dt, void *y,             \
+                                const void *x, const void *bias, int64_t rows, int64_t cols)  \
     {                                                                                         \
-        mc_cpu_need_f32(dt, #op "_fwd");                                                      \
-        K(be)->op##_fwd(y, x, bias, rows, cols);                                              \
+        const char *op = #opn "_fwd";                                                         \
+        need_op_dt(dt, op);                                                                   \
+        if (dt == MC_DTYPE_F32) {                                                             \
+            K(be)->opn##_fwd(y, x, bias, rows, cols);                                         \
+            return;                                                                           \
+        }                                                                                     \
+        int64_t xw = (XW) * cols;                                                             \
+        float *xf = W(x, dt, rows * xw), *bf = W(bias, dt, xw);                               \
+        float *yf = mc_cpu_scratch(rows * cols, op);                                          \
+        K(be)->opn##_fwd(yf, xf, bf, rows, cols);                                             \
+        NARROW(y, dt, yf, rows * cols);                                                       \
+        mc_free(xf); mc_free(bf); mc_free(yf);                                                \
     }                                                                                         \
-    static void cpu_##op##_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,             \
-                               const void *dy, const void *x, const void *bias, int64_t rows, \
-                               int64_t cols)                                                  \
+    static void cpu_##opn##_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,            \
+                                const void *dy, const void *x, const void *bias,              \
+                                int64_t rows, int64_t cols)                                   \
     {                                                                                         \
-        mc_cpu_need_f32(dt, #op "_bwd");                                                      \
-        K(be)->op##_bwd(dx, dy, x, bias, rows, cols);                                         \
+        const char *op = #opn "_bwd";                                                         \
+        need_op_dt(dt, op);                                                                   \
+        if (dt == MC_DTYPE_F32) {                                                             \
+            K(be)->opn##_bwd(dx, dy, x, bias, rows, cols);                                    \
+            return;                                                                           \
+        }                                                                                     \
+        int64_t xw = (XW) * cols;                                                             \
+        float *dyf = W(dy, dt, rows * cols), *xf = W(x, dt, rows * xw);                       \
+        float *bf = W(bias, dt, xw), *dxf = mc_cpu_scratch(rows * xw, op);                    \
+        K(be)->opn##_bwd(dxf, dyf, xf, bf, rows, cols);                                       \
+        NARROW(dx, dt, dxf, rows * xw);                                                       \
+        mc_free(dyf); mc_free(xf); mc_free(bf); mc_free(dxf);                                 \
     }
-CPU_ACTIVATION(gelu_tanh)
-CPU_ACTIVATION(gelu_erf)
-CPU_ACTIVATION(squared_relu)
-CPU_ACTIVATION(swiglu)
+CPU_ACTIVATION(gelu_tanh, 1)
+CPU_ACTIVATION(gelu_erf, 1)
+CPU_ACTIVATION(squared_relu, 1)
+CPU_ACTIVATION(swiglu, 2)
 
 static void cpu_bias_grad(struct mc_backend *be, enum mc_dtype dt, void *db, const void *dy,
                           int64_t rows, int64_t cols)
 {
-    mc_cpu_need_f32(dt, "bias_grad");
-    K(be)->bias_grad(db, dy, rows, cols);
+    const char *op = "bias_grad";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->bias_grad(db, dy, rows, cols);
+        return;
+    }
+    float *dyf = W(dy, dt, rows * cols), *dbf = W(db, dt, cols);
+    K(be)->bias_grad(dbf, dyf, rows, cols);
+    NARROW(db, dt, dbf, cols);
+    mc_free(dyf); mc_free(dbf);
+}
+
+/* The dropout scale in a 16-bit op is rounded to the dtype first: torch's CPU dropout
+ * multiplies by a noise tensor of the input's dtype holding 1 / (1 - p). */
+static float half_scale(struct mc_backend *be, enum mc_dtype dt, float scale)
+{
+    uint16_t h;
+    float f;
+    K(be)->convert(&h, dt, &scale, MC_DTYPE_F32, 1);
+    K(be)->convert(&f, MC_DTYPE_F32, &h, dt, 1);
+    return f;
 }
 
 static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *y, const void *x,
@@ -183,69 +365,182 @@ static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *
                                  const uint8_t *keep_mask, float scale, int64_t rows,
                                  int64_t cols)
 {
-    mc_cpu_need_f32(dt, "bias_dropout_add");
-    K(be)->bias_dropout_add(y, x, bias, residual, keep_mask, scale, rows, cols);
+    const char *op = "bias_dropout_add";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->bias_dropout_add(y, x, bias, residual, keep_mask, scale, rows, cols);
+        return;
+    }
+    int64_t n = rows * cols;
+    float *xf = W(x, dt, n), *bf = W(bias, dt, cols), *rf = W(residual, dt, n);
+    float *yf = mc_cpu_scratch(n, op);
+    K(be)->bias_dropout_add(yf, xf, bf, rf, keep_mask, half_scale(be, dt, scale), rows, cols);
+    NARROW(y, dt, yf, n);
+    mc_free(xf); mc_free(bf); mc_free(rf); mc_free(yf);
 }
 
 static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void *p, int64_t bh,
                                    int64_t sq, int64_t sk, float mult, const uint8_t *mask)
 {
-    mc_cpu_need_f32(dt, "masked_softmax_fwd");
-    K(be)->masked_softmax_fwd(p, bh, sq, sk, mult, mask);
+    const char *op = "masked_softmax_fwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->masked_softmax_fwd(p, bh, sq, sk, mult, mask);
+        return;
+    }
+    int64_t n = bh * sq * sk;
+    float *pf = W(p, dt, n);
+    K(be)->masked_softmax_fwd(pf, bh, sq, sk, mult, mask);
+    NARROW(p, dt, pf, n);
+    mc_free(pf);
 }
 
 static void cpu_masked_softmax_bwd(struct mc_backend *be, enum mc_dtype dt, void *dp,
                                    const void *p, int64_t bh, int64_t sq, int64_t sk, float mult)
 {
-    mc_cpu_need_f32(dt, "masked_softmax_bwd");
-    K(be)->masked_softmax_bwd(dp, p, bh, sq, sk, mult);
+    const char *op = "masked_softmax_bwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->masked_softmax_bwd(dp, p, bh, sq, sk, mult);
+        return;
+    }
+    int64_t n = bh * sq * sk;
+    float *dpf = W(dp, dt, n), *pf = W(p, dt, n);
+    K(be)->masked_softmax_bwd(dpf, pf, bh, sq, sk, mult);
+    NARROW(dp, dt, dpf, n);
+    mc_free(dpf); mc_free(pf);
 }
 
 static void cpu_rope_fwd(struct mc_backend *be, enum mc_dtype dt, void *t, const float *cos,
                          const float *sin, int64_t s, int64_t bh, int64_t hn, int64_t rot_dim,
                          bool interleaved)
 {
-    mc_cpu_need_f32(dt, "rope_fwd");
-    K(be)->rope_fwd(t, cos, sin, s, bh, hn, rot_dim, interleaved);
+    const char *op = "rope_fwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->rope_fwd(t, cos, sin, s, bh, hn, rot_dim, interleaved);
+        return;
+    }
+    float *tf = W(t, dt, s * bh * hn);
+    K(be)->rope_fwd(tf, cos, sin, s, bh, hn, rot_dim, interleaved);
+    NARROW(t, dt, tf, s * bh * hn);
+    mc_free(tf);
 }
 
 static void cpu_rope_bwd(struct mc_backend *be, enum mc_dtype dt, void *dgrad, const float *cos,
                          const float *sin, int64_t s, int64_t bh, int64_t hn, int64_t rot_dim,
                          bool interleaved)
 {
-    mc_cpu_need_f32(dt, "rope_bwd");
-    K(be)->rope_bwd(dgrad, cos, sin, s, bh, hn, rot_dim, interleaved);
+    const char *op = "rope_bwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->rope_bwd(dgrad, cos, sin, s, bh, hn, rot_dim, interleaved);
+        return;
+    }
+    float *gf = W(dgrad, dt, s * bh * hn);
+    K(be)->rope_bwd(gf, cos, sin, s, bh, hn, rot_dim, interleaved);
+    NARROW(dgrad, dt, gf, s * bh * hn);
+    mc_free(gf);
 }
 
+/* 16 bits: a row copy is exact, so the rows are copied as they are. */
 static void cpu_embedding_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, const void *w,
                               const int64_t *ids, int64_t n, int64_t h, int64_t vocab_start,
                               int64_t vocab_local)
 {
-    mc_cpu_need_f32(dt, "embedding_fwd");
-    K(be)->embedding_fwd(y, w, ids, n, h, vocab_start, vocab_local);
+    need_op_dt(dt, "embedding_fwd");
+    if (dt == MC_DTYPE_F32) {
+        K(be)->embedding_fwd(y, w, ids, n, h, vocab_start, vocab_local);
+        return;
+    }
+    size_t row = (size_t)h * 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++) {
+        int64_t id = ids[t] - vocab_start;
+        if (id >= 0 && id < vocab_local)
+            memcpy((char *)y + (size_t)t * row, (const char *)w + (size_t)id * row, row);
+        else
+            memset((char *)y + (size_t)t * row, 0, row);
+    }
 }
 
+/* 16 bits: each token's row is added with its own rounding, in token order, dw[id] =
+ * round(dw[id] + dy[t]): torch's CPU embedding backward on 16-bit tensors (an index_add into a
+ * zeroed 16-bit grad), so a row used by several tokens is not one rounding of their sum. Column
+ * blocks have one owner each, so the result does not depend on the thread count. */
 static void cpu_embedding_bwd(struct mc_backend *be, enum mc_dtype dt, void *dw, const void *dy,
                               const int64_t *ids, int64_t n, int64_t h, int64_t vocab_start,
                               int64_t vocab_local)
 {
-    mc_cpu_need_f32(dt, "embedding_bwd");
-    K(be)->embedding_bwd(dw, dy, ids, n, h, vocab_start, vocab_local);
+    need_op_dt(dt, "embedding_bwd");
+    if (dt == MC_DTYPE_F32) {
+        K(be)->embedding_bwd(dw, dy, ids, n, h, vocab_start, vocab_local);
+        return;
+    }
+    enum { BLK = 64 };
+    uint16_t *w = dw;
+    const uint16_t *g = dy;
+    bool bf = dt == MC_DTYPE_BF16;
+    int64_t nblk = (h + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t j0 = blk * BLK, j1 = j0 + BLK < h ? j0 + BLK : h;
+        for (int64_t t = 0; t < n; t++) {
+            int64_t id = ids[t] - vocab_start;
+            if (id < 0 || id >= vocab_local)
+                continue;
+            for (int64_t j = j0; j < j1; j++) {
+                uint16_t *o = &w[id * h + j];
+                float v = bf ? mc_bf16_to_f32(*o) + mc_bf16_to_f32(g[t * h + j])
+                             : mc_f16_to_f32(*o) + mc_f16_to_f32(g[t * h + j]);
+                *o = bf ? mc_f32_to_bf16(v) : mc_f32_to_f16(v);
+            }
+        }
+    }
 }
+
+/* Cross-entropy on 16-bit logits: rows are independent, so they are widened a block of rows at
+ * a time (about 1M elements) instead of the whole [n, v] at once; the bits are the same. */
+static int64_t xent_rows(int64_t v) { return v >= (1 << 20) ? 1 : (1 << 20) / (v > 0 ? v : 1); }
 
 static void cpu_xent_max(struct mc_backend *be, enum mc_dtype dt, float *max_local,
                          const void *logits, int64_t n, int64_t v)
 {
-    mc_cpu_need_f32(dt, "xent_max");
-    K(be)->xent_max(max_local, logits, n, v);
+    const char *op = "xent_max";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->xent_max(max_local, logits, n, v);
+        return;
+    }
+    int64_t rb = xent_rows(v);
+    float *lf = mc_cpu_scratch(rb * v, op);
+    for (int64_t r0 = 0; r0 < n; r0 += rb) {
+        int64_t nr = n - r0 < rb ? n - r0 : rb;
+        K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + (size_t)(r0 * v) * 2, dt, nr * v);
+        K(be)->xent_max(max_local + r0, lf, nr, v);
+    }
+    mc_free(lf);
 }
 
 static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sumexp_local,
                             float *target_logit, const void *logits, const float *max,
                             const int64_t *target, int64_t n, int64_t v, int64_t v_start)
 {
-    mc_cpu_need_f32(dt, "xent_sumexp");
-    K(be)->xent_sumexp(sumexp_local, target_logit, logits, max, target, n, v, v_start);
+    const char *op = "xent_sumexp";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->xent_sumexp(sumexp_local, target_logit, logits, max, target, n, v, v_start);
+        return;
+    }
+    int64_t rb = xent_rows(v);
+    float *lf = mc_cpu_scratch(rb * v, op);
+    for (int64_t r0 = 0; r0 < n; r0 += rb) {
+        int64_t nr = n - r0 < rb ? n - r0 : rb;
+        K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + (size_t)(r0 * v) * 2, dt, nr * v);
+        K(be)->xent_sumexp(sumexp_local + r0, target_logit + r0, lf, max + r0, target + r0, nr,
+                           v, v_start);
+    }
+    mc_free(lf);
 }
 
 static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
@@ -253,44 +548,99 @@ static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
                          const int64_t *target, const float *dloss, int64_t n, int64_t v,
                          int64_t v_start)
 {
-    mc_cpu_need_f32(dt, "xent_bwd");
-    K(be)->xent_bwd(dlogits, logits, max, sumexp, target, dloss, n, v, v_start);
+    const char *op = "xent_bwd";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->xent_bwd(dlogits, logits, max, sumexp, target, dloss, n, v, v_start);
+        return;
+    }
+    int64_t rb = xent_rows(v);
+    float *lf = mc_cpu_scratch(rb * v, op);
+    for (int64_t r0 = 0; r0 < n; r0 += rb) {
+        int64_t nr = n - r0 < rb ? n - r0 : rb;
+        size_t off = (size_t)(r0 * v) * 2;
+        K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + off, dt, nr * v);
+        K(be)->xent_bwd(lf, lf, max + r0, sumexp + r0, target + r0, dloss + r0, nr, v, v_start);
+        K(be)->convert((char *)dlogits + off, dt, lf, MC_DTYPE_F32, nr * v);
+    }
+    mc_free(lf);
 }
 
 static double cpu_sumsq(struct mc_backend *be, enum mc_dtype dt, const void *x, int64_t n)
 {
-    mc_cpu_need_f32(dt, "sumsq");
-    return K(be)->sumsq(x, n);
+    const char *op = "sumsq";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32)
+        return K(be)->sumsq(x, n);
+    float *xf = W(x, dt, n);
+    double r = K(be)->sumsq(xf, n);
+    mc_free(xf);
+    return r;
 }
 
+/* 16 bits: +0 and -0 are the only zeros (no widening needed). */
 static int64_t cpu_count_zeros(struct mc_backend *be, enum mc_dtype dt, const void *x, int64_t n)
 {
-    mc_cpu_need_f32(dt, "count_zeros");
-    return K(be)->count_zeros(x, n);
+    need_op_dt(dt, "count_zeros");
+    if (dt == MC_DTYPE_F32)
+        return K(be)->count_zeros(x, n);
+    const uint16_t *h = x;
+    int64_t z = 0;
+#pragma omp parallel for schedule(static) reduction(+ : z)
+    for (int64_t i = 0; i < n; i++)
+        z += (h[i] & 0x7fff) == 0;
+    return z;
 }
 
 static void cpu_scale(struct mc_backend *be, enum mc_dtype dt, void *x, float s, int64_t n)
 {
-    mc_cpu_need_f32(dt, "scale");
-    K(be)->scale(x, s, n);
+    const char *op = "scale";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        K(be)->scale(x, s, n);
+        return;
+    }
+    float *xf = W(x, dt, n);
+    K(be)->scale(xf, s, n);
+    NARROW(x, dt, xf, n);
+    mc_free(xf);
 }
 
+/* 16-bit param or grad: the step on fp32 copies (state m, v fp32), the param rounded once. */
 static void cpu_adamw(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_dt, void *p,
                       float *m, float *v, const void *g, int64_t n, float lr, float b1, float b2,
                       float eps, float wd, int64_t t)
 {
-    mc_cpu_need_f32(p_dt, "adamw (param)");
-    mc_cpu_need_f32(g_dt, "adamw (grad)");
-    K(be)->adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t);
+    const char *op = "adamw";
+    need_op_dt(p_dt, "adamw (param)");
+    need_op_dt(g_dt, "adamw (grad)");
+    float *pf = p_dt == MC_DTYPE_F32 ? p : W(p, p_dt, n);
+    float *gf = g_dt == MC_DTYPE_F32 ? (float *)g : W(g, g_dt, n);
+    K(be)->adamw(pf, m, v, gf, n, lr, b1, b2, eps, wd, t);
+    if (p_dt != MC_DTYPE_F32) {
+        NARROW(p, p_dt, pf, n);
+        mc_free(pf);
+    }
+    if (g_dt != MC_DTYPE_F32)
+        mc_free(gf);
 }
 
 static void cpu_sgd(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_dt, void *p,
                     float *buf, const void *g, int64_t n, float lr, float momentum, float wd,
                     bool first_step)
 {
-    mc_cpu_need_f32(p_dt, "sgd (param)");
-    mc_cpu_need_f32(g_dt, "sgd (grad)");
-    K(be)->sgd(p, buf, g, n, lr, momentum, wd, first_step);
+    const char *op = "sgd";
+    need_op_dt(p_dt, "sgd (param)");
+    need_op_dt(g_dt, "sgd (grad)");
+    float *pf = p_dt == MC_DTYPE_F32 ? p : W(p, p_dt, n);
+    float *gf = g_dt == MC_DTYPE_F32 ? (float *)g : W(g, g_dt, n);
+    K(be)->sgd(pf, buf, gf, n, lr, momentum, wd, first_step);
+    if (p_dt != MC_DTYPE_F32) {
+        NARROW(p, p_dt, pf, n);
+        mc_free(pf);
+    }
+    if (g_dt != MC_DTYPE_F32)
+        mc_free(gf);
 }
 
 static void cpu_dropout_mask(struct mc_backend *be, uint8_t *keep,
@@ -303,22 +653,31 @@ static void cpu_dropout_mask(struct mc_backend *be, uint8_t *keep,
 static void cpu_fill_normal(struct mc_backend *be, enum mc_dtype dt, void *out, int64_t first,
                             int64_t n, uint64_t seed, uint32_t c2, uint32_t c3, float std)
 {
-    (void)be;
-    mc_cpu_need_f32(dt, "fill_normal");
-    mc_rng_normal_fill(out, first, n, seed, c2, c3, std);
+    const char *op = "fill_normal";
+    need_op_dt(dt, op);
+    if (dt == MC_DTYPE_F32) {
+        mc_rng_normal_fill(out, first, n, seed, c2, c3, std);
+        return;
+    }
+    float *f = mc_cpu_scratch(n, op); /* the fp32 samples, rounded once */
+    mc_rng_normal_fill(f, first, n, seed, c2, c3, std);
+    NARROW(out, dt, f, n);
+    mc_free(f);
 }
 
 static void cpu_masked_loss(struct mc_backend *be, enum mc_dtype dt, double *sum, double *count,
                             const void *loss_, const float *mask, int64_t n)
 {
-    (void)be;
-    mc_cpu_need_f32(dt, "masked_loss");
-    const float *loss = loss_;
+    const char *op = "masked_loss";
+    need_op_dt(dt, op);
+    float *wide = dt == MC_DTYPE_F32 ? NULL : W(loss_, dt, n);
+    const float *loss = wide ? wide : loss_;
     double s = 0, d = 0;
     for (int64_t i = 0; i < n; i++) {
         s += (double)loss[i] * mask[i];
         d += mask[i];
     }
+    mc_free(wide);
     *sum = s;
     *count = d;
 }

@@ -15,6 +15,8 @@ static inline const struct mc_cpu_kernels *mc_cpu_kernels_of(const struct mc_bac
 /* Stops the process with a message when an op gets a dtype the CPU backend does not implement
  * (fp32 today; supports() says so, so a caller that asks first never gets here). */
 void mc_cpu_need_f32(enum mc_dtype dt, const char *op);
+/* Likewise for the ops that take BF16/F16: stops unless dt is one of them. */
+void mc_cpu_need_half(enum mc_dtype dt, const char *op);
 
 void mc_cpu_attention_fwd(struct mc_backend *be, const struct mc_attention_desc *d,
                           const void *qkv, void *probs, void *ctx, struct mc_attention_work *w);

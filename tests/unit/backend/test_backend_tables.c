@@ -1,6 +1,7 @@
 /* Every backend table that ships is complete: right version, a name, every op slot filled, and
- * supports() answering for the dtype list each op documents (fp32 yes, bf16/fp16 no, a wrong
- * list length no; convert/accumulate: every pair of F32, BF16, F16); every CPU kernel table (references, references + BLAS, AVX-512) likewise.
+ * supports() answering for the dtype list each op documents (fp32, bf16, fp16 yes, other dtypes
+ * and a wrong list length no; GEMM's combinations; convert/accumulate: every pair of F32, BF16,
+ * F16); every CPU kernel table (references, references + BLAS, AVX-512) likewise.
  * Then the backend objects: creation by name (an unknown name is refused), the buffer ops
  * round trip, convert and accumulate bit-exact with core/dtype.c on every backend, an op called with an unsupported dtype stops the process with a message, and the
  * attention op pair against a direct evaluation of its definition (GQA, causal and explicit
@@ -76,6 +77,28 @@ static void check_float_pairs(struct mc_backend *be, enum mc_backend_op op)
         }
 }
 
+/* GEMM: {A, B, C, compute}: fp32 throughout, or A = B 16-bit with C of that dtype or fp32, and
+ * fp32 compute; nothing else. */
+static void check_gemm_types(struct mc_backend *be)
+{
+    const enum mc_dtype all[4] = {MC_DTYPE_F32, MC_DTYPE_BF16, MC_DTYPE_F16, MC_DTYPE_F64};
+    int n_yes = 0;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++)
+                for (int k = 0; k < 4; k++) {
+                    enum mc_dtype l[4] = {all[a], all[b], all[c], all[k]};
+                    bool want = k == 0 && a == b && a < 3 && (c == a || c == 0);
+                    bool got = be->ops->supports(be, MC_OP_GEMM, l, 4);
+                    if (got != want)
+                        fprintf(stderr, "supports(gemm %s %s %s %s) = %d\n", mc_dtype_name(l[0]),
+                                mc_dtype_name(l[1]), mc_dtype_name(l[2]), mc_dtype_name(l[3]), got);
+                    CHECK(got == want);
+                    n_yes += got;
+                }
+    CHECK(n_yes == 5);
+}
+
 static void test_tables(void)
 {
     int n = 0;
@@ -95,16 +118,29 @@ static void test_tables(void)
             }
             int len = list_len((enum mc_backend_op)op);
             enum mc_dtype want = op == MC_OP_DROPOUT_MASK ? MC_DTYPE_U8 : MC_DTYPE_F32;
-            enum mc_dtype f32[4] = {want, want, want, want}, bf16[4] = {want, want, want, want};
-            if (len > 0)
-                bf16[len - 1] = MC_DTYPE_BF16;
+            enum mc_dtype f32[4] = {want, want, want, want};
             if (!t->supports(be, (enum mc_backend_op)op, f32, len)) {
                 fprintf(stderr, "%s: supports(op %d, fp32) is false\n", t->name, op);
                 CHECK(0);
             }
-            if (len > 0) {
-                CHECK(!t->supports(be, (enum mc_backend_op)op, bf16, len));
+            if (len > 0)
                 CHECK(!t->supports(be, (enum mc_backend_op)op, f32, len - 1));
+            if (op == MC_OP_GEMM) {
+                check_gemm_types(be);
+                continue;
+            }
+            /* every tensor op takes BF16 and F16 in any position; F64 and I32 nowhere */
+            for (int pos = 0; pos < len; pos++) {
+                enum mc_dtype l[4] = {want, want, want, want};
+                const enum mc_dtype yes[2] = {MC_DTYPE_BF16, MC_DTYPE_F16};
+                const enum mc_dtype no[2] = {MC_DTYPE_F64, MC_DTYPE_I32};
+                for (int k = 0; k < 2; k++) {
+                    l[pos] = yes[k];
+                    bool ok = t->supports(be, (enum mc_backend_op)op, l, len);
+                    CHECK(op == MC_OP_DROPOUT_MASK ? !ok : ok);
+                    l[pos] = no[k];
+                    CHECK(!t->supports(be, (enum mc_backend_op)op, l, len));
+                }
             }
         }
         CHECK(!t->supports(be, MC_OP_COUNT, NULL, 0));
@@ -184,7 +220,7 @@ static void test_unsupported_dtype_stops(void)
         if (mc_backend_create("cpu", &be) != MC_OK)
             _exit(3);
         float x[4] = {1, 2, 3, 4};
-        be->ops->scale(be, MC_DTYPE_BF16, x, 2.0f, 4);
+        be->ops->scale(be, MC_DTYPE_F64, x, 2.0f, 4);
         _exit(0); /* reached only if the op ran */
     }
     int st = 0;
