@@ -79,7 +79,7 @@ def main16(d, twin, dtype, outp):
         batch['attention_mask'] = torch.from_numpy(d['attention_mask']).bool()
     if 'position_ids' in d:
         batch['position_ids'] = torch.from_numpy(d['position_ids'])
-    case = dict(twin=twin, batch=batch, dtype=dtype, loss_scale=1.0)
+    case = dict(twin=twin, batch=batch, dtype=dtype, loss_scale=float(d.get('opt.loss_scale', 1.0)))
     logits, loss, grads = mixed16.forward_backward16(case)
     out = {'logits': logits, 'loss': loss}
     out.update({'grad.' + n: g for n, g in grads.items()})
@@ -87,7 +87,8 @@ def main16(d, twin, dtype, outp):
     if steps > 0:
         curve, norms, params = mixed16.train16(case, steps, [float(v) for v in d['opt.lr']],
                                                [float(v) for v in d['opt.weight_decay']])
-        out['train.loss'] = np.array(curve, dtype=np.float32)
+        # the C driver's train.loss is sum(loss * dloss) of the scaled dloss
+        out['train.loss'] = np.array(curve, dtype=np.float32) * np.float32(case['loss_scale'])
         out['train.grad_norm'] = np.array(norms, dtype=np.float32)
         out.update({'param.' + n: p for n, p in params.items()})
     mcdump.write(outp, out)
