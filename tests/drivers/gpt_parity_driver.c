@@ -7,7 +7,7 @@
  *   gpt_parity_driver IN.dump OUT.dump
  *
  * IN holds: config.<field> scalars for every struct mc_gpt_config field the tests set (ints as
- * i64, floats as f32, enums as their codes; config.params_dtype as its mc_dtype code); param.<Megatron name> for every parameter; tokens,
+ * i64, floats as f32, enums as their codes); param.<Megatron name> for every parameter; tokens,
  * labels [b, s] i64; dloss [b, s] f32 (d total loss / d per-token loss, i.e. loss_mask / count);
  * optionally attention_mask [b, 1, s, s] u8 (1 = masked) and position_ids [b, s] i64; and
  * opt.steps (i64), opt.lr, opt.weight_decay ([steps] f32), opt.beta1, opt.beta2, opt.eps,
@@ -128,9 +128,6 @@ static void read_config(const mc_dump *in, struct mc_gpt_config *c)
     int64_t seed = (int64_t)c->seed;
     get_i64(in, "seed", &seed);
     c->seed = (uint64_t)seed;
-    e = (int)c->params_dtype;  /* mc_dtype code: 0 F32, 1 BF16, 2 F16 (--bf16 / --fp16) */
-    get_int(in, "params_dtype", &e);
-    c->params_dtype = (enum mc_dtype)e;
 }
 
 /* The named tensor with the expected dtype and element count, or exit naming what differs. */
@@ -152,9 +149,7 @@ static const void *tensor(const mc_dump *in, const char *name, enum mc_dtype dty
     return t->data;
 }
 
-/* Every model parameter must come from the dump (and every param.* in the dump must exist).
- * The values go to the fp32 main params; a 16-bit model's weights are then their rounding
- * (the tests send 16-bit values, so main = float(16-bit weights), as Megatron starts). */
+/* Every model parameter must come from the dump (and every param.* in the dump must exist). */
 static void load_params(const mc_dump *in, mc_gpt_model *m)
 {
     char key[512];
@@ -171,7 +166,6 @@ static void load_params(const mc_dump *in, mc_gpt_model *m)
             die("the C model has no parameter named ", n + 6);
     }
     (void)loaded;
-    mc_param_set_refresh_compute(mc_gpt_param_set(m));
 }
 
 static void dump_params(mc_dump *out, const mc_gpt_model *m, const char *prefix, bool grads)

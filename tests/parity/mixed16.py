@@ -89,6 +89,14 @@ def train16(case, steps, lr, wd):
     return curve, norms, {n: main[n].detach().clone() for n in names}
 
 
+def widen(a):
+    """A dump tensor as float32: bf16 arrives as raw uint16 words (mcdump), fp16 as float16."""
+    a = np.asarray(a)
+    if a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32)
+
+
 def rounding_to(x, dtype):
     return torch.as_tensor(np.asarray(x, dtype=np.float32)).to(T.DTYPES[dtype]).float().numpy()
 

@@ -120,11 +120,12 @@ class Precision:
         autograd adds them, as 16-bit autograd does). Runs fp16 on torch 1.13 (no Half GEMM).
       native (native=True): the parameters are 16-bit torch tensors and torch's own 16-bit CPU
         ops round (torch 1.13 has bf16; fp16 needs torch 2.x); `r` is the identity.
-    fused: the elementwise fusions Megatron runs on a GPU (TorchScript / nvFuser kernels computing
-    in fp32, one rounding of each output): bias-GELU, bias-SwiGLU, bias-dropout-add, and the
-    norms (fp32 inside, output rounded). This is design16 section 3, what the C engine does.
+    fused: the elementwise fusions Megatron runs on a GPU (TorchScript / nvFuser / TE kernels
+    computing in fp32, one rounding of each output): bias-GELU, bias-SwiGLU, bias-dropout-add,
+    RoPE (--apply-rope-fusion) and the norms (fp32 inside, output rounded). This is design16
+    section 3, what the C engine does.
     fused=False: Megatron's eager ops on a CPU (jit disabled, each op rounds): bias + GELU, the
-    bias-dropout-add and torch.nn.RMSNorm op by op (LayerNorm is one torch kernel either way)."""
+    bias-dropout-add, RoPE and torch's own 16-bit LayerNorm / RMSNorm."""
 
     def __init__(self, dtype='fp32', native=False, fused=True):
         if dtype not in DTYPES:
@@ -345,12 +346,17 @@ def apply_rope(t, freqs, interleaved):
 
 
 def apply_rope16(p, t, freqs, interleaved):
-    """rope_utils._apply_rotary_pos_emb_bshd on a 16-bit t: cos and sin (fp32) cast to t's dtype,
-    then t * cos + rotate_half(t) * sin with each op rounded."""
+    """RoPE on a 16-bit t. Fused (--apply-rope-fusion, TE's kernel on a GPU): t * cos +
+    rotate_half(t) * sin in fp32 with fp32 cos / sin, rounded once. Eager
+    (rope_utils._apply_rotary_pos_emb_bshd, Megatron on a CPU): cos and sin cast to t's dtype,
+    each product and the sum rounded."""
     d = freqs.shape[-1]
     head, rest = t[..., :d], t[..., d:]
-    cos, sin = p.const(torch.cos(freqs)), p.const(torch.sin(freqs))
-    head = p.add(p.mul(head, cos), p.mul(rotate_half(p.r(head), interleaved), sin))
+    if p.fused:
+        head = p.fuse(lambda h: apply_rope(h, freqs, interleaved), head)
+    else:
+        cos, sin = p.const(torch.cos(freqs)), p.const(torch.sin(freqs))
+        head = p.add(p.mul(head, cos), p.mul(rotate_half(p.r(head), interleaved), sin))
     return torch.cat((head, rest), dim=-1)
 
 
