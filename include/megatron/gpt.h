@@ -6,7 +6,14 @@
  * laid out as Megatron core's state dict (see docs/formats/ and spec §3.7): QKV rows grouped per
  * query group, SwiGLU fc1 = [gate; up] per tensor-parallel rank, `linear_proj` registered before
  * `linear_qkv`. Every linear layer is a column- or row-parallel layer and the embedding and loss
- * are vocab-parallel; with tensor_model_parallel_size == 1 the communication is a no-op. */
+ * are vocab-parallel; with tensor_model_parallel_size == 1 the communication is a no-op.
+ *
+ * Dtypes (mixed precision): the model computes in dt = cfg->params_dtype (fp32, bf16 or fp16,
+ * Megatron's params_dtype). Its activations, the logits, the pipeline messages (Megatron's
+ * pipeline_dtype) and their grads are dt, so the pointers below that carry them are
+ * `void *` to cfg->params_dtype elements. The parameter views (mc_param_view.data, .grad)
+ * are always fp32: the main params and main grads; with 16-bit dt the weights forward and
+ * backward read are the parameter set's compute block (param_set.h), rounded from them. */
 #ifndef MEGATRON_GPT_H
 #define MEGATRON_GPT_H
 
@@ -55,8 +62,9 @@ struct mc_gpt_batch {
     const int64_t *labels;        /* [b, s]; NULL = return logits only */
     const int64_t *position_ids;  /* [b, s]; NULL = 0..s-1 (RoPE always uses 0..s-1) */
     const uint8_t *attention_mask;/* [b, 1, s, s], 1 = masked out; NULL = causal */
-    const float *hidden_in;       /* [s, b, h] the previous stage's output: pipeline stages after
-                                     the first only (tokens are not read there) */
+    const void *hidden_in;        /* [s, b, h] in params_dtype: the previous stage's output,
+                                     pipeline stages after the first only (tokens are not
+                                     read there) */
 };
 
 /* Forward. With labels: writes per-token losses [b, s] to `loss` (Megatron's GPTModel returns
@@ -71,9 +79,10 @@ struct mc_gpt_batch {
  * parallel_state provides it). */
 MC_API mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
                                 float *loss /* [b, s] or NULL */);
-/* Logits of the last forward, sequence-first [s, b, V/tp] as Megatron's output layer makes them.
- * mc_gpt_backward overwrites them with their gradient. */
-MC_API const float *mc_gpt_logits(const mc_gpt_model *m);
+/* Logits of the last forward, sequence-first [s, b, V/tp] in params_dtype, as Megatron's output
+ * layer makes them (the loss reads them widened to fp32, Megatron's output.float()).
+ * mc_gpt_backward overwrites them with their gradient (rounded to params_dtype). */
+MC_API const void *mc_gpt_logits(const mc_gpt_model *m);
 /* Backward from d(loss)/d(per-token loss) [b, s]. Parameter grads are ACCUMULATED (+=).
  * Needs the previous call to be a successful forward with labels (one backward per forward). */
 MC_API mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss /* [b, s] */);
@@ -88,17 +97,19 @@ MC_API mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm);
  * the parameters flagged sequence_parallel over the tensor-parallel group in one coalesced
  * all-reduce (no-op otherwise). Call after backward, before the grad norm. */
 MC_API mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m);
-/* Bytes of the activation block (every saved activation and scratch buffer of this rank). */
+/* Bytes of the activation block (every saved activation and scratch buffer of this rank;
+ * activations in params_dtype, norm and loss statistics fp32). */
 MC_API size_t mc_gpt_activation_bytes(const mc_gpt_model *m);
 
-/* Pipeline stages. A stage that is not the last produces its output hidden states [s, b, h]
+/* Pipeline stages (every tensor here in params_dtype). A stage that is not the last produces
+ * its output hidden states [s, b, h]
  * ([s/tp, b, h], this rank's sequence shard, with sequence_parallel)
  * (valid until the next forward) instead of logits and loss; it takes the grad of that output
  * in mc_gpt_backward_stage instead of mc_gpt_backward. A stage that is not the first reads
  * batch->hidden_in and, after backward, offers the grad of it (valid until the next forward). */
-MC_API const float *mc_gpt_stage_output(const mc_gpt_model *m);
-MC_API mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out /* [s, b, h] */);
-MC_API const float *mc_gpt_stage_input_grad(const mc_gpt_model *m);
+MC_API const void *mc_gpt_stage_output(const mc_gpt_model *m);
+MC_API mc_status mc_gpt_backward_stage(mc_gpt_model *m, const void *dhidden_out /* [s, b, h] */);
+MC_API const void *mc_gpt_stage_input_grad(const mc_gpt_model *m);
 /* The model-parallel (tp x pp) communicator, an MPI_Comm * that outlives the model: with
  * pipeline_model_parallel_size > 1 the optimizer's grad norm and zero count are reduced over it
  * (Megatron's model-parallel group); MC_ERR_UNSUPPORTED without it. */

@@ -58,7 +58,8 @@ struct mc_gpt_config {
     float attention_dropout;         /* 0.1 */
     float init_method_std;           /* 0.02 */
     uint64_t seed;                   /* 1234: init and dropout streams */
-    enum mc_dtype params_dtype;      /* MC_DTYPE_F32 now; bf16/fp16 arrive with mixed precision */
+    enum mc_dtype params_dtype;      /* MC_DTYPE_F32, or BF16 / F16 (--bf16 / --fp16): the dtype
+                                        the model computes and keeps activations in (gpt.h) */
 
     int tensor_model_parallel_size;  /* 1 */
     int tensor_model_parallel_rank;  /* 0 */
@@ -91,8 +92,9 @@ MC_API void mc_gpt_config_default(struct mc_gpt_config *cfg);
  * Like validate_args it also sets add_qkv_bias when add_bias_linear, and
  * attention_softmax_in_fp32 under apply_query_key_layer_scaling. MC_ACT_GELU_TANH (the fused
  * bias-GELU) without add_bias_linear is refused as TransformerConfig does (the CLI maps
- * --disable-bias-linear to MC_ACT_GELU_ERF first, as validate_args does). Non-fp32
- * params_dtype is MC_ERR_UNSUPPORTED. */
+ * --disable-bias-linear to MC_ACT_GELU_ERF first, as validate_args does). params_dtype other
+ * than F32, BF16, F16 is MC_ERR_CONFIG; fp32_residual_connection with 16-bit params is
+ * MC_ERR_UNSUPPORTED (not implemented). */
 MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
 
 #ifdef __cplusplus

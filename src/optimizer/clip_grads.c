@@ -17,15 +17,15 @@
 static mc_status mp_reduce(const struct mc_param_set *s, float *x, bool max)
 {
     if (s->pp_size == 1) {
-        struct mc_tp_group tp = {s->tp_size, s->tp_rank, s->tp_comm, false};
-        return max ? mc_tp_all_reduce_max(&tp, x, 1) : mc_tp_all_reduce_sum(&tp, x, 1);
+        struct mc_tp_group tp = {.size = s->tp_size, .rank = s->tp_rank, .comm = s->tp_comm};
+        return max ? mc_tp_all_reduce_max(&tp, x, 1) : mc_tp_all_reduce_sum_f32(&tp, x, 1);
     }
     if (!s->mp_comm)
         return mc_error(MC_ERR_UNSUPPORTED, "grad norm across --pipeline-model-parallel-size %d "
                         "needs the model-parallel communicator (%s)", s->pp_size,
                         s->mp_comm_setter ? s->mp_comm_setter : "mc_param_set.mp_comm");
-    struct mc_tp_group mp = {s->tp_size * s->pp_size, 0, s->mp_comm, false};
-    return max ? mc_tp_all_reduce_max(&mp, x, 1) : mc_tp_all_reduce_sum(&mp, x, 1);
+    struct mc_tp_group mp = {.size = s->tp_size * s->pp_size, .comm = s->mp_comm}; /* fp32 */
+    return max ? mc_tp_all_reduce_max(&mp, x, 1) : mc_tp_all_reduce_sum_f32(&mp, x, 1);
 }
 
 mc_status mc_opt_mp_sum(const struct mc_param_set *s, float *x) { return mp_reduce(s, x, false); }

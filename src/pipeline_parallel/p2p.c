@@ -1,7 +1,7 @@
 /* Point-to-point exchange between adjacent pipeline stages over MPI: mirrors
  * megatron/core/pipeline_parallel/p2p_communication.py (core_v0.12.1) with batch_p2p_comm
  * (sends and receives of one exchange posted together and awaited together) and fixed shapes
- * ([s, b, h] fp32, no shape exchange: --variable-seq-lengths is not supported). Forward
+ * ([s, b, h] in the pipeline dtype p->dt, Megatron's pipeline_dtype = params_dtype; no shape exchange: --variable-seq-lengths is not supported). Forward
  * activations and backward grads travel with different tags so they can never be confused. */
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "parallel_state/parallel_state.h"
@@ -11,8 +11,8 @@
 
 enum { TAG_FORWARD = 1, TAG_BACKWARD = 2 };
 
-static void trace_exchange(const struct mc_pp_p2p *p, const float *send_next,
-                           const float *send_prev, const float *recv_prev, const float *recv_next)
+static void trace_exchange(const struct mc_pp_p2p *p, const void *send_next,
+                           const void *send_prev, const void *recv_prev, const void *recv_next)
 {
     char ev[16] = "";
     if (!p->trace)
@@ -37,8 +37,8 @@ static mc_status need_mpi(const struct mc_pp_p2p *p)
 static int next_rank(const struct mc_pp_p2p *p) { return (p->rank + 1) % p->size; }
 static int prev_rank(const struct mc_pp_p2p *p) { return (p->rank + p->size - 1) % p->size; }
 
-mc_status mc_pp_post(const struct mc_pp_p2p *p, const float *send_next, const float *send_prev,
-                     float *recv_prev, float *recv_next, struct mc_pp_posted *h)
+mc_status mc_pp_post(const struct mc_pp_p2p *p, const void *send_next, const void *send_prev,
+                     void *recv_prev, void *recv_next, struct mc_pp_posted *h)
 {
     memset(h, 0, sizeof(*h));
     if (!mc_comm_available()) {
@@ -64,7 +64,7 @@ mc_status mc_pp_post(const struct mc_pp_p2p *p, const float *send_next, const fl
     if (recv_next)
         ops[n++] = (struct mc_comm_p2p_op){false, recv_next, p->n, next_rank(p), TAG_BACKWARD,
                                            &h->req[MC_PP_RECV_NEXT]};
-    mc_status st = mc_comm_batch_isend_irecv(p->comm, MC_DTYPE_F32, ops, n,
+    mc_status st = mc_comm_batch_isend_irecv(p->comm, p->dt, ops, n,
                                              "pipeline isend/irecv");
     if (st)
         return st;
@@ -83,8 +83,8 @@ mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active)
     return mc_comm_wait(1, r, p->comm, NULL, "pipeline send/recv");
 }
 
-mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
-                            const float *send_prev, float *recv_prev, float *recv_next)
+mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const void *send_next,
+                            const void *send_prev, void *recv_prev, void *recv_next)
 {
     struct mc_pp_posted h;
     mc_status st = mc_pp_post(p, send_next, send_prev, recv_prev, recv_next, &h);
@@ -115,34 +115,34 @@ void mc_pp_group_free(void *comm) { mc_comm_free(comm); }
 static bool first(const struct mc_pp_p2p *p) { return p->rank == 0; }
 static bool last(const struct mc_pp_p2p *p) { return p->rank == p->size - 1; }
 
-mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, float *input)
+mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, void *input)
 {
     return first(p) ? MC_OK : mc_pp_communicate(p, NULL, NULL, input, NULL);
 }
 
-mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const float *output)
+mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const void *output)
 {
     return last(p) ? MC_OK : mc_pp_communicate(p, output, NULL, NULL, NULL);
 }
 
-mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, float *output_grad)
+mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, void *output_grad)
 {
     return last(p) ? MC_OK : mc_pp_communicate(p, NULL, NULL, NULL, output_grad);
 }
 
-mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const float *input_grad)
+mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const void *input_grad)
 {
     return first(p) ? MC_OK : mc_pp_communicate(p, NULL, input_grad, NULL, NULL);
 }
 
-mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p, const float *output,
-                                           float *output_grad)
+mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p, const void *output,
+                                           void *output_grad)
 {
     return last(p) ? MC_OK : mc_pp_communicate(p, output, NULL, NULL, output_grad);
 }
 
-mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const float *input_grad,
-                                           float *input)
+mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const void *input_grad,
+                                           void *input)
 {
     return first(p) ? MC_OK : mc_pp_communicate(p, NULL, input_grad, input, NULL);
 }

@@ -26,7 +26,7 @@ struct mc_pp_p2p {
     void *comm;   /* comm.c handle of the pp group (NULL when size == 1) */
     int size;     /* pipeline-parallel size */
     int rank;     /* this stage */
-    int64_t n;    /* floats per message: s * b * h */
+    int64_t n;    /* elements per message: s * b * h (of dt, below) */
     /* Optional: told each exchange as it happens ("Sn+Rn" = send to the next stage and
      * receive from it, see tests/golden/pipeline/schedules_golden.txt), for the tests. */
     void (*trace)(void *ctx, const char *event);
@@ -34,6 +34,9 @@ struct mc_pp_p2p {
     /* Interleaved schedule: the stages form a ring (the last stage's next is the first, whose
      * previous is the last), as Megatron's get_pipeline_model_parallel_next/prev_rank wrap. */
     bool ring;
+    /* The messages' element type: Megatron's pipeline_dtype (= params_dtype); MC_DTYPE_F32 (0)
+     * when not set. */
+    enum mc_dtype dt;
 };
 
 /* One exchange with the neighbours, as Megatron's _communicate with batched isend/irecv:
@@ -41,8 +44,8 @@ struct mc_pp_p2p {
  * recv_next receive from them (NULL: nothing). Sends and receives are posted together, then
  * all awaited, so opposite exchanges of two neighbours cannot deadlock. Exchanges off the
  * ends of the pipeline must not be asked for (the callers below skip them as Megatron does). */
-mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const float *send_next,
-                            const float *send_prev, float *recv_prev, float *recv_next);
+mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const void *send_next,
+                            const void *send_prev, void *recv_prev, void *recv_next);
 
 /* The same exchange posted without waiting (Megatron's _communicate with wait_on_reqs=False,
  * the overlap_p2p_comm path): h->req[MC_PP_*] are the requests of the parts asked for
@@ -53,21 +56,21 @@ struct mc_pp_posted {
     mc_pp_request req[4];
     bool active[4];
 };
-mc_status mc_pp_post(const struct mc_pp_p2p *p, const float *send_next, const float *send_prev,
-                     float *recv_prev, float *recv_next, struct mc_pp_posted *h);
+mc_status mc_pp_post(const struct mc_pp_p2p *p, const void *send_next, const void *send_prev,
+                     void *recv_prev, void *recv_next, struct mc_pp_posted *h);
 /* Completes one posted request (a no-op for one that is not active); *active is cleared. */
 mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active);
 
 /* The named operations of p2p_communication.py; each is a no-op where Megatron's is (e.g.
  * recv_forward on the first stage). */
-mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, float *input);
-mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const float *output);
-mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, float *output_grad);
-mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const float *input_grad);
-mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p, const float *output,
-                                           float *output_grad);
-mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const float *input_grad,
-                                           float *input);
+mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, void *input);
+mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const void *output);
+mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, void *output_grad);
+mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const void *input_grad);
+mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p, const void *output,
+                                           void *output_grad);
+mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const void *input_grad,
+                                           void *input);
 
 /* The embedding group of initialize_model_parallel (first and last stage of each pipeline),
  * split from the pp group: *out is a comm.c handle to free with mc_pp_group_free, or NULL on
@@ -76,7 +79,7 @@ mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out);
 void mc_pp_group_free(void *comm);
 
 /* ---- schedules.c ------------------------------------------------------------------------ */
-/* One micro-batch on this stage. forward: input [s, b, h] is the previous stage's output (NULL
+/* One micro-batch on this stage (every tensor in p2p.dt). forward: input [s, b, h] is the previous stage's output (NULL
  * on the first stage); *output [s, b, h] is what goes to the next stage (unused on the last),
  * valid until the next call. backward: micro-batch k's forward input again (the schedule keeps
  * it; NULL on the first stage) and the grad of its output (NULL on the last stage, where the
@@ -87,9 +90,9 @@ void mc_pp_group_free(void *comm);
  * last one's, whose backward starts the data-parallel grad reduction. */
 struct mc_pp_step_ops {
     void *ctx;
-    mc_status (*forward)(void *ctx, int64_t k, const float *input, const float **output);
-    mc_status (*backward)(void *ctx, int64_t k, const float *input, const float *output_grad,
-                          const float **input_grad);
+    mc_status (*forward)(void *ctx, int64_t k, const void *input, const void **output);
+    mc_status (*backward)(void *ctx, int64_t k, const void *input, const void *output_grad,
+                          const void **input_grad);
     void (*set_grad_sync)(void *ctx, bool sync);
 };
 
@@ -97,8 +100,8 @@ struct mc_pp_step_ops {
 struct mc_pp_schedule {
     struct mc_pp_p2p p2p;
     int slots;        /* inputs kept for backward: at most warmup + 1 = pp - rank */
-    float *inputs;    /* [slots, n] received activations, micro-batch k in slot k % slots */
-    float *grad;      /* [n] received output grad */
+    void *inputs;     /* [slots, n] received activations, micro-batch k in slot k % slots */
+    void *grad;       /* [n] received output grad */
 };
 
 mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *p2p);
@@ -124,10 +127,10 @@ mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_sc
  * before the next call, so they need only live until then. */
 struct mc_pp_chunk_ops {
     void *ctx;
-    mc_status (*forward)(void *ctx, int chunk, int64_t k, const float *input,
-                         const float **output);
-    mc_status (*backward)(void *ctx, int chunk, int64_t k, const float *input,
-                          const float *output_grad, const float **input_grad);
+    mc_status (*forward)(void *ctx, int chunk, int64_t k, const void *input,
+                         const void **output);
+    mc_status (*backward)(void *ctx, int chunk, int64_t k, const void *input,
+                          const void *output_grad, const void **input_grad);
 };
 
 struct mc_pp_vbuf;

@@ -24,9 +24,9 @@ mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *
     memset(s, 0, sizeof(*s));
     s->p2p = *p2p;
     if (p2p->size < 1 || p2p->rank < 0 || p2p->rank >= p2p->size || p2p->n < 1)
-        return mc_error(MC_ERR_CONFIG, "pipeline stage %d of %d with %lld-float messages: "
+        return mc_error(MC_ERR_CONFIG, "pipeline stage %d of %d with %lld-element messages: "
                         "expected 0 <= stage < pipeline-model-parallel size and messages of "
-                        "seq-length * micro-batch-size * hidden-size floats", p2p->rank,
+                        "seq-length * micro-batch-size * hidden-size elements", p2p->rank,
                         p2p->size, (long long)p2p->n);
     if (p2p->size > 1 && !p2p->comm)
         return mc_error(MC_ERR_CONFIG, "pipeline-model-parallel size %d without a pipeline "
@@ -34,12 +34,12 @@ mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *
     /* at most warmup + 1 = size - rank inputs are waiting for their backward */
     s->slots = p2p->rank == 0 ? 0 : p2p->size - p2p->rank;
     if (s->slots) {
-        s->inputs = mc_alloc(sizeof(float) * (size_t)(s->slots * p2p->n));
+        s->inputs = mc_alloc(mc_dtype_size(p2p->dt) * (size_t)(s->slots * p2p->n));
         if (!s->inputs)
             return MC_ERR_NOMEM;
     }
     if (p2p->rank < p2p->size - 1) {
-        s->grad = mc_alloc(sizeof(float) * (size_t)p2p->n);
+        s->grad = mc_alloc(mc_dtype_size(p2p->dt) * (size_t)p2p->n);
         if (!s->grad) {
             mc_pp_schedule_free(s);
             return MC_ERR_NOMEM;
@@ -77,7 +77,7 @@ mc_status mc_pp_forward_backward_no_pipelining(struct mc_pp_schedule *s,
 {
     mc_status st = check_microbatches(num_microbatches);
     for (int64_t k = 0; !st && k < num_microbatches; k++) {
-        const float *out, *dx;
+        const void *out, *dx;
         if (!forward_only) /* Megatron's no_sync context spans forward and backward */
             grad_sync(ops, k, num_microbatches);
         trace_step(&s->p2p, 'F', k);
@@ -90,13 +90,14 @@ mc_status mc_pp_forward_backward_no_pipelining(struct mc_pp_schedule *s,
 }
 
 /* Where micro-batch k's input lives on this stage (NULL on the first stage). */
-static float *input_of(const struct mc_pp_schedule *s, int64_t k)
+static void *input_of(const struct mc_pp_schedule *s, int64_t k)
 {
-    return s->slots ? s->inputs + (k % s->slots) * s->p2p.n : NULL;
+    size_t bytes = mc_dtype_size(s->p2p.dt) * (size_t)s->p2p.n;
+    return s->slots ? (char *)s->inputs + (size_t)(k % s->slots) * bytes : NULL;
 }
 
 static mc_status fwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops, int64_t k,
-                     const float **out)
+                     const void **out)
 {
     trace_step(&s->p2p, 'F', k);
     *out = NULL;
@@ -105,7 +106,7 @@ static mc_status fwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops,
 
 /* backward of k with the output grad received into s->grad (none on the last stage) */
 static mc_status bwd(struct mc_pp_schedule *s, const struct mc_pp_step_ops *ops, int64_t k,
-                     int64_t num_microbatches, const float **dx)
+                     int64_t num_microbatches, const void **dx)
 {
     bool last = s->p2p.rank == s->p2p.size - 1;
     grad_sync(ops, k, num_microbatches); /* backwards run in order: k = M - 1 is the last */
@@ -124,7 +125,7 @@ static mc_status steady(struct mc_pp_schedule *s, const struct mc_pp_step_ops *o
     for (int64_t i = 0; !st && i < remaining; i++) {
         int64_t k = i + warmup;
         bool last_iteration = i == remaining - 1;
-        const float *y, *dx;
+        const void *y, *dx;
         if ((st = fwd(s, ops, k, &y)))
             break;
         if (forward_only) {
@@ -156,7 +157,7 @@ mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_sc
         warmup = num_microbatches;
     int64_t remaining = num_microbatches - warmup;
     for (int64_t k = 0; k < warmup; k++) {
-        const float *y;
+        const void *y;
         if ((st = mc_pp_recv_forward(p, input_of(s, k))) || (st = fwd(s, ops, k, &y)) ||
             (st = mc_pp_send_forward(p, y)))
             return st;
@@ -166,7 +167,7 @@ mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_sc
     if ((st = steady(s, ops, warmup, remaining, forward_only)) || forward_only)
         return st;
     for (int64_t i = 0; i < warmup; i++) { /* cooldown */
-        const float *dx;
+        const void *dx;
         if ((st = mc_pp_recv_backward(p, s->grad)) ||
             (st = bwd(s, ops, remaining + i, num_microbatches, &dx)) ||
             (st = mc_pp_send_backward(p, dx)))

@@ -19,7 +19,7 @@
 #include <string.h>
 
 struct mc_pp_vbuf {
-    float *x;
+    void *x; /* [p2p.n] of p2p.dt */
     mc_pp_request req;
     bool pending; /* a posted send/recv not yet completed */
 };
@@ -34,7 +34,7 @@ mc_status mc_pp_interleaved_init(struct mc_pp_interleaved *s, const struct mc_pp
     s->group = group ? group : p2p->size;
     s->overlap = overlap;
     if (p2p->size < 2 || p2p->rank < 0 || p2p->rank >= p2p->size || p2p->n < 1 || !p2p->comm)
-        return mc_error(MC_ERR_CONFIG, "interleaved schedule on stage %d of %d (%lld-float "
+        return mc_error(MC_ERR_CONFIG, "interleaved schedule on stage %d of %d (%lld-element "
                         "messages): needs a pipeline of at least 2 stages and its communicator",
                         p2p->rank, p2p->size, (long long)p2p->n);
     if (vp < 1)
@@ -74,7 +74,7 @@ static mc_status get_buf(struct mc_pp_interleaved *s, struct mc_pp_vbuf **out)
         s->cap_pool = cap;
     }
     struct mc_pp_vbuf *b = mc_calloc(1, sizeof(*b));
-    if (!b || !(b->x = mc_alloc(sizeof(float) * (size_t)s->p2p.n))) {
+    if (!b || !(b->x = mc_alloc(mc_dtype_size(s->p2p.dt) * (size_t)s->p2p.n))) {
         mc_free(b);
         return MC_ERR_NOMEM;
     }
@@ -232,7 +232,7 @@ static mc_status ensure_ready(struct run *r, struct mc_pp_vbuf *b, struct queue 
 }
 
 /* A pool copy of what the chunk returned, to send. */
-static mc_status stash(struct run *r, const float *x, struct mc_pp_vbuf **out)
+static mc_status stash(struct run *r, const void *x, struct mc_pp_vbuf **out)
 {
     *out = NULL;
     if (!x)
@@ -240,7 +240,7 @@ static mc_status stash(struct run *r, const float *x, struct mc_pp_vbuf **out)
                         "tensor to send");
     mc_status st = get_buf(r->s, out);
     if (!st)
-        memcpy((*out)->x, x, sizeof(float) * (size_t)r->s->p2p.n);
+        memcpy((*out)->x, x, mc_dtype_size(r->s->p2p.dt) * (size_t)r->s->p2p.n);
     return st;
 }
 
@@ -256,7 +256,7 @@ static mc_status forward_helper(struct run *r, int64_t vk, struct mc_pp_vbuf **y
     if (st)
         return st;
     trace_step(r, 'F', c, m);
-    const float *out = NULL;
+    const void *out = NULL;
     if ((st = r->ops->forward(r->ops->ctx, c, m, b ? b->x : NULL, &out)))
         return st;
     r->n_out[c]++;
@@ -282,7 +282,7 @@ static mc_status backward_helper(struct run *r, int64_t vk, struct mc_pp_vbuf **
     int64_t m = r->n_bwd[c]++;
     MC_ASSERT(m == r->mb[vk]);
     trace_step(r, 'B', c, m);
-    const float *out = NULL;
+    const void *out = NULL;
     st = r->ops->backward(r->ops->ctx, c, m, in ? in->x : NULL, g ? g->x : NULL, &out);
     put_buf(r->s, in);
     put_buf(r->s, g);
@@ -325,7 +325,7 @@ static mc_status post(struct run *r, struct mc_pp_vbuf *send, bool forward, bool
     struct mc_pp_vbuf *rb = NULL;
     struct mc_pp_posted h;
     mc_status st = recv ? get_buf(r->s, &rb) : MC_OK;
-    float *sx = send ? send->x : NULL, *rx = rb ? rb->x : NULL;
+    void *sx = send ? send->x : NULL, *rx = rb ? rb->x : NULL;
     if (!st)
         st = forward ? mc_pp_post(&r->s->p2p, sx, NULL, rx, NULL, &h)
                      : mc_pp_post(&r->s->p2p, NULL, sx, NULL, rx, &h);

@@ -130,7 +130,7 @@ static int pp_slot_for(const struct pp_pass *r, int chunk, int64_t k)
     return (int)(k % n);
 }
 
-static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const float *input)
+static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const void *input)
 {
     struct trainer *t = r->t;
     struct mc_micro_batch *mb = &t->d.batch;
@@ -168,8 +168,8 @@ static void pp_masked_loss(const struct trainer *t, double *num, double *den)
     be->ops->masked_loss(be, MC_DTYPE_F32, num, den, t->d.loss_be, t->d.mask_be, mb->b * mb->s);
 }
 
-static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *input,
-                                  const float **output)
+static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const void *input,
+                                  const void **output)
 {
     struct pp_pass *r = ctx;
     mc_status st = pp_run_forward(r, chunk, k, input);
@@ -185,8 +185,8 @@ static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const float *
     return add_loss_report(r->t, num, den, r->numer, r->denom);
 }
 
-static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const float *input,
-                                   const float *output_grad, const float **input_grad)
+static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const void *input,
+                                   const void *output_grad, const void **input_grad)
 {
     struct pp_pass *r = ctx;
     struct trainer *t = r->t;
@@ -230,13 +230,13 @@ static void pp_grad_sync(struct pp_pass *r, int chunk, bool sync)
 }
 
 /* The one-chunk schedules' callbacks (no pipelining, 1F1B). */
-static mc_status pp_forward(void *ctx, int64_t k, const float *input, const float **output)
+static mc_status pp_forward(void *ctx, int64_t k, const void *input, const void **output)
 {
     return pp_chunk_forward(ctx, 0, k, input, output);
 }
 
-static mc_status pp_backward(void *ctx, int64_t k, const float *input, const float *output_grad,
-                             const float **input_grad)
+static mc_status pp_backward(void *ctx, int64_t k, const void *input, const void *output_grad,
+                             const void **input_grad)
 {
     struct pp_pass *r = ctx;
     mc_status st = pp_chunk_backward(ctx, 0, k, input, output_grad, input_grad);
@@ -253,8 +253,8 @@ static void pp_set_grad_sync(void *ctx, bool sync)
 
 /* The interleaved schedule's backward: chunk by chunk, grads sync from the chunk's last
  * micro-batch on (Megatron's per-chunk grad_sync_func). */
-static mc_status vp_chunk_backward(void *ctx, int chunk, int64_t k, const float *input,
-                                   const float *output_grad, const float **input_grad)
+static mc_status vp_chunk_backward(void *ctx, int chunk, int64_t k, const void *input,
+                                   const void *output_grad, const void **input_grad)
 {
     struct pp_pass *r = ctx;
     pp_grad_sync(r, chunk, k == r->num_micro - 1);

@@ -209,7 +209,8 @@ static mc_status pp_setup(struct trainer *t)
                           mc_ps_rank(&t->par.ps, MC_PS_PP),
                           t->d.seq * t->d.mbs * c->hidden_size /
                               (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
-                          NULL, NULL, false}; /* [s/tp, b, h] with --sequence-parallel */
+                          NULL, NULL, false, /* [s/tp, b, h] with --sequence-parallel */
+                          c->params_dtype};   /* Megatron's pipeline_dtype */
     if (t->par.ps.pp == 1) /* forward_backward_no_pipelining: no buffers, no exchanges */
         return mc_pp_schedule_init(&t->pp.pipe, &p);
     mc_status st = MC_OK;

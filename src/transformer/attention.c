@@ -49,7 +49,7 @@ void mc_tfm_rope_tables(float *cos_t, float *sin_t, const struct mc_gpt_config *
 
 /* Rotates the query heads and the key head of every group (contiguous in the QKV layout) in
  * place; positions are always 0..s-1 (Megatron ignores position_ids for RoPE). */
-void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, float *qkv, bool backward)
+void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, void *qkv, bool backward)
 {
     const struct mc_tfm_dims *d = c->d;
     int64_t group = (d->per_group + 2) * d->hn;
@@ -57,12 +57,12 @@ void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, float *qkv, bool backward)
         int64_t pos = t / c->b;
         const float *cs = c->rope_cos + pos * d->rot_dim, *sn = c->rope_sin + pos * d->rot_dim;
         for (int64_t g = 0; g < d->ng_l; g++) {
-            float *p = qkv + t * d->qkv_l + g * group;
+            void *p = mc_tp_at(qkv, c->dt, t * d->qkv_l + g * group);
             if (backward)
-                c->be->ops->rope_bwd(c->be, MC_DTYPE_F32, p, cs, sn, 1, d->per_group + 1, d->hn,
+                c->be->ops->rope_bwd(c->be, c->dt, p, cs, sn, 1, d->per_group + 1, d->hn,
                                      d->rot_dim, c->cfg->rotary_interleaved);
             else
-                c->be->ops->rope_fwd(c->be, MC_DTYPE_F32, p, cs, sn, 1, d->per_group + 1, d->hn,
+                c->be->ops->rope_fwd(c->be, c->dt, p, cs, sn, 1, d->per_group + 1, d->hn,
                                      d->rot_dim, c->cfg->rotary_interleaved);
         }
     }
@@ -87,7 +87,7 @@ static struct mc_attention_desc attention_desc(const struct mc_tfm_ctx *c, int64
 {
     const struct mc_tfm_dims *d = c->d;
     struct mc_attention_desc a = {
-        .dt = MC_DTYPE_F32,
+        .dt = c->dt,
         .b = c->b,
         .s = c->s,
         .heads = d->np_l,
@@ -114,8 +114,8 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
 }
 
 void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
-                                    const struct mc_tfm_layer_acts *a, const float *dctx,
-                                    float *dqkv)
+                                    const struct mc_tfm_layer_acts *a, const void *dctx,
+                                    void *dqkv)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};

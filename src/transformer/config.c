@@ -141,9 +141,14 @@ static mc_status check_enums(const struct mc_gpt_config *c)
     if ((unsigned)c->activation > MC_ACT_SQUARED_RELU)
         return mc_error(MC_ERR_CONFIG, "activation: invalid value %d (expected gelu, swiglu "
                         "or squared-relu)", (int)c->activation);
-    if (c->params_dtype != MC_DTYPE_F32)
-        return mc_error(MC_ERR_UNSUPPORTED, "params dtype %s (--fp16/--bf16): only float32 "
-                        "training is implemented", mc_dtype_name(c->params_dtype));
+    if (c->params_dtype != MC_DTYPE_F32 && c->params_dtype != MC_DTYPE_BF16 &&
+        c->params_dtype != MC_DTYPE_F16)
+        return mc_error(MC_ERR_CONFIG, "params dtype %s: expected float32, bfloat16 (--bf16) or "
+                        "float16 (--fp16)", mc_dtype_name(c->params_dtype));
+    if (c->params_dtype != MC_DTYPE_F32 && c->fp32_residual_connection)
+        return mc_error(MC_ERR_UNSUPPORTED, "--fp32-residual-connection with %s params is not "
+                        "implemented in megatron.c yet (the residual stream is %s)",
+                        mc_dtype_name(c->params_dtype), mc_dtype_name(c->params_dtype));
     return MC_OK;
 }
 

@@ -3,7 +3,12 @@
  * activations and the per-call context. Private header.
  *
  * Layout conventions: activations are sequence-first, token t = s_index * b + b_index, so a
- * [T, h] matrix is Megatron's [s, b, h]. Weights are [out, in] (torch layout). */
+ * [T, h] matrix is Megatron's [s, b, h]. Weights are [out, in] (torch layout).
+ *
+ * Dtypes: activations (saved and scratch) and the weights the layers read are `void *` in the
+ * context's dt (params_dtype: fp32, or bf16/fp16 with the weights in the parameter set's
+ * compute block); norm statistics are fp32; the weight grads are the fp32 main grads (16-bit
+ * grads go through the tensor-parallel group's wgrad temporary, tensor_parallel.h). */
 #ifndef MC_TRANSFORMER_H
 #define MC_TRANSFORMER_H
 
@@ -27,14 +32,20 @@ struct mc_tfm_dims {
     bool gated, layernorm, qkv_bias, linear_bias;
 };
 
-/* Pointers into the parameter (or grad) block for one layer; NULL where absent. */
+/* Pointers into the weights the layers compute with (dt) for one layer; NULL where absent. */
 struct mc_tfm_layer_weights {
-    float *ln1_w, *ln1_b;   /* input_layernorm [h] */
-    float *proj_w, *proj_b; /* self_attention.linear_proj [h, ctx_l], [h] */
-    float *qkv_w, *qkv_b;   /* self_attention.linear_qkv [qkv_l, h], [qkv_l] */
-    float *ln2_w, *ln2_b;   /* pre_mlp_layernorm [h] */
-    float *fc1_w, *fc1_b;   /* mlp.linear_fc1 [fc1_l, h], [fc1_l] */
-    float *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
+    void *ln1_w, *ln1_b;   /* input_layernorm [h] */
+    void *proj_w, *proj_b; /* self_attention.linear_proj [h, ctx_l], [h] */
+    void *qkv_w, *qkv_b;   /* self_attention.linear_qkv [qkv_l, h], [qkv_l] */
+    void *ln2_w, *ln2_b;   /* pre_mlp_layernorm [h] */
+    void *fc1_w, *fc1_b;   /* mlp.linear_fc1 [fc1_l, h], [fc1_l] */
+    void *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
+};
+
+/* The same layer's fp32 main grads (the grad block). */
+struct mc_tfm_layer_grads {
+    float *ln1_w, *ln1_b, *proj_w, *proj_b, *qkv_w, *qkv_b;
+    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
 };
 
 /* What one layer's forward keeps for its backward (sized for b_max x s_max; the [T, h]
@@ -42,15 +53,15 @@ struct mc_tfm_layer_weights {
  * and the MLP activation are not kept: backward recomputes them (elementwise, cheap) into
  * scratch, which saves 2 h + ffn floats per token and layer. */
 struct mc_tfm_layer_acts {
-    float *x_in;            /* [T, h] layer input (first residual) */
+    void *x_in;             /* [T, h] layer input (first residual) */
     float *ln1_mean, *ln1_rstd; /* [T] */
-    float *qkv;             /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
-    float *probs;           /* [b, np_l, s, s] softmax output before dropout */
-    float *ctx;             /* [T, ctx_l] */
+    void *qkv;              /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
+    void *probs;            /* [b, np_l, s, s] softmax output before dropout */
+    void *ctx;              /* [T, ctx_l] */
     uint8_t *keep_attn_out; /* [T, h] hidden-dropout keep mask after linear_proj */
-    float *x_mid;           /* [T, h] second residual */
+    void *x_mid;            /* [T, h] second residual */
     float *ln2_mean, *ln2_rstd; /* [T] */
-    float *fc1;             /* [T, fc1_l] linear_fc1 output WITHOUT bias (fused into the act) */
+    void *fc1;              /* [T, fc1_l] linear_fc1 output WITHOUT bias (fused into the act) */
     uint8_t *keep_mlp_out;  /* [T, h] */
 };
 
@@ -58,23 +69,24 @@ struct mc_tfm_layer_acts {
 struct mc_tfm_scratch {
     /* h1, h2 are always [T, h] (the sequence-parallel all-gather / reduce-scatter work
      * buffers); norm_out and the norm statistics hold T_sp rows. */
-    float *attn_a;       /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd) */
-    float *attn_b;       /* [b, np_l, s, s] grad of probs (bwd) */
+    void *attn_a;        /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd) */
+    void *attn_b;        /* [b, np_l, s, s] grad of probs (bwd) */
     uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
-    float *h1, *h2;      /* [T, h] */
-    float *norm_out;     /* [T, h] a norm's output (forward, and recomputed in backward) */
+    void *h1, *h2;       /* [T, h] */
+    void *norm_out;      /* [T, h] a norm's output (forward, and recomputed in backward) */
     float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
-    float *gamma1;       /* [h] 1 + weight of a zero-centered norm (NULL without) */
-    float *act;          /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
-    float *dqkv;         /* [T, qkv_l] */
-    float *dctx;         /* [T, ctx_l] */
-    float *dfc1;         /* [T, fc1_l] */
-    float *dact;         /* [T, ffn_l] */
+    void *gamma1;        /* [h] 1 + weight of a zero-centered norm (NULL without) */
+    void *act;           /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
+    void *dqkv;          /* [T, qkv_l] */
+    void *dctx;          /* [T, ctx_l] */
+    void *dfc1;          /* [T, fc1_l] */
+    void *dact;          /* [T, ffn_l] */
 };
 
 /* One forward or backward call. */
 struct mc_tfm_ctx {
     struct mc_backend *be;
+    enum mc_dtype dt;         /* activations and weights (params_dtype) */
     const struct mc_tp_group *tp;
     const struct mc_gpt_config *cfg;
     const struct mc_tfm_dims *d;
@@ -106,34 +118,40 @@ void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t sit
 /* attention.c: RoPE tables and core attention (DotProductAttention, local spec). */
 void mc_tfm_rope_tables(float *cos, float *sin, const struct mc_gpt_config *cfg, int64_t rot_dim,
                         int64_t s_max);
-void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, float *qkv, bool backward);
+void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, void *qkv, bool backward);
 void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                    struct mc_tfm_layer_acts *a);
 void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
-                                    const struct mc_tfm_layer_acts *a, const float *dctx,
-                                    float *dqkv);
+                                    const struct mc_tfm_layer_acts *a, const void *dctx,
+                                    void *dqkv);
 
 /* mlp.c: the activation of the MLP (bias fused), forward and backward. */
-void mc_tfm_mlp_act_forward(const struct mc_tfm_ctx *c, float *y, const float *u,
-                            const float *bias);
-void mc_tfm_mlp_act_backward(const struct mc_tfm_ctx *c, float *du, const float *dy,
-                             const float *u, const float *bias);
+void mc_tfm_mlp_act_forward(const struct mc_tfm_ctx *c, void *y, const void *u,
+                            const void *bias);
+void mc_tfm_mlp_act_backward(const struct mc_tfm_ctx *c, void *du, const void *dy,
+                             const void *u, const void *bias);
 
 /* transformer_layer.c: one pre-norm layer. forward reads a->x_in, writes x_out [T, h];
  * backward takes dx [T, h] = grad of the layer output and leaves the grad of its input there. */
 mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                const struct mc_tfm_layer_weights *w,
-                               struct mc_tfm_layer_acts *a, float *x_out);
+                               struct mc_tfm_layer_acts *a, void *x_out);
 mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                 const struct mc_tfm_layer_weights *w,
-                                const struct mc_tfm_layer_weights *g,
-                                const struct mc_tfm_layer_acts *a, float *dx);
+                                const struct mc_tfm_layer_grads *g,
+                                const struct mc_tfm_layer_acts *a, void *dx);
 
-/* norm.c: LayerNorm or RMSNorm per the config (b may be NULL for RMSNorm). */
-void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, float *y, float *mean, float *rstd,
-                         const float *x, const float *w, const float *b);
-void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, float *dx, float *dw, float *db,
-                          const float *dy, const float *x, const float *w, const float *mean,
+/* norm.c: LayerNorm or RMSNorm per the config (b may be NULL for RMSNorm). dw, db are the
+ * fp32 main grads (16-bit: the op's dt grads go through the wgrad temporary). */
+void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, void *y, float *mean, float *rstd,
+                         const void *x, const void *w, const void *b);
+void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, float *db,
+                          const void *dy, const void *x, const void *w, const float *mean,
                           const float *rstd);
+
+/* The hidden-dropout scale 1 / (1 - p) as the dropout multiplies by it: with 16-bit
+ * activations torch's CPU dropout builds its mask in dt, so the scale is rounded to dt
+ * (bf16 1/0.9 = 1.109375). transformer_layer.c. */
+float mc_tfm_dropout_scale(enum mc_dtype dt, float p);
 
 #endif /* MC_TRANSFORMER_H */

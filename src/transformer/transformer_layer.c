@@ -4,8 +4,23 @@
  *   x_out = x_mid + dropout(linear_fc2(act(linear_fc1(norm2(x_mid)) + fc1_bias)) + fc2_bias)
  * Hidden-dropout keep masks are drawn from the Philox streams of rng.h and kept for backward.
  * With sequence parallelism (Megatron's placement) everything outside the linears' TP regions
- * runs on this rank's sequence shard; the linears gather / reduce-scatter (layers.c). */
+ * runs on this rank's sequence shard; the linears gather / reduce-scatter (layers.c).
+ * In 16 bits every op reads and writes dt and rounds its output once: the fused
+ * bias-dropout-add (and the fused bias-activation, mlp.c) compute in fp32 with ONE rounding
+ * where Megatron's TorchScript functions round after each torch op (docs/engine.md). */
 #include "transformer/transformer.h"
+
+#include "core/dtype.h"
+
+float mc_tfm_dropout_scale(enum mc_dtype dt, float p)
+{
+    float s = 1.0f / (1.0f - p);
+    if (dt == MC_DTYPE_BF16)
+        return mc_bf16_to_f32(mc_f32_to_bf16(s));
+    if (dt == MC_DTYPE_F16)
+        return mc_f16_to_f32(mc_f32_to_f16(s));
+    return s;
+}
 
 static const uint8_t *hidden_keep(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t site)
 {
@@ -19,18 +34,18 @@ static const uint8_t *hidden_keep(const struct mc_tfm_ctx *c, uint8_t *keep, uin
 
 static float hidden_scale(const struct mc_tfm_ctx *c)
 {
-    return 1.0f / (1.0f - c->cfg->hidden_dropout);
+    return mc_tfm_dropout_scale(c->dt, c->cfg->hidden_dropout);
 }
 
 /* Norms, bias-dropout-adds and residuals run on the T_sp rows of this rank; h2 is the work
  * buffer of the sequence-parallel gathers and reduce-scatters, h1 the row-parallel output. */
 mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                const struct mc_tfm_layer_weights *w,
-                               struct mc_tfm_layer_acts *a, float *x_out)
+                               struct mc_tfm_layer_acts *a, void *x_out)
 {
     const struct mc_tfm_dims *d = c->d;
     struct mc_backend *be = c->be;
-    float *tmp = c->scr->h1, *work = c->scr->h2, *ln = c->scr->norm_out, *act = c->scr->act;
+    void *tmp = c->scr->h1, *work = c->scr->h2, *ln = c->scr->norm_out, *act = c->scr->act;
     int64_t T = c->T, Ts = c->T_sp;
     mc_status st;
 
@@ -45,7 +60,7 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                        work)) != MC_OK)
         return st;
     const uint8_t *k1 = hidden_keep(c, a->keep_attn_out, MC_TFM_SITE_ATTN_OUT(layer));
-    be->ops->bias_dropout_add(be, MC_DTYPE_F32, a->x_mid, tmp, w->proj_b, a->x_in, k1,
+    be->ops->bias_dropout_add(be, c->dt, a->x_mid, tmp, w->proj_b, a->x_in, k1,
                               hidden_scale(c), Ts, d->h);
 
     mc_tfm_norm_forward(c, ln, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
@@ -57,35 +72,44 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                        work)) != MC_OK)
         return st;
     const uint8_t *k2 = hidden_keep(c, a->keep_mlp_out, MC_TFM_SITE_MLP_OUT(layer));
-    be->ops->bias_dropout_add(be, MC_DTYPE_F32, x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c),
+    be->ops->bias_dropout_add(be, c->dt, x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c),
                               Ts, d->h);
     return MC_OK;
 }
 
 /* Grad through bias-dropout-add: the residual branch passes dx unchanged; the other branch
  * gets dx * keep * scale (returned; dx itself when there is no dropout). */
-static const float *dropout_grad(const struct mc_tfm_ctx *c, float *buf, const float *dx,
-                                 const uint8_t *keep)
+static const void *dropout_grad(const struct mc_tfm_ctx *c, void *buf, const void *dx,
+                                const uint8_t *keep)
 {
     if (!c->hidden_dropout)
         return dx;
-    c->be->ops->bias_dropout_add(c->be, MC_DTYPE_F32, buf, dx, NULL, NULL, keep, hidden_scale(c),
+    c->be->ops->bias_dropout_add(c->be, c->dt, buf, dx, NULL, NULL, keep, hidden_scale(c),
                                  c->T_sp, c->d->h);
     return buf;
 }
 
+/* A row-parallel bias's grad (the bias is added after the reduction, on this rank's rows):
+ * in dt through the wgrad temporary, then into the fp32 main grad. */
+static void bias_grad(const struct mc_tfm_ctx *c, float *db, const void *dy, int64_t rows,
+                      int64_t n)
+{
+    c->be->ops->bias_grad(c->be, c->dt, mc_tp_wgrad_target(c->tp, db, 0, n, true), dy, rows, n);
+    mc_tp_wgrad_commit(c->tp, db, 0, n);
+}
+
 /* The norm output of the forward, recomputed into scratch (same kernel, same inputs: the
  * same bits). */
-static void recompute_norm(const struct mc_tfm_ctx *c, const float *x, const float *w,
-                           const float *b)
+static void recompute_norm(const struct mc_tfm_ctx *c, const void *x, const void *w,
+                           const void *b)
 {
     mc_tfm_norm_forward(c, c->scr->norm_out, c->scr->norm_mean, c->scr->norm_rstd, x, w, b);
 }
 
 mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                 const struct mc_tfm_layer_weights *w,
-                                const struct mc_tfm_layer_weights *g,
-                                const struct mc_tfm_layer_acts *a, float *dx)
+                                const struct mc_tfm_layer_grads *g,
+                                const struct mc_tfm_layer_acts *a, void *dx)
 {
     const struct mc_tfm_dims *d = c->d;
     struct mc_backend *be = c->be;
@@ -94,27 +118,27 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     mc_status st;
 
     /* MLP block (dy lives in h1 or dx; h2 gathers it; then h1 is the column work buffer) */
-    const float *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
+    const void *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
     if (g->fc2_b)
-        be->ops->bias_grad(be, MC_DTYPE_F32, g->fc2_b, dy, Ts, d->h);
+        bias_grad(c, g->fc2_b, dy, Ts, d->h);
     mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w,
                                         T, d->ffn_l, d->h, scr->h2)) != MC_OK)
         return st;
     mc_tfm_mlp_act_backward(c, scr->dfc1, scr->dact, a->fc1, w->fc1_b);
     recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
-    if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->fc1_w, g->fc1_b, scr->dfc1,
+    if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->fc1_w, NULL, g->fc1_b, scr->dfc1,
                                         scr->norm_out, w->fc1_w, T, d->h, d->fc1_l,
                                         scr->h1)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln2_w, g->ln2_b, scr->h2, a->x_mid, w->ln2_w, a->ln2_mean,
                          a->ln2_rstd);
-    be->ops->bias_dropout_add(be, MC_DTYPE_F32, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
+    be->ops->bias_dropout_add(be, c->dt, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
 
     /* attention block */
     dy = dropout_grad(c, scr->h1, dx, a->keep_attn_out);
     if (g->proj_b)
-        be->ops->bias_grad(be, MC_DTYPE_F32, g->proj_b, dy, Ts, d->h);
+        bias_grad(c, g->proj_b, dy, Ts, d->h);
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dctx, g->proj_w, dy, a->ctx, w->proj_w,
                                         T, d->ctx_l, d->h, scr->h2)) != MC_OK)
         return st;
@@ -122,12 +146,12 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, scr->dqkv, true);
     recompute_norm(c, a->x_in, w->ln1_w, w->ln1_b);
-    if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->qkv_w, g->qkv_b, scr->dqkv,
+    if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->qkv_w, NULL, g->qkv_b, scr->dqkv,
                                         scr->norm_out, w->qkv_w, T, d->h, d->qkv_l,
                                         scr->h1)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln1_w, g->ln1_b, scr->h2, a->x_in, w->ln1_w, a->ln1_mean,
                          a->ln1_rstd);
-    be->ops->bias_dropout_add(be, MC_DTYPE_F32, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
+    be->ops->bias_dropout_add(be, c->dt, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
     return MC_OK;
 }

@@ -45,8 +45,9 @@ static void on_event(void *c, const char *ev)
 static float act(int64_t k, int stage) { return (float)(k * 100 + stage); }
 static float grd(int64_t k, int stage) { return (float)(-k * 100 - stage - 1); }
 
-static mc_status forward(void *c, int64_t k, const float *input, const float **output)
+static mc_status forward(void *c, int64_t k, const void *input_v, const void **output)
 {
+    const float *input = input_v;
     struct ctx *x = c;
     if ((input == NULL) != (x->rank == 0))
         x->bad_values++;
@@ -58,9 +59,10 @@ static mc_status forward(void *c, int64_t k, const float *input, const float **o
     return MC_OK;
 }
 
-static mc_status backward(void *c, int64_t k, const float *input, const float *output_grad,
-                          const float **input_grad)
+static mc_status backward(void *c, int64_t k, const void *input_v, const void *output_grad_v,
+                          const void **input_grad)
 {
+    const float *input = input_v, *output_grad = output_grad_v;
     struct ctx *x = c;
     if ((output_grad == NULL) != (x->rank == x->size - 1))
         x->bad_values++;
@@ -97,7 +99,7 @@ static const char *find_golden(const char *key)
 static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_only)
 {
     struct ctx x = {.rank = rank, .size = size, .m = m, .sync = -1};
-    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false};
+    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false, MC_DTYPE_F32};
     struct mc_pp_schedule s;
     struct mc_pp_step_ops ops = {&x, forward, backward, set_sync};
     CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -163,7 +165,7 @@ int main(int argc, char **argv)
             run_case(c, pp, rank % pp, ms[i], true);
         }
         struct ctx x = {.rank = rank % pp, .size = pp};
-        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false};
+        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false, MC_DTYPE_F32};
         struct mc_pp_schedule s;
         struct mc_pp_step_ops ops = {&x, forward, backward, NULL};
         CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -175,7 +177,7 @@ int main(int argc, char **argv)
     }
     /* the embedding group: first and last stage of a 4-stage pipeline */
     if (world == 4) {
-        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL, false};
+        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL, false, MC_DTYPE_F32};
         void *eg = NULL;
         CHECK(mc_pp_embedding_group_init(&p, &eg) == MC_OK);
         CHECK((eg != NULL) == (rank == 0 || rank == 3));

@@ -47,8 +47,9 @@ static void check_input(struct ctx *x, int vs, int64_t k, const float *input)
         x->bad_values += input[i] != act(k, vs - 1) + (float)i;
 }
 
-static mc_status forward(void *c, int chunk, int64_t k, const float *input, const float **output)
+static mc_status forward(void *c, int chunk, int64_t k, const void *input_v, const void **output)
 {
+    const float *input = input_v;
     struct ctx *x = c;
     int vs = vstage(x, chunk);
     check_input(x, vs, k, input);
@@ -58,9 +59,10 @@ static mc_status forward(void *c, int chunk, int64_t k, const float *input, cons
     return MC_OK;
 }
 
-static mc_status backward(void *c, int chunk, int64_t k, const float *input,
-                          const float *output_grad, const float **input_grad)
+static mc_status backward(void *c, int chunk, int64_t k, const void *input_v,
+                          const void *output_grad_v, const void **input_grad)
 {
+    const float *input = input_v, *output_grad = output_grad_v;
     struct ctx *x = c;
     int vs = vstage(x, chunk), last = x->size * x->vp - 1;
     check_input(x, vs, k, input);
@@ -117,7 +119,7 @@ static void run_line(MPI_Comm comm, int size, int rank, const char *line)
         return;
     want += 3;
     struct ctx x = {.rank = rank, .size = size, .vp = vp};
-    struct mc_pp_p2p p = {&comm, size, rank, N, on_event, &x, false};
+    struct mc_pp_p2p p = {&comm, size, rank, N, on_event, &x, false, MC_DTYPE_F32};
     struct mc_pp_interleaved s;
     struct mc_pp_chunk_ops ops = {&x, forward, backward};
     CHECK(mc_pp_interleaved_init(&s, &p, vp, ng, !strcmp(mode, "overlap")) == MC_OK);

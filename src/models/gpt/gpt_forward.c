@@ -117,6 +117,7 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
     int64_t T_sp = c->sequence_parallel ? b * s / m->tp.size : b * s;
     return (struct mc_tfm_ctx){
         .be = m->be,
+        .dt = m->dt,
         .tp = &m->tp,
         .cfg = c,
         .d = &m->dims,
@@ -142,39 +143,40 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
  * does that with RoPE; with learned positions it all-reduces and then splits: the same values,
  * as each token's row comes from exactly one rank) and the rest runs on those rows. */
 static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
-                       const struct mc_tfm_ctx *c, float *x0)
+                       const struct mc_tfm_ctx *c, void *x0)
 {
     const struct mc_tfm_dims *d = &m->dims;
     mc_status st = mc_tp_embedding_forward(m->be, &m->tp, x0, m->word_w, sl->ids_sf, c->T, d->h,
                                            d->V_l, m->scratch.h2);
     if (st != MC_OK)
         return st;
-    if (m->pos_w) {
-        float *pe = m->scratch.h1;
-        m->be->ops->embedding_fwd(m->be, MC_DTYPE_F32, pe, m->pos_w, sl->pos_sf + c->sp_first,
+    if (m->pos_w) { /* words + positions: one dt add (rounded once) */
+        void *pe = m->scratch.h1;
+        m->be->ops->embedding_fwd(m->be, m->dt, pe, m->pos_w, sl->pos_sf + c->sp_first,
                                   c->T_sp, d->h, 0, m->cfg.max_position_embeddings);
-        m->be->ops->bias_dropout_add(m->be, MC_DTYPE_F32, x0, x0, NULL, pe, NULL, 1.0f, c->T_sp,
-                                     d->h);
+        m->be->ops->bias_dropout_add(m->be, m->dt, x0, x0, NULL, pe, NULL, 1.0f, c->T_sp, d->h);
     }
     if (c->hidden_dropout) {
         mc_tfm_dropout_mask(c, sl->emb_keep, MC_TFM_SITE_EMBEDDING, c->sp_first * d->h,
                             c->T_sp * d->h, m->cfg.hidden_dropout);
-        m->be->ops->bias_dropout_add(m->be, MC_DTYPE_F32, x0, x0, NULL, NULL, sl->emb_keep,
-                                     1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
+        m->be->ops->bias_dropout_add(m->be, m->dt, x0, x0, NULL, NULL, sl->emb_keep,
+                                     mc_tfm_dropout_scale(m->dt, m->cfg.hidden_dropout),
+                                     c->T_sp, d->h);
     }
     return MC_OK;
 }
 
 /* Debug hook point (include/megatron/dump.h): one branch when hooks are off. */
-static void hook(const char *name, const float *x, int64_t s, int64_t b, int64_t n)
+static void hook(const struct mc_gpt_model *m, const char *name, const void *x, int64_t s,
+                 int64_t b, int64_t n)
 {
     if (!mc_dump_hooks_active())
         return;
     int64_t shape[3] = {s, b, n};
-    mc_dump_hook(name, MC_DTYPE_F32, 3, shape, x);
+    mc_dump_hook(name, m->dt, 3, shape, x);
 }
 
-static const float *output_weight(const struct mc_gpt_model *m)
+static const void *output_weight(const struct mc_gpt_model *m)
 {
     return m->out_w ? m->out_w : m->word_w;
 }
@@ -188,11 +190,11 @@ static mc_status head_forward(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
     int64_t b = c->b, s = c->s, T = c->T;
     mc_status st;
     mc_tfm_norm_forward(c, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->x_final, m->lnf_w, m->lnf_b);
-    hook("decoder.final_layernorm.output", sl->lnf, c->T_sp / b, b, d->h);
+    hook(m, "decoder.final_layernorm.output", sl->lnf, c->T_sp / b, b, d->h);
     if ((st = mc_tp_linear_col_forward(m->be, &m->tp, sl->logits, sl->lnf, output_weight(m), NULL,
                                        T, d->h, d->V_l, m->scratch.h2)) != MC_OK)
         return st;
-    hook("output_layer.output", sl->logits, s, b, d->V_l);
+    hook(m, "output_layer.output", sl->logits, s, b, d->V_l);
     if (!batch->labels)
         return MC_OK;
     if ((st = ids_to_backend(m, sl->labels_sf, batch->labels, b, s)) != MC_OK)
@@ -234,7 +236,7 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     sl->micro = training ? m->micro_next++ : 0;
     struct mc_tfm_ctx c = make_ctx(m, sl);
 
-    float *x0 = sl->acts[0].x_in;
+    void *x0 = sl->acts[0].x_in;
     if (d->first_stage) {
         if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, 0))) != MC_OK)
             return st;
@@ -243,13 +245,13 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
             return st;
         if ((st = embed(m, sl, &c, x0)) != MC_OK)
             return st;
-        hook("embedding.output", x0, c.T_sp / b, b, d->h);
+        hook(m, "embedding.output", x0, c.T_sp / b, b, d->h);
     } else {
         m->be->ops->copy_to_backend(m->be, x0, batch->hidden_in,
-                                    sizeof(float) * (size_t)(c.T_sp * d->h));
+                                    m->esize * (size_t)(c.T_sp * d->h));
     }
     for (int64_t l = 0; l < d->L; l++) {
-        float *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
+        void *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
         int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
         if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, l + 1))) != MC_OK ||
             (st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &sl->acts[l], out)) != MC_OK)
@@ -257,7 +259,7 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
         if (mc_dump_hooks_active()) {
             char name[64];
             snprintf(name, sizeof name, "decoder.layers.%lld.output", (long long)gl);
-            hook(name, out, c.T_sp / b, b, d->h);
+            hook(m, name, out, c.T_sp / b, b, d->h);
         }
     }
     if (d->last_stage && ((st = mc_gpt_hook_param_use(m, m->n_params)) != MC_OK ||
@@ -282,19 +284,26 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot 
     if (!d->first_stage)
         return MC_OK;
     if (c->hidden_dropout)
-        m->be->ops->bias_dropout_add(m->be, MC_DTYPE_F32, m->dx, m->dx, NULL, NULL, sl->emb_keep,
-                                     1.0f / (1.0f - m->cfg.hidden_dropout), c->T_sp, d->h);
+        m->be->ops->bias_dropout_add(m->be, m->dt, m->dx, m->dx, NULL, NULL, sl->emb_keep,
+                                     mc_tfm_dropout_scale(m->dt, m->cfg.hidden_dropout),
+                                     c->T_sp, d->h);
     /* the backward of the sequence-parallel scatter: every rank needs every row's grad */
-    float *dx = m->dx;
+    void *dx = m->dx;
     if (m->cfg.sequence_parallel) {
         dx = m->scratch.h1;
         if ((st = mc_tp_all_gather_seq(&m->tp, dx, m->dx, c->T_sp * d->h)) != MC_OK)
             return st;
     }
-    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, dx, sl->ids_sf, c->T, d->h, d->V_l);
-    if (m->pos_g)
-        m->be->ops->embedding_bwd(m->be, MC_DTYPE_F32, m->pos_g, dx, sl->pos_sf, c->T, d->h, 0,
+    /* the tied weight's first grad (the output layer's) waits in tied_wgrad (16-bit) */
+    mc_tp_embedding_backward(m->be, &m->tp, m->word_g, m->tied_wgrad, dx, sl->ids_sf, c->T, d->h,
+                             d->V_l);
+    if (m->pos_g) {
+        int64_t n = m->cfg.max_position_embeddings * d->h;
+        void *t = mc_tp_wgrad_target(&m->tp, m->pos_g, 0, n, true);
+        m->be->ops->embedding_bwd(m->be, m->dt, t, dx, sl->pos_sf, c->T, d->h, 0,
                                   m->cfg.max_position_embeddings);
+        mc_tp_wgrad_commit(&m->tp, m->pos_g, 0, n);
+    }
     return mc_gpt_hook_grad_ready(m, 0);
 }
 
@@ -320,10 +329,13 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
 
     mc_tp_cross_entropy_backward(m->be, &m->tp, sl->logits, sl->logits, sl->xent_max,
                                  sl->xent_sumexp, sl->labels_sf, m->dloss_sf, T, d->V_l);
-    float *dlnf = m->scratch.h2;
+    void *dlnf = m->scratch.h2;
+    /* with the tied embedding on this stage the output layer's dt grad is kept for the
+     * embedding's backward to add to (tied_wgrad; NULL otherwise) */
     if ((st = mc_tp_linear_col_backward(m->be, &m->tp, dlnf, m->out_g ? m->out_g : m->word_g,
-                                        NULL, sl->logits, sl->lnf, output_weight(m), T, d->h,
-                                        d->V_l, m->scratch.h1)) != MC_OK)
+                                        m->out_g ? NULL : m->tied_wgrad, NULL, sl->logits,
+                                        sl->lnf, output_weight(m), T, d->h, d->V_l,
+                                        m->scratch.h1)) != MC_OK)
         return st;
     mc_tfm_norm_backward(&c, m->dx, m->lnf_g, m->lnf_bg, dlnf, sl->x_final, m->lnf_w,
                          sl->lnf_mean, sl->lnf_rstd);
@@ -332,7 +344,7 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
     return body_backward(m, sl, &c);
 }
 
-mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
+mc_status mc_gpt_backward_stage(mc_gpt_model *m, const void *dhidden_out)
 {
     if (m->dims.last_stage)
         return mc_error(MC_ERR_SHAPE, "mc_gpt_backward_stage is for pipeline stages before the "
@@ -346,6 +358,6 @@ mc_status mc_gpt_backward_stage(mc_gpt_model *m, const float *dhidden_out)
     sl->valid = false;
     struct mc_tfm_ctx c = make_ctx(m, sl);
     m->be->ops->copy_to_backend(m->be, m->dx, dhidden_out,
-                                sizeof(float) * (size_t)(c.T_sp * m->dims.h));
+                                m->esize * (size_t)(c.T_sp * m->dims.h));
     return body_backward(m, sl, &c);
 }

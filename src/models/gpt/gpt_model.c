@@ -82,7 +82,7 @@ static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 
 /* Adds one parameter (pass 2 also records its slot pointers). */
 static void add_param(struct mc_gpt_model *m, bool assign, const struct mc_gpt_param_spec *sp,
-                      float **slot_p, float **slot_g)
+                      void **slot_p, float **slot_g)
 {
     int64_t numel = sp->ndim == 1 ? sp->d0 : sp->d0 * sp->d1;
     if (assign) {
@@ -105,7 +105,9 @@ static void add_param(struct mc_gpt_model *m, bool assign, const struct mc_gpt_p
             .partition_dim = sp->partition_dim,
             .shared = sp->shared,
         };
-        *slot_p = p->view.data;
+        /* the layers read the dt weights: the compute block, or the fp32 params themselves */
+        *slot_p = m->compute_block ? (char *)m->compute_block + (size_t)p->offset * m->esize
+                                   : (void *)p->view.data;
         *slot_g = p->view.grad;
     }
     m->n_params++;
@@ -130,7 +132,8 @@ static enum mc_gpt_init gamma_init(const struct mc_gpt_model *m)
 static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
 {
     const struct mc_tfm_dims *d = &m->dims;
-    struct mc_tfm_layer_weights *w = &m->layer_w[l], *g = &m->layer_g[l];
+    struct mc_tfm_layer_weights *w = &m->layer_w[l];
+    struct mc_tfm_layer_grads *g = &m->layer_g[l];
     int64_t gl = d->layer_offset + l; /* construction order is global */
     char nm[MC_GPT_NAME_MAX];
 #define NAME(suffix) (snprintf(nm, sizeof(nm), "decoder.layers.%lld.%s", (long long)l, suffix), nm)
@@ -299,29 +302,31 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
     /* outside the tensor-parallel regions: this rank's sequence shard */
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
-    const size_t F = sizeof(float), B = 1;
+    /* E: activations in dt; F: fp32 statistics; B: keep masks */
+    const size_t F = sizeof(float), B = 1, E = m->esize;
     bool drop_h = m->cfg.hidden_dropout > 0.0f;
     for (int64_t l = 0; l < d->L; l++) {
         struct mc_tfm_layer_acts *a = &sl->acts[l];
-        a->x_in = carve(cv, Ts * d->h, F);
+        a->x_in = carve(cv, Ts * d->h, E);
         a->ln1_mean = carve(cv, Ts, F);
         a->ln1_rstd = carve(cv, Ts, F);
-        a->qkv = carve(cv, T * d->qkv_l, F);
-        a->probs = carve(cv, P, F);
-        a->ctx = carve(cv, T * d->ctx_l, F);
+        a->qkv = carve(cv, T * d->qkv_l, E);
+        a->probs = carve(cv, P, E);
+        a->ctx = carve(cv, T * d->ctx_l, E);
         a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-        a->x_mid = carve(cv, Ts * d->h, F);
+        a->x_mid = carve(cv, Ts * d->h, E);
         a->ln2_mean = carve(cv, Ts, F);
         a->ln2_rstd = carve(cv, Ts, F);
-        a->fc1 = carve(cv, T * d->fc1_l, F);
+        a->fc1 = carve(cv, T * d->fc1_l, E);
         a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
     }
     sl->emb_keep = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-    sl->x_final = carve(cv, Ts * d->h, F);
-    sl->lnf = carve(cv, Ts * d->h, F);
+    sl->x_final = carve(cv, Ts * d->h, E);
+    sl->lnf = carve(cv, Ts * d->h, E);
     sl->lnf_mean = carve(cv, Ts, F);
     sl->lnf_rstd = carve(cv, Ts, F);
-    sl->logits = d->last_stage ? carve(cv, T * d->V_l, F) : NULL; /* the largest buffer */
+    /* the largest buffer; the cross-entropy ops read it in dt and compute in fp32 */
+    sl->logits = d->last_stage ? carve(cv, T * d->V_l, E) : NULL;
     sl->xent_max = carve(cv, T, F);
     sl->xent_sumexp = carve(cv, T, F);
     sl->ids_sf = carve(cv, T, sizeof(int64_t));
@@ -336,27 +341,30 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
-    const size_t F = sizeof(float), B = 1;
+    const size_t F = sizeof(float), B = 1, E = m->esize;
     bool drop_a = m->cfg.attention_dropout > 0.0f;
     struct mc_tfm_scratch *s = &m->scratch;
-    s->attn_a = carve(cv, P, F);
-    s->attn_b = carve(cv, P, F);
+    s->attn_a = carve(cv, P, E);
+    s->attn_b = carve(cv, P, E);
     s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
-    s->h1 = carve(cv, T * d->h, F);
-    s->h2 = carve(cv, T * d->h, F);
-    s->norm_out = carve(cv, Ts * d->h, F);
+    s->h1 = carve(cv, T * d->h, E);
+    s->h2 = carve(cv, T * d->h, E);
+    s->norm_out = carve(cv, Ts * d->h, E);
     s->norm_mean = carve(cv, Ts, F);
     s->norm_rstd = carve(cv, Ts, F);
-    s->gamma1 = m->cfg.layernorm_zero_centered_gamma ? carve(cv, d->h, F) : NULL;
-    s->act = carve(cv, T * d->ffn_l, F);
-    s->dqkv = carve(cv, T * d->qkv_l, F);
-    s->dctx = carve(cv, T * d->ctx_l, F);
-    s->dfc1 = carve(cv, T * d->fc1_l, F);
-    s->dact = carve(cv, T * d->ffn_l, F);
+    s->gamma1 = m->cfg.layernorm_zero_centered_gamma ? carve(cv, d->h, E) : NULL;
+    s->act = carve(cv, T * d->ffn_l, E);
+    s->dqkv = carve(cv, T * d->qkv_l, E);
+    s->dctx = carve(cv, T * d->ctx_l, E);
+    s->dfc1 = carve(cv, T * d->fc1_l, E);
+    s->dact = carve(cv, T * d->ffn_l, E);
     m->xent_target = carve(cv, T, F);
     m->loss_sf = carve(cv, T, F);
     m->dloss_sf = carve(cv, T, F);
-    m->dx = carve(cv, Ts * d->h, F);
+    m->dx = carve(cv, Ts * d->h, E);
+    /* 16-bit sums over tp run in fp32 (tensor_parallel.h) */
+    m->tp_red = m->dt != MC_DTYPE_F32 && d->tp > 1 ? carve(cv, T * d->h + T / d->tp * d->h, F)
+                                                   : NULL;
     if (d->rot_dim > 0) {
         m->rope_cos = carve(cv, d->s_max * d->rot_dim, F);
         m->rope_sin = carve(cv, d->s_max * d->rot_dim, F);
@@ -424,6 +432,7 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
     m->act_bytes = cv.used;
     cv = (struct carver){block, 0};
     carve_all(m, &cv);
+    m->tp.red = m->tp_red;
     m->cur = 0;
     return m->dims.rot_dim > 0 ? rope_tables_to_backend(m) : MC_OK;
 }
@@ -486,8 +495,20 @@ static mc_status build_param_set(struct mc_gpt_model *m)
 
 /* ---- init / free ------------------------------------------------------------------------ */
 
+/* Elements of the largest parameter of this stage (after walk_params). */
+static int64_t largest_param(const struct mc_gpt_model *m)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < m->n_params; i++)
+        if (m->params[i].view.numel > n)
+            n = m->params[i].view.numel;
+    return n;
+}
+
 /* The parameter and grad blocks, in backend memory: params zeroed before their init (norm
- * weights and biases are set by init_param, the rest drawn), grads zeroed. */
+ * weights and biases are set by init_param, the rest drawn), grads zeroed. With 16-bit
+ * params also the compute block (the dt weights); the weight-grad temporaries come after
+ * the views (alloc_wgrad). */
 static mc_status alloc_blocks(struct mc_gpt_model *m)
 {
     size_t bytes = (size_t)m->n_elements * sizeof(float);
@@ -496,8 +517,86 @@ static mc_status alloc_blocks(struct mc_gpt_model *m)
     m->grad_block = m->be->ops->alloc(m->be, bytes);
     if (!m->params || !m->param_block || !m->grad_block)
         return MC_ERR_NOMEM;
+    if (m->dt != MC_DTYPE_F32 &&
+        !(m->compute_block = m->be->ops->alloc(m->be, (size_t)m->n_elements * m->esize)))
+        return MC_ERR_NOMEM;
     m->be->ops->set(m->be, m->param_block, 0, bytes);
     m->be->ops->set(m->be, m->grad_block, 0, bytes);
+    return MC_OK;
+}
+
+/* 16-bit only: the dt weight-grad temporary (the largest parameter, or a norm's weight and
+ * bias side by side) and, when one stage holds both uses of the tied word embedding, the dt
+ * grad they are summed in (as autograd sums a parameter's grads before its hook). */
+static mc_status alloc_wgrad(struct mc_gpt_model *m)
+{
+    if (m->dt == MC_DTYPE_F32)
+        return MC_OK;
+    int64_t n = largest_param(m);
+    if (n < 2 * m->dims.h)
+        n = 2 * m->dims.h;
+    if (!(m->wgrad = m->be->ops->alloc(m->be, (size_t)n * m->esize)))
+        return MC_ERR_NOMEM;
+    bool tied_here = m->dims.first_stage && m->dims.last_stage &&
+                     !m->cfg.untie_embeddings_and_output_weights;
+    if (tied_here && !(m->tied_wgrad = m->be->ops->alloc(
+                           m->be, (size_t)(m->dims.V_l * m->dims.h) * m->esize)))
+        return MC_ERR_NOMEM;
+    m->tp.wgrad = m->wgrad;
+    return MC_OK;
+}
+
+/* Design §1 (Megatron with --use-cpu-initialization): the fp32 master init rounded to dt
+ * gives the model's weights, and the main params are float() of those. */
+static void round_initial_params(struct mc_gpt_model *m)
+{
+    if (m->dt == MC_DTYPE_F32)
+        return;
+    m->be->ops->convert(m->be, m->compute_block, m->dt, m->param_block, MC_DTYPE_F32,
+                        m->n_elements);
+    m->be->ops->convert(m->be, m->param_block, MC_DTYPE_F32, m->compute_block, m->dt,
+                        m->n_elements);
+}
+
+/* A 16-bit model needs every op it calls in dt from its backend: refused at init, naming the
+ * op, rather than stopping the process at the first forward. */
+static mc_status check_backend_dtype(const struct mc_gpt_model *m)
+{
+    enum mc_dtype dt = m->dt, F = MC_DTYPE_F32;
+    if (dt == F)
+        return MC_OK;
+    enum mc_backend_op act = m->cfg.activation == MC_ACT_GELU_TANH ? MC_OP_GELU_TANH
+                             : m->cfg.activation == MC_ACT_GELU_ERF ? MC_OP_GELU_ERF
+                             : m->cfg.activation == MC_ACT_SWIGLU   ? MC_OP_SWIGLU
+                                                                    : MC_OP_SQUARED_RELU;
+    const struct {
+        enum mc_backend_op op;
+        const char *name;
+        int n;
+        enum mc_dtype t[4];
+    } need[] = {
+        {MC_OP_GEMM, "gemm", 4, {dt, dt, dt, F}},
+        {m->dims.layernorm ? MC_OP_LAYERNORM : MC_OP_RMSNORM, "norm", 1, {dt}},
+        {act, "MLP activation", 1, {dt}},
+        {MC_OP_BIAS_GRAD, "bias_grad", 1, {dt}},
+        {MC_OP_BIAS_DROPOUT_ADD, "bias_dropout_add", 1, {dt}},
+        {MC_OP_ATTENTION, "attention", 1, {dt}},
+        {MC_OP_EMBEDDING, "embedding", 1, {dt}},
+        {MC_OP_CROSS_ENTROPY, "cross_entropy", 1, {dt}},
+        {MC_OP_ROPE, "rope", 1, {dt}},
+        {MC_OP_CONVERT, "convert", 2, {dt, F}},
+        {MC_OP_CONVERT, "convert", 2, {F, dt}},
+        {MC_OP_ACCUMULATE, "accumulate", 2, {F, dt}},
+        {MC_OP_ACCUMULATE, "accumulate", 2, {dt, dt}},
+    };
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+        if (need[i].op == MC_OP_ROPE && m->dims.rot_dim == 0)
+            continue;
+        if (!m->be->ops->supports(m->be, need[i].op, need[i].t, need[i].n))
+            return mc_error(MC_ERR_UNSUPPORTED, "params dtype %s (--%s): backend %s has no %s "
+                            "op in %s yet", mc_dtype_name(dt), dt == MC_DTYPE_BF16 ? "bf16" : "fp16",
+                            m->be->name, need[i].name, mc_dtype_name(dt));
+    }
     return MC_OK;
 }
 
@@ -529,9 +628,14 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
         goto out_free;
     st = MC_ERR_NOMEM;
     derive_dims(&m->dims, &m->cfg);
+    m->dt = m->cfg.params_dtype;
+    m->esize = mc_dtype_size(m->dt);
+    if ((st = check_backend_dtype(m)) != MC_OK)
+        goto out_free;
+    st = MC_ERR_NOMEM;
     m->tp = (struct mc_tp_group){m->cfg.tensor_model_parallel_size,
                                  m->cfg.tensor_model_parallel_rank, NULL,
-                                 m->cfg.sequence_parallel};
+                                 m->cfg.sequence_parallel, m->dt, m->be, NULL, NULL};
     m->layer_w = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_w));
     m->layer_g = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_g));
     if (!m->layer_w || !m->layer_g)
@@ -545,6 +649,9 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     for (int64_t i = 0; i < m->n_params; i++)
         if ((st = init_param(m, &m->params[i])) != MC_OK)
             goto out_free;
+    round_initial_params(m);
+    if ((st = alloc_wgrad(m)) != MC_OK)
+        goto out_free;
     st = MC_ERR_NOMEM;
     mark_sequence_parallel(m);
     if (build_param_set(m) != MC_OK)
@@ -570,6 +677,9 @@ void mc_gpt_model_free(mc_gpt_model *m)
     if (m->be) {
         m->be->ops->free(m->be, m->act_block);
         m->be->ops->free(m->be, m->sp_grads);
+        m->be->ops->free(m->be, m->tied_wgrad);
+        m->be->ops->free(m->be, m->wgrad);
+        m->be->ops->free(m->be, m->compute_block);
         m->be->ops->free(m->be, m->grad_block);
         m->be->ops->free(m->be, m->param_block);
     }
@@ -616,7 +726,7 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
     m->micro_next = 0;
 }
 
-const float *mc_gpt_logits(const mc_gpt_model *m) { return m->slots[m->cur].logits; }
+const void *mc_gpt_logits(const mc_gpt_model *m) { return m->slots[m->cur].logits; }
 
 mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
 {
@@ -638,12 +748,12 @@ mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
     return MC_OK;
 }
 
-const float *mc_gpt_stage_output(const mc_gpt_model *m)
+const void *mc_gpt_stage_output(const mc_gpt_model *m)
 {
     return m->dims.last_stage ? NULL : m->slots[m->cur].x_final;
 }
 
-const float *mc_gpt_stage_input_grad(const mc_gpt_model *m)
+const void *mc_gpt_stage_input_grad(const mc_gpt_model *m)
 {
     return m->dims.first_stage ? NULL : m->dx;
 }
@@ -682,7 +792,7 @@ mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m)
             off += v->numel;
         }
     }
-    mc_status st = mc_tp_all_reduce_sum(&m->tp, m->sp_grads, m->sp_numel);
+    mc_status st = mc_tp_all_reduce_sum_f32(&m->tp, m->sp_grads, m->sp_numel);
     if (st != MC_OK)
         return st;
     off = 0;

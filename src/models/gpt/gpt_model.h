@@ -40,9 +40,19 @@ struct mc_gpt_model {
 
     int64_t n_params, n_elements;
     struct mc_gpt_param *params; /* state_dict order */
+    /* dt = cfg.params_dtype. param_block / grad_block: the fp32 main params and main grads;
+     * compute_block: the dt weights forward and backward read (Megatron's bf16/fp16 model
+     * params, same offsets), NULL with fp32, where the model computes on param_block. */
+    enum mc_dtype dt;
+    size_t esize;                    /* mc_dtype_size(dt) */
     float *param_block, *grad_block;
-    float *word_w, *word_g, *pos_w, *pos_g, *lnf_w, *lnf_g, *lnf_b, *lnf_bg, *out_w, *out_g;
-    struct mc_tfm_layer_weights *layer_w, *layer_g; /* [L] */
+    void *compute_block;
+    /* the weights the model reads (dt: compute_block, or param_block with fp32) and the
+     * fp32 main grads */
+    void *word_w, *pos_w, *lnf_w, *lnf_b, *out_w;
+    float *word_g, *pos_g, *lnf_g, *lnf_bg, *out_g;
+    struct mc_tfm_layer_weights *layer_w; /* [L] */
+    struct mc_tfm_layer_grads *layer_g;   /* [L] */
 
     float *sp_grads;                 /* coalescing buffer of the sequence-parallel grads */
     int64_t sp_numel;
@@ -55,8 +65,15 @@ struct mc_gpt_model {
     struct mc_tfm_scratch scratch;
     /* T = micro_batch_size x seq_length tokens; Ts = T / tp with sequence parallelism, else T */
     float *xent_target, *loss_sf, *dloss_sf; /* [T] */
-    float *dx;                       /* [Ts, h]; after backward on a non-first stage: the input grad */
+    void *dx;                        /* [Ts, h]; after backward on a non-first stage: the input grad */
     float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
+    /* 16-bit dt only (NULL with fp32): */
+    float *logits_f32;               /* [T, V_l] the logits widened for the fp32 cross-entropy
+                                        (output.float()), then their fp32 grad */
+    void *wgrad;                     /* dt weight-grad temporary: max(largest param, 2 h) */
+    void *tied_wgrad;                /* [V_l, h] the tied word embedding's dt grad, summed over
+                                        its two uses (output layer, embedding) on one stage */
+    float *tp_red;                   /* fp32 tensor-parallel reduction scratch (tp > 1) */
 
     int64_t step;
     uint32_t micro_next;
@@ -73,9 +90,10 @@ struct mc_gpt_model {
 struct mc_gpt_slot {
     struct mc_tfm_layer_acts *acts;  /* [L] */
     uint8_t *emb_keep;               /* [Ts, h] embedding dropout keep mask */
-    float *x_final;                  /* [Ts, h] last layer output (a non-last stage's output) */
-    float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;                   /* [T, V_l]; the grad in place after backward */
+    void *x_final;                   /* [Ts, h] last layer output (a non-last stage's output) */
+    void *lnf;
+    float *lnf_mean, *lnf_rstd;
+    void *logits;                    /* [T, V_l] (dt); the grad in place after backward */
     float *xent_max, *xent_sumexp;   /* [T] */
     int64_t *ids_sf, *pos_sf, *labels_sf; /* [T] sequence-first */
     uint8_t *mask_copy;              /* [b, s, s] the attention mask (with more than one slot) */
