@@ -12,8 +12,21 @@ unscales; forward/backward grads are compared scaled).
 The engine and the twin round the same values, but accumulate GEMMs and reductions in
 different orders, so a 16-bit rounding sometimes falls the other way (one ulp) and later ops
 carry it: per tensor this prints typical and worst |got - want| / max|want| and the share of
-elements that differ at all. Bounds: see BOUNDS (from the measurements in the module notes of
-parity/test_twin16_native.py, the twin against torch's own 16-bit kernels).
+elements that differ at all. The logits must be 16-bit values (an engine that computes in fp32
+fails there and on every bound).
+
+Measured (AMD EPYC, 2 loaded cores; the 16-bit model of wt-model16 on main; gpt2, llama,
+swiglu, gqa, untied, several seeds), engine vs twin:
+  bf16  logits  typical <= 1.1e-4 worst <= 3.2e-3 (0-1% of elements differ; often bit for bit)
+        grads   typical <= 1.1e-3 worst <= 1.4e-02 (0-18% differ; gpt2 often bit for bit)
+        5 steps: loss curve <= 2.6e-3, grad norm <= 1.5e-2, final params worst <= 1.1e-2
+  fp16  logits  typical <= 8e-5 worst <= 1.1e-3 (4-10% differ: fp16's finer ulp flips more)
+        grads   typical <= 7.1e-4 (norm weights) worst <= 1.9e-3 (20-55% differ)
+        5 steps: loss curve <= 2.6e-4, grad norm <= 1.2e-3, final params worst <= 2.7e-3
+Bounds (BOUNDS, TRAIN_BOUNDS) are 2-3x the worst measured. Known sources beyond accumulation
+order: the engine's K/V gradient over a query group of more than 2 heads (llama: 3) rounds
+differently from the twin, which sums in fp32 and rounds once as torch 2 and GPUs do (torch
+1.13's CPU repeat_interleave backward adds in bf16, head by head).
 
 The seed is random per run and printed; rerun with MC_PARITY_SEED=<seed> [config names]."""
 import os
@@ -28,7 +41,7 @@ from parity.test_adam_parity import schedule
 # (typical, worst) of |got - want| / max|want| per tensor kind
 BOUNDS = {
     'bf16': {'logits': (2e-3, 2.5e-2), 'loss': (2e-3, 2.5e-2), 'grad': (5e-3, 4e-2)},
-    'fp16': {'logits': (2e-4, 3e-3), 'loss': (2e-4, 3e-3), 'grad': (5e-4, 5e-3)},
+    'fp16': {'logits': (3e-4, 4e-3), 'loss': (3e-4, 4e-3), 'grad': (1.5e-3, 6e-3)},
 }
 # training: loss curve and grad norm relative errors; final main params vs max|want|
 TRAIN_BOUNDS = dict(loss=5e-3, grad_norm=2e-2, param=(5e-3, 1e-1))
