@@ -12,7 +12,7 @@
  * optionally attention_mask [b, 1, s, s] u8 (1 = masked) and position_ids [b, s] i64; and
  * opt.steps (i64), opt.lr, opt.weight_decay ([steps] f32), opt.beta1, opt.beta2, opt.eps,
  * opt.clip_grad (f32) for the training run, and optionally opt.optimizer (0 adam, 1 sgd) with
- * opt.sgd_momentum.
+ * opt.sgd_momentum, and opt.loss_scale (f32: fp16's constant scaler; dloss comes scaled).
  * OUT holds: logits [s, b, V] from an eval forward; loss [b, s] and grad.<name> for every
  * parameter from a training forward/backward on the initial weights; then for opt.steps steps of
  * (zero grads, forward, backward, optimizer step): train.loss [steps] (sum of loss * dloss before the
@@ -259,6 +259,13 @@ static void train(const mc_dump *in, mc_gpt_model *m, const struct mc_gpt_batch 
     oc.adam_beta2 = read_opt_f32(in, "opt.beta2");
     oc.adam_eps = read_opt_f32(in, "opt.eps");
     oc.clip_grad = read_opt_f32(in, "opt.clip_grad");
+    /* a 16-bit model trains with Megatron's mixed-precision optimizer; fp16 with the constant
+     * loss scale opt.loss_scale, which the tests have already multiplied into dloss */
+    enum mc_dtype pdt = mc_gpt_model_config(m)->params_dtype;
+    oc.bf16 = pdt == MC_DTYPE_BF16;
+    oc.fp16 = pdt == MC_DTYPE_F16;
+    if (mc_dump_find(in, "opt.loss_scale"))
+        oc.loss_scale = read_opt_f32(in, "opt.loss_scale");
     mc_optimizer *opt = NULL;
     TRY(mc_opt_init(&oc, mc_gpt_param_set(m), &opt));
     int64_t n = batch->b * batch->s;
