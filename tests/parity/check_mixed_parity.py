@@ -36,12 +36,15 @@ import sys
 import numpy as np
 
 from parity import common, mixed16
+from reference import mcdump
 from parity.test_adam_parity import schedule
 
 # (typical, worst) of |got - want| / max|want| per tensor kind
 BOUNDS = {
-    'bf16': {'logits': (2e-3, 2.5e-2), 'loss': (2e-3, 2.5e-2), 'grad': (5e-3, 4e-2)},
-    'fp16': {'logits': (3e-4, 4e-3), 'loss': (3e-4, 4e-3), 'grad': (1.5e-3, 6e-3)},
+    'bf16': {'logits': (2e-3, 2.5e-2), 'loss': (2e-3, 2.5e-2), 'grad': (5e-3, 4e-2),
+             'layer': (2e-3, 2.5e-2)},
+    'fp16': {'logits': (3e-4, 4e-3), 'loss': (3e-4, 4e-3), 'grad': (1.5e-3, 6e-3),
+             'layer': (3e-4, 4e-3)},
 }
 # training: loss curve and grad norm relative errors; final main params vs max|want|
 TRAIN_BOUNDS = dict(loss=5e-3, grad_norm=2e-2, param=(5e-3, 1e-1))
@@ -79,14 +82,26 @@ def check_config(name, seed, dtype, tmp, stats, verbose):
     if dtype == 'fp16':
         extra['opt.loss_scale'] = np.float32(case['loss_scale'])
     common.write_input(inp, case, steps=STEPS, lr=lr, wd=wd, extra=extra)
+    hook_path = os.path.join(tmp, label.replace('/', '_') + '.hooks')
     try:
-        got = common.run_driver(inp, out)
-    except RuntimeError as e:
+        got = common.run_driver(inp, out, env_extra={'MC_DUMP_HOOKS': hook_path})
+        got_hooks = mcdump.read(hook_path)
+    except (RuntimeError, OSError, ValueError) as e:
         rep.check('driver', False, str(e))
         return rep
     if 'logits' in got:  # written in the params dtype
         got['logits'] = mixed16.widen(got['logits'])
-    logits, loss, grads = mixed16.forward_backward16(case)
+    want_hooks = {}
+    logits, loss, grads = mixed16.forward_backward16(case, hooks=want_hooks)
+    # layer by layer (eval forward): the embedding sum, every layer's output, the final norm
+    for key, want in want_hooks.items():
+        if key == 'output_layer.output':
+            continue  # = logits
+        if key not in got_hooks:
+            rep.check('hook ' + key, False, 'missing from the C model\'s hook dump')
+            continue
+        check(rep, stats, 'layer', key, mixed16.widen(got_hooks[key]).reshape(want.shape),
+              want.numpy(), dtype)
     if 'logits' in got:  # the output layer's 16-bit logits, widened (output.float())
         lg = got['logits']
         rep.check('logits are %s values' % dtype, np.array_equal(lg, mixed16.rounding_to(lg, dtype)),
