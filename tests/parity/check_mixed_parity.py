@@ -1,7 +1,8 @@
 """Parity of the C GPTModel in bf16 / fp16 (tests/drivers/gpt_parity_driver.c with
 config.params_dtype) with the PyTorch twin's explicit 16-bit mode (reference/gpt_twin.py
 Precision: Megatron's rounding points with the GPU fusions, design16 section 3), on the GPT-2
-and Llama configs: logits [s, b, V], per-token loss [b, s] and every parameter's main grad
+and Llama configs: layer by layer (the eval forward's hook points: embedding output, every
+layer's output, the final norm), logits [s, b, V], per-token loss [b, s] and every parameter's main grad
 (float(16-bit param.grad)) from one forward/backward; then 5 steps of Megatron's
 Float16OptimizerWithFloat16Params (fp32 main params, unscale, clip, AdamW, model params =
 round(main)): loss curve, grad norms and final main params.
@@ -17,7 +18,7 @@ fails there and on every bound).
 
 Measured (AMD EPYC, 2 loaded cores; the 16-bit model of wt-model16 on main; gpt2, llama,
 swiglu, gqa, untied, several seeds), engine vs twin:
-  bf16  logits  typical <= 1.1e-4 worst <= 3.2e-3 (0-1% of elements differ; often bit for bit)
+  bf16  layers and logits typical <= 1.1e-4 worst <= 3.2e-3 (0-1% differ; often bit for bit)
         grads   typical <= 1.1e-3 worst <= 1.4e-02 (0-18% differ; gpt2 often bit for bit)
         5 steps: loss curve <= 2.6e-3, grad norm <= 1.5e-2, final params worst <= 1.1e-2
   fp16  logits  typical <= 8e-5 worst <= 1.1e-3 (4-10% differ: fp16's finer ulp flips more)
