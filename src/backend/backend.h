@@ -87,8 +87,8 @@ struct mc_dropout_stream {
  * dv = round(probs^T dctx) per head, dropout's mask and scale again with one rounding, softmax
  * backward in fp32 with one rounding, dq = round(round(dscores k) * alpha) (autograd's baddbmm
  * backward multiplies the bmm output by alpha; once when alpha is 1), dk likewise; the dk and
- * dv of a group's query heads are added in head order with a rounding after each add (the
- * backward of torch 1.13's repeat_interleave, an index_add on 16-bit values). */
+ * dv of a group's query heads (each rounded) are summed in fp32 in head order and rounded once
+ * (the backward of repeat_interleave in torch 2.x, a sum over the expanded dim). */
 struct mc_attention_desc {
     enum mc_dtype dt;                /* qkv, probs, ctx and their grads */
     int64_t b, s;                    /* batch rows; sequence length (queries = keys) */

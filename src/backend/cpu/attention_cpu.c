@@ -268,17 +268,17 @@ static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_
         k->gemm(false, false, s, hn, s, 1.0f, sf + i * ss, s, hp.v, hp.ld, 0.0f, c, hn);
         store_head(d->dt, (uint16_t *)ctx + bi * d->ctx_ld + hl * hn, d->b * d->ctx_ld, c, s,
                    hn);
-        mc_free(c);
+        mc_cpu_release(c);
     }
-    mc_free(qf);
-    mc_free(sf);
+    mc_cpu_release(qf);
+    mc_cpu_release(sf);
 }
 
-/* acc = round(acc + x) over n (the first head: acc = x, already rounded) */
-static void add_rounded(enum mc_dtype dt, float *acc, const float *x, int64_t n, bool first)
+/* acc += x over n in fp32 (the first head: acc = x); rounded once when stored */
+static void add_heads(float *acc, const float *x, int64_t n, bool first)
 {
     for (int64_t i = 0; i < n; i++)
-        acc[i] = first ? x[i] : round_to(dt, acc[i] + x[i]);
+        acc[i] = first ? x[i] : acc[i] + x[i];
 }
 
 /* x = round(round(x) * alpha), or round(x) when alpha is 1 (baddbmm's backward) */
@@ -321,12 +321,12 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
             k->gemm(false, true, s, s, hn, 1.0f, dc, ldc, hp.v, hp.ld, 0.0f, dp + off, s);
             k->gemm(true, false, s, hn, s, 1.0f, pd + off, s, dc, ldc, 0.0f, tmp, hn);
             round_scaled(d->dt, tmp, s * hn, 1.0f);
-            add_rounded(d->dt, acc, tmp, s * hn, hl == g * per_group);
+            add_heads(acc, tmp, s * hn, hl == g * per_group);
         }
         struct head_offs dh = head_offs(d, bi, g * per_group);
         store_head(d->dt, dq16 + dh.v, dh.ld, acc, s, hn);
-        mc_free(tmp);
-        mc_free(acc);
+        mc_cpu_release(tmp);
+        mc_cpu_release(acc);
     }
     round_inplace(d->dt, dp, nbh * ss); /* dprobs (bmm output) in 16 bits */
     if (d->dropout > 0.0f)
@@ -355,15 +355,15 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
             store_head(d->dt, dq16 + dh.q, dh.ld, tmp, s, hn);
             k->gemm(true, false, s, hn, s, 1.0f, dp + off, s, hp.q, hp.ld, 0.0f, tmp, hn);
             round_scaled(d->dt, tmp, s * hn, d->alpha);
-            add_rounded(d->dt, acc, tmp, s * hn, hl == g * per_group);
+            add_heads(acc, tmp, s * hn, hl == g * per_group);
         }
         struct head_offs dh = head_offs(d, bi, g * per_group);
         store_head(d->dt, dq16 + dh.k, dh.ld, acc, s, hn);
-        mc_free(tmp);
-        mc_free(acc);
+        mc_cpu_release(tmp);
+        mc_cpu_release(acc);
     }
-    mc_free(qf);
-    mc_free(dcf);
-    mc_free(pd);
-    mc_free(dp);
+    mc_cpu_release(qf);
+    mc_cpu_release(dcf);
+    mc_cpu_release(pd);
+    mc_cpu_release(dp);
 }

@@ -9,12 +9,15 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/half_cpu.h"
+#include "backend/cpu/kernels/kernels_avx512.h"
 #include "core/dtype.h"
 
 #include "core/rng.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -191,10 +194,84 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
             copy_c(be, C, c_dt, ldc, c, M, N, false);
         K(be)->gemm(ta, tb, M, N, K_, alpha, a, ac, b, bc, beta, c, N);
         copy_c(be, C, c_dt, ldc, c, M, N, true);
-        mc_free(c);
+        mc_cpu_release(c);
     }
-    mc_free(a);
-    mc_free(b);
+    mc_cpu_release(a);
+    mc_cpu_release(b);
+}
+
+/* ---- the 16-bit GEMM on the library: two ways to feed it, chosen by timing ---------------
+ * "copies": widen A and B into whole fp32 copies, gemm_blas, round C (gemm_half above);
+ * "tiles": gemm_blas_half widens per C tile (no full-size copies). Both make the same library
+ * calls on the same values, so they give the same bits (test_half_ops checks); the faster one
+ * on the first 16-bit GEMM's shape is used from then on, and the choice is logged once.
+ * MC_GEMM16=copies|tiles forces one. */
+enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES };
+static enum gemm16_path g16_path = G16_UNSET;
+static pthread_mutex_t g16_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void gemm16_run(struct mc_backend *be, enum gemm16_path p, bool ta, bool tb, int64_t M,
+                       int64_t N, int64_t K_, float alpha, const void *A, enum mc_dtype dt,
+                       int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                       enum mc_dtype c_dt, int64_t ldc)
+{
+    if (p == G16_TILES)
+        gemm_blas_half(ta, tb, M, N, K_, alpha, A, dt, lda, B, ldb, beta, C, c_dt, ldc,
+                       K(be)->convert);
+    else
+        gemm_half(be, ta, tb, M, N, K_, alpha, A, dt, lda, B, ldb, beta, C, c_dt, ldc);
+}
+
+/* The path for this process: forced by MC_GEMM16, else timed once on this call's shape (into a
+ * scratch C, twice each, the faster of each kept). */
+static enum gemm16_path gemm16_choose(struct mc_backend *be, bool ta, bool tb, int64_t M,
+                                      int64_t N, int64_t K_, const void *A, enum mc_dtype dt,
+                                      int64_t lda, const void *B, int64_t ldb,
+                                      enum mc_dtype c_dt)
+{
+    pthread_mutex_lock(&g16_lock);
+    enum gemm16_path p = __atomic_load_n(&g16_path, __ATOMIC_ACQUIRE);
+    if (p != G16_UNSET) {
+        pthread_mutex_unlock(&g16_lock);
+        return p;
+    }
+    const char *env = getenv("MC_GEMM16");
+    if (env && (!strcmp(env, "copies") || !strcmp(env, "tiles"))) {
+        p = !strcmp(env, "tiles") ? G16_TILES : G16_COPIES;
+        mc_log(MC_LOG_INFO, "16-bit GEMM: widen %s + %s (forced by MC_GEMM16)",
+               p == G16_TILES ? "per tile" : "to fp32 copies", mc_gemm_blas_name());
+    } else {
+        if (env && *env)
+            mc_log(MC_LOG_WARN, "MC_GEMM16=%s is not one of copies, tiles; choosing by timing",
+                   env);
+        void *c = mc_cpu_scratch(M * N, "gemm"); /* fp32-sized: fits either C dtype */
+        double best[3] = {1e300, 1e300, 1e300};
+        for (int rep = 0; rep < 2; rep++)
+            for (int q = G16_COPIES; q <= G16_TILES; q++) {
+                double t0 = now_ms();
+                gemm16_run(be, (enum gemm16_path)q, ta, tb, M, N, K_, 1.0f, A, dt, lda, B, ldb,
+                           0.0f, c, c_dt, N);
+                double t = now_ms() - t0;
+                best[q] = t < best[q] ? t : best[q];
+            }
+        mc_cpu_release(c);
+        p = best[G16_TILES] < best[G16_COPIES] ? G16_TILES : G16_COPIES;
+        mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to "
+               "fp32 copies %.2f ms, widen per tile %.2f ms (+ %s); using %s", mc_dtype_name(dt),
+               mc_dtype_name(c_dt), (long long)M, (long long)N, (long long)K_, be->n_threads,
+               best[G16_COPIES], best[G16_TILES], mc_gemm_blas_name(),
+               p == G16_TILES ? "per tile" : "copies");
+    }
+    __atomic_store_n(&g16_path, p, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g16_lock);
+    return p;
 }
 
 static bool gemm_types_ok(enum mc_dtype a, enum mc_dtype b, enum mc_dtype c, enum mc_dtype comp)
@@ -217,10 +294,16 @@ static void cpu_gemm(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t
                mc_dtype_name(b_dt), mc_dtype_name(c_dt), mc_dtype_name(compute));
         abort();
     }
-    if (a_dt == MC_DTYPE_F32)
+    if (a_dt == MC_DTYPE_F32) {
         K(be)->gemm(ta, tb, M, N, K_, alpha, A, lda, B, ldb, beta, C, ldc);
-    else
+    } else if (K(be)->gemm != gemm_blas || M <= 0 || N <= 0) {
         gemm_half(be, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);
+    } else {
+        enum gemm16_path p = __atomic_load_n(&g16_path, __ATOMIC_ACQUIRE);
+        if (p == G16_UNSET)
+            p = gemm16_choose(be, ta, tb, M, N, K_, A, a_dt, lda, B, ldb, c_dt);
+        gemm16_run(be, p, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);
+    }
 }
 
 static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *mean,
@@ -237,7 +320,7 @@ static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, 
     float *yf = mc_cpu_scratch(rows * h, op);
     K(be)->layernorm_fwd(yf, mean, rstd, xf, wf, bf, rows, h, eps);
     NARROW(y, dt, yf, rows * h);
-    mc_free(xf); mc_free(wf); mc_free(bf); mc_free(yf);
+    mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(bf); mc_cpu_release(yf);
 }
 
 /* dw, db: parameter grads, the ADD rule dw = round(dw + contribution). */
@@ -257,7 +340,7 @@ static void cpu_layernorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,
     NARROW(dx, dt, dxf, rows * h);
     NARROW(dw, dt, dwf, h);
     NARROW(db, dt, dbf, h);
-    mc_free(dyf); mc_free(xf); mc_free(wf); mc_free(dwf); mc_free(dbf); mc_free(dxf);
+    mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(dwf); mc_cpu_release(dbf); mc_cpu_release(dxf);
 }
 
 static void cpu_rmsnorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *rstd,
@@ -272,7 +355,7 @@ static void cpu_rmsnorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, fl
     float *xf = W(x, dt, rows * h), *wf = W(w, dt, h), *yf = mc_cpu_scratch(rows * h, op);
     K(be)->rmsnorm_fwd(yf, rstd, xf, wf, rows, h, eps);
     NARROW(y, dt, yf, rows * h);
-    mc_free(xf); mc_free(wf); mc_free(yf);
+    mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(yf);
 }
 
 static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, void *dw,
@@ -290,7 +373,7 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
     K(be)->rmsnorm_bwd(dxf, dwf, dyf, xf, wf, rstd, rows, h);
     NARROW(dx, dt, dxf, rows * h);
     NARROW(dw, dt, dwf, h);
-    mc_free(dyf); mc_free(xf); mc_free(wf); mc_free(dwf); mc_free(dxf);
+    mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(dwf); mc_cpu_release(dxf);
 }
 
 /* The activations share one shape: forward (y, x, bias), backward (dx, dy, x, bias); x and dx
@@ -310,7 +393,7 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
         float *yf = mc_cpu_scratch(rows * cols, op);                                          \
         K(be)->opn##_fwd(yf, xf, bf, rows, cols);                                             \
         NARROW(y, dt, yf, rows * cols);                                                       \
-        mc_free(xf); mc_free(bf); mc_free(yf);                                                \
+        mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(yf);                                                \
     }                                                                                         \
     static void cpu_##opn##_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,            \
                                 const void *dy, const void *x, const void *bias,              \
@@ -327,7 +410,7 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
         float *bf = W(bias, dt, xw), *dxf = mc_cpu_scratch(rows * xw, op);                    \
         K(be)->opn##_bwd(dxf, dyf, xf, bf, rows, cols);                                       \
         NARROW(dx, dt, dxf, rows * xw);                                                       \
-        mc_free(dyf); mc_free(xf); mc_free(bf); mc_free(dxf);                                 \
+        mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(dxf);                                 \
     }
 CPU_ACTIVATION(gelu_tanh, 1)
 CPU_ACTIVATION(gelu_erf, 1)
@@ -346,7 +429,7 @@ static void cpu_bias_grad(struct mc_backend *be, enum mc_dtype dt, void *db, con
     float *dyf = W(dy, dt, rows * cols), *dbf = W(db, dt, cols);
     K(be)->bias_grad(dbf, dyf, rows, cols);
     NARROW(db, dt, dbf, cols);
-    mc_free(dyf); mc_free(dbf);
+    mc_cpu_release(dyf); mc_cpu_release(dbf);
 }
 
 /* The dropout scale in a 16-bit op is rounded to the dtype first: torch's CPU dropout
@@ -376,7 +459,7 @@ static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *
     float *yf = mc_cpu_scratch(n, op);
     K(be)->bias_dropout_add(yf, xf, bf, rf, keep_mask, half_scale(be, dt, scale), rows, cols);
     NARROW(y, dt, yf, n);
-    mc_free(xf); mc_free(bf); mc_free(rf); mc_free(yf);
+    mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(rf); mc_cpu_release(yf);
 }
 
 static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void *p, int64_t bh,
@@ -392,7 +475,7 @@ static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void
     float *pf = W(p, dt, n);
     K(be)->masked_softmax_fwd(pf, bh, sq, sk, mult, mask);
     NARROW(p, dt, pf, n);
-    mc_free(pf);
+    mc_cpu_release(pf);
 }
 
 static void cpu_masked_softmax_bwd(struct mc_backend *be, enum mc_dtype dt, void *dp,
@@ -408,7 +491,7 @@ static void cpu_masked_softmax_bwd(struct mc_backend *be, enum mc_dtype dt, void
     float *dpf = W(dp, dt, n), *pf = W(p, dt, n);
     K(be)->masked_softmax_bwd(dpf, pf, bh, sq, sk, mult);
     NARROW(dp, dt, dpf, n);
-    mc_free(dpf); mc_free(pf);
+    mc_cpu_release(dpf); mc_cpu_release(pf);
 }
 
 static void cpu_rope_fwd(struct mc_backend *be, enum mc_dtype dt, void *t, const float *cos,
@@ -424,7 +507,7 @@ static void cpu_rope_fwd(struct mc_backend *be, enum mc_dtype dt, void *t, const
     float *tf = W(t, dt, s * bh * hn);
     K(be)->rope_fwd(tf, cos, sin, s, bh, hn, rot_dim, interleaved);
     NARROW(t, dt, tf, s * bh * hn);
-    mc_free(tf);
+    mc_cpu_release(tf);
 }
 
 static void cpu_rope_bwd(struct mc_backend *be, enum mc_dtype dt, void *dgrad, const float *cos,
@@ -440,7 +523,7 @@ static void cpu_rope_bwd(struct mc_backend *be, enum mc_dtype dt, void *dgrad, c
     float *gf = W(dgrad, dt, s * bh * hn);
     K(be)->rope_bwd(gf, cos, sin, s, bh, hn, rot_dim, interleaved);
     NARROW(dgrad, dt, gf, s * bh * hn);
-    mc_free(gf);
+    mc_cpu_release(gf);
 }
 
 /* 16 bits: a row copy is exact, so the rows are copied as they are. */
@@ -519,7 +602,7 @@ static void cpu_xent_max(struct mc_backend *be, enum mc_dtype dt, float *max_loc
         K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + (size_t)(r0 * v) * 2, dt, nr * v);
         K(be)->xent_max(max_local + r0, lf, nr, v);
     }
-    mc_free(lf);
+    mc_cpu_release(lf);
 }
 
 static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sumexp_local,
@@ -540,7 +623,7 @@ static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sume
         K(be)->xent_sumexp(sumexp_local + r0, target_logit + r0, lf, max + r0, target + r0, nr,
                            v, v_start);
     }
-    mc_free(lf);
+    mc_cpu_release(lf);
 }
 
 static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
@@ -563,7 +646,7 @@ static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
         K(be)->xent_bwd(lf, lf, max + r0, sumexp + r0, target + r0, dloss + r0, nr, v, v_start);
         K(be)->convert((char *)dlogits + off, dt, lf, MC_DTYPE_F32, nr * v);
     }
-    mc_free(lf);
+    mc_cpu_release(lf);
 }
 
 static double cpu_sumsq(struct mc_backend *be, enum mc_dtype dt, const void *x, int64_t n)
@@ -574,7 +657,7 @@ static double cpu_sumsq(struct mc_backend *be, enum mc_dtype dt, const void *x, 
         return K(be)->sumsq(x, n);
     float *xf = W(x, dt, n);
     double r = K(be)->sumsq(xf, n);
-    mc_free(xf);
+    mc_cpu_release(xf);
     return r;
 }
 
@@ -603,7 +686,7 @@ static void cpu_scale(struct mc_backend *be, enum mc_dtype dt, void *x, float s,
     float *xf = W(x, dt, n);
     K(be)->scale(xf, s, n);
     NARROW(x, dt, xf, n);
-    mc_free(xf);
+    mc_cpu_release(xf);
 }
 
 /* 16-bit param or grad: the step on fp32 copies (state m, v fp32), the param rounded once. */
@@ -619,10 +702,10 @@ static void cpu_adamw(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g
     K(be)->adamw(pf, m, v, gf, n, lr, b1, b2, eps, wd, t);
     if (p_dt != MC_DTYPE_F32) {
         NARROW(p, p_dt, pf, n);
-        mc_free(pf);
+        mc_cpu_release(pf);
     }
     if (g_dt != MC_DTYPE_F32)
-        mc_free(gf);
+        mc_cpu_release(gf);
 }
 
 static void cpu_sgd(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_dt, void *p,
@@ -637,10 +720,10 @@ static void cpu_sgd(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_d
     K(be)->sgd(pf, buf, gf, n, lr, momentum, wd, first_step);
     if (p_dt != MC_DTYPE_F32) {
         NARROW(p, p_dt, pf, n);
-        mc_free(pf);
+        mc_cpu_release(pf);
     }
     if (g_dt != MC_DTYPE_F32)
-        mc_free(gf);
+        mc_cpu_release(gf);
 }
 
 static void cpu_dropout_mask(struct mc_backend *be, uint8_t *keep,
@@ -662,7 +745,7 @@ static void cpu_fill_normal(struct mc_backend *be, enum mc_dtype dt, void *out, 
     float *f = mc_cpu_scratch(n, op); /* the fp32 samples, rounded once */
     mc_rng_normal_fill(f, first, n, seed, c2, c3, std);
     NARROW(out, dt, f, n);
-    mc_free(f);
+    mc_cpu_release(f);
 }
 
 static void cpu_masked_loss(struct mc_backend *be, enum mc_dtype dt, double *sum, double *count,
@@ -677,7 +760,7 @@ static void cpu_masked_loss(struct mc_backend *be, enum mc_dtype dt, double *sum
         s += (double)loss[i] * mask[i];
         d += mask[i];
     }
-    mc_free(wide);
+    mc_cpu_release(wide);
     *sum = s;
     *count = d;
 }

@@ -54,6 +54,7 @@ static void detect(struct mc_cpu_features *f)
     f->os_avx = (xcr0 & 0x6) == 0x6;
     f->os_avx512 = f->os_avx && (xcr0 & 0xE0) == 0xE0;
     f->fma = f->os_avx && fma;
+    f->f16c = f->os_avx && ((r[2] >> 29) & 1);
     if (max_leaf < 7) return;
     cpuid(7, 0, r);
     unsigned ebx = r[1], edx = r[3], max_sub7 = r[0];
@@ -93,8 +94,9 @@ void mc_cpu_features_str(char *buf, int size)
 {
     const struct mc_cpu_features *f = mc_cpu_features();
     const struct { bool on; const char *name; } list[] = {
-        {f->avx2, "avx2"},         {f->fma, "fma"},           {f->avx512f, "avx512f"},
-        {f->avx512bw, "avx512bw"}, {f->avx512vl, "avx512vl"}, {f->avx512dq, "avx512dq"},
+        {f->avx2, "avx2"},         {f->fma, "fma"},           {f->f16c, "f16c"},
+        {f->avx512f, "avx512f"},   {f->avx512bw, "avx512bw"}, {f->avx512vl, "avx512vl"},
+        {f->avx512dq, "avx512dq"},
         {f->avx512_bf16, "avx512_bf16"}, {f->avx512_fp16, "avx512_fp16"},
     };
     int used = 0;

@@ -13,6 +13,7 @@ struct mc_cpu_features {
     bool os_avx;       /* OS saves YMM state (XCR0 bits 1,2) */
     bool os_avx512;    /* OS saves opmask + ZMM state (XCR0 bits 5,6,7) */
     bool avx2, fma;    /* usable: CPU flag and OS support */
+    bool f16c;         /* VCVTPH2PS / VCVTPS2PH (fp16 <-> fp32) */
     bool avx512f, avx512bw, avx512vl, avx512dq;
     bool avx512_bf16;  /* VCVTNE2PS2BF16 / VDPBF16PS */
     bool avx512_fp16;  /* native fp16 arithmetic (Sapphire Rapids+) */

@@ -1,6 +1,10 @@
 /* The CPU reference ops table: every fp32 kernel slot (kernels.h) bound to its scalar reference
  * (kernels/<op>_ref.c). Tests compare every fast kernel against this table. */
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels/kernels_avx512.h"
 #include "backend/cpu/kernels/ref.h"
+
+#include <pthread.h>
 
 static const struct mc_cpu_kernels ref_ops = {
     .version = MC_CPU_KERNELS_VERSION,
@@ -41,13 +45,25 @@ static const struct mc_cpu_kernels ref_ops = {
 const struct mc_cpu_kernels *mc_cpu_kernels_ref(void) { return &ref_ops; }
 
 /* The references with GEMM through BLAS: the table the model runs on when no faster kernels
- * are selected (a triple-loop GEMM is only a definition). */
+ * are selected (a triple-loop GEMM is only a definition); the dtype conversions run the AVX2 +
+ * F16C kernels where the CPU has them (the same bits as the references). */
 static struct mc_cpu_kernels ref_blas_ops;
+static pthread_once_t ref_blas_once = PTHREAD_ONCE_INIT;
 
-const struct mc_cpu_kernels *mc_cpu_kernels_ref_blas(void)
+static void ref_blas_init(void)
 {
     ref_blas_ops = ref_ops;
     ref_blas_ops.name = "cpu-ref+blas";
     ref_blas_ops.gemm = gemm_blas;
+    const struct mc_cpu_features *f = mc_cpu_features();
+    if (f->avx2 && f->f16c) {
+        ref_blas_ops.convert = convert_avx2;
+        ref_blas_ops.accumulate = accumulate_avx2;
+    }
+}
+
+const struct mc_cpu_kernels *mc_cpu_kernels_ref_blas(void)
+{
+    pthread_once(&ref_blas_once, ref_blas_init);
     return &ref_blas_ops;
 }

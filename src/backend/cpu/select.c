@@ -17,8 +17,8 @@
 static const struct mc_cpu_kernels avx512_ops = {
     .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-avx512",
-    .convert = convert_ref,
-    .accumulate = accumulate_ref,
+    .convert = convert_avx2, /* every AVX-512 CPU has AVX2 and F16C */
+    .accumulate = accumulate_avx2,
     .gemm = gemm_blas,
     .layernorm_fwd = layernorm_fwd_avx512,
     .layernorm_bwd = layernorm_bwd_avx512,

@@ -10,6 +10,8 @@
  * against the fp32 pair (within a few 16-bit ulps of the scale) and for writing every element;
  * its rounding points are checked against PyTorch live in tests/backend/test_ops_torch.py. */
 #include "backend/backend.h"
+#include "backend/cpu/kernels/kernels_avx512.h"
+#include "backend/cpu/kernels/ref.h"
 #include "core/dtype.h"
 #include "megatron.h"
 #include "test.h"
@@ -146,6 +148,54 @@ static void test_gemm(void)
             drop(&A);
             drop(&B);
         }
+}
+
+/* The library GEMM's two 16-bit feeds (cpu_backend.c chooses one by timing) give the same bits:
+ * gemm_blas_half (widened per tile) against widening A and B whole and calling gemm_blas, on a
+ * shape cut into several ragged tiles, every transpose, C 16-bit (beta 0 and 0.5) and fp32. */
+static void test_gemm_feeds(void)
+{
+    int64_t M = 300, N = 700, K = 64;
+    for (int c = 0; c < 8; c++) {
+        bool ta = c & 1, tb = c & 2, cf = c & 4;
+        float beta = ta ? 0.5f : 0.0f;
+        int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+        int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+        float *a = malloc(4 * (size_t)na), *b = malloc(4 * (size_t)nb), *c0 = malloc(4 * (size_t)nc);
+        float *cw = malloc(4 * (size_t)nc);
+        uint16_t *a16 = malloc(2 * (size_t)na), *b16 = malloc(2 * (size_t)nb);
+        for (int64_t i = 0; i < na; i++) a[i] = urand();
+        for (int64_t i = 0; i < nb; i++) b[i] = urand();
+        for (int64_t i = 0; i < nc; i++) c0[i] = urand();
+        mc_dtype_from_f32(a16, DT, a, na);
+        mc_dtype_from_f32(b16, DT, b, nb);
+        mc_dtype_to_f32(a, a16, DT, na);
+        mc_dtype_to_f32(b, b16, DT, nb);
+        enum mc_dtype cdt = cf ? MC_DTYPE_F32 : DT;
+        void *cg = malloc(4 * (size_t)nc);
+        if (cf) {
+            memcpy(cg, c0, 4 * (size_t)nc);
+        } else {
+            mc_dtype_from_f32(cg, DT, c0, nc);
+            mc_dtype_to_f32(c0, cg, DT, nc);
+        }
+        memcpy(cw, c0, 4 * (size_t)nc);
+        gemm_blas(ta, tb, M, N, K, 0.75f, a, lda, b, ldb, beta, cw, ldc);
+        gemm_blas_half(ta, tb, M, N, K, 0.75f, a16, DT, lda, b16, ldb, beta, cg, cdt, ldc,
+                       convert_ref);
+        void *want = malloc(4 * (size_t)nc);
+        if (cf)
+            memcpy(want, cw, 4 * (size_t)nc);
+        else
+            mc_dtype_from_f32(want, DT, cw, nc);
+        test_checks++;
+        if (memcmp(want, cg, (size_t)nc * mc_dtype_size(cdt))) {
+            test_failures++;
+            fprintf(stderr, "%s gemm_blas_half ta=%d tb=%d C %s differs from widen + gemm_blas\n",
+                    mc_dtype_name(DT), ta, tb, mc_dtype_name(cdt));
+        }
+        free(a); free(b); free(c0); free(cw); free(a16); free(b16); free(cg); free(want);
+    }
 }
 
 static void test_norms(void)
@@ -451,6 +501,8 @@ int main(void)
             CHECK(mc_backend_create(names[b], &be) == MC_OK);
             o = be->ops;
             test_gemm();
+            if (b == 0)
+                test_gemm_feeds();
             test_norms();
             test_activations();
             test_bias_softmax_rope();

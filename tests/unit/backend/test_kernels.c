@@ -1,12 +1,14 @@
 /* Every AVX-512 kernel against the scalar reference table (mc_cpu_kernels_ref()) on random shapes
  * with ragged tails, the same kernels on 1, 2 and 3 threads compared bit for bit, the BLAS GEMM
- * against the reference GEMM, and the table selection (MC_KERNELS=ref). Ops whose fast version
+ * against the reference GEMM, the AVX2/F16C dtype conversions against theirs, and the table
+ * selection (MC_KERNELS=ref). Ops whose fast version
  * repeats the reference's fp32 operations (column sums, AdamW, RoPE, embedding, ...) must match
  * it exactly; transcendental ops get tolerances stated next to each check. */
 #include "backend/backend.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
+#include "backend/cpu/kernels/ref.h"
 #include "megatron.h"
 #include "test.h"
 
@@ -500,10 +502,73 @@ static void test_select(void)
     CHECK(child_select("bogus", fast) == 0);
 }
 
+/* The AVX2 + F16C dtype conversions against the scalar references, bit for bit: every 16-bit
+ * pattern widened; random fp32 bit patterns (every exponent, NaNs with payloads, subnormals)
+ * plus every fp32 that is a rounding tie or a neighbour of one narrowed; accumulate on random
+ * pairs; odd lengths for the scalar tails; 1, 2, 3 threads. */
+static void test_convert(void)
+{
+    const struct mc_cpu_features *f = mc_cpu_features();
+    if (!f->avx2 || !f->f16c) {
+        printf("test_kernels: no AVX2/F16C: convert_avx2 not tested\n");
+        return;
+    }
+    const enum mc_dtype dts[3] = {MC_DTYPE_F32, MC_DTYPE_BF16, MC_DTYPE_F16};
+    int64_t n = 3 * 65536 + 7;
+    uint32_t *x = mc_alloc(4 * (size_t)n), *y = mc_alloc(4 * (size_t)n);
+    uint32_t *a = mc_alloc(8 * (size_t)n), *b = mc_alloc(8 * (size_t)n); /* 2n fp32 */
+    MC_ASSERT(x && y && a && b);
+    for (int64_t i = 0; i < n; i++) {
+        rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t r = (uint32_t)(rng_state >> 32);
+        switch (i % 4) {
+        case 0: x[i] = r; break;                                  /* any pattern */
+        case 1: x[i] = (r & 0xffff0000u) | 0x8000u | (r & 1); break; /* bf16 ties and neighbours */
+        case 2: x[i] = (r & 0xffffe000u) | 0x1000u; break;          /* fp16 ties */
+        default: x[i] = (uint32_t)(i / 4 % 65536) << 16 | (r & 0x1fff); break; /* every exponent */
+        }
+        y[i] = (uint32_t)i * 2654435761u;
+    }
+    for (int64_t i = 0; i < 65536; i++) /* every 16-bit pattern, twice per word */
+        x[i] = (uint32_t)i | (uint32_t)i << 16;
+    for (int di = 0; di < 3; di++)
+        for (int si = 0; si < 3; si++)
+            for (int t = 0; t < 3; t++) {
+                omp_set_num_threads(threads[t]);
+                enum mc_dtype dd = dts[di], sd = dts[si];
+                int64_t m = sd == MC_DTYPE_F32 ? n : 2 * n - 3; /* 16-bit: both halves of x */
+                if (dd != MC_DTYPE_F32 && sd != MC_DTYPE_F32)
+                    m = 2 * n - 3;
+                memset(a, 0, 8 * (size_t)n);
+                memset(b, 0, 8 * (size_t)n);
+                convert_ref(a, dd, x, sd, m);
+                convert_avx2(b, dd, x, sd, m);
+                char what[96];
+                snprintf(what, sizeof what, "convert_avx2 %s <- %s (%d threads)",
+                         mc_dtype_name(dd), mc_dtype_name(sd), threads[t]);
+                same_bits(what, (float *)a, (float *)b, 2 * n);
+                /* accumulate: dst = a copy of y in dd, += x in sd */
+                int64_t k = n - 5;
+                convert_ref(a, dd, y, MC_DTYPE_F32, k);
+                convert_ref(b, dd, y, MC_DTYPE_F32, k);
+                accumulate_ref(a, dd, x, sd, k);
+                accumulate_avx2(b, dd, x, sd, k);
+                snprintf(what, sizeof what, "accumulate_avx2 %s += %s (%d threads)",
+                         mc_dtype_name(dd), mc_dtype_name(sd), threads[t]);
+                same_bits(what, (float *)a, (float *)b, 2 * n);
+            }
+    omp_set_num_threads(threads[0]);
+    mc_free(x);
+    mc_free(y);
+    mc_free(a);
+    mc_free(b);
+}
+
 int main(void)
 {
     test_select(); /* forks: first, before any OpenMP thread exists */
     R = mc_cpu_kernels_ref();
+    test_convert();
     if (!mc_cpu_has_avx512()) {
         printf("test_kernels: this CPU/OS cannot run AVX-512; only selection and GEMM tested\n");
         test_gemm();

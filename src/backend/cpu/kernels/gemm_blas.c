@@ -176,3 +176,78 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
             gemm_tile(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, t, &tl);
     }
 }
+
+/* ---- 16-bit A and B: widened per tile ------------------------------------------------------
+ * The same tiles and the same single-threaded library call per tile as gemm_blas, but each
+ * tile first widens the rows of op(A) and the columns of op(B) it reads into fp32 panels of
+ * its own (the role of a packing step), and rounds its block of a 16-bit C itself: no
+ * full-size fp32 copies of A, B or C. The panels hold the same values the whole-matrix
+ * widening gives, so the library sees the same numbers in the same calls.
+ * tests/unit/backend/test_half_ops.c compares it with widen-then-gemm_blas bit for bit. */
+static void widen_rows(float *dst, const void *src, enum mc_dtype dt, int64_t rows, int64_t cols,
+                       int64_t ld, mc_convert_fn cv)
+{
+    size_t es = mc_dtype_size(dt);
+    for (int64_t r = 0; r < rows; r++)
+        cv(dst + r * cols, MC_DTYPE_F32, (const char *)src + (size_t)(r * ld) * es, dt, cols);
+}
+
+void gemm_blas_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const void *A, enum mc_dtype ab_dt, int64_t lda, const void *B, int64_t ldb,
+                    float beta, void *C, enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv)
+{
+    pthread_once(&blas_once, blas_setup_once);
+    if (M <= 0 || N <= 0)
+        return;
+    struct tiling tl = tiles_for(M, N);
+    bool par = tl.ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
+    size_t es = mc_dtype_size(ab_dt), cs = mc_dtype_size(c_dt);
+    bool c16 = c_dt != MC_DTYPE_F32;
+    size_t panel = (size_t)(tl.tm > tl.tn ? tl.tm : tl.tn) * (size_t)(K > 0 ? K : 1);
+#pragma omp parallel if (par)
+    {
+        omp_set_num_threads(1);
+        float *pa = mc_alloc(panel * sizeof(float)), *pb = mc_alloc(panel * sizeof(float));
+        float *pc = c16 ? mc_alloc((size_t)tl.tm * (size_t)tl.tn * sizeof(float)) : NULL;
+        MC_ASSERT(pa && pb && (pc || !c16));
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tl.ntiles; t++) {
+            int64_t i0 = t / tl.ntn * tl.tm, j0 = t % tl.ntn * tl.tn;
+            int64_t m = M - i0 < tl.tm ? M - i0 : tl.tm, n = N - j0 < tl.tn ? N - j0 : tl.tn;
+            /* op(A) rows i0..i0+m: stored rows (NoTrans) or columns (Trans) */
+            if (ta)
+                widen_rows(pa, (const char *)A + (size_t)i0 * es, ab_dt, K, m, lda, cv);
+            else
+                widen_rows(pa, (const char *)A + (size_t)(i0 * lda) * es, ab_dt, m, K, lda, cv);
+            if (tb)
+                widen_rows(pb, (const char *)B + (size_t)(j0 * ldb) * es, ab_dt, n, K, ldb, cv);
+            else
+                widen_rows(pb, (const char *)B + (size_t)j0 * es, ab_dt, K, n, ldb, cv);
+            int64_t la = ta ? m : K, lb = tb ? K : n;
+            char *cb = (char *)C + (size_t)(i0 * ldc + j0) * cs;
+            if (!c16) {
+                if (K > 0)
+                    sgemm_1thread(ta, tb, m, n, K, alpha, pa, la, pb, lb, beta, (float *)cb, ldc);
+                else
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            float *c = (float *)cb + i * ldc + j;
+                            *c = beta == 0.0f ? 0.0f : beta * *c;
+                        }
+                continue;
+            }
+            if (beta != 0.0f)
+                widen_rows(pc, cb, c_dt, m, n, ldc, cv);
+            if (K > 0)
+                sgemm_1thread(ta, tb, m, n, K, alpha, pa, la, pb, lb, beta, pc, n);
+            else
+                for (int64_t i = 0; i < m * n; i++)
+                    pc[i] = beta == 0.0f ? 0.0f : beta * pc[i];
+            for (int64_t i = 0; i < m; i++)
+                cv(cb + (size_t)(i * ldc) * cs, c_dt, pc + i * n, MC_DTYPE_F32, n);
+        }
+        mc_free(pa);
+        mc_free(pb);
+        mc_free(pc);
+    }
+}

@@ -4,11 +4,27 @@
 #ifndef MC_KERNELS_AVX512_H
 #define MC_KERNELS_AVX512_H
 
+#include "megatron.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
+/* AVX2 + F16C dtype conversion (convert_avx2.c): in every table whose CPU has them. */
+void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                  int64_t n);
+void accumulate_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                     int64_t n);
+
 void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* GEMM with 16-bit A, B (ab_dt) and C of ab_dt or F32, fp32 compute, widened tile by tile with
+ * cv (a table's convert) instead of whole-matrix copies; the same bits as widening A and B and
+ * calling gemm_blas (gemm_blas.c). */
+typedef void (*mc_convert_fn)(void *dst, enum mc_dtype dst_dt, const void *src,
+                              enum mc_dtype src_dt, int64_t n);
+void gemm_blas_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const void *A, enum mc_dtype ab_dt, int64_t lda, const void *B, int64_t ldb,
+                    float beta, void *C, enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv);
 /* "OpenBLAS (SkylakeX kernels)" etc.; also performs the one-time library setup. */
 const char *mc_gemm_blas_name(void);
 
