@@ -180,8 +180,10 @@ MINDSPEED_REFUSED_VALUES = [
 # Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
-    'bf16': 'refused: mixed precision is not available yet',
-    'fp16': 'refused: mixed precision is not available yet',
+    'fp16': 'needs --accumulate-allreduce-grads-in-fp32 (fp16 gradient buffers are refused)',
+    'grad_reduce_in_bf16': 'refused: not implemented yet',
+    'fp32_residual_connection': 'refused: not implemented yet',
+    'main_grads_dtype': 'bf16 refused with --bf16 (bf16 gradient buffers)',
     'ckpt_format': '--save writes torch only (the default torch_dist is refused for --save); --load reads torch and torch_dist',
     'use_dist_ckpt_deprecated': 'refused with --save (torch_dist)',
     'context_parallel_size': 'values above 1 refused',

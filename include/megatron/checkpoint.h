@@ -94,6 +94,27 @@ struct mc_ckpt_state {
     int n_chunks;
     mc_gpt_model *const *chunks;
     struct mc_distopt *const *distopts;
+    /* Mixed precision (--bf16 / --fp16): the run's params_dtype (F32 = 0: fp32, the files as
+     * before). 16-bit: the model tensors are saved in it (the fp32 main params rounded to
+     * nearest even, which the model's 16-bit weights are), the optimizer as Megatron's
+     * Float16OptimizerWithFloat16Params.state_dict() with the exact main params in
+     * 'fp32_from_fp16_params'; loading widens a checkpoint's model tensors through this dtype
+     * (Megatron's param.copy_) before the main params overwrite them. */
+    enum mc_dtype params_dtype;
+    /* The main grads' dtype Megatron would have (distrib_optim.pt's buffer key (params_dtype,
+     * grad dtype)): float32 (F32 = 0) with --accumulate-allreduce-grads-in-fp32 (forced on by
+     * --bf16), else params_dtype (--fp16 alone). */
+    enum mc_dtype grad_dtype;
+    /* The grad scaler Megatron's optimizer saves as optimizer['grad_scaler'] (a constant
+     * --loss-scale: {}; the dynamic fp16 scaler: scale, growth_tracker, hysteresis_tracker).
+     * The caller fills it before a save; a load sets `loaded` when the checkpoint's state was
+     * restored into it (the caller then hands it to the optimizer). */
+    struct mc_ckpt_scaler {
+        enum { MC_CKPT_SCALER_NONE = 0, MC_CKPT_SCALER_CONSTANT, MC_CKPT_SCALER_DYNAMIC } kind;
+        double scale;
+        int64_t growth_tracker, hysteresis_tracker;
+        bool loaded;
+    } scaler;
 };
 
 /* save_checkpoint: writes iter_%07d/mp_rank_00/model_optim_rng.pt under opts.dir through a

@@ -1,6 +1,7 @@
 /* Backend registry: creates a backend by name and lists the tables that ship. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/half_cpu.h"
 #include "backend/sim/sim_backend.h"
 
 #include <stdbool.h>
@@ -24,6 +25,8 @@ mc_status mc_backend_create(const char *name, struct mc_backend **out)
     /* cpu-sim says so in the log (the tests read it); the default stays quiet */
     bool sim = name && !strcmp(name, "cpu-sim");
     if (st == MC_OK)
+        mc_cpu_scratch_hold();
+    if (st == MC_OK)
         mc_log(sim ? MC_LOG_INFO : MC_LOG_DEBUG, "backend: %s (%s kernels, %d threads)",
                (*out)->ops->name, (*out)->name, (*out)->n_threads);
     return st;
@@ -31,6 +34,8 @@ mc_status mc_backend_create(const char *name, struct mc_backend **out)
 
 void mc_backend_free(struct mc_backend *be)
 {
+    if (be)
+        mc_cpu_scratch_unhold();
     if (be && be->ops == mc_sim_backend_ops())
         mc_sim_backend_destroy(be); /* it owns memory and counters of its own */
     else

@@ -24,6 +24,7 @@
 #include "checkpointing/distrib_optim.h"
 #include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
+#include "core/dtype.h"
 #include "core/pyformat.h"
 #include "optimizer/lr_scheduler.h"
 
@@ -121,6 +122,21 @@ static struct mc_pk *param_tensor(mc_pk_doc *d, const float *data, int ndim, con
     return mc_pk_tensor(d, mc_pk_storage(d, MC_DTYPE_F32, numel, data), 0, ndim, shape, NULL);
 }
 
+/* A model tensor in the run's params_dtype: fp32 as it is, or the 16-bit weights the model
+ * computes with, round(main param) (nearest even), a copy owned by the doc. */
+static struct mc_pk *model_tensor(mc_pk_doc *d, enum mc_dtype dt, const struct mc_param_view *p)
+{
+    if (dt == MC_DTYPE_F32)
+        return param_tensor(d, p->data, p->ndim, p->shape, p->numel);
+    void *w = mc_pk_doc_alloc(d, (size_t)p->numel * mc_dtype_size(dt));
+    if (!w)
+        return NULL;
+    mc_dtype_from_f32(w, dt, p->data, p->numel);
+    return mc_pk_tensor(d, mc_pk_storage(d, dt, p->numel, w), 0, p->ndim, p->shape, NULL);
+}
+
+static bool mixed(const struct mc_ckpt_state *s) { return s->params_dtype != MC_DTYPE_F32; }
+
 /* One model state-dict entry, named in the target scheme; sorted into its state_dict order. */
 struct sd_entry {
     char name[256];
@@ -134,6 +150,7 @@ struct sd_list {
     int64_t n, cap;
     enum mc_sd_scheme scheme;
     bool tied;
+    enum mc_dtype dt; /* the model tensors' dtype (params_dtype) */
 };
 
 /* Appends the local-spec entry `local` under its name in l->scheme (if that model has it). */
@@ -193,7 +210,7 @@ static mc_status collect_model(mc_pk_doc *d, const mc_gpt_model *m, bool last_st
             }
             last_layer = layer;
         }
-        st = st ? st : sd_add(l, p.name, param_tensor(d, p.data, p.ndim, p.shape, p.numel), false);
+        st = st ? st : sd_add(l, p.name, model_tensor(d, l->dt, &p), false);
         size_t ml = module_len(p.name);
         output_layer |= !strncmp(p.name, "output_layer.", 13);
         const char *next = i + 1 < n ? mc_gpt_param(m, i + 1).name : "";
@@ -240,7 +257,8 @@ static mc_status legacy_insert(mc_pk_doc *d, struct mc_pk *root, const char *key
 
 static struct mc_pk *model_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, const mc_gpt_model *m)
 {
-    struct sd_list l = {.scheme = save_scheme(&s->opts), .tied = tied_embeddings(m)};
+    struct sd_list l = {.scheme = save_scheme(&s->opts), .tied = tied_embeddings(m),
+                        .dt = s->params_dtype};
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
     bool last = (c->pipeline_model_parallel_size <= 1 ||
                  c->pipeline_model_parallel_rank == c->pipeline_model_parallel_size - 1) &&
@@ -386,6 +404,55 @@ static struct mc_pk *param_state(mc_pk_doc *d, const struct mc_ckpt_state *s, in
     return st;
 }
 
+/* MegatronGradScaler.state_dict() as state_dict['grad_scaler'] (Float16OptimizerWithFloat16Params
+ * and DistributedOptimizer add it whenever they have a scaler): {} for the constant one, the
+ * dynamic one's scale (a float32 tensor of shape [1]) and its two trackers. */
+static mc_status add_grad_scaler(mc_pk_doc *d, const struct mc_ckpt_state *s, struct mc_pk *o)
+{
+    const struct mc_ckpt_scaler *g = &s->scaler;
+    if (g->kind == MC_CKPT_SCALER_NONE)
+        return MC_OK;
+    struct mc_pk *sd = mc_pk_new(d, MC_PK_DICT);
+    if (!sd)
+        return MC_ERR_NOMEM;
+    if (g->kind == MC_CKPT_SCALER_DYNAMIC) {
+        float *scale = mc_pk_doc_alloc(d, sizeof(float));
+        int64_t one = 1;
+        if (!scale)
+            return MC_ERR_NOMEM;
+        *scale = (float)g->scale;
+        mc_status st = mc_pk_set(d, sd, "scale", param_tensor(d, scale, 1, &one, 1));
+        st = st ? st : mc_pk_set(d, sd, "growth_tracker", mc_pk_int(d, g->growth_tracker));
+        st = st ? st : mc_pk_set(d, sd, "hysteresis_tracker", mc_pk_int(d, g->hysteresis_tracker));
+        if (st)
+            return st;
+    }
+    return mc_pk_set(d, o, "grad_scaler", sd);
+}
+
+/* Float16OptimizerWithFloat16Params.state_dict() around the torch optimizer's: {'optimizer':
+ * it, 'grad_scaler' (with a scaler), 'fp32_from_fp16_params': the exact fp32 main params, one
+ * list per param group in the group's order}. */
+static struct mc_pk *float16_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, struct mc_pk *inner,
+                                  const int64_t *order, int64_t n_first)
+{
+    int64_t n = total_params(s);
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *groups = mc_pk_new(d, MC_PK_LIST);
+    if (!inner || !o || !groups || mc_pk_set(d, o, "optimizer", inner) || add_grad_scaler(d, s, o))
+        return NULL;
+    for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
+        struct mc_pk *list = mc_pk_new(d, MC_PK_LIST);
+        if (!list || mc_pk_append(d, groups, list))
+            return NULL;
+        for (int64_t k = g ? n_first : 0; k < (g ? n : n_first); k++) {
+            struct mc_param_view p = opt_param(s, order[k]);
+            if (mc_pk_append(d, list, param_tensor(d, p.data, p.ndim, p.shape, p.numel)))
+                return NULL;
+        }
+    }
+    return mc_pk_set(d, o, "fp32_from_fp16_params", groups) ? NULL : o;
+}
+
 /* DistributedOptimizer.state_dict() without Apex/TE: the inner torch optimizer's param_groups
  * without 'params', each with the step count (a float); the moments go to distrib_optim.pt. */
 static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
@@ -409,7 +476,8 @@ static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
         if (mc_pk_set(d, pg, "step", mc_pk_float(d, (double)sh.step)))
             goto out;
     }
-    if (!mc_pk_set(d, inner, "param_groups", groups) && !mc_pk_set(d, o, "optimizer", inner))
+    if (!mc_pk_set(d, inner, "param_groups", groups) && !mc_pk_set(d, o, "optimizer", inner) &&
+        !add_grad_scaler(d, s, o))
         res = o;
 out:
     mc_free(order);
@@ -439,7 +507,7 @@ static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s,
     if (n_first < n && mc_pk_append(d, groups, param_group(d, s, !first_decay, n_first, n)))
         goto out;
     if (!mc_pk_set(d, o, "state", state) && !mc_pk_set(d, o, "param_groups", groups))
-        res = o;
+        res = mixed(s) ? float16_dict(d, s, o, order, n_first) : o;
 out:
     mc_free(order);
     return res;
@@ -592,6 +660,8 @@ static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, b
         ch[c].o = chunk_distopt(s, c);
         ch[c].m = chunk(s, c);
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
+        ch[c].param_dtype = s->params_dtype;
+        ch[c].grad_dtype = s->grad_dtype;
         st = ch[c].perm ? param_order(ch[c].m, save_scheme(&s->opts), ch[c].perm) : MC_ERR_NOMEM;
     }
     st = st ? st : mc_ckpt_distopt_save(ch, nc, path, writer);
@@ -716,7 +786,24 @@ struct loader {
     const char *path;
     FILE *log;
     enum mc_sd_scheme scheme; /* the names the checkpoint's model uses */
+    const char *saved_precision; /* "--bf16", "--fp16" or "fp32", from the saved args */
 };
+
+/* The precision of a run or a checkpoint as its options name it. */
+static const char *precision_name(enum mc_dtype dt)
+{
+    return dt == MC_DTYPE_BF16 ? "--bf16" : dt == MC_DTYPE_F16 ? "--fp16" : "fp32";
+}
+
+static const char *saved_precision(const struct mc_pk *args)
+{
+    const struct mc_pk *bf = mc_pk_get(args, "bf16"), *fp = mc_pk_get(args, "fp16");
+    if (bf && bf->kind == MC_PK_BOOL && bf->b)
+        return "--bf16";
+    if (fp && fp->kind == MC_PK_BOOL && fp->b)
+        return "--fp16";
+    return args ? "fp32" : "(no saved args)";
+}
 
 static mc_status missing(const struct loader *l, const char *key, const char *hint)
 {
@@ -737,14 +824,29 @@ static mc_status copy_tensor(const struct loader *l, const char *what, const str
                         "the model has [%lld, %lld]", l->path, what, (long long)t->shape[0],
                         (long long)(t->ndim > 1 ? t->shape[1] : 1), t->ndim, (long long)shape[0],
                         (long long)(ndim > 1 ? shape[1] : 1));
-    if (t->dtype != MC_DTYPE_F32)
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is torch.%s; this build loads float32 "
-                        "checkpoints only", l->path, what, mc_dtype_name(t->dtype));
+    if (!mc_dtype_is_float(t->dtype))
+        return mc_error(MC_ERR_FORMAT, "%s: %s is torch.%s; expected a floating-point tensor "
+                        "(float32, bfloat16, float16)", l->path, what, mc_dtype_name(t->dtype));
     int64_t n = mc_pk_tensor_numel(t);
     if (!mc_pk_tensor_contiguous(t))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: %s is a non-contiguous view", l->path, what);
-    memcpy(dst, (const float *)t->storage->data + t->offset, (size_t)n * sizeof(float));
+    if (t->dtype == MC_DTYPE_F32)
+        memcpy(dst, (const float *)t->storage->data + t->offset, (size_t)n * sizeof(float));
+    else /* torch's copy_ into the float32 tensor: widened (bf16/fp16 exactly) */
+        mc_dtype_to_f32(dst, (const char *)t->storage->data + t->offset * mc_dtype_size(t->dtype),
+                        t->dtype, n);
     return MC_OK;
+}
+
+/* A 16-bit run's model param is the checkpoint's tensor converted to params_dtype
+ * (load_state_dict's param.copy_); until the optimizer state overwrites it, the main param is
+ * float() of that (Megatron's reload_model_params). */
+static void through_dtype(float *x, int64_t n, enum mc_dtype dt)
+{
+    for (int64_t k = 0; dt == MC_DTYPE_BF16 && k < n; k++)
+        x[k] = mc_bf16_to_f32(mc_f32_to_bf16(x[k]));
+    for (int64_t k = 0; dt == MC_DTYPE_F16 && k < n; k++)
+        x[k] = mc_f16_to_f32(mc_f32_to_f16(x[k]));
 }
 
 static bool is_extra_state(const char *key)
@@ -797,7 +899,10 @@ static mc_status load_entry(struct flat_ctx *c, const char *key, const struct mc
                         "--untie-embeddings-and-output-weights?)", c->l->path, key, local);
     struct mc_param_view p = mc_gpt_param(m, i);
     c->seen[i] = 1;
-    return copy_tensor(c->l, key, v, p.ndim, p.shape, p.data);
+    st = copy_tensor(c->l, key, v, p.ndim, p.shape, p.data);
+    if (!st && v->dtype != c->l->s->params_dtype)
+        through_dtype(p.data, p.numel, c->l->s->params_dtype);
+    return st;
 }
 
 static mc_status walk_model(struct flat_ctx *c, const struct mc_pk *dict, const char *prefix, int depth)
@@ -893,6 +998,48 @@ static mc_status check_groups(const struct loader *l, const struct mc_pk *groups
     return MC_OK;
 }
 
+/* MegatronGradScaler.load_state_dict as the optimizers call it (logger `logger`'s INFO lines):
+ * no 'grad_scaler' (an fp32 or bf16 checkpoint) leaves an fp16 run's scaler at its start
+ * values; a run without a scaler skips one; a dynamic scaler takes scale and trackers. */
+static mc_status load_scaler(const struct loader *l, const struct mc_pk *o, const char *logger)
+{
+    struct mc_ckpt_scaler *g = &l->s->scaler;
+    const struct mc_pk *gs = mc_pk_get(o, "grad_scaler");
+    if (!gs) {
+        if (l->s->params_dtype == MC_DTYPE_F16 && l->log)
+            fprintf(l->log, "INFO:%s:***WARNING*** found an old checkpoint, will not load grad "
+                    "scaler ...\n", logger);
+        return MC_OK;
+    }
+    if (g->kind == MC_CKPT_SCALER_NONE) {
+        if (l->log)
+            fprintf(l->log, "INFO:%s:***WARNING*** fould the grad scaler in the checkpoint but it "
+                    "is None in the class. Skipping loading grad scaler ...\n", logger);
+        return MC_OK;
+    }
+    if (g->kind == MC_CKPT_SCALER_CONSTANT) /* ConstantGradScaler.load_state_dict: nothing */
+        return MC_OK;
+    const struct mc_pk *sc = mc_pk_get(gs, "scale");
+    double scale, growth, hyst;
+    bool ok = mc_pk_is_map(gs) && mc_pk_number(mc_pk_get(gs, "growth_tracker"), &growth) &&
+              mc_pk_number(mc_pk_get(gs, "hysteresis_tracker"), &hyst);
+    if (ok && sc && sc->kind == MC_PK_TENSOR && mc_pk_tensor_numel(sc) == 1 &&
+        mc_dtype_is_float(sc->dtype))
+        scale = mc_dtype_get_f64(sc->storage->data, sc->dtype, sc->offset);
+    else
+        ok = ok && mc_pk_number(sc, &scale);
+    if (!ok)
+        return mc_error(MC_ERR_FORMAT, "%s: optimizer grad_scaler has no dynamic scaler state "
+                        "('scale', 'growth_tracker', 'hysteresis_tracker'; saved with a constant "
+                        "--loss-scale?); Megatron stops here too: specify --no-load-optim or "
+                        "--finetune, or resume with the checkpoint's --loss-scale", l->path);
+    g->scale = scale;
+    g->growth_tracker = (int64_t)growth;
+    g->hysteresis_tracker = (int64_t)hyst;
+    g->loaded = true;
+    return MC_OK;
+}
+
 /* DistributedOptimizer.load_state_dict + load_parameter_state: the step from param_groups,
  * the moments (and params) from distrib_optim.pt beside model_optim_rng.pt. */
 static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
@@ -905,7 +1052,7 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
     mc_free(order);
     const struct mc_pk *inner = mc_pk_get(o, "optimizer");
     const struct mc_pk *groups = mc_pk_is_map(inner) ? mc_pk_get(inner, "param_groups") : NULL;
-    if (mc_pk_get(o, "state"))
+    if (mc_pk_get(o, "state") || mc_pk_get(o, "fp32_from_fp16_params"))
         return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved without "
                         "--use-distributed-optimizer; load it without that option, or add "
                         "--no-load-optim", l->path);
@@ -917,6 +1064,9 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
     if (!mc_pk_number(mc_pk_get(groups->items[0], "step"), &step))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: the optimizer param_groups have no 'step' (a "
                         "checkpoint of Apex/TE FusedAdam, which keeps it elsewhere)", l->path);
+    mc_status sst = load_scaler(l, o, "megatron.core.optimizer.distrib_optimizer");
+    if (sst)
+        return sst;
     for (int c = 0; c < n_chunks(l->s); c++)
         mc_distopt_set_step(chunk_distopt(l->s, c), (int64_t)step);
     char path[4200];
@@ -938,6 +1088,8 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         ch[c].o = chunk_distopt(l->s, c);
         ch[c].m = chunk(l->s, c);
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
+        ch[c].param_dtype = l->s->params_dtype;
+        ch[c].grad_dtype = l->s->grad_dtype;
         st = ch[c].perm ? param_order(ch[c].m, l->scheme, ch[c].perm) : MC_ERR_NOMEM;
     }
     st = st ? st : mc_ckpt_distopt_load(ch, nc, path);
@@ -946,29 +1098,88 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
     return st;
 }
 
+/* Float16OptimizerWithFloat16Params.load_state_dict's last part: the fp32 main params, one list
+ * per param group, overwrite the (widened) model weights. */
+static mc_status load_main_params(const struct loader *l, const struct mc_pk *groups,
+                                  const int64_t *order, int64_t n_first, int64_t n)
+{
+    int ng = n_first < n ? 2 : 1;
+    if (!groups || groups->kind != MC_PK_LIST || groups->n != ng)
+        return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params: expected %d lists "
+                        "(one per param group)", l->path, ng);
+    for (int g = 0; g < ng; g++) {
+        const struct mc_pk *list = groups->items[g];
+        int64_t from = g ? n_first : 0, to = g ? n : n_first;
+        if (list->kind != MC_PK_LIST || list->n != to - from)
+            return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params[%d] holds %lld "
+                            "tensors, the model has %lld parameters in that group", l->path, g,
+                            (long long)(list->kind == MC_PK_LIST ? list->n : -1),
+                            (long long)(to - from));
+        for (int64_t k = from; k < to; k++) {
+            struct mc_param_view p = opt_param(l->s, order[k]);
+            char what[600];
+            snprintf(what, sizeof(what), "optimizer fp32_from_fp16_params[%d][%lld] (%s)", g,
+                     (long long)(k - from), p.name);
+            mc_status st = copy_tensor(l, what, list->items[k - from], p.ndim, p.shape, p.data);
+            if (st)
+                return st;
+        }
+    }
+    return MC_OK;
+}
+
+/* A checkpoint optimizer state of the other kind than this run's (fp32's torch state_dict vs
+ * Float16OptimizerWithFloat16Params'): Megatron fails there (a KeyError after "Unable to load
+ * optimizer from checkpoint"), and so do we, saying what would load it. */
+static mc_status precision_mismatch(const struct loader *l, bool saved_mixed)
+{
+    const char *run = precision_name(l->s->params_dtype);
+    const char *saved = saved_mixed && !strcmp(l->saved_precision, "fp32") ? "--bf16/--fp16"
+                                                                            : l->saved_precision;
+    bool known = strchr(saved, '/') == NULL && saved[0] == '-';
+    return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved by %s %s run (%s), which "
+                    "this %s run's optimizer cannot load (Megatron: \"Unable to load optimizer "
+                    "from checkpoint\", KeyError '%s'); resume with %s, or specify --no-load-optim "
+                    "or --finetune to load only the weights (converted to %s)", l->path,
+                    saved_mixed ? "a" : "an", saved_mixed ? saved : "fp32",
+                    saved_mixed ? "Float16OptimizerWithFloat16Params: 'optimizer', "
+                                  "'fp32_from_fp16_params'"
+                                : "the fp32 optimizer's torch state_dict",
+                    run, saved_mixed ? "state" : "optimizer_state_dict",
+                    !saved_mixed ? "neither --bf16 nor --fp16"
+                    : known      ? saved
+                                 : "the checkpoint's precision",
+                    l->s->params_dtype == MC_DTYPE_F32 ? "float32" : run + 2);
+}
+
 static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
 {
     int64_t n = total_params(l->s), n_first;
     bool first_decay;
     if (l->s->distopt && mc_pk_is_map(o))
         return load_distopt(l, o);
+    const char *main_key = mc_pk_get(o, "fp32_from_fp16_params") ? "fp32_from_fp16_params"
+                           : mc_pk_get(o, "fp32_from_fp16") ? "fp32_from_fp16" : NULL;
     const struct mc_pk *state = mc_pk_get(o, "state");
-    if (mc_pk_is_map(o) && !state && mc_pk_get(o, "optimizer") && !mc_pk_get(o, "fp32_from_fp16_params"))
+    if (mc_pk_is_map(o) && !state && mc_pk_get(o, "optimizer") && !main_key)
         return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with "
                         "--use-distributed-optimizer (distrib_optim.pt); add that option to load "
                         "it, or --no-load-optim", l->path);
-    if (!mc_pk_is_map(o) || !mc_pk_is_map(state))
-        return missing(l, "optimizer.state", "; specify --no-load-optim or --finetune to skip the "
-                                             "optimizer");
-    if (mc_pk_get(o, "fp32_from_fp16_params") || mc_pk_get(o, "optimizer"))
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: a mixed-precision (fp16/bf16) or distributed "
-                        "optimizer checkpoint; this build loads the fp32 optimizer only (use "
-                        "--no-load-optim)", l->path);
+    if (mc_pk_is_map(o) && main_key && !mixed(l->s))
+        return precision_mismatch(l, true);
+    if (mc_pk_is_map(o) && state && !main_key && mixed(l->s))
+        return precision_mismatch(l, false);
+    /* Float16OptimizerWithFloat16Params keeps the torch state under 'optimizer' */
+    const struct mc_pk *inner = main_key ? mc_pk_get(o, "optimizer") : o;
+    state = mc_pk_get(inner, "state");
+    if (!mc_pk_is_map(o) || !mc_pk_is_map(inner) || !mc_pk_is_map(state))
+        return missing(l, main_key ? "optimizer.optimizer.state" : "optimizer.state",
+                       "; specify --no-load-optim or --finetune to skip the optimizer");
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     if (!order)
         return MC_ERR_NOMEM;
     group_order(l->s, l->scheme, order, &n_first, &first_decay);
-    mc_status st = check_groups(l, mc_pk_get(o, "param_groups"), n_first, n);
+    mc_status st = check_groups(l, mc_pk_get(inner, "param_groups"), n_first, n);
     double step = 0;
     if (!st && state->n && state->n != 2 * n)
         st = mc_error(MC_ERR_FORMAT, "%s: optimizer state for %lld parameters, the model has %lld",
@@ -985,6 +1196,10 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
         step = 1;
     if (!st)
         mc_opt_set_step_count(l->s->opt, (int64_t)step);
+    if (!st && main_key)
+        st = load_scaler(l, o, "megatron.core.optimizer.optimizer");
+    if (!st && main_key)
+        st = load_main_params(l, mc_pk_get(o, main_key), order, n_first, n);
     mc_free(order);
     return st;
 }
@@ -1197,6 +1412,7 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     s->num_floating_point_operations_so_far = flops;
     const struct mc_pk *ck = mc_pk_get(sd, "args");
     mc_status st;
+    l->saved_precision = saved_precision(ck);
     if (ck && !finetune) {
         if (s->opts.load_args && (st = s->opts.load_args(s->opts.args_ctx, ck, l->path)))
             return st;
@@ -1283,6 +1499,11 @@ static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, 
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
                         "optimizer state with --use-distributed-optimizer is not implemented yet "
                         "(load it without that option, or add --no-load-optim)", dir, iter_dir);
+    if (mixed(s) && !release && s->opts.load_optim && !s->opts.finetune)
+        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
+                        "optimizer state into a %s run is not implemented yet (add --no-load-optim "
+                        "to load the weights only)", dir, iter_dir,
+                        precision_name(s->params_dtype));
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

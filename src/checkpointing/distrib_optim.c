@@ -12,6 +12,7 @@
  * shard to an all-reduce (sum over disjoint parts: exact) and rank 0 writes. */
 #include "checkpointing/distrib_optim.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "checkpointing/torch_pickle.h"
@@ -88,8 +89,11 @@ static void from_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm,
     }
 }
 
-/* Buffer `index`'s entry {(float32, float32): {param, exp_avg, exp_avg_sq, numel_unpadded}}. */
-static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *world[N_KEYS], int64_t n)
+/* Buffer `index`'s entry {(params_dtype, grad dtype): {param, exp_avg, exp_avg_sq, numel_unpadded}}
+ * (Megatron keys a grad buffer by its param and grad dtype; the tensors are fp32 in every
+ * precision). */
+static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *world[N_KEYS],
+                           int64_t n, enum mc_dtype param_dtype, enum mc_dtype grad_dtype)
 {
     struct mc_pk *buf = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *dtypes = mc_pk_new(d, MC_PK_TUPLE), *state = mc_pk_new(d, MC_PK_DICT);
@@ -97,8 +101,8 @@ static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *w
         return MC_ERR_NOMEM;
     mc_status st = mc_pk_append(d, root, mc_pk_int(d, index));
     st = st ? st : mc_pk_append(d, root, buf);
-    st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", "float32"));
-    st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", "float32"));
+    st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", mc_dtype_name(param_dtype)));
+    st = st ? st : mc_pk_append(d, dtypes, mc_pk_global(d, "torch", mc_dtype_name(grad_dtype)));
     st = st ? st : mc_pk_append(d, buf, dtypes);
     st = st ? st : mc_pk_append(d, buf, state);
     for (int k = 0; !st && k < N_KEYS; k++)
@@ -138,7 +142,7 @@ static mc_status save_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, m
             goto cleanup;
         }
     to_world(mp, &fm, woff, ch->perm, ch->m, buf, world);
-    st = add_state(d, root, index, world, n);
+    st = add_state(d, root, index, world, n, ch->param_dtype, ch->grad_dtype);
 cleanup:
     mc_free(woff);
     mc_free(buf);
@@ -174,7 +178,8 @@ mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, co
 /* ---- loading ------------------------------------------------------------------------------- */
 /* The buffer's state dict {param, exp_avg, exp_avg_sq, numel_unpadded}, checked against ours. */
 static mc_status find_state(const struct mc_pk *root, const char *path, int index, int n_buffers,
-                             int64_t n, const struct mc_pk **out)
+                             int64_t n, enum mc_dtype param_dtype, enum mc_dtype grad_dtype,
+                             const struct mc_pk **out)
 {
     const struct mc_pk *buf = NULL;
     for (int64_t i = 0; mc_pk_is_map(root) && i + 1 < root->n; i += 2) {
@@ -192,11 +197,22 @@ static mc_status find_state(const struct mc_pk *root, const char *path, int inde
                         "dtype): {...}}} as Megatron's save_parameter_state writes it (one entry "
                         "per model chunk)", path, index);
     const struct mc_pk *dt = buf->items[0];
+    char want[64], want_grad[64];
+    snprintf(want, sizeof(want), "torch %s", mc_dtype_name(param_dtype));
+    snprintf(want_grad, sizeof(want_grad), "torch %s", mc_dtype_name(grad_dtype));
     if (dt->kind != MC_PK_TUPLE || dt->n != 2 || dt->items[0]->kind != MC_PK_GLOBAL ||
-        strcmp(dt->items[0]->s, "torch float32") || dt->items[1]->kind != MC_PK_GLOBAL ||
-        strcmp(dt->items[1]->s, "torch float32"))
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: the grad buffer is not (torch.float32, "
-                        "torch.float32); this build trains and loads fp32 only", path);
+        dt->items[1]->kind != MC_PK_GLOBAL)
+        return mc_error(MC_ERR_FORMAT, "%s: grad buffer %d is not keyed by a (param dtype, grad "
+                        "dtype) tuple", path, index);
+    if (strcmp(dt->items[0]->s, want) || strcmp(dt->items[1]->s, want_grad))
+        /* load_parameter_state_from_dp_zero looks its own buffer key up: a KeyError */
+        return mc_error(MC_ERR_CONFIG, "%s: grad buffer %d is (torch.%s, torch.%s), this run's is "
+                        "(torch.%s, torch.%s): the file was saved in another precision "
+                        "(--bf16 / --fp16 / fp32, --accumulate-allreduce-grads-in-fp32), which "
+                        "Megatron does not load either (KeyError); resume in the checkpoint's "
+                        "precision, or add --no-load-optim to load only the weights", path, index,
+                        strchr(dt->items[0]->s, ' ') + 1, strchr(dt->items[1]->s, ' ') + 1,
+                        mc_dtype_name(param_dtype), mc_dtype_name(grad_dtype));
     const struct mc_pk *state = buf->items[1], *nu = mc_pk_get(state, "numel_unpadded");
     const struct mc_pk *bc = mc_pk_get(root, "buckets_coalesced");
     if (!bc || bc->kind != MC_PK_BOOL || !bc->b)
@@ -237,7 +253,8 @@ static mc_status load_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, i
     const struct mc_pk *state = NULL;
     if (!woff || !buf)
         st = MC_ERR_NOMEM;
-    if (!st && !(st = find_state(root, path, index, n_buffers, woff[fm.n_buckets], &state))) {
+    if (!st && !(st = find_state(root, path, index, n_buffers, woff[fm.n_buckets], ch->param_dtype,
+                                 ch->grad_dtype, &state))) {
         const float *w[N_KEYS];
         for (int k = 0; k < N_KEYS; k++)
             w[k] = tensor_data(mc_pk_get(state, keys[k]));

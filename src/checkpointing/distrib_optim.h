@@ -19,6 +19,9 @@ struct mc_ckpt_distopt_chunk {
     mc_distopt *o;
     mc_gpt_model *m;
     int64_t *perm;
+    enum mc_dtype param_dtype; /* the run's params_dtype: the buffer key (param, grad dtype);
+                                  the tensors are fp32 in every precision (the main params) */
+    enum mc_dtype grad_dtype;  /* the key's grad dtype */
 };
 
 /* Gathers every data-parallel rank's Adam moments of each chunk (collective over the

@@ -76,6 +76,14 @@ static void *arena(mc_pk_doc *d, size_t n)
     return p;
 }
 
+void *mc_pk_doc_alloc(mc_pk_doc *d, size_t n)
+{
+    void *p = arena(d, n);
+    if (!p)
+        mc_error(MC_ERR_NOMEM, "out of memory for a %zu-byte checkpoint tensor", n);
+    return p;
+}
+
 static char *arena_str(mc_pk_doc *d, const char *s, size_t n)
 {
     char *p = arena(d, n + 1);
@@ -626,6 +634,9 @@ static const char *const known_globals[] = {
     "torch._utils _rebuild_tensor_v2", "torch._utils _rebuild_parameter",
     "collections OrderedDict", "argparse Namespace", "_codecs encode",
     "numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype",
+    /* torch 2.x / numpy 2: a tensor with Python attributes (Megatron's fp32 main params carry
+     * tensor_model_parallel etc.), numpy 2's module name */
+    "torch._tensor _rebuild_from_type_v2", "torch Tensor", "numpy._core.multiarray _reconstruct",
     "megatron.core.enums ModelType", "megatron.core.transformer.enums AttnBackend",
     "megatron.core.transformer.enums AttnMaskType", "megatron.core.transformer.enums AttnType",
     "megatron.core.rerun_state_machine RerunMode", "megatron.core.rerun_state_machine RerunState",
@@ -765,6 +776,14 @@ static mc_status reduce(struct in *r)
     if (is_global(fn, "torch._utils _rebuild_tensor_v2")) {
         if ((st = rebuild_tensor(r, args, &v)))
             return st;
+    } else if (is_global(fn, "torch._tensor _rebuild_from_type_v2")) {
+        /* (func, type, args, state): a plain tensor rebuilt by func(*args); the state holds the
+         * Python attributes set on it, nothing a checkpoint reader restores */
+        if (args->n != 4 || !is_global(args->items[0], "torch._utils _rebuild_tensor_v2") ||
+            !is_global(args->items[1], "torch Tensor") || args->items[2]->kind != MC_PK_TUPLE)
+            return corrupt(r, "_rebuild_from_type_v2 other than of a torch.Tensor");
+        if ((st = rebuild_tensor(r, args->items[2], &v)))
+            return st;
     } else if (is_global(fn, "torch._utils _rebuild_parameter")) {
         if (args->n < 1 || args->items[0]->kind != MC_PK_TENSOR)
             return corrupt(r, "_rebuild_parameter of a non-tensor");
@@ -775,7 +794,8 @@ static mc_status reduce(struct in *r)
         if (args->n < 1 || args->items[0]->kind != MC_PK_STR)
             return corrupt(r, "_codecs.encode of a non-str");
         v = latin1_bytes(r, args->items[0]);
-    } else if (is_global(fn, "numpy.core.multiarray _reconstruct")) {
+    } else if (is_global(fn, "numpy.core.multiarray _reconstruct") ||
+               is_global(fn, "numpy._core.multiarray _reconstruct")) {
         v = mc_pk_new(r->d, MC_PK_NDARRAY);
     } else if (is_global(fn, "numpy dtype")) {
         if (args->n < 1 || args->items[0]->kind != MC_PK_STR)

@@ -56,6 +56,9 @@ struct mc_pk {
 typedef struct mc_pk_doc mc_pk_doc;
 mc_status mc_pk_doc_init(mc_pk_doc **out);
 void mc_pk_doc_free(mc_pk_doc *d);
+/* n zeroed bytes (16-aligned) that live as long as the doc: the data of a storage built for a
+ * save (a 16-bit copy of fp32 values); NULL on allocation failure. */
+void *mc_pk_doc_alloc(mc_pk_doc *d, size_t n);
 
 /* ---- building (NULL on allocation failure, which sets the last error) ---------------------- */
 struct mc_pk *mc_pk_none(mc_pk_doc *d);

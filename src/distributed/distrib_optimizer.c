@@ -351,6 +351,21 @@ static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
     return MC_OK;
 }
 
+/* The 16-bit model weights of bucket b follow its all-gathered fp32 params (Megatron gathers
+ * the 16-bit params themselves: the same values, round(main), on every rank). The bucket's
+ * params are consecutive in the set, so one conversion covers them. No-op in fp32. */
+static void refresh_bucket(mc_distopt *o, int64_t b)
+{
+    const struct mc_param_set *s = o->set;
+    int64_t first = o->bucket_first[b], end = b > 0 ? o->bucket_first[b - 1] : s->n_params;
+    if (s->compute_dtype == MC_DTYPE_F32 || !s->compute_block || end <= first)
+        return;
+    int64_t lo = s->params[first].offset;
+    int64_t hi = s->params[end - 1].offset + s->params[end - 1].view.numel;
+    s->be->ops->convert(s->be, (char *)s->compute_block + (size_t)lo * mc_dtype_size(s->compute_dtype),
+                        s->compute_dtype, s->param_block + lo, MC_DTYPE_F32, hi - lo);
+}
+
 static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
 {
     if (!o->param_pending[b])
@@ -361,6 +376,7 @@ static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
     if (st)
         return st;
     bucket_from_buffer(o, b, o->set->param_block);
+    refresh_bucket(o, b);
     return MC_OK;
 }
 
@@ -473,7 +489,11 @@ static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight
     if (o->overlap_param_gather && o->dp > 1)
         for (int64_t b = 0; b < o->map.n_buckets; b++)
             bucket_to_buffer(o, b, s->param_block);
-    return all_gather(o);
+    mc_status st = all_gather(o);
+    /* the 16-bit weights: now, or bucket by bucket as overlapped all-gathers finish */
+    if (!st && !(o->overlap_param_gather && o->dp > 1))
+        mc_param_set_refresh_compute(s);
+    return st;
 }
 
 /* MixedPrecisionOptimizer.prepare_grads with a grad scaler: this rank's reduce-scattered

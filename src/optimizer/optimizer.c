@@ -221,6 +221,9 @@ mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
     if ((st = mc_opt_count_zeros(o->set, o->n_chunks, &zeros)) != MC_OK)
         return st;
     update(o, lr, weight_decay);
+    /* _copy_main_params_to_model_params: the 16-bit weights follow (no-op in fp32) */
+    for (int c = 0; c < o->n_chunks; c++)
+        mc_param_set_refresh_compute(o->set[c]);
     if (res)
         *res = (struct mc_opt_step_result){.grad_norm = norm, .num_zeros = zeros};
     return MC_OK;

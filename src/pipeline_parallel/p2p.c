@@ -1,8 +1,8 @@
 /* Point-to-point exchange between adjacent pipeline stages over MPI: mirrors
  * megatron/core/pipeline_parallel/p2p_communication.py (core_v0.12.1) with batch_p2p_comm
  * (sends and receives of one exchange posted together and awaited together) and fixed shapes
- * ([s, b, h] in the pipeline dtype p->dt, Megatron's pipeline_dtype = params_dtype; no shape exchange: --variable-seq-lengths is not supported). Forward
- * activations and backward grads travel with different tags so they can never be confused. */
+ * ([s, b, h] in the pipeline dtype p->dt, Megatron's pipeline_dtype = params_dtype; no shape
+ * exchange: --variable-seq-lengths is not supported). Forward activations and backward grads travel with different tags so they can never be confused. */
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "parallel_state/parallel_state.h"
 

@@ -79,8 +79,8 @@ mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out);
 void mc_pp_group_free(void *comm);
 
 /* ---- schedules.c ------------------------------------------------------------------------ */
-/* One micro-batch on this stage (every tensor in p2p.dt). forward: input [s, b, h] is the previous stage's output (NULL
- * on the first stage); *output [s, b, h] is what goes to the next stage (unused on the last),
+/* One micro-batch on this stage (every tensor in p2p.dt). forward: input [s, b, h] is the
+ * previous stage's output (NULL on the first stage); *output [s, b, h] is what goes to the next stage (unused on the last),
  * valid until the next call. backward: micro-batch k's forward input again (the schedule keeps
  * it; NULL on the first stage) and the grad of its output (NULL on the last stage, where the
  * loss starts backward); *input_grad [s, b, h] goes to the previous stage (unused on the

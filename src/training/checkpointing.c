@@ -10,6 +10,7 @@
 
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/torch_pickle.h"
+#include "distributed/distrib_optimizer.h"
 
 struct mc_pk *mc_ckpt_arg_value(mc_pk_doc *d, const struct mc_val *v)
 {
@@ -154,9 +155,37 @@ static mc_status load_args(void *ctx, const struct mc_pk *saved, const char *pat
     return st ? st : restore_counters(ctx, saved, path);
 }
 
+/* The optimizer's grad scaler (the distributed optimizer's: the first chunk's), or NULL. */
+static struct mc_grad_scaler *scaler_of(const struct mc_ckpt_state *s)
+{
+    struct mc_grad_scaler *g = s->distopt ? mc_distopt_grad_scaler(s->distopt)
+                               : s->opt ? mc_opt_grad_scaler(s->opt) : NULL;
+    return g && g->on ? g : NULL;
+}
+
+/* The run's precision and grad scaler as the checkpoint code sees them: the scaler
+ * get_megatron_optimizer chose (constant, dynamic or none) with its current state. */
+static void precision(const struct mc_args *a, struct mc_ckpt_state *s)
+{
+    const struct mc_grad_scaler *g = scaler_of(s);
+    s->params_dtype = mc_gpt_model_config(s->model)->params_dtype;
+    s->grad_dtype = mc_args_bool(a, MC_A_accumulate_allreduce_grads_in_fp32) ? MC_DTYPE_F32
+                                                                             : s->params_dtype;
+    memset(&s->scaler, 0, sizeof(s->scaler));
+    if (!g)
+        return;
+    struct mc_grad_scaler_state gs;
+    mc_grad_scaler_get_state(g, &gs);
+    s->scaler.kind = g->dynamic ? MC_CKPT_SCALER_DYNAMIC : MC_CKPT_SCALER_CONSTANT;
+    s->scaler.scale = gs.scale;
+    s->scaler.growth_tracker = gs.growth_tracker;
+    s->scaler.hysteresis_tracker = gs.hysteresis_tracker;
+}
+
 mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *log)
 {
     struct args_ctx c = {.a = a, .s = s};
+    precision(a, s);
     mc_train_ckpt_options(a, true, &s->opts);
     s->opts.save_args = save_args;
     s->opts.args_ctx = &c;
@@ -168,10 +197,22 @@ mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
 mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *log, bool *loaded)
 {
     struct args_ctx c = {.a = a, .s = s};
+    precision(a, s);
     mc_train_ckpt_options(a, false, &s->opts);
     s->opts.load_args = load_args;
     s->opts.args_ctx = &c;
     mc_status st = mc_ckpt_load(s, log, loaded);
     s->opts.args_ctx = NULL;
+    struct mc_grad_scaler *g = scaler_of(s);
+    if (!st && *loaded && s->scaler.loaded && g) {
+        struct mc_grad_scaler_state gs = {s->scaler.scale, s->scaler.growth_tracker,
+                                          s->scaler.hysteresis_tracker};
+        if ((st = mc_grad_scaler_set_state(g, &gs)))
+            return mc_error(st, "--load %s: optimizer grad_scaler: %s", s->opts.dir,
+                            mc_last_error());
+    }
+    /* the 16-bit weights forward reads follow the loaded main params (a no-op in fp32) */
+    for (int c = 0; !st && *loaded && c < (s->n_chunks > 1 ? s->n_chunks : 1); c++)
+        mc_param_set_refresh_compute(mc_gpt_param_set(s->n_chunks > 1 ? s->chunks[c] : s->model));
     return st;
 }

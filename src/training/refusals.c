@@ -117,12 +117,32 @@ static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
                "checkpoints are read, not yet written)" : "");
 }
 
+/* --bf16 / --fp16 train (Megatron's Float16OptimizerWithFloat16Params, docs/loss-scaling.md);
+ * what Megatron offers around them and megatron.c does not do yet is refused by name. */
 static void precision(const struct mc_args *a, struct mc_refusals *r)
 {
     bool bf16 = mc_args_bool(a, A(bf16)), fp16 = mc_args_bool(a, A(fp16));
-    if (bf16 || fp16)
-        refuse(r, "%s: mixed precision is not available in megatron.c yet; train in fp32 "
-               "(drop the option)", bf16 ? "--bf16" : "--fp16");
+    if (a->given[A(grad_reduce_in_bf16)] && mc_args_bool(a, A(grad_reduce_in_bf16)))
+        refuse(r, "--grad-reduce-in-bf16 is not implemented in megatron.c yet (gradients are "
+               "reduced in fp32: drop the option)");
+    /* with --bf16 a non-fp32 --main-grads-dtype leaves accumulate_allreduce_grads_in_fp32 off
+     * (validate_args): bf16 grad buffers. The other dtype options only act with
+     * --use-precision-aware-optimizer (refused), as in Megatron. */
+    const char *mg = mc_args_str(a, A(main_grads_dtype));
+    if (bf16 && !mc_args_bool(a, A(accumulate_allreduce_grads_in_fp32)) &&
+        !str_is(mg, "fp32") && !str_is(mg, "torch.float32"))
+        refuse(r, "--bf16 with --main-grads-dtype %s is not implemented in megatron.c yet "
+               "(gradients accumulated and reduced in bf16; megatron.c does it in fp32 only)",
+               str_is(mg, "torch.bfloat16") ? "bf16" : mg);
+    if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection)))
+        refuse(r, "--fp32-residual-connection is not implemented in megatron.c yet (the "
+               "residual stream is in the 16-bit params dtype)");
+    /* Megatron keeps the main_grad buffer in fp16 then: accumulation and all-reduce in 16 bits */
+    if (fp16 && !mc_args_bool(a, A(accumulate_allreduce_grads_in_fp32)))
+        refuse(r, "--fp16 without --accumulate-allreduce-grads-in-fp32 is not implemented in "
+               "megatron.c yet (Megatron then accumulates and all-reduces the gradients in an "
+               "fp16 buffer; megatron.c does it in fp32 only): add "
+               "--accumulate-allreduce-grads-in-fp32");
 }
 
 /* Megatron tokenizers megatron.c has no implementation of (tokenizer/tokenizer.c). */

@@ -205,8 +205,46 @@ def test_broken(tmp):
     check(rc != 0 and "missing.pt" in err, f"missing file: {err.strip()}")
 
 
+TORCH2_SAVE = """
+import sys, numpy, torch
+t = torch.tensor([[1.5, -2.0], [0.25, 3.0]], dtype=torch.float16)
+t.tensor_model_parallel, t.partition_dim = True, 0  # as Megatron's fp32 main params carry them
+torch.save({"main": t, "plain": torch.arange(3.0), "np": numpy.arange(4, dtype=numpy.int64)}, sys.argv[1])
+"""
+
+
+def test_torch2_pickles(tmp):
+    """torch 2.x pickles a tensor with Python attributes through _rebuild_from_type_v2 and numpy 2
+    arrays through numpy._core (Megatron's --fp16 checkpoints, which need torch 2 on a CPU, have
+    both): read as the plain tensor and array."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import megatron_cases
+    py = megatron_cases.megatron_python(torch2=True)
+    if py is None and os.path.exists("/work/torch2-venv/bin/python"):
+        py = "/work/torch2-venv/bin/python"
+    if py is None:
+        print("SKIP test_torch2_pickles: no torch 2.x interpreter (bench/setup_torch.sh, MC_TORCH2_PYTHON)")
+        return
+    path = os.path.join(tmp, "torch2.pt")
+    p = subprocess.run([py, "-c", TORCH2_SAVE, path], capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, f"torch 2 save: {p.stderr[-300:]}")
+    with zipfile.ZipFile(path) as z:
+        pkl = z.read([n for n in z.namelist() if n.endswith("data.pkl")][0])
+    check(b"_rebuild_from_type_v2" in pkl and b"numpy._core" in pkl, "torch 2 used both (the test sees them)")
+    rc, d, err = dump(path)
+    check(rc == 0, f"our reader: {err.strip()}")
+    if rc == 0:
+        items = dict(d["dict"])
+        m = items["main"]
+        check(m["tensor"] == "float16" and m["shape"] == [2, 2] and m["values"] == [1.5, -2.0, 0.25, 3.0],
+              f"attributed fp16 tensor read as a tensor: {m}")
+        check(items["plain"]["values"] == [0.0, 1.0, 2.0], "plain tensor")
+        check(items["np"].get("ndarray") is not None and items["np"]["shape"] == [4], f"numpy 2 array: {items['np']}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        test_torch2_pickles(tmp)
         test_torch_loads_ours(tmp)
         test_torch_loads_ours(tmp, "write64")  # the zip64 form files past 4 GiB take
         test_we_load_torch(tmp)

@@ -1,17 +1,20 @@
 /* Prints the activation block of one tensor-parallel rank of GPT-2 124M (12 layers, hidden
  * 768, 12 heads, vocab 50257 padded as Megatron pads it, dropout 0.1) with and without
- * sequence parallelism: `gpt_act_bytes TP SEQ MBS`. Building the model needs no communicator
+ * sequence parallelism: `gpt_act_bytes TP SEQ MBS [DTYPE]` (DTYPE fp32 (default), bf16 or fp16:
+ * params_dtype, the activations' dtype). Building the model needs no communicator
  * (only forward does), so one process measures any rank. Used for the memory figures of
  * docs/sequence-parallel.md. */
 #include "megatron/gpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-static size_t act_bytes(int tp, int64_t seq, int64_t mbs, bool sp)
+static size_t act_bytes(int tp, int64_t seq, int64_t mbs, bool sp, enum mc_dtype dt)
 {
     struct mc_gpt_config c;
     mc_gpt_config_default(&c);
+    c.params_dtype = dt;
     c.num_layers = 12;
     c.hidden_size = 768;
     c.num_attention_heads = 12;
@@ -33,16 +36,23 @@ static size_t act_bytes(int tp, int64_t seq, int64_t mbs, bool sp)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: gpt_act_bytes TP SEQ MBS\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: gpt_act_bytes TP SEQ MBS [fp32|bf16|fp16]\n");
         return 2;
     }
     int tp = atoi(argv[1]);
     int64_t seq = atoll(argv[2]), mbs = atoll(argv[3]);
-    size_t plain = act_bytes(tp, seq, mbs, false);
-    size_t sp = tp > 1 ? act_bytes(tp, seq, mbs, true) : plain;
-    printf("gpt2-124M tp=%d seq=%lld mbs=%lld: act_block %.1f MiB, with --sequence-parallel "
-           "%.1f MiB (saves %.1f MiB)\n", tp, (long long)seq, (long long)mbs,
+    const char *dn = argc == 5 ? argv[4] : "fp32";
+    enum mc_dtype dt = !strcmp(dn, "bf16") ? MC_DTYPE_BF16 : !strcmp(dn, "fp16") ? MC_DTYPE_F16
+                                                                                : MC_DTYPE_F32;
+    if (dt == MC_DTYPE_F32 && strcmp(dn, "fp32")) {
+        fprintf(stderr, "gpt_act_bytes: dtype %s: expected fp32, bf16 or fp16\n", dn);
+        return 2;
+    }
+    size_t plain = act_bytes(tp, seq, mbs, false, dt);
+    size_t sp = tp > 1 ? act_bytes(tp, seq, mbs, true, dt) : plain;
+    printf("gpt2-124M %s tp=%d seq=%lld mbs=%lld: act_block %.1f MiB, with --sequence-parallel "
+           "%.1f MiB (saves %.1f MiB)\n", dn, tp, (long long)seq, (long long)mbs,
            plain / 1048576.0, sp / 1048576.0, (plain - sp) / 1048576.0);
     return 0;
 }

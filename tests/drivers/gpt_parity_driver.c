@@ -12,7 +12,7 @@
  * optionally attention_mask [b, 1, s, s] u8 (1 = masked) and position_ids [b, s] i64; and
  * opt.steps (i64), opt.lr, opt.weight_decay ([steps] f32), opt.beta1, opt.beta2, opt.eps,
  * opt.clip_grad (f32) for the training run, and optionally opt.optimizer (0 adam, 1 sgd) with
- * opt.sgd_momentum.
+ * opt.sgd_momentum, and opt.loss_scale (f32: fp16's constant scaler; dloss comes scaled).
  * OUT holds: logits [s, b, V] from an eval forward; loss [b, s] and grad.<name> for every
  * parameter from a training forward/backward on the initial weights; then for opt.steps steps of
  * (zero grads, forward, backward, optimizer step): train.loss [steps] (sum of loss * dloss before the
@@ -21,12 +21,18 @@
  * [M, b, s] f32 run M training micro-batches at mc_gpt_set_step(0) with grads accumulating, as
  * Megatron's forward_backward_no_pipelining does; OUT gets accum.loss [M, b, s] and
  * accum.grad.<name>.
+ * Mixed precision: config.params_dtype (the enum mc_dtype code: 0 f32, 1 bf16, 2 f16) makes
+ * the model compute in that dtype; param.<name> may then be f32 (the main params, the dt
+ * weights rounded from them) or that dtype (widened exactly); logits and the hook points are
+ * written in the params dtype, grads and params stay the fp32 main grads / main params.
  * With MC_DUMP_HOOKS=PATH the debug hook points (include/megatron/dump.h) of the eval forward
  * are written to PATH.
  * Every failure prints the status and message and exits 1. */
 #include "megatron/dump.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
+
+#include "core/dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +134,9 @@ static void read_config(const mc_dump *in, struct mc_gpt_config *c)
     int64_t seed = (int64_t)c->seed;
     get_i64(in, "seed", &seed);
     c->seed = (uint64_t)seed;
+    e = (int)c->params_dtype;
+    get_int(in, "params_dtype", &e);
+    c->params_dtype = (enum mc_dtype)e;
 }
 
 /* The named tensor with the expected dtype and element count, or exit naming what differs. */
@@ -157,9 +166,16 @@ static void load_params(const mc_dump *in, mc_gpt_model *m)
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
         snprintf(key, sizeof(key), "param.%s", p.name);
-        memcpy(p.data, tensor(in, key, MC_DTYPE_F32, p.numel, true), (size_t)p.numel * sizeof(float));
+        const struct mc_dump_tensor *t = mc_dump_find(in, key);
+        enum mc_dtype dt = mc_gpt_model_config(m)->params_dtype;
+        if (t && t->dtype == dt && dt != MC_DTYPE_F32 && t->numel == p.numel)
+            mc_dtype_to_f32(p.data, t->data, dt, p.numel); /* 16-bit weights, widened */
+        else
+            memcpy(p.data, tensor(in, key, MC_DTYPE_F32, p.numel, true),
+                   (size_t)p.numel * sizeof(float));
         loaded++;
     }
+    mc_param_set_refresh_compute(mc_gpt_param_set(m)); /* the dt weights from the main params */
     for (int64_t i = 0; i < mc_dump_count(in); i++) {
         const char *n = mc_dump_get(in, i)->name;
         if (strncmp(n, "param.", 6) == 0 && mc_gpt_param_index(m, n + 6) < 0)
@@ -243,6 +259,13 @@ static void train(const mc_dump *in, mc_gpt_model *m, const struct mc_gpt_batch 
     oc.adam_beta2 = read_opt_f32(in, "opt.beta2");
     oc.adam_eps = read_opt_f32(in, "opt.eps");
     oc.clip_grad = read_opt_f32(in, "opt.clip_grad");
+    /* a 16-bit model trains with Megatron's mixed-precision optimizer; fp16 with the constant
+     * loss scale opt.loss_scale, which the tests have already multiplied into dloss */
+    enum mc_dtype pdt = mc_gpt_model_config(m)->params_dtype;
+    oc.bf16 = pdt == MC_DTYPE_BF16;
+    oc.fp16 = pdt == MC_DTYPE_F16;
+    if (mc_dump_find(in, "opt.loss_scale"))
+        oc.loss_scale = read_opt_f32(in, "opt.loss_scale");
     mc_optimizer *opt = NULL;
     TRY(mc_opt_init(&oc, mc_gpt_param_set(m), &opt));
     int64_t n = batch->b * batch->s;
@@ -262,6 +285,7 @@ static void train(const mc_dump *in, mc_gpt_model *m, const struct mc_gpt_batch 
         TRY(mc_gpt_backward(m, dloss));
         struct mc_opt_step_result r;
         TRY(mc_opt_step(opt, lr[it], wd[it], &r));
+        mc_param_set_refresh_compute(mc_gpt_param_set(m)); /* as mc_opt_step does (no-op fp32) */
         norms[it] = r.grad_norm;
     }
     TRY(mc_dump_add_f32(out, "train.loss", 1, &steps, curve));
@@ -311,7 +335,7 @@ int main(int argc, char **argv)
         mc_dump_hooks_disable();
     }
     int64_t lshape[3] = {s, b, c->padded_vocab_size / c->tensor_model_parallel_size};
-    TRY(mc_dump_add_f32(out, "logits", 3, lshape, mc_gpt_logits(m)));
+    TRY(mc_dump_add(out, "logits", c->params_dtype, 3, lshape, mc_gpt_logits(m)));
 
     float *loss = mc_alloc((size_t)n * sizeof(float));
     if (!loss)

@@ -7,21 +7,26 @@
  * functions; every received activation and grad is the one the neighbour sent for that
  * micro-batch; every backward but the last micro-batch's runs under no_sync (set_grad_sync
  * false), the last one's with the grad sync on, as Megatron's no_sync_func / enable_grad_sync;
- * zero micro-batches are refused. Ranks agree on pass/fail. */
+ * zero micro-batches are refused. The 1F1B cases run again with bf16 messages (Megatron's
+ * pipeline_dtype = params_dtype): the same order, each value arriving as the bf16 the
+ * neighbour sent. Ranks agree on pass/fail. */
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "test.h"
+
+#include "core/dtype.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { N = 6 }; /* floats per message */
+enum { N = 6 }; /* elements per message */
 
 struct ctx {
     int rank, size;
+    enum mc_dtype dt; /* the messages' dtype: F32 or BF16 */
     char trace[4096];
-    float out[N], dx[N];
+    float out[N], dx[N]; /* N elements of dt (bf16 uses the first half) */
     int bad_values;
     int64_t m;      /* micro-batches of the case */
     int sync;       /* the last set_grad_sync (-1: never called) */
@@ -45,33 +50,51 @@ static void on_event(void *c, const char *ev)
 static float act(int64_t k, int stage) { return (float)(k * 100 + stage); }
 static float grd(int64_t k, int stage) { return (float)(-k * 100 - stage - 1); }
 
-static mc_status forward(void *c, int64_t k, const void *input_v, const void **output)
+/* element i of a message of dt, and the value it should hold (v rounded to dt) */
+static float get(const struct ctx *x, const void *buf, int i)
 {
-    const float *input = input_v;
+    return x->dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(((const uint16_t *)buf)[i])
+                                  : ((const float *)buf)[i];
+}
+
+static void put(const struct ctx *x, void *buf, int i, float v)
+{
+    if (x->dt == MC_DTYPE_BF16)
+        ((uint16_t *)buf)[i] = mc_f32_to_bf16(v);
+    else
+        ((float *)buf)[i] = v;
+}
+
+static float as_dt(const struct ctx *x, float v)
+{
+    return x->dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(v)) : v;
+}
+
+static mc_status forward(void *c, int64_t k, const void *input, const void **output)
+{
     struct ctx *x = c;
     if ((input == NULL) != (x->rank == 0))
         x->bad_values++;
     for (int i = 0; input && i < N; i++)
-        x->bad_values += input[i] != act(k, x->rank - 1) + (float)i;
+        x->bad_values += get(x, input, i) != as_dt(x, act(k, x->rank - 1) + (float)i);
     for (int i = 0; i < N; i++)
-        x->out[i] = act(k, x->rank) + (float)i;
+        put(x, x->out, i, act(k, x->rank) + (float)i);
     *output = x->out;
     return MC_OK;
 }
 
-static mc_status backward(void *c, int64_t k, const void *input_v, const void *output_grad_v,
+static mc_status backward(void *c, int64_t k, const void *input, const void *output_grad,
                           const void **input_grad)
 {
-    const float *input = input_v, *output_grad = output_grad_v;
     struct ctx *x = c;
     if ((output_grad == NULL) != (x->rank == x->size - 1))
         x->bad_values++;
     for (int i = 0; input && i < N; i++) /* the schedule kept k's input */
-        x->bad_values += input[i] != act(k, x->rank - 1) + (float)i;
+        x->bad_values += get(x, input, i) != as_dt(x, act(k, x->rank - 1) + (float)i);
     for (int i = 0; output_grad && i < N; i++)
-        x->bad_values += output_grad[i] != grd(k, x->rank + 1) * (float)(i + 1);
+        x->bad_values += get(x, output_grad, i) != as_dt(x, grd(k, x->rank + 1) * (float)(i + 1));
     for (int i = 0; i < N; i++)
-        x->dx[i] = grd(k, x->rank) * (float)(i + 1);
+        put(x, x->dx, i, grd(k, x->rank) * (float)(i + 1));
     x->bad_sync += x->sync != (k == x->m - 1);
     *input_grad = x->dx;
     return MC_OK;
@@ -96,10 +119,11 @@ static const char *find_golden(const char *key)
     return line;
 }
 
-static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_only)
+static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_only,
+                     enum mc_dtype dt)
 {
-    struct ctx x = {.rank = rank, .size = size, .m = m, .sync = -1};
-    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false, MC_DTYPE_F32};
+    struct ctx x = {.rank = rank, .size = size, .dt = dt, .m = m, .sync = -1};
+    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false, dt};
     struct mc_pp_schedule s;
     struct mc_pp_step_ops ops = {&x, forward, backward, set_sync};
     CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -161,11 +185,14 @@ int main(int argc, char **argv)
                 continue; /* not in the golden */
             if (pp == 1 && ms[i] == 8)
                 continue;
-            run_case(c, pp, rank % pp, ms[i], false);
-            run_case(c, pp, rank % pp, ms[i], true);
+            run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_F32);
+            run_case(c, pp, rank % pp, ms[i], true, MC_DTYPE_F32);
+            if (pp > 1)
+                run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_BF16);
         }
         struct ctx x = {.rank = rank % pp, .size = pp};
-        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false, MC_DTYPE_F32};
+        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false,
+                              MC_DTYPE_F32};
         struct mc_pp_schedule s;
         struct mc_pp_step_ops ops = {&x, forward, backward, NULL};
         CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -177,7 +204,8 @@ int main(int argc, char **argv)
     }
     /* the embedding group: first and last stage of a 4-stage pipeline */
     if (world == 4) {
-        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL, false, MC_DTYPE_F32};
+        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL, false,
+                              MC_DTYPE_F32};
         void *eg = NULL;
         CHECK(mc_pp_embedding_group_init(&p, &eg) == MC_OK);
         CHECK((eg != NULL) == (rank == 0 || rank == 3));

@@ -6,19 +6,24 @@
  * virtual stage). Checked: each rank's sequence of steps and posted exchanges equals the line
  * Megatron's own function produced; every input and output grad is what the neighbouring
  * virtual stage sent for that micro-batch; the refused micro-batch counts give Megatron's
- * message; no buffer is leaked. Ranks agree on pass/fail. */
+ * message; no buffer is leaked. Every case runs with fp32 and with bf16 messages (p2p.dt,
+ * Megatron's pipeline_dtype): each value arrives as the bf16 the neighbour sent. Ranks agree
+ * on pass/fail. */
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "test.h"
+
+#include "core/dtype.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { N = 5 }; /* floats per message */
+enum { N = 5 }; /* elements per message */
 
 struct ctx {
     int rank, size, vp;
+    enum mc_dtype dt; /* the messages' dtype: F32 or BF16 (out and dx hold N of it) */
     char trace[16384];
     float out[N], dx[N];
     int bad_values;
@@ -39,39 +44,57 @@ static float grd(int64_t k, int vs) { return (float)(-k * 1000 - vs - 1); }
 
 static int vstage(const struct ctx *x, int chunk) { return chunk * x->size + x->rank; }
 
-static void check_input(struct ctx *x, int vs, int64_t k, const float *input)
+/* element i of a dt message; a value as the dt message carries it */
+static float get(const struct ctx *x, const void *buf, int i)
+{
+    return x->dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(((const uint16_t *)buf)[i])
+                                  : ((const float *)buf)[i];
+}
+
+static void put(const struct ctx *x, void *buf, int i, float v)
+{
+    if (x->dt == MC_DTYPE_BF16)
+        ((uint16_t *)buf)[i] = mc_f32_to_bf16(v);
+    else
+        ((float *)buf)[i] = v;
+}
+
+static float as_dt(const struct ctx *x, float v)
+{
+    return x->dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(v)) : v;
+}
+
+static void check_input(struct ctx *x, int vs, int64_t k, const void *input)
 {
     if ((input == NULL) != (vs == 0))
         x->bad_values++;
     for (int i = 0; input && i < N; i++)
-        x->bad_values += input[i] != act(k, vs - 1) + (float)i;
+        x->bad_values += get(x, input, i) != as_dt(x, act(k, vs - 1) + (float)i);
 }
 
-static mc_status forward(void *c, int chunk, int64_t k, const void *input_v, const void **output)
+static mc_status forward(void *c, int chunk, int64_t k, const void *input, const void **output)
 {
-    const float *input = input_v;
     struct ctx *x = c;
     int vs = vstage(x, chunk);
     check_input(x, vs, k, input);
     for (int i = 0; i < N; i++)
-        x->out[i] = act(k, vs) + (float)i;
+        put(x, x->out, i, act(k, vs) + (float)i);
     *output = x->out;
     return MC_OK;
 }
 
-static mc_status backward(void *c, int chunk, int64_t k, const void *input_v,
-                          const void *output_grad_v, const void **input_grad)
+static mc_status backward(void *c, int chunk, int64_t k, const void *input,
+                          const void *output_grad, const void **input_grad)
 {
-    const float *input = input_v, *output_grad = output_grad_v;
     struct ctx *x = c;
     int vs = vstage(x, chunk), last = x->size * x->vp - 1;
     check_input(x, vs, k, input);
     if ((output_grad == NULL) != (vs == last))
         x->bad_values++;
     for (int i = 0; output_grad && i < N; i++)
-        x->bad_values += output_grad[i] != grd(k, vs + 1) * (float)(i + 1);
+        x->bad_values += get(x, output_grad, i) != as_dt(x, grd(k, vs + 1) * (float)(i + 1));
     for (int i = 0; i < N; i++)
-        x->dx[i] = grd(k, vs) * (float)(i + 1);
+        put(x, x->dx, i, grd(k, vs) * (float)(i + 1));
     *input_grad = x->dx;
     return MC_OK;
 }
@@ -102,7 +125,7 @@ static void load_golden(void)
 }
 
 /* One golden line for this pipeline size and rank. */
-static void run_line(MPI_Comm comm, int size, int rank, const char *line)
+static void run_line(MPI_Comm comm, int size, int rank, const char *line, enum mc_dtype dt)
 {
     int pp, vp, ng, mm, r;
     char mode[16], kind[16];
@@ -118,8 +141,8 @@ static void run_line(MPI_Comm comm, int size, int rank, const char *line)
     if (!want)
         return;
     want += 3;
-    struct ctx x = {.rank = rank, .size = size, .vp = vp};
-    struct mc_pp_p2p p = {&comm, size, rank, N, on_event, &x, false, MC_DTYPE_F32};
+    struct ctx x = {.rank = rank, .size = size, .vp = vp, .dt = dt};
+    struct mc_pp_p2p p = {&comm, size, rank, N, on_event, &x, false, dt};
     struct mc_pp_interleaved s;
     struct mc_pp_chunk_ops ops = {&x, forward, backward};
     CHECK(mc_pp_interleaved_init(&s, &p, vp, ng, !strcmp(mode, "overlap")) == MC_OK);
@@ -163,7 +186,8 @@ int main(int argc, char **argv)
             size_t n = e ? (size_t)(e - l) : strlen(l);
             char line[16384];
             snprintf(line, sizeof(line), "%.*s", (int)n, l);
-            run_line(c, pp, rank % pp, line);
+            run_line(c, pp, rank % pp, line, MC_DTYPE_F32);
+            run_line(c, pp, rank % pp, line, MC_DTYPE_BF16);
             l += n + (e ? 1 : 0);
         }
         MPI_Comm_free(&c);

@@ -47,9 +47,10 @@ def make_case(name, seed):
     return dict(name=name, seed=seed, twin=twin, batch=batch)
 
 
-def write_input(path, case, steps=0, lr=None, wd=None, sgd_momentum=None):
+def write_input(path, case, steps=0, lr=None, wd=None, sgd_momentum=None, extra=None):
+    """The driver's input dump; `extra` adds entries (e.g. config.params_dtype)."""
     c = case['twin'].c
-    t = {}
+    t = dict(extra or {})
     for k in CONFIG_FIELDS:
         v = c[k]
         t['config.' + k] = np.float32(v) if k in T.FLOAT_FIELDS else np.int64(int(v))

@@ -63,7 +63,9 @@ def use_fused_layer_norm():
     return restore
 
 
-def megatron_model(c):
+def megatron_model(c, dtype=None):
+    """Megatron's GPTModel for twin config c; dtype torch.bfloat16 / torch.float16 builds it as
+    --bf16 / --fp16 do (params_dtype, weights created in it)."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -84,7 +86,9 @@ def megatron_model(c):
         hidden_dropout=0.0, attention_dropout=0.0, masked_softmax_fusion=False,
         persist_layer_norm=False, gradient_accumulation_fusion=False, apply_rope_fusion=False,
         bias_dropout_fusion=False, rotary_interleaved=bool(c['rotary_interleaved']),
-        use_cpu_initialization=True, init_method_std=0.02)
+        use_cpu_initialization=True, init_method_std=0.02,
+        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        params_dtype=dtype if dtype is not None else torch.float32)
     pos = {T.POS_LEARNED: 'learned_absolute', T.POS_ROPE: 'rope', T.POS_NONE: 'none'}[c['position_embedding_type']]
     restore = lambda: None
     if c['layernorm_zero_centered_gamma']:

@@ -71,6 +71,105 @@ def derive(cfg):
     return c
 
 
+# ---- 16-bit mode ---------------------------------------------------------------------------
+
+DTYPES = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+class _Round(torch.autograd.Function):
+    """A 16-bit tensor boundary in fp32 arithmetic: the value rounded to the dtype (nearest even)
+    going forward, and the gradient arriving at it rounded too going backward (what a 16-bit
+    op's output and a 16-bit grad_input hold)."""
+
+    @staticmethod
+    def forward(ctx, x, dt):
+        ctx.dt = dt
+        return x.to(dt).to(torch.float32)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dt).to(g.dtype), None
+
+
+class _GradRound(torch.autograd.Function):
+    """Identity going forward, the gradient rounded to the dtype going backward: inside a fused
+    fp32 computation, where Megatron's fused kernel stores a 16-bit intermediate gradient (the
+    bias-GELU / bias-SwiGLU backward returns one 16-bit tensor for both input and bias)."""
+
+    @staticmethod
+    def forward(ctx, x, dt):
+        ctx.dt = dt
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.dt).to(g.dtype), None
+
+
+class Precision:
+    """Where the twin rounds: Megatron core's local spec run with --bf16 / --fp16 (params_dtype
+    16-bit, Float16Module), i.e. every torch op on 16-bit tensors rounds its output once to the
+    dtype, except the fp32 cross-entropy on output.float() (and the fp32 softmax with
+    --attention-softmax-in-fp32).
+
+    dtype 'fp32': off (the fp32 twin, bit for bit what it was). Otherwise two ways to run the same
+    module code:
+      explicit (native=False): the tensors stay fp32 holding 16-bit values; `r` rounds at every
+        16-bit op output and, through its backward, every gradient that a 16-bit op returns
+        (ops take their inputs through `r` too, so each consumer's grad_input is rounded before
+        autograd adds them, as 16-bit autograd does). Runs fp16 on torch 1.13 (no Half GEMM).
+      native (native=True): the parameters are 16-bit torch tensors and torch's own 16-bit CPU
+        ops round (torch 1.13 has bf16; fp16 needs torch 2.x); `r` is the identity.
+    fused: the elementwise fusions Megatron runs on a GPU (TorchScript / nvFuser / TE kernels
+    computing in fp32, one rounding of each output): bias-GELU, bias-SwiGLU, bias-dropout-add,
+    RoPE (--apply-rope-fusion) and the norms (fp32 inside, output rounded). This is design16
+    section 3, what the C engine does.
+    fused=False: Megatron's eager ops on a CPU (jit disabled, each op rounds): bias + GELU, the
+    bias-dropout-add, RoPE and torch's own 16-bit LayerNorm / RMSNorm."""
+
+    def __init__(self, dtype='fp32', native=False, fused=True):
+        if dtype not in DTYPES:
+            raise ValueError('dtype %r: expected one of %s' % (dtype, list(DTYPES)))
+        if not native and not fused and DTYPES[dtype] is not None:
+            raise ValueError('the eager (unfused) rounding points exist in native mode only')
+        self.name, self.dt, self.native, self.fused = dtype, DTYPES[dtype], native, fused
+        self.on = self.dt is not None
+
+    def r(self, x):
+        """A 16-bit op's output (or input: rounds the gradient this consumer sends back)."""
+        if not self.on or self.native:
+            return x
+        return _Round.apply(x, self.dt)
+
+    def gr(self, x):
+        """An fp32 intermediate of a fused op whose gradient Megatron stores in 16 bits."""
+        return _GradRound.apply(x, self.dt) if self.on else x
+
+    def fuse(self, fn, *xs):
+        """fn computed in fp32 on 16-bit inputs, its output rounded once (a fused kernel)."""
+        if self.native:
+            return fn(*[x.float() if x is not None else None for x in xs]).to(self.dt)
+        return self.r(fn(*[self.r(x) if x is not None else None for x in xs]))
+
+    def mm(self, x, w):
+        """x @ w^T: fp32 accumulation, one rounding (16-bit GEMM); the backward GEMMs likewise."""
+        return self.r(torch.matmul(self.r(x), self.r(w).t()))
+
+    def add(self, a, b):
+        """a + b on 16-bit tensors (broadcasting: a bias's gradient is summed, then rounded)."""
+        return self.r(self.r(a) + self.r(b))
+
+    def mul(self, a, b):
+        return self.r(self.r(a) * self.r(b))
+
+    def const(self, x):
+        """An fp32 constant cast to the dtype (no gradient)."""
+        return x.to(self.dt) if self.native else x.to(self.dt).float()
+
+
+FP32 = Precision()  # the modules' default: the fp32 twin
+
+
 # ---- elementwise pieces -------------------------------------------------------------------
 
 class BiasGeluTanh(torch.autograd.Function):
@@ -102,6 +201,78 @@ def activation(c, u):
     if a == ACT_SQUARED_RELU:
         return torch.pow(F.relu(u), 2)
     raise ValueError('activation %r' % a)
+
+
+def _swiglu(u):
+    gate, up = torch.chunk(u, 2, dim=-1)
+    return F.silu(gate) * up
+
+
+class _EagerBiasGelu(torch.autograd.Function):
+    """fused_bias_gelu.GeLUFunction with jit off (Megatron on a CPU), on 16-bit tensors: each op
+    of bias_gelu / bias_gelu_back rounds; the one 16-bit tensor the backward returns is the
+    input's gradient and, summed over tokens, the bias's."""
+
+    @staticmethod
+    def forward(ctx, y, bias):
+        ctx.save_for_backward(y, bias)
+        x = bias + y
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        y, bias = ctx.saved_tensors
+        x = bias + y
+        t = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+        ff = 0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t)
+        d = ff * g
+        return d, d.sum(dim=tuple(range(d.dim() - 1)))
+
+
+class _EagerSwiglu(torch.autograd.Function):
+    """fused_bias_swiglu.SwiGLUFunction / BiasSwiGLUFunction with jit off, on 16-bit tensors (ops
+    round one by one; with a bias, y + bias is rounded and its gradient serves the bias too)."""
+
+    @staticmethod
+    def forward(ctx, y, bias):
+        ctx.save_for_backward(y, bias)
+        if bias is not None:
+            y = y + bias
+        a, b = torch.chunk(y, 2, -1)
+        return F.silu(a) * b
+
+    @staticmethod
+    def backward(ctx, g):
+        y, bias = ctx.saved_tensors
+        if bias is not None:
+            y = y + bias
+        a, b = torch.chunk(y, 2, -1)
+        d = torch.cat((g * torch.sigmoid(a) * (1 + a * (1 - torch.sigmoid(a))) * b, g * F.silu(a)), -1)
+        return d, (d.sum(dim=tuple(range(d.dim() - 1))) if bias is not None else None)
+
+
+def activation16(p, c, u, ub):
+    """MLP activation on the 16-bit fc1 output u (bias ub kept apart: linear_fc1 skips it).
+    GELU-tanh and SwiGLU are Megatron's bias-activation fusions: fused, fp32 inside with one
+    rounding of the output and of the gradient they store (the bias grad is that rounded
+    gradient summed over tokens, then rounded); eager (CPU, jit off) op by op. The other
+    activations are not fused in Megatron: round(u + b), then torch's op (one rounding)."""
+    a = c['activation']
+    if a == ACT_GELU_TANH:
+        if ub is None:
+            raise ValueError('the fused bias-GELU needs the linear bias (add_bias_linear)')
+        if p.fused:
+            return p.fuse(lambda y, b: BiasGeluTanh.apply(p.gr(y + b)), u, ub)
+        return _EagerBiasGelu.apply(u, ub)
+    if a == ACT_SWIGLU:
+        if p.fused:
+            return p.fuse(lambda y, b: _swiglu(p.gr(y + b) if b is not None else y), u, ub)
+        return _EagerSwiglu.apply(u, ub)
+    if ub is not None:
+        u = p.add(u, ub)
+    if p.native:  # torch's own 16-bit op (fp32 inside on torch 2; torch 1.13's bf16 GELU is not)
+        return activation(c, u)
+    return p.fuse(lambda y: activation(c, y), u)
 
 
 class VocabCrossEntropy(torch.autograd.Function):
@@ -174,6 +345,98 @@ def apply_rope(t, freqs, interleaved):
     return torch.cat((head, rest), dim=-1)
 
 
+def apply_rope16(p, t, freqs, interleaved):
+    """RoPE on a 16-bit t. Fused (--apply-rope-fusion, TE's kernel on a GPU): t * cos +
+    rotate_half(t) * sin in fp32 with fp32 cos / sin, rounded once. Eager
+    (rope_utils._apply_rotary_pos_emb_bshd, Megatron on a CPU): cos and sin cast to t's dtype,
+    each product and the sum rounded."""
+    d = freqs.shape[-1]
+    head, rest = t[..., :d], t[..., d:]
+    if p.fused:
+        head = p.fuse(lambda h: apply_rope(h, freqs, interleaved), head)
+    else:
+        cos, sin = p.const(torch.cos(freqs)), p.const(torch.sin(freqs))
+        head = p.add(p.mul(head, cos), p.mul(rotate_half(p.r(head), interleaved), sin))
+    return torch.cat((head, rest), dim=-1)
+
+
+class _ScaledBmm(torch.autograd.Function):
+    """torch.baddbmm(_, a, b, beta=0, alpha) on 16-bit tensors in fp32 arithmetic: out =
+    round(alpha * a b); backward as torch derives it, round(round(g b^T) * alpha) and
+    round(round(a^T g) * alpha)."""
+
+    @staticmethod
+    def forward(ctx, a, b, alpha, dt):
+        ctx.save_for_backward(a, b)
+        ctx.alpha, ctx.dt = alpha, dt
+        return (torch.bmm(a, b) * alpha).to(dt).float()
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        rnd = lambda x: x.to(ctx.dt).float()
+        return (rnd(rnd(torch.bmm(g, b.transpose(1, 2))) * ctx.alpha),
+                rnd(rnd(torch.bmm(a.transpose(1, 2), g)) * ctx.alpha), None, None)
+
+
+class _Softmax16(torch.autograd.Function):
+    """softmax(masked_fill(x, mask, -10000)) on a 16-bit tensor in fp32 arithmetic: fp32 inside,
+    the probabilities rounded; the backward (fp32 inside, rounded by the caller's boundary) works
+    from the rounded probabilities it saved, as torch's 16-bit softmax backward does."""
+
+    @staticmethod
+    def forward(ctx, x, mask, dt):
+        probs = torch.softmax(x.masked_fill(mask, -10000.0), dim=-1).to(dt).float()
+        ctx.save_for_backward(probs, mask)
+        return probs
+
+    @staticmethod
+    def backward(ctx, g):
+        probs, mask = ctx.saved_tensors
+        d = probs * (g - (g * probs).sum(dim=-1, keepdim=True))
+        return d.masked_fill(mask, 0.0), None, None
+
+
+class _Embedding16(torch.autograd.Function):
+    """F.embedding on a 16-bit weight in fp32 arithmetic. Backward as torch's 16-bit CPU
+    embedding backward (the one Megatron's VocabParallelEmbedding gets on a CPU): each token's
+    gradient row is added to its weight row in token order ([b, s] flattened), rounding after
+    every add."""
+
+    @staticmethod
+    def forward(ctx, weight, ids, dt):
+        ctx.save_for_backward(ids)
+        ctx.shape, ctx.dt = weight.shape, dt
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, g):
+        (ids,) = ctx.saved_tensors
+        flat, rows = ids.reshape(-1), g.reshape(-1, g.shape[-1])
+        dw = torch.zeros(ctx.shape, dtype=g.dtype)
+        for i in range(flat.numel()):
+            t = int(flat[i])
+            dw[t] = (dw[t] + rows[i]).to(ctx.dt).float()
+        return dw, None, None
+
+
+def embedding16(p, weight, ids):
+    if p.native:
+        return F.embedding(ids, weight)
+    return _Embedding16.apply(p.r(weight), ids, p.dt)
+
+
+def scaled_bmm16(p, a, b, alpha):
+    if p.native:
+        out = torch.empty(a.shape[0], a.shape[1], b.shape[2], dtype=a.dtype)
+        return torch.baddbmm(out, a, b, beta=0.0, alpha=alpha)
+    return _ScaledBmm.apply(p.r(a), p.r(b), alpha, p.dt)
+
+
+def bmm16(p, a, b):
+    return p.r(torch.bmm(p.r(a), p.r(b)))
+
+
 
 # ---- dropout ----------------------------------------------------------------------------------
 
@@ -241,6 +504,8 @@ class Weight(torch.nn.Module):
 class Linear(torch.nn.Module):
     """Column/row-parallel linear at tp = 1: y = x W^T (+ b); the bias is returned separately
     where Megatron uses skip_bias_add and added by the caller."""
+    prec = FP32
+
 
     def __init__(self, out_f, in_f, bias):
         super().__init__()
@@ -248,10 +513,14 @@ class Linear(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(out_f)) if bias else None
 
     def forward(self, x):
+        if self.prec.on:
+            return self.prec.mm(x, self.weight), self.bias
         return torch.matmul(x, self.weight.t()), self.bias
 
 
 class Norm(torch.nn.Module):
+    prec = FP32
+
     def __init__(self, c, n):
         super().__init__()
         self.rms = c['normalization'] == NORM_RMSNORM
@@ -263,13 +532,35 @@ class Norm(torch.nn.Module):
         self.bias = None if self.rms else torch.nn.Parameter(torch.zeros(n))
 
     def forward(self, x):
-        w = self.weight + 1 if self.one_p else self.weight
+        if self.prec.on:
+            return self.forward16(x)
+        return self.norm(x, self.weight, self.bias)
+
+    def norm(self, x, weight, bias):
+        w = weight + 1 if self.one_p else weight
         if self.rms:
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
-        return F.layer_norm(x, (x.shape[-1],), w, self.bias, self.eps)
+        return F.layer_norm(x, (x.shape[-1],), w, bias, self.eps)
+
+    def forward16(self, x):
+        p = self.prec
+        if p.fused:  # fp32 inside, output rounded once (apex's / TE's fused norm kernels)
+            return p.fuse(self.norm, x, self.weight, self.bias)
+        # eager: torch's own 16-bit norms, as Megatron's WrappedTorchNorm calls them: LayerNorm
+        # is one kernel (fp32 inside, its backward too, with its own rounding of dx); torch >=
+        # 2.4's RMSNorm normalizes in fp32, rounds, then multiplies by the weight (a second
+        # rounding); the team's shim on torch 1.13 rounds op by op
+        w = self.weight + 1 if self.one_p else self.weight
+        if not self.rms:
+            return F.layer_norm(x, (x.shape[-1],), w, self.bias, self.eps)
+        if hasattr(F, 'rms_norm'):
+            return F.rms_norm(x, (x.shape[-1],), w, self.eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
 
 
 class SelfAttention(torch.nn.Module):
+    prec = FP32
+
     def __init__(self, c, layer_number, drop):
         super().__init__()
         self.c = c
@@ -281,6 +572,8 @@ class SelfAttention(torch.nn.Module):
         self.linear_qkv = Linear((np_ + 2 * ng) * hn, h, c['add_bias_linear'] or c['add_qkv_bias'])
 
     def forward(self, x, mask, freqs):
+        if self.prec.on:
+            return self.forward16(x, mask, freqs)
         c = self.c
         s, b, _ = x.shape
         np_, ng, hn = c['num_attention_heads'], c['num_query_groups'], c['kv_channels']
@@ -311,8 +604,54 @@ class SelfAttention(torch.nn.Module):
         ctx = torch.einsum('bnst,tbnd->sbnd', probs, v).reshape(s, b, np_ * hn)
         return self.linear_proj(ctx)
 
+    def forward16(self, x, mask, freqs):
+        """Megatron's 16-bit rounding points: linear_qkv round(round(x W^T) + b); RoPE with cos and
+        sin rounded, each product and the sum rounded; scores = round(alpha q k^T) (baddbmm);
+        softmax fp32 inside (or of the widened scores with --attention-softmax-in-fp32), probs
+        rounded; ctx = round(probs v) (bmm)."""
+        c, p = self.c, self.prec
+        s, b, _ = x.shape
+        np_, ng, hn = c['num_attention_heads'], c['num_query_groups'], c['kv_channels']
+        qkv, qkv_b = self.linear_qkv(x)
+        if qkv_b is not None:
+            qkv = p.add(qkv, qkv_b)
+        qkv = qkv.view(s, b, ng, (np_ // ng + 2) * hn)
+        q, k, v = torch.split(qkv, [np_ // ng * hn, hn, hn], dim=3)
+        q = q.reshape(s, b, np_, hn)
+        if freqs is not None:
+            q = apply_rope16(p, q, freqs, c['rotary_interleaved'])
+            k = apply_rope16(p, k, freqs, c['rotary_interleaved'])
+        if np_ // ng > 1:
+            k = k.repeat_interleave(np_ // ng, dim=2)
+            v = v.repeat_interleave(np_ // ng, dim=2)
+        scale = 1.0 / math.sqrt(hn)
+        coeff = None
+        if c['apply_query_key_layer_scaling']:
+            coeff = self.layer_number
+            scale /= coeff
+        # [b * np, s, hn] as DotProductAttention lays them out for baddbmm / bmm
+        qb = q.reshape(s, b * np_, hn).transpose(0, 1)
+        kb = k.reshape(s, b * np_, hn).transpose(0, 1)
+        vb = v.reshape(s, b * np_, hn).transpose(0, 1)
+        scores = scaled_bmm16(p, qb, kb.transpose(1, 2), scale).view(b, np_, s, s)
+        if c['attention_softmax_in_fp32']:  # widened, scaled, fp32 softmax, then rounded
+            def softmax(sc):
+                sc = sc * coeff if coeff is not None else sc
+                return torch.softmax(sc.masked_fill(mask, -10000.0), dim=-1)
+            probs = p.fuse(softmax, scores)
+        elif p.native:  # torch's 16-bit softmax (fp32 inside, output rounded) on the 16-bit fill value
+            probs = torch.softmax(scores.masked_fill(mask, -10000.0), dim=-1)
+        else:
+            probs = _Softmax16.apply(p.r(scores), mask, p.dt)
+        probs = p.r(self.drop(probs, c['attention_dropout'], 1 + 3 * (self.layer_number - 1), self.training))
+        ctx = bmm16(p, probs.view(b * np_, s, s), vb)
+        ctx = ctx.view(b, np_, s, hn).permute(2, 0, 1, 3).reshape(s, b, np_ * hn)
+        return self.linear_proj(ctx)
+
 
 class MLP(torch.nn.Module):
+    prec = FP32
+
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -323,12 +662,16 @@ class MLP(torch.nn.Module):
 
     def forward(self, x):
         u, ub = self.linear_fc1(x)
+        if self.prec.on:
+            return self.linear_fc2(activation16(self.prec, self.c, u, ub))
         if ub is not None:
             u = u + ub
         return self.linear_fc2(activation(self.c, u))
 
 
 class TransformerLayer(torch.nn.Module):
+    prec = FP32
+
     def __init__(self, c, layer_number, drop):
         super().__init__()
         self.c = c
@@ -341,9 +684,20 @@ class TransformerLayer(torch.nn.Module):
         self.mlp = MLP(c)
 
     def bias_dropout_add(self, out, bias, residual, site):
+        if self.prec.on:
+            return self.bias_dropout_add16(out, bias, residual, site)
         if bias is not None:
             out = out + bias
         return residual + self.drop(out, self.c['hidden_dropout'], site, self.training)
+
+    def bias_dropout_add16(self, out, bias, residual, site):
+        p = self.prec
+        drop = lambda t: self.drop(t, self.c['hidden_dropout'], site, self.training)
+        if p.fused:  # one fp32 kernel, one rounding (bias_dropout_add_fused_train on a GPU)
+            return p.fuse(lambda o, b, r: r + drop(o + b if b is not None else o), out, bias, residual)
+        if bias is not None:  # eager: each op rounds
+            out = out + bias
+        return residual + drop(out)
 
     def forward(self, x, mask, freqs):
         l0 = self.layer_number - 1
@@ -369,7 +723,7 @@ class Embedding(torch.nn.Module):
 
 
 class GPTTwin(torch.nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, precision=None):
         super().__init__()
         c = self.c = derive(cfg)
         self.hooks = None  # a dict to record the hook-point activations of include/megatron/dump.h
@@ -378,6 +732,31 @@ class GPTTwin(torch.nn.Module):
         self.decoder = TransformerBlock(c, self.dropout)
         if c['untie_embeddings_and_output_weights']:
             self.output_layer = Weight(c['padded_vocab_size'], c['hidden_size'])
+        self.set_precision(precision or Precision())
+
+    def set_precision(self, prec):
+        """Switch every module to `prec` (a Precision). The weights are rounded to its dtype
+        (Megatron's model params = round(fp32 init)); native mode makes them 16-bit tensors, a
+        return to fp32 widens them."""
+        if prec.native and prec.dt is None:
+            raise ValueError('native mode needs a 16-bit dtype')
+        for m in self.modules():
+            m.prec = prec
+        with torch.no_grad():
+            for prm in self.parameters():
+                prm.data = prm.data.to(prec.dt) if prec.native else prm.data.float()
+                if prec.on and not prec.native:
+                    prm.data = prm.data.to(prec.dt).float()
+
+    def param_grads(self):
+        """fp32 copies of the parameter grads as Megatron's main_grad holds them: float(16-bit
+        param.grad). (Explicit mode: a tied weight's two rounded contributions are added in fp32
+        by autograd; that sum is rounded here, as 16-bit autograd adds them.)"""
+        out = {}
+        for n, prm in self.named_parameters():
+            g = prm.grad
+            out[n] = (g.to(self.prec.dt).float() if self.prec.on else g).detach().clone()
+        return out
 
     def output_weight(self):
         if self.c['untie_embeddings_and_output_weights']:
@@ -406,15 +785,21 @@ class GPTTwin(torch.nn.Module):
         """tokens [b, s] int64; position_ids [b, s] (None = 0..s-1); attention_mask [b, 1, s, s]
         bool, True = masked out (None = causal); labels [b, s]. Returns (logits [s, b, V],
         per-token loss [b, s] or None)."""
-        c = self.c
+        c, p = self.c, self.prec
         b, s = tokens.shape
-        x = self.embedding.word_embeddings.weight[tokens]
+        if p.on:  # VocabParallelEmbedding: F.embedding (and its 16-bit backward)
+            x = embedding16(p, self.embedding.word_embeddings.weight, tokens)
+        else:
+            x = self.embedding.word_embeddings.weight[tokens]
         if c['position_embedding_type'] == POS_LEARNED:
             if position_ids is None:
                 position_ids = torch.arange(s).unsqueeze(0).expand(b, s)
-            x = x + self.embedding.position_embeddings.weight[position_ids]
+            if p.on:
+                x = p.add(x, embedding16(p, self.embedding.position_embeddings.weight, position_ids))
+            else:
+                x = x + self.embedding.position_embeddings.weight[position_ids]
         x = x.transpose(0, 1).contiguous()
-        x = self.dropout(x, c['hidden_dropout'], 0, self.training)
+        x = p.r(self.dropout(x, c['hidden_dropout'], 0, self.training))
         self._hook('embedding.output', x)
         if attention_mask is None:
             attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
@@ -424,7 +809,10 @@ class GPTTwin(torch.nn.Module):
             self._hook('decoder.layers.%d.output' % i, x)
         x = self.decoder.final_layernorm(x)
         self._hook('decoder.final_layernorm.output', x)
-        logits = torch.matmul(x, self.output_weight().t())
+        if p.on:
+            logits = p.mm(x, self.output_weight())
+        else:
+            logits = torch.matmul(x, self.output_weight().t())
         self._hook('output_layer.output', logits)
         loss = None
         if labels is not None:

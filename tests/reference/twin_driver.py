@@ -22,10 +22,13 @@ def main(inp, outp):
     d = mcdump.read(inp)
     cfg = {k[7:]: (float(v) if k[7:] in T.FLOAT_FIELDS else int(v))
            for k, v in d.items() if k.startswith('config.')}
+    dtype = {0: 'fp32', 1: 'bf16', 2: 'fp16'}[cfg.pop('params_dtype', 0)]
     twin = T.GPTTwin(cfg)
     with torch.no_grad():
         for name, p in twin.named_parameters():
             p.copy_(torch.from_numpy(d['param.' + name]))
+    if dtype != 'fp32':
+        return main16(d, twin, dtype, outp)
     tokens = torch.from_numpy(d['tokens'])
     labels = torch.from_numpy(d['labels'])
     dloss = torch.from_numpy(d['dloss'])
@@ -62,6 +65,32 @@ def main(inp, outp):
         out['train.grad_norm'] = np.array(norms, dtype=np.float32)
         for name, p in twin.named_parameters():
             out['param.' + name] = p.detach()
+    mcdump.write(outp, out)
+
+
+def main16(d, twin, dtype, outp):
+    """config.params_dtype bf16 / fp16: the twin's explicit 16-bit mode, Megatron's
+    mixed-precision train step (parity/mixed16.py); dloss arrives already scaled."""
+    from parity import mixed16
+    twin.set_precision(T.Precision(dtype))
+    batch = dict(tokens=torch.from_numpy(d['tokens']), labels=torch.from_numpy(d['labels']),
+                 dloss=torch.from_numpy(d['dloss']))
+    if 'attention_mask' in d:
+        batch['attention_mask'] = torch.from_numpy(d['attention_mask']).bool()
+    if 'position_ids' in d:
+        batch['position_ids'] = torch.from_numpy(d['position_ids'])
+    case = dict(twin=twin, batch=batch, dtype=dtype, loss_scale=float(d.get('opt.loss_scale', 1.0)))
+    logits, loss, grads = mixed16.forward_backward16(case)
+    out = {'logits': logits, 'loss': loss}
+    out.update({'grad.' + n: g for n, g in grads.items()})
+    steps = int(d.get('opt.steps', 0))
+    if steps > 0:
+        curve, norms, params = mixed16.train16(case, steps, [float(v) for v in d['opt.lr']],
+                                               [float(v) for v in d['opt.weight_decay']])
+        # the C driver's train.loss is sum(loss * dloss) of the scaled dloss
+        out['train.loss'] = np.array(curve, dtype=np.float32) * np.float32(case['loss_scale'])
+        out['train.grad_norm'] = np.array(norms, dtype=np.float32)
+        out.update({'param.' + n: p for n, p in params.items()})
     mcdump.write(outp, out)
 
 

@@ -16,8 +16,28 @@ static struct {
     float *p[CACHE_SLOTS];
     int n;
     int64_t bytes;
+    int backends; /* live backends: the cache is emptied when the last one is freed */
     pthread_mutex_t lock;
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void mc_cpu_scratch_hold(void)
+{
+    pthread_mutex_lock(&cache.lock);
+    cache.backends++;
+    pthread_mutex_unlock(&cache.lock);
+}
+
+void mc_cpu_scratch_unhold(void)
+{
+    pthread_mutex_lock(&cache.lock);
+    if (--cache.backends <= 0) {
+        cache.backends = 0;
+        while (cache.n > 0)
+            mc_free((char *)cache.p[--cache.n] - HDR);
+        cache.bytes = 0;
+    }
+    pthread_mutex_unlock(&cache.lock);
+}
 
 static int64_t cap_of(const float *p) { return *(const int64_t *)((const char *)p - HDR); }
 

@@ -20,6 +20,10 @@ static inline bool mc_cpu_is_half(enum mc_dtype t)
  * Given back with mc_cpu_release, which keeps it for reuse. */
 float *mc_cpu_scratch(int64_t n, const char *op);
 void mc_cpu_release(float *p); /* NULL does nothing */
+/* Every backend holds the cache while it lives (mc_backend_create / mc_backend_free): freeing
+ * the last one frees the kept buffers, so no memory outlives the backends. */
+void mc_cpu_scratch_hold(void);
+void mc_cpu_scratch_unhold(void);
 /* A fresh fp32 copy of src[n] of dtype dt (exact); NULL when src is NULL (an absent optional
  * argument). */
 float *mc_cpu_widen(const struct mc_cpu_kernels *k, const void *src, enum mc_dtype dt,

@@ -486,7 +486,8 @@ static mc_status build_param_set(struct mc_gpt_model *m)
                                               is_shared_embedding(m, &m->params[i])};
     m->pset = (struct mc_param_set){
         .n_params = m->n_params, .params = m->pset_params, .n_elements = m->n_elements,
-        .param_block = m->param_block, .grad_block = m->grad_block, .be = m->be,
+        .param_block = m->param_block, .grad_block = m->grad_block,
+        .compute_dtype = m->dt, .compute_block = m->compute_block, .be = m->be,
         .tp_size = m->tp.size, .tp_rank = m->tp.rank,
         .pp_size = m->cfg.pipeline_model_parallel_size, .tp_comm = m->tp.comm,
         .mp_comm_setter = "mc_gpt_set_mp_comm"};
@@ -594,8 +595,9 @@ static mc_status check_backend_dtype(const struct mc_gpt_model *m)
             continue;
         if (!m->be->ops->supports(m->be, need[i].op, need[i].t, need[i].n))
             return mc_error(MC_ERR_UNSUPPORTED, "params dtype %s (--%s): backend %s has no %s "
-                            "op in %s yet", mc_dtype_name(dt), dt == MC_DTYPE_BF16 ? "bf16" : "fp16",
-                            m->be->name, need[i].name, mc_dtype_name(dt));
+                            "op in %s yet", mc_dtype_name(dt),
+                            dt == MC_DTYPE_BF16 ? "bf16" : "fp16", m->be->name, need[i].name,
+                            mc_dtype_name(dt));
     }
     return MC_OK;
 }

@@ -65,7 +65,8 @@ struct mc_gpt_model {
     struct mc_tfm_scratch scratch;
     /* T = micro_batch_size x seq_length tokens; Ts = T / tp with sequence parallelism, else T */
     float *xent_target, *loss_sf, *dloss_sf; /* [T] */
-    void *dx;                        /* [Ts, h]; after backward on a non-first stage: the input grad */
+    void *dx;                        /* [Ts, h]; after backward on a non-first stage: the input
+                                        grad */
     float *rope_cos, *rope_sin;      /* [s_max, rot_dim] */
     /* 16-bit dt only (NULL with fp32): */
     float *logits_f32;               /* [T, V_l] the logits widened for the fp32 cross-entropy

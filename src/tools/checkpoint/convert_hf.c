@@ -347,6 +347,13 @@ struct kv {
     char val[256];
 };
 
+/* The exported weights' dtype: the model's params_dtype (a --bf16 / --fp16 checkpoint's). */
+static enum mc_dtype hf_dtype(const struct mc_cv_meta *md)
+{
+    return md->params_dtype == MC_DTYPE_BF16 || md->params_dtype == MC_DTYPE_F16 ? md->params_dtype
+                                                                                : MC_DTYPE_F32;
+}
+
 /* repr(float), as json.dumps writes it ("1e-05", "500000.0") */
 static const char *pyfloat(char *buf, size_t n, double x)
 {
@@ -412,7 +419,7 @@ static mc_status write_config(const struct exporter *e, const char *dir)
     }
     S("vocab_size", "%lld", (long long)e->vocab);
     S("tie_word_embeddings", md->untied ? "false" : "true");
-    S("torch_dtype", "\"float32\"");
+    S("torch_dtype", "\"%s\"", mc_dtype_name(hf_dtype(md))); /* the weights' precision */
     S("initializer_range", "0.02");
     S("use_cache", "true");
 #undef S
@@ -444,7 +451,9 @@ mc_status mc_cv_save_hf(const struct mc_cv_model *m, const struct mc_cv_options 
         return st;
     st = weights(&e);
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-    st = st ? st : mc_st_write(path, e.out.items, e.out.n, MC_DTYPE_F32);
+    /* a bf16 / fp16 model stays 16-bit: its values pass through fp32 exactly and round back to
+     * themselves */
+    st = st ? st : mc_st_write(path, e.out.items, e.out.n, hf_dtype(&m->md));
     st = st ? st : write_config(&e, tmp);
     st = st ? st : mc_cv_finish_output(o->save_dir, tmp);
     if (st)
