@@ -362,8 +362,8 @@ static void refresh_bucket(mc_distopt *o, int64_t b)
         return;
     int64_t lo = s->params[first].offset;
     int64_t hi = s->params[end - 1].offset + s->params[end - 1].view.numel;
-    s->be->ops->convert(s->be, (char *)s->compute_block + (size_t)lo * mc_dtype_size(s->compute_dtype),
-                        s->compute_dtype, s->param_block + lo, MC_DTYPE_F32, hi - lo);
+    char *w16 = (char *)s->compute_block + (size_t)lo * mc_dtype_size(s->compute_dtype);
+    s->be->ops->convert(s->be, w16, s->compute_dtype, s->param_block + lo, MC_DTYPE_F32, hi - lo);
 }
 
 static mc_status finish_param_bucket(mc_distopt *o, int64_t b)

@@ -75,7 +75,10 @@ size_t mc_log_format_train_line(char *buf, size_t n, const struct mc_log_train_l
     if (l->has_grad_norm)
         add(&b, " grad norm: %.3f |", (double)(float)l->grad_norm);
     if (l->has_num_zeros) {
-        mc_py_float_repr(z, sizeof(z), l->num_zeros);
+        if (l->num_zeros_is_int)
+            snprintf(z, sizeof(z), "%lld", (long long)l->num_zeros);
+        else
+            mc_py_float_repr(z, sizeof(z), l->num_zeros);
         add(&b, " num zeros: %s |", z);
     }
     if (l->has_params_norm)

@@ -36,6 +36,8 @@ struct mc_log_train_line {
     double grad_norm;               /* printed rounded to float32 */
     bool has_num_zeros;
     double num_zeros;               /* printed as Python str(float): "9.0" */
+    bool num_zeros_is_int;          /* MixedPrecisionOptimizer without --log-num-zeros-in-grad
+                                       returns the int 0: printed "0" */
     bool has_params_norm;
     double params_norm;             /* printed rounded to float32 */
 };

@@ -106,7 +106,9 @@ mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float l
     /* a skipped step has no grad norm and no zero count (Megatron's None) */
     if (!res->skipped &&
         ((st = tb_pair(t, "grad-norm", (double)res->grad_norm, iteration)) ||
-         (st = tb_pair(t, "num-zeros", (double)res->num_zeros, iteration))))
+         (st = tb_pair(t, "num-zeros", mc_train_zero_count_is_int(t) ? 0.0
+                                                                     : (double)res->num_zeros,
+                       iteration))))
         return st;
     return with_pnorm ? tb_pair(t, "params-norm", pnorm, iteration) : MC_OK;
 }

@@ -150,6 +150,8 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
                         struct mc_opt_step_result *res);
 /* optimizer.get_loss_scale(): what the loss gradient is multiplied by (1 without a scaler). */
 double mc_train_loss_scale(const struct trainer *t);
+/* 16-bit run without --log-num-zeros-in-grad: Megatron reports num zeros as the int 0. */
+bool mc_train_zero_count_is_int(const struct trainer *t);
 /* forward_backward_func over num_micro micro-batches of `split` from sample `consumed`: the
  * schedule of this layout (no pipelining, 1F1B or interleaved) driving the callbacks of
  * forward_step.c. The lm loss report is summed into *numer / *denom on the last stage. */

@@ -34,14 +34,17 @@ def with_precision(case, prec):
     return dict(case, twin=twin)
 
 
-def forward_backward16(case):
+def forward_backward16(case, hooks=None):
     """logits [s, b, V] (eval), per-token loss [b, s] and float(param.grad) of
-    sum(loss * dloss), all as fp32 tensors."""
+    sum(loss * dloss), all as fp32 tensors. `hooks` (a dict) receives the eval forward's hook
+    points (include/megatron/dump.h names: embedding.output, decoder.layers.<i>.output, ...)."""
     twin, b = case['twin'], case['batch']
     twin.zero_grad(set_to_none=True)
     twin.eval()
+    twin.hooks = hooks
     with torch.no_grad():
         logits, _ = twin(b['tokens'], b.get('position_ids'), b.get('attention_mask'))
+    twin.hooks = None
     twin.train()
     twin.set_dropout('philox', step=0)
     _, loss = twin(b['tokens'], b.get('position_ids'), b.get('attention_mask'), b['labels'])
@@ -133,6 +136,8 @@ def kind_of(name):
     """Tensor kind for the report: logits, loss, or the grad's parameter kind."""
     if name in ('logits', 'loss'):
         return name
+    if name.endswith('.output'):
+        return 'layer.out'
     if 'layernorm' in name:
         return 'grad.norm'
     if name.endswith('bias'):

@@ -94,6 +94,8 @@ def main():
             mc_test.check(r['loss'] and r['gnorm'] and r['zeros'] is not None,
                           'iteration %d: loss, grad norm, zeros printed' % r['it'])
         mc_test.check(r['nan'] == 0, 'iteration %d: no nan iteration' % r['it'])
+        mc_test.check(r['pnorm'] is not None, 'iteration %d: params norm printed (Megatron '
+                      'prints it on skipped iterations too)' % r['it'])
     # params unchanged over skipped iterations; every successful one moves them
     first_ok = skips.index(0)
     pn = [r['pnorm'] for r in fp16]

@@ -11,7 +11,8 @@
  *  - bf16 without --loss-scale has no scaler (Megatron's grad_scaler None): no check, the step
  *    is taken, the loss scale is 1;
  *  - bf16 with --clip-grad 0 reports grad norm 0 (MixedPrecisionOptimizer does not compute it).
- * The scaler's own rule is tested against Megatron's code in tests/optimizer/test_grad_scaler.py. */
+ * The scaler's own rule is tested against Megatron's code in
+ * tests/optimizer/test_grad_scaler.py. */
 #include "megatron/optimizer.h"
 #include "backend/backend.h"
 #include "core/dtype.h"

@@ -24,6 +24,15 @@ int main(void)
                        "9.913534E-04 | global batch size:     8 | lm loss: 7.631606E+00 | loss "
                        "scale: 1.0 | grad norm: 0.474 | num zeros: 9.0 | number of skipped "
                        "iterations:   0 | number of nan iterations:   0 |"));
+    /* bf16/fp16 without --log-num-zeros-in-grad: Megatron's int 0; a large loss scale */
+    l.num_zeros_is_int = true;
+    l.num_zeros = 0;
+    l.loss_scale = 4294967296.0;
+    mc_log_format_train_line(buf, sizeof(buf), &l);
+    CHECK(strstr(buf, " loss scale: 4294967296.0 | grad norm: 0.474 | num zeros: 0 | ") != NULL);
+    l.num_zeros_is_int = false;
+    l.num_zeros = 9.0;
+    l.loss_scale = 1.0;
     /* float32 rounding of the printed LR: 2.9975454545e-04 prints as 2.997546E-04 */
     l.learning_rate = 2.9975454545e-04;
     l.skipped_samples = 3;
