@@ -376,6 +376,19 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
     mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(dwf); mc_cpu_release(dxf);
 }
 
+/* Rows per block for the row-wise 16-bit ops below (activations, bias-dropout-add): they are
+ * widened and rounded a block of rows at a time (about 256K elements of the widest tensor)
+ * instead of as whole-tensor fp32 copies. Their kernels compute each row on its own, so the
+ * bits are those of the whole-tensor staging (test_half_ops covers several blocks). */
+static int64_t row_block(int64_t width)
+{
+    int64_t r = ((int64_t)1 << 18) / (width > 0 ? width : 1);
+    return r > 0 ? r : 1;
+}
+
+/* Element e of a 16-bit array, as a pointer. */
+static const void *at16(const void *p, int64_t e) { return (const uint16_t *)p + e; }
+
 /* The activations share one shape: forward (y, x, bias), backward (dx, dy, x, bias); x and dx
  * have xw = cols (2 * cols for SwiGLU's [gate | up]) columns, y and dy have cols. */
 #define CPU_ACTIVATION(opn, XW)                                                               \
@@ -388,12 +401,18 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
             K(be)->opn##_fwd(y, x, bias, rows, cols);                                         \
             return;                                                                           \
         }                                                                                     \
-        int64_t xw = (XW) * cols;                                                             \
-        float *xf = W(x, dt, rows * xw), *bf = W(bias, dt, xw);                               \
-        float *yf = mc_cpu_scratch(rows * cols, op);                                          \
-        K(be)->opn##_fwd(yf, xf, bf, rows, cols);                                             \
-        NARROW(y, dt, yf, rows * cols);                                                       \
-        mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(yf);                                                \
+        int64_t xw = (XW) * cols, rb = row_block(xw);                                         \
+        float *bf = W(bias, dt, xw), *xf = mc_cpu_scratch(rb * xw, op);                       \
+        float *yf = mc_cpu_scratch(rb * cols, op);                                            \
+        for (int64_t r0 = 0; r0 < rows; r0 += rb) {                                           \
+            int64_t nr = rows - r0 < rb ? rows - r0 : rb;                                     \
+            K(be)->convert(xf, MC_DTYPE_F32, at16(x, r0 * xw), dt, nr * xw);                  \
+            K(be)->opn##_fwd(yf, xf, bf, nr, cols);                                           \
+            NARROW((void *)at16(y, r0 * cols), dt, yf, nr * cols);                            \
+        }                                                                                     \
+        mc_cpu_release(xf);                                                                   \
+        mc_cpu_release(bf);                                                                   \
+        mc_cpu_release(yf);                                                                   \
     }                                                                                         \
     static void cpu_##opn##_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,            \
                                 const void *dy, const void *x, const void *bias,              \
@@ -405,12 +424,20 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
             K(be)->opn##_bwd(dx, dy, x, bias, rows, cols);                                    \
             return;                                                                           \
         }                                                                                     \
-        int64_t xw = (XW) * cols;                                                             \
-        float *dyf = W(dy, dt, rows * cols), *xf = W(x, dt, rows * xw);                       \
-        float *bf = W(bias, dt, xw), *dxf = mc_cpu_scratch(rows * xw, op);                    \
-        K(be)->opn##_bwd(dxf, dyf, xf, bf, rows, cols);                                       \
-        NARROW(dx, dt, dxf, rows * xw);                                                       \
-        mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(dxf);                                 \
+        int64_t xw = (XW) * cols, rb = row_block(xw);                                         \
+        float *bf = W(bias, dt, xw), *xf = mc_cpu_scratch(rb * xw, op);                       \
+        float *dyf = mc_cpu_scratch(rb * cols, op), *dxf = mc_cpu_scratch(rb * xw, op);       \
+        for (int64_t r0 = 0; r0 < rows; r0 += rb) {                                           \
+            int64_t nr = rows - r0 < rb ? rows - r0 : rb;                                     \
+            K(be)->convert(xf, MC_DTYPE_F32, at16(x, r0 * xw), dt, nr * xw);                  \
+            K(be)->convert(dyf, MC_DTYPE_F32, at16(dy, r0 * cols), dt, nr * cols);            \
+            K(be)->opn##_bwd(dxf, dyf, xf, bf, nr, cols);                                     \
+            NARROW((void *)at16(dx, r0 * xw), dt, dxf, nr * xw);                              \
+        }                                                                                     \
+        mc_cpu_release(dyf);                                                                  \
+        mc_cpu_release(xf);                                                                   \
+        mc_cpu_release(bf);                                                                   \
+        mc_cpu_release(dxf);                                                                  \
     }
 CPU_ACTIVATION(gelu_tanh, 1)
 CPU_ACTIVATION(gelu_erf, 1)
@@ -454,12 +481,23 @@ static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *
         K(be)->bias_dropout_add(y, x, bias, residual, keep_mask, scale, rows, cols);
         return;
     }
-    int64_t n = rows * cols;
-    float *xf = W(x, dt, n), *bf = W(bias, dt, cols), *rf = W(residual, dt, n);
-    float *yf = mc_cpu_scratch(n, op);
-    K(be)->bias_dropout_add(yf, xf, bf, rf, keep_mask, half_scale(be, dt, scale), rows, cols);
-    NARROW(y, dt, yf, n);
-    mc_cpu_release(xf); mc_cpu_release(bf); mc_cpu_release(rf); mc_cpu_release(yf);
+    int64_t rb = row_block(cols);
+    float *bf = W(bias, dt, cols), *xf = mc_cpu_scratch(rb * cols, op);
+    float *rf = residual ? mc_cpu_scratch(rb * cols, op) : NULL;
+    float *yf = mc_cpu_scratch(rb * cols, op);
+    float s16 = half_scale(be, dt, scale);
+    for (int64_t r0 = 0; r0 < rows; r0 += rb) {
+        int64_t nr = rows - r0 < rb ? rows - r0 : rb, e = r0 * cols;
+        K(be)->convert(xf, MC_DTYPE_F32, at16(x, e), dt, nr * cols);
+        if (rf)
+            K(be)->convert(rf, MC_DTYPE_F32, at16(residual, e), dt, nr * cols);
+        K(be)->bias_dropout_add(yf, xf, bf, rf, keep_mask ? keep_mask + e : NULL, s16, nr, cols);
+        NARROW((void *)at16(y, e), dt, yf, nr * cols);
+    }
+    mc_cpu_release(xf);
+    mc_cpu_release(bf);
+    mc_cpu_release(rf);
+    mc_cpu_release(yf);
 }
 
 static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void *p, int64_t bh,
