@@ -24,10 +24,18 @@ NORM_RTOL = 5e-4
 PARAM_RTOL = 1e-4
 
 
+# The peak learning rate. At 3e-3 the tiny models memorise their batch by step ~15 (loss ~0.07),
+# where Adam turns fp32 rounding differences into parameter differences of up to 7e-4 of
+# max|param| on single elements (seeds 117028885, 1969932744 and 5 failed so before any change of
+# ours); 5e-4 keeps the run in the regime whose agreement the bars describe: 13 fresh seeds
+# pass, and 117028885 still misses by one element (1.2e-4 of max|param|, a query weight).
+PEAK_LR = 5e-4
+
+
 def schedule():
-    """Linear warmup over 5 steps to 3e-3, then linear decay: exercises per-step lr like
+    """Linear warmup over 5 steps to PEAK_LR, then linear decay: exercises per-step lr like
     OptimizerParamScheduler does; constant wd 0.1 (applied to the decay group only)."""
-    lr = [3e-3 * (i + 1) / 5 if i < 5 else 3e-3 * (1 - 0.5 * (i - 5) / (STEPS - 5)) for i in range(STEPS)]
+    lr = [PEAK_LR * (i + 1) / 5 if i < 5 else PEAK_LR * (1 - 0.5 * (i - 5) / (STEPS - 5)) for i in range(STEPS)]
     return lr, [0.1] * STEPS
 
 
