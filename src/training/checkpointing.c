@@ -168,7 +168,11 @@ static struct mc_grad_scaler *scaler_of(const struct mc_ckpt_state *s)
 static void precision(const struct mc_args *a, struct mc_ckpt_state *s)
 {
     const struct mc_grad_scaler *g = scaler_of(s);
-    s->params_dtype = mc_gpt_model_config(s->model)->params_dtype;
+    /* the model's, or the arguments' when there is no model (the tracker alone is read) */
+    s->params_dtype = s->model ? mc_gpt_model_config(s->model)->params_dtype
+                      : mc_args_bool(a, MC_A_bf16) ? MC_DTYPE_BF16
+                      : mc_args_bool(a, MC_A_fp16) ? MC_DTYPE_F16
+                                                   : MC_DTYPE_F32;
     s->grad_dtype = mc_args_bool(a, MC_A_accumulate_allreduce_grads_in_fp32) ? MC_DTYPE_F32
                                                                              : s->params_dtype;
     memset(&s->scaler, 0, sizeof(s->scaler));
