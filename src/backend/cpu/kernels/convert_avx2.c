@@ -84,9 +84,14 @@ void accumulate_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_d
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t b = 0; b < nblk; b++) {
         int64_t i0 = b * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n, i = i0;
-        for (; i + 8 <= i1; i += 8)
+        for (; i + 8 <= i1; i += 8) {
+            /* a + b, with a's NaN where a is NaN (accumulate_ref's rule: the operand order of
+             * a commutative add, and so the NaN payload, is otherwise the compiler's) */
+            __m256 a = load8(dst, dst_dt, i), b = load8(src, src_dt, i);
+            __m256 nan_a = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
             store8(dst, dst_dt, i,
-                   _mm256_add_ps(load8(dst, dst_dt, i), load8(src, src_dt, i)));
+                   _mm256_blendv_ps(_mm256_add_ps(a, b), _mm256_add_ps(a, a), nan_a));
+        }
         if (i < i1)
             accumulate_ref((char *)dst + (size_t)i * ds, dst_dt,
                            (const char *)src + (size_t)i * ss, src_dt, i1 - i);

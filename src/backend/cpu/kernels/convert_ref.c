@@ -41,10 +41,18 @@ void convert_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype
         store_f32(dst, dst_dt, i, load_f32(src, src_dt, i));
 }
 
+/* a + b with the NaN result pinned down: a's (quieted) when a is NaN, else b's, as x86's
+ * addps(a, b) gives it. The C expression alone leaves the operand order, and so which NaN
+ * payload survives NaN + NaN, to the compiler (it differed between -O0 and -O2). */
+static inline float nan_first_add(float a, float b)
+{
+    return a != a ? a + a : a + b;
+}
+
 void accumulate_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                     int64_t n)
 {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++)
-        store_f32(dst, dst_dt, i, load_f32(dst, dst_dt, i) + load_f32(src, src_dt, i));
+        store_f32(dst, dst_dt, i, nan_first_add(load_f32(dst, dst_dt, i), load_f32(src, src_dt, i)));
 }
