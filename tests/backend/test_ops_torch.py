@@ -425,8 +425,10 @@ def op_attention(c):
         loose = c.dt == "float16"
         compare(c, "attn probs " + what, c.get("probs", (b, heads, s, s)), c.ref(probs),
                 8 if loose else 1, mean_bound=0.02 if loose else 0.01)
+        # bf16 too: a prob rounded the other way now and then moves a ctx element by a few
+        # ulps (4 seen with MC_OPS_SEED=53024, fp32 softmax); the mean bound stays tight
         compare(c, "attn ctx " + what, c.get("ctx", (s, b, heads * hn)), c.ref(ctx),
-                256 if loose else 1, mean_bound=0.1 if loose else 0.01)
+                256 if loose else 8, mean_bound=0.1 if loose else 0.01)
         compare(c, "attn dqkv " + what, c.get("dqkv", (s, b, (heads + 2 * groups) * hn)),
                 c.ref(ql.grad), 256 if loose else 2, mean_bound=0.1 if loose else 0.01)
 
