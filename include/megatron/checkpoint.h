@@ -41,6 +41,8 @@ struct mc_ckpt_options {
     bool local_names;     /* --transformer-impl local (else Transformer Engine names) */
     bool save_optim;      /* not --no-save-optim: optimizer and opt_param_scheduler */
     bool adam;            /* --optimizer adam (else sgd): the param_groups' keys */
+    bool save_dist;       /* --ckpt-format torch_dist: Megatron's distributed checkpoint
+                             (src/checkpointing/dist_checkpoint_save.c) instead of torch */
     double adam_beta1, adam_beta2, adam_eps, sgd_momentum, max_lr, min_lr;
     /* loading */
     bool finetune;        /* --finetune: model only, iteration 0, no args check */
@@ -83,6 +85,13 @@ struct mc_ckpt_state {
      * failed), so that a rank whose file is missing cannot leave the others waiting in training
      * collectives. NULL for one process. Uses barrier_ctx. */
     mc_status (*all_ok)(void *ctx, bool *ok);
+    /* torch_dist saves: every rank's `n` bytes at `mine` gathered onto every rank in rank order:
+     * *all (mc_alloc'ed, the caller frees) holds rank r's bytes at [(*offs)[r], (*offs)[r+1])
+     * (*offs mc_alloc'ed, world + 1 entries). NULL for one process. Uses barrier_ctx. `rank`
+     * is this rank's global rank (it names its .distcp files). */
+    mc_status (*gather)(void *ctx, const void *mine, int64_t n, uint8_t **all, int64_t **offs,
+                        int *world);
+    int rank;
     /* --use-distributed-optimizer: the optimizer (then `opt` is NULL); its data-parallel group
      * gathers the moments onto data-parallel rank 0 for distrib_optim.pt. */
     struct mc_distopt *distopt;

@@ -756,14 +756,115 @@ static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *
     return MC_OK;
 }
 
+/* ---- torch_dist ------------------------------------------------------------------------------ */
+/* common.pt of a torch_dist save: what Megatron's save_common writes (rank 0's state dict with
+ * the sharded tensors and objects taken out): args, checkpoint_version, iteration, the
+ * optimizer's param_groups (without 'params') and common_step, opt_param_scheduler, the FLOPs.
+ * No rerun_state_machine (Megatron then requests no rerun_state_machine_state object) and no
+ * rng_state (megatron.c has no Python/numpy/torch RNG states: Megatron loads ours with
+ * --no-load-rng, as our torch-format checkpoints). */
+static struct mc_pk *dist_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
+{
+    struct mc_pk *root = mc_pk_new(d, MC_PK_DICT), *args = args_value(d, s);
+    if (!root || !args)
+        return NULL;
+    if (mc_pk_set(d, root, "args", args) ||
+        mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
+        mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)))
+        return NULL;
+    if (s->opts.save_optim) {
+        int64_t n = total_params(s), n_first;
+        bool first_decay;
+        int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+        struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
+        struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST);
+        float *step = mc_pk_doc_alloc(d, sizeof(float));
+        bool ok = order && o && state && groups && step;
+        if (ok) {
+            group_order(s, save_scheme(&s->opts), order, &n_first, &first_decay);
+            *step = (float)mc_opt_step_count(s->opt);
+            for (int g = 0; ok && g < (n_first < n ? 2 : 1); g++) {
+                struct mc_pk *pg = g == 0 ? param_group(d, s, first_decay, 0, n_first)
+                                          : param_group(d, s, !first_decay, n_first, n);
+                ok = pg && !mc_pk_append(d, groups, pg);
+                if (ok)
+                    pg->n -= 2; /* drops 'params' (the last pair), as Megatron's sharded form */
+            }
+        }
+        mc_free(order);
+        if (!ok || (mc_opt_step_count(s->opt) > 0 &&
+                    mc_pk_set(d, state, "common_step", param_tensor(d, step, 0, NULL, 1))) ||
+            mc_pk_set(d, o, "state", state) || mc_pk_set(d, o, "param_groups", groups) ||
+            mc_pk_set(d, root, "optimizer", o) ||
+            mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched)))
+            return NULL;
+    }
+    if (mc_pk_set(d, root, "num_floating_point_operations_so_far",
+                  mc_pk_float(d, s->num_floating_point_operations_so_far)))
+        return NULL;
+    return root;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
+
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* best effort */
+}
+
+/* Megatron's torch_dist save (save_checkpoint with dist_checkpointing.save): every rank writes
+ * its items into iter_%07d.tmp/, rank 0 the metadata after all have finished; then rank 0
+ * renames the directory to iter_%07d (a failed save leaves no iteration directory behind) and
+ * writes the tracker. */
+static mc_status save_dist(const struct mc_ckpt_state *s)
+{
+    char final_dir[4200], tmp[4300], old[4300];
+    bool owner = single(s) || s->write_tracker;
+    snprintf(final_dir, sizeof(final_dir), "%s/iter_%07lld", s->opts.dir, (long long)s->iteration);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", final_dir);
+    snprintf(old, sizeof(old), "%s.old", final_dir);
+    mc_status st = MC_OK;
+    if (owner) {
+        remove_tree(tmp); /* a failed save's leftovers */
+        st = mkdirs(tmp);
+    }
+    if ((st = agree(s, st, "creating the checkpoint directory")))
+        return st;
+    mc_pk_doc *d;
+    if ((st = mc_pk_doc_init(&d)))
+        return st;
+    struct mc_pk *common = NULL;
+    if (owner && !(common = dist_common(d, s)))
+        st = MC_ERR_NOMEM;
+    /* a rank that failed still joins the gather inside: the others wait in it */
+    mc_status wst = mc_dist_ckpt_write(s, tmp, final_dir, d, common);
+    st = st ? st : wst;
+    mc_pk_doc_free(d);
+    st = agree(s, st, "saving the checkpoint");
+    if (!st && owner) {
+        fsync_dir(tmp);
+        struct stat sb;
+        bool had = !stat(final_dir, &sb); /* the same iteration saved before: replaced */
+        remove_tree(old);
+        if ((had && rename(final_dir, old)) || rename(tmp, final_dir))
+            st = mc_error(MC_ERR_IO, "--save: cannot rename %s to %s: %s", tmp, final_dir, strerror(errno));
+        if (!st && had)
+            remove_tree(old);
+        fsync_dir(s->opts.dir);
+    }
+    if (st && owner)
+        remove_tree(tmp);
+    return st;
+}
+
 mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
 {
     const char *dir = s->opts.dir;
     bool one = single(s);
     if (log)
-        fprintf(log, "saving checkpoint at iteration %7lld to %s in torch format\n",
-                (long long)s->iteration, dir);
-    mc_status st = write_files(s, dir, one || s->writer);
+        fprintf(log, "saving checkpoint at iteration %7lld to %s in %s format\n",
+                (long long)s->iteration, dir, s->opts.save_dist ? "torch_dist" : "torch");
+    mc_status st = s->opts.save_dist ? save_dist(s) : write_files(s, dir, one || s->writer);
     /* every rank gets here, so a failed write cannot leave the others waiting */
     bool owner = one || s->write_tracker; /* writes the tracker, so cleans up after a failure */
     if ((st = agree(s, st, "saving the checkpoint")) ||

@@ -272,13 +272,7 @@ static const struct mc_pk *tensor_meta(const struct reader *r, const char *key, 
     return tm;
 }
 
-/* Where this rank's parameter lives in the checkpoint. */
-struct place {
-    char key[512];   /* the global key */
-    long layer;      /* the global layer (prepended axis index), -1 for none */
-};
-
-static mc_status place_of(const mc_gpt_model *m, const char *local, struct place *p)
+mc_status mc_dist_ckpt_place(const mc_gpt_model *m, const char *local, struct mc_dist_place *p)
 {
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
     char te[512];
@@ -403,9 +397,9 @@ static mc_status model_dict(mc_pk_doc *d, struct reader *r, const mc_gpt_model *
         return MC_ERR_NOMEM;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++) {
         struct mc_param_view p = mc_gpt_param(m, i);
-        struct place pl;
+        struct mc_dist_place pl;
         struct mc_pk *t;
-        mc_status st = place_of(m, p.name, &pl);
+        mc_status st = mc_dist_ckpt_place(m, p.name, &pl);
         if (st || (st = param_pk(d, r, m, pl.key, pl.layer, &p, &t)) || (st = mc_pk_set(d, od, p.name, t)))
             return st;
     }
@@ -437,8 +431,8 @@ static mc_status optimizer_dict(mc_pk_doc *d, struct reader *r, const struct mc_
     for (int64_t k = 0; !st && k < n; k++) {
         struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
         const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
-        struct place pl;
-        if ((st = place_of(m, p.name, &pl)))
+        struct mc_dist_place pl;
+        if ((st = mc_dist_ckpt_place(m, p.name, &pl)))
             break;
         char key[700];
         snprintf(key, sizeof(key), "optimizer.state.%s.%s", names[0], pl.key);

@@ -15,4 +15,22 @@ bool mc_dist_ckpt_is(const char *iter_dir);
 mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const char *iter_dir,
                             struct mc_pk **sd);
 
+/* Where a parameter of model chunk m (its local name) lives in a torch_dist checkpoint: the
+ * global key (TE names, layers stacked: "decoder.layers.mlp.linear_fc1.weight"; a tied output
+ * layer is the word embedding) and the global layer on the prepended axis (-1 for none). */
+struct mc_dist_place {
+    char key[512];
+    long layer;
+};
+mc_status mc_dist_ckpt_place(const mc_gpt_model *m, const char *local, struct mc_dist_place *p);
+
+/* Writes this rank's part of a torch_dist checkpoint into the directory tmp_dir (every rank
+ * its __<rank>_<k>.distcp files), then, on global rank 0 after every rank's items are known
+ * (s->gather), .metadata, common.pt (the dict `common`, NULL on other ranks) and metadata.json.
+ * `final_dir` is the directory tmp_dir becomes (named in .metadata's storage_meta). Every rank
+ * must call it (it gathers); a rank that failed to write still joins the gather with `failed`
+ * set, and every rank returns an error then. */
+mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
+                             const char *final_dir, mc_pk_doc *d, const struct mc_pk *common);
+
 #endif

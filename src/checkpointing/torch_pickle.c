@@ -146,6 +146,13 @@ struct mc_pk *mc_pk_enum(mc_pk_doc *d, const char *module, const char *cls, stru
     v->kind = MC_PK_ENUM;
     return v;
 }
+struct mc_pk *mc_pk_object(mc_pk_doc *d, const char *module, const char *cls)
+{
+    struct mc_pk *v = mc_pk_global(d, module, cls);
+    if (v)
+        v->kind = MC_PK_OBJECT;
+    return v;
+}
 struct mc_pk *mc_pk_enum_member(mc_pk_doc *d, const char *module, const char *cls, const char *name)
 {
     struct mc_pk *v = mc_pk_enum(d, module, cls, mc_pk_str(d, name));
@@ -205,7 +212,7 @@ mc_status mc_pk_append(mc_pk_doc *d, struct mc_pk *c, struct mc_pk *item)
 
 mc_status mc_pk_set(mc_pk_doc *d, struct mc_pk *map, const char *key, struct mc_pk *value)
 {
-    MC_ASSERT(mc_pk_is_map(map));
+    MC_ASSERT(mc_pk_is_map(map) || map->kind == MC_PK_OBJECT); /* an object's attributes too */
     struct mc_pk *k = mc_pk_str(d, key);
     mc_status st = mc_pk_append(d, map, k);
     return st ? st : mc_pk_append(d, map, value);
@@ -476,6 +483,14 @@ static mc_status dump(struct out *o, const struct mc_pk *v)
             return st;
         return op(o, 'b');
     case MC_PK_GLOBAL: return emit_global(o, v->s);
+    case MC_PK_OBJECT: /* cls.__new__(cls), then BUILD with its __dict__ or its "__state__" value */
+        if ((st = emit_global(o, v->s)) || (st = op(o, ')')) || (st = op(o, 0x81)))
+            return st;
+        if (v->n == 2 && v->items[0]->kind == MC_PK_STR && !strcmp(v->items[0]->s, "__state__"))
+            st = dump(o, v->items[1]);
+        else if (!(st = op(o, '}')))
+            st = dump_pairs(o, v);
+        return st ? st : op(o, 'b');
     case MC_PK_ENUM: /* getattr(Class, 'name') as Python 3.11 pickles members, or Class(value) */
         if (v->b && (st = emit_global(o, "__builtin__ getattr")))
             return st;

@@ -7,6 +7,8 @@
 #ifndef MC_CHECKPOINTING_TORCH_PICKLE_H
 #define MC_CHECKPOINTING_TORCH_PICKLE_H
 
+#include <stdio.h>
+
 #include "megatron.h"
 
 enum mc_pk_kind {
@@ -71,6 +73,9 @@ struct mc_pk *mc_pk_new(mc_pk_doc *d, enum mc_pk_kind kind); /* containers */
 struct mc_pk *mc_pk_global(mc_pk_doc *d, const char *module, const char *name);
 struct mc_pk *mc_pk_enum(mc_pk_doc *d, const char *module, const char *cls, struct mc_pk *value);
 struct mc_pk *mc_pk_enum_member(mc_pk_doc *d, const char *module, const char *cls, const char *name);
+/* An instance of module.cls (MC_PK_OBJECT): its attributes are set with mc_pk_set; pickled as
+ * cls.__new__(cls) + BUILD of that dict, or of the value of a single "__state__" key. */
+struct mc_pk *mc_pk_object(mc_pk_doc *d, const char *module, const char *cls);
 /* A storage over `data` (borrowed) and a tensor viewing it. */
 struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_dtype t, int64_t numel, const void *data);
 struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, int ndim,
@@ -106,6 +111,11 @@ mc_status mc_pk_dump(mc_pk_doc *d, const struct mc_pk *v, uint8_t **buf, size_t 
 mc_status mc_torch_save(mc_pk_doc *d, const struct mc_pk *v, const char *path);
 /* The same with every entry in zip64 form (as files past 4 GiB are written), for tests. */
 mc_status mc_torch_save_ex(mc_pk_doc *d, const struct mc_pk *v, const char *path, bool force_zip64);
+/* torch.save(v, stream) into an open file at its current position, as torch.distributed.checkpoint
+ * writes each item of a .distcp file: archive folder `archive`, offsets relative to the blob's
+ * start, no fsync (the caller's). *len: the bytes written. `what` names the file in errors. */
+mc_status mc_torch_save_stream(mc_pk_doc *d, const struct mc_pk *v, FILE *f, const char *what,
+                               uint64_t *len);
 /* torch.load(path): the tree's storages point into the file mapping kept by the doc. */
 mc_status mc_torch_load(mc_pk_doc *d, const char *path, struct mc_pk **out);
 /* torch.load of a torch.save archive held in memory (borrowed: it must outlive the doc), as

@@ -57,6 +57,32 @@ fail:
     return st;
 }
 
+mc_status mc_torch_save_stream(mc_pk_doc *d, const struct mc_pk *v, FILE *f, const char *what,
+                               uint64_t *len)
+{
+    uint8_t *pkl;
+    size_t n;
+    struct mc_pk **st_list;
+    int64_t nst;
+    mc_status st = mc_pk_dump(d, v, &pkl, &n, &st_list, &nst);
+    struct mc_zip_writer w;
+    if (st || (st = mc_zip_writer_open_stream(&w, f, what)))
+        return st;
+    char name[64];
+    st = mc_zip_writer_add(&w, "archive/data.pkl", pkl, n);
+    for (int64_t k = 0; !st && k < nst; k++) {
+        const struct mc_pk *s = st_list[k];
+        snprintf(name, sizeof(name), "archive/data/%s", s->key);
+        st = mc_zip_writer_add(&w, name, s->data, (size_t)s->numel * mc_dtype_size(s->dtype));
+    }
+    st = st ? st : mc_zip_writer_add(&w, "archive/version", "3\n", 2);
+    if (st) {
+        mc_zip_writer_abort(&w);
+        return st;
+    }
+    return mc_zip_writer_finish(&w, len);
+}
+
 struct load_ctx {
     struct mc_zip_reader *z;
     char root[256];

@@ -137,7 +137,7 @@ static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)
 static void write_behind(struct mc_zip_writer *w)
 {
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    if (w->pos - w->kicked < WRITE_BEHIND || fflush(w->f))
+    if (w->stream || w->pos - w->kicked < WRITE_BEHIND || fflush(w->f))
         return;
     (void)sync_file_range(fileno(w->f), (off_t)w->kicked, (off_t)(w->pos - w->kicked),
                           SYNC_FILE_RANGE_WRITE);
@@ -183,6 +183,17 @@ mc_status mc_zip_writer_open(struct mc_zip_writer *w, const char *path)
         mc_free(w->tmp);
         return st;
     }
+    return MC_OK;
+}
+
+mc_status mc_zip_writer_open_stream(struct mc_zip_writer *w, FILE *f, const char *what)
+{
+    memset(w, 0, sizeof(*w));
+    w->tmp = dup_str(what);
+    if (!w->tmp)
+        return MC_ERR_NOMEM;
+    w->f = f;
+    w->stream = true;
     return MC_OK;
 }
 
@@ -369,8 +380,26 @@ mc_status mc_zip_writer_close(struct mc_zip_writer *w)
     return st;
 }
 
+mc_status mc_zip_writer_finish(struct mc_zip_writer *w, uint64_t *size)
+{
+    MC_ASSERT(!w->open_entry && w->stream);
+    uint64_t cd_start = w->pos;
+    mc_status st = MC_OK;
+    for (int64_t i = 0; i < w->n && !st; i++)
+        st = write_central(w, &w->e[i]);
+    if (!st)
+        st = write_end(w, cd_start);
+    *size = w->pos;
+    writer_free(w);
+    return st;
+}
+
 void mc_zip_writer_abort(struct mc_zip_writer *w)
 {
+    if (w->stream) {
+        writer_free(w);
+        return;
+    }
     if (w->f) {
         fclose(w->f);
         remove(w->tmp);

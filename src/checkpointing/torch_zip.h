@@ -28,9 +28,15 @@ struct mc_zip_writer {
     int64_t n, cap;
     bool open_entry;
     bool force_zip64; /* zip64 sizes/offsets even for small entries (tests of the > 4 GiB path) */
+    bool stream;      /* writing into the caller's open file (mc_zip_writer_open_stream) */
 };
 
 mc_status mc_zip_writer_open(struct mc_zip_writer *w, const char *path);
+/* An archive written into the caller's open file `f` from its current position (offsets count
+ * from there), as one item of a torch_dist .distcp file; `what` names the file in errors.
+ * Finished by mc_zip_writer_finish, which leaves f open (no fsync: the caller's). */
+mc_status mc_zip_writer_open_stream(struct mc_zip_writer *w, FILE *f, const char *what);
+mc_status mc_zip_writer_finish(struct mc_zip_writer *w, uint64_t *size); /* size: the archive's bytes */
 /* An entry written in pieces: begin, any number of writes, end. `name` is the full entry name. */
 mc_status mc_zip_writer_begin(struct mc_zip_writer *w, const char *name);
 mc_status mc_zip_writer_write(struct mc_zip_writer *w, const void *data, size_t n);

@@ -52,6 +52,7 @@ void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_
         o->sgd_momentum = mc_args_float(a, MC_A_sgd_momentum);
         o->max_lr = mc_args_float(a, MC_A_lr);
         o->min_lr = mc_args_float(a, MC_A_min_lr);
+        o->save_dist = !strcmp(mc_args_str(a, MC_A_ckpt_format), "torch_dist");
         return;
     }
     o->dir = mc_args_str(a, MC_A_load);

@@ -94,10 +94,29 @@ static void pipeline(const struct mc_args *a, struct mc_refusals *r)
                "option to train with the 1F1B schedule");
 }
 
-/* The checkpoint formats this build writes (torch) and reads (torch, torch_dist: the loader
- * reads what the directory holds, as Megatron does with torch_dist or --auto-detect-ckpt-format). */
-static bool ckpt_format_writable(const char *fmt) { return str_is(fmt, "torch"); }
+/* The checkpoint formats this build writes and reads: torch, and torch_dist (Megatron's default;
+ * the loader reads what the directory holds, as Megatron does with torch_dist or
+ * --auto-detect-ckpt-format). torch_dist saves are written for the fp32 model with the ordinary
+ * optimizer (dist_checkpoint_save.c); the rest is refused by name below. */
+static bool ckpt_format_writable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
 static bool ckpt_format_readable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
+
+/* What a torch_dist save does not write yet. */
+static void dist_save(const struct mc_args *a, struct mc_refusals *r)
+{
+    const char *how = a->given[A(ckpt_format)] ? "" : " (the default --ckpt-format)";
+    if (mc_args_bool(a, A(use_distributed_optimizer)))
+        refuse(r, "--save with --ckpt-format torch_dist%s and --use-distributed-optimizer: megatron.c "
+               "does not write the distributed optimizer's torch_dist state yet; use --ckpt-format "
+               "torch, or drop --use-distributed-optimizer", how);
+    else if (mc_args_bool(a, A(bf16)) || mc_args_bool(a, A(fp16)))
+        refuse(r, "--save with --ckpt-format torch_dist%s and %s: megatron.c writes torch_dist "
+               "checkpoints of fp32 runs only so far; use --ckpt-format torch", how,
+               mc_args_bool(a, A(bf16)) ? "--bf16" : "--fp16");
+    else if (mc_args_bool(a, A(use_legacy_models)))
+        refuse(r, "--save with --ckpt-format torch_dist%s and --use-legacy-models: Megatron's legacy "
+               "models have no sharded state dict; use --ckpt-format torch", how);
+}
 
 static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
 {
@@ -105,16 +124,13 @@ static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
     bool load = !mc_args_is_none(a, A(load)) && !mc_args_bool(a, A(auto_detect_ckpt_format)) &&
                 !ckpt_format_readable(mc_args_str(a, A(ckpt_format)));
     const char *fmt = mc_args_str(a, A(ckpt_format));
+    if (!mc_args_is_none(a, A(save)) && str_is(fmt, "torch_dist"))
+        dist_save(a, r);
     if (!save && !load)
         return;
     const char *which = save && load ? "--save/--load" : save ? "--save" : "--load";
-    if (!a->given[A(ckpt_format)] && !a->given[A(use_dist_ckpt_deprecated)])
-        refuse(r, "%s without --ckpt-format: megatron.c reads Megatron's default checkpoint format "
-               "%s but does not write it yet; add --ckpt-format torch", which, fmt);
-    else
-        refuse(r, "--ckpt-format %s is not supported by megatron.c yet (%s): use --ckpt-format "
-               "torch%s", fmt, which, save && str_is(fmt, "torch_dist") ? " to save (torch_dist "
-               "checkpoints are read, not yet written)" : "");
+    refuse(r, "--ckpt-format %s is not supported by megatron.c yet (%s): use --ckpt-format torch "
+           "or torch_dist", fmt, which);
 }
 
 /* --bf16 / --fp16 train (Megatron's Float16OptimizerWithFloat16Params, docs/loss-scaling.md);

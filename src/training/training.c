@@ -45,6 +45,52 @@ static mc_status ckpt_all_ok(void *ctx, bool *ok)
     return st;
 }
 
+/* torch_dist saves: every rank's bytes onto every rank (the length first, then the bytes in
+ * blocks of the longest rank's length). */
+static mc_status ckpt_gather(void *ctx, const void *mine, int64_t n, uint8_t **all, int64_t **offs,
+                             int *world)
+{
+    (void)ctx;
+    int size, rank;
+    int64_t max = n;
+    mc_status st = mc_comm_size_rank(mc_train_world_comm, &size, &rank);
+    st = st ? st : mc_comm_all_reduce(mc_train_world_comm, &max, 1, MC_DTYPE_I64, MC_COMM_MAX,
+                                      "checkpoint metadata size");
+    if (st)
+        return st;
+    int64_t block = 8 + max;
+    uint8_t *local = mc_calloc(1, (size_t)block), *full = mc_alloc((size_t)(block * size));
+    int64_t *o = mc_alloc((size_t)(size + 1) * sizeof(int64_t));
+    if (!local || !full || !o)
+        st = MC_ERR_NOMEM;
+    if (!st) {
+        memcpy(local, &n, 8);
+        memcpy(local + 8, mine, (size_t)n);
+        st = mc_comm_all_gather(mc_train_world_comm, full, local, block, MC_DTYPE_U8,
+                                "checkpoint metadata");
+    }
+    /* packed in place: rank r's bytes after rank r-1's */
+    int64_t at = 0;
+    for (int r = 0; !st && r < size; r++) {
+        int64_t len;
+        memcpy(&len, full + r * block, 8);
+        memmove(full + at, full + r * block + 8, (size_t)len);
+        o[r] = at;
+        at += len;
+        o[r + 1] = at;
+    }
+    mc_free(local);
+    if (st) {
+        mc_free(full);
+        mc_free(o);
+        return st;
+    }
+    *all = full;
+    *offs = o;
+    *world = size;
+    return MC_OK;
+}
+
 /* One file per (tensor, pipeline) rank, written by data-parallel rank 0 (distrib_optim.pt
  * gathered over the data-parallel group first); global rank 0 writes the tracker after every
  * file is on disk. */
@@ -58,6 +104,8 @@ static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
     s->write_tracker = t->par.ps.rank == 0;
     s->barrier = t->par.ps.world > 1 ? ckpt_barrier : NULL;
     s->all_ok = t->par.ps.world > 1 ? ckpt_all_ok : NULL;
+    s->gather = t->par.ps.world > 1 ? ckpt_gather : NULL;
+    s->rank = t->par.ps.rank;
     s->distopt = t->o.dopt;
     s->n_chunks = t->m.vp; /* interleaved: model0, model1, ... and one distopt buffer per chunk */
     s->chunks = t->m.chunks;

@@ -1,0 +1,676 @@
+/* Writing Megatron's `--ckpt-format torch_dist` checkpoints (megatron/core/dist_checkpointing
+ * with its torch strategy over torch.distributed.checkpoint, Megatron-LM core_v0.12.1, torch 2.x):
+ * the files dist_checkpoint.c reads, in the layout Megatron's writer gives them.
+ *   - Every rank plans its items: its model tensors under their global keys (layers stacked on a
+ *     prepended axis, tensor-parallel shards as chunks at their offsets, SwiGLU's fc1 as its
+ *     [gate; up] halves), the optimizer moments under "optimizer.state.<name>.<key>" with the
+ *     same chunks, and the linear layers' `_extra_state` sharded objects. A tensor replicated
+ *     across tensor-parallel ranks is written by tensor-parallel rank 0 only, the last stage's
+ *     copy of tied embeddings not at all, and only data-parallel rank 0 writes (Megatron's main
+ *     replicas, replica_id all zeros).
+ *   - The items go to two files per rank, __<rank>_0.distcp and __<rank>_1.distcp, split as
+ *     Megatron's FileSystemWriterAsync splits them (thread_count 2, _split_by_size_and_type):
+ *     sharded objects round-robin, tensors largest first each onto the lighter file; each file
+ *     holds its objects, then its tensors, each one torch.save archive (torch's TORCH_SAVE
+ *     serialization format).
+ *   - Rank 0 gathers every rank's (key, chunk, file, byte offset, length) and writes `.metadata`,
+ *     the pickle of DCP's Metadata (state_dict_metadata: key -> TensorStorageMetadata with the
+ *     global size and every chunk, or BytesStorageMetadata; storage_data: MetadataIndex(key,
+ *     chunk offset) -> _StorageInfo(file, offset, length); storage_meta; version "1.0.0";
+ *     Megatron's mcore_data), then common.pt and metadata.json.
+ * The checkpoint directory is written under a temporary name by the caller (checkpoint.c). */
+#include "checkpointing/dist_checkpoint.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/torch_pickle.h"
+
+#define BINS 2 /* FileSystemWriterAsync's thread_count in Megatron's torch_dist save strategy */
+#define META "torch.distributed.checkpoint.metadata"
+
+struct item {
+    char fqn[640];
+    bool bytes;                 /* a sharded object (BYTE_IO), else a tensor chunk */
+    int nd;
+    int64_t g[MC_PK_MAX_DIM];   /* the global shape */
+    int64_t off[MC_PK_MAX_DIM]; /* the chunk's offsets and sizes */
+    int64_t sz[MC_PK_MAX_DIM];
+    const float *data;          /* the chunk, contiguous */
+    int64_t numel;
+    int bucket;
+    int file;                   /* k of __<rank>_<k>.distcp */
+    uint64_t at, len;           /* where its torch.save archive lies in that file */
+};
+
+struct plan {
+    struct item *it;
+    int64_t n, cap;
+};
+
+static struct item *new_item(struct plan *p)
+{
+    if (p->n == p->cap) {
+        int64_t cap = p->cap ? 2 * p->cap : 256;
+        struct item *it = mc_calloc((size_t)cap, sizeof(*it));
+        if (!it)
+            return NULL;
+        if (p->n)
+            memcpy(it, p->it, (size_t)p->n * sizeof(*it));
+        mc_free(p->it);
+        p->it = it;
+        p->cap = cap;
+    }
+    struct item *x = &p->it[p->n++];
+    memset(x, 0, sizeof(*x));
+    return x;
+}
+
+static int tp_of(const struct mc_gpt_config *c)
+{
+    return c->tensor_model_parallel_size > 1 ? c->tensor_model_parallel_size : 1;
+}
+
+/* SwiGLU's fc1 holds [gate_r; up_r] on each tensor-parallel rank, the checkpoint [gate; up]. */
+static bool swiglu_fc1(const struct mc_gpt_config *c, const char *key)
+{
+    return c->activation == MC_ACT_SWIGLU && strstr(key, "mlp.linear_fc1.") && !strstr(key, "layer_norm");
+}
+
+/* Whether this rank writes the parameter: Megatron's main replica (replica_id all zeros). */
+static bool main_replica(const struct mc_ckpt_state *s, const mc_gpt_model *m, const struct mc_param_view *p)
+{
+    const struct mc_gpt_config *c = mc_gpt_model_config(m);
+    if (!(s->writer || !s->barrier))
+        return false; /* data-parallel ranks > 0 hold replicas */
+    if (p->shared)
+        return false; /* the last stage's copy of tied embeddings: replica_id (1, ...) */
+    if (!c->untie_embeddings_and_output_weights && !strcmp(p->name, "output_layer.weight"))
+        return false;
+    return p->partition_dim >= 0 || tp_of(c) == 1 || c->tensor_model_parallel_rank == 0;
+}
+
+/* The chunk(s) of a parameter-shaped tensor `data` under key `key`. */
+static mc_status add_tensor(struct plan *pl, const mc_gpt_model *m, const char *key, long layer,
+                            const struct mc_param_view *p, const float *data)
+{
+    const struct mc_gpt_config *c = mc_gpt_model_config(m);
+    int pre = layer >= 0, tp = tp_of(c), tr = c->tensor_model_parallel_rank;
+    int split = p->partition_dim >= 0 && tp > 1 ? p->partition_dim : -1;
+    if (p->ndim + pre > MC_PK_MAX_DIM || strlen(key) >= sizeof(pl->it[0].fqn))
+        return mc_error(MC_ERR_UNSUPPORTED, "torch_dist save: %s: key or rank too large", key);
+    int halves = split == 0 && swiglu_fc1(c, key) ? 2 : 1;
+    if (halves == 2 && p->shape[0] % 2)
+        return mc_error(MC_ERR_INTERNAL, "torch_dist save: %s: SwiGLU fc1 with %lld rows",
+                        key, (long long)p->shape[0]);
+    for (int h = 0; h < halves; h++) {
+        struct item *x = new_item(pl);
+        if (!x)
+            return MC_ERR_NOMEM;
+        snprintf(x->fqn, sizeof(x->fqn), "%s", key);
+        x->nd = p->ndim + pre;
+        if (pre) {
+            x->g[0] = c->num_layers;
+            x->off[0] = layer;
+            x->sz[0] = 1;
+        }
+        x->numel = p->numel / halves;
+        x->data = data + (int64_t)h * x->numel;
+        for (int k = 0; k < p->ndim; k++) {
+            int64_t local = k == 0 ? p->shape[0] / halves : p->shape[k];
+            x->sz[pre + k] = local;
+            x->g[pre + k] = k == split ? p->shape[k] * tp : p->shape[k];
+            x->off[pre + k] = k != split ? 0 : halves == 2 ? h * (p->shape[0] * tp / 2) + tr * local
+                                                            : tr * local;
+        }
+    }
+    return MC_OK;
+}
+
+static mc_status add_object(struct plan *pl, const char *fqn)
+{
+    struct item *x = new_item(pl);
+    if (!x)
+        return MC_ERR_NOMEM;
+    snprintf(x->fqn, sizeof(x->fqn), "%.600s", fqn);
+    x->bytes = true;
+    return MC_OK;
+}
+
+/* The mcore linear layers' `_extra_state` (None for the local spec), a sharded object per
+ * global layer: "decoder.layers.self_attention.linear_proj._extra_state/shard_<layer>_<L>". */
+static mc_status add_extra_state(struct plan *pl, const mc_gpt_model *m, const char *local,
+                                 const char *next_local)
+{
+    static const char *const linear[] = {"linear_proj", "linear_qkv", "linear_fc1", "linear_fc2", NULL};
+    const char *dot = strrchr(local, '.');
+    size_t mlen = dot ? (size_t)(dot - local) : 0;
+    if (!mlen || strncmp(local, "decoder.layers.", 15) ||
+        (next_local && !strncmp(next_local, local, mlen) && next_local[mlen] == '.'))
+        return MC_OK; /* not a layer's module, or not its last parameter */
+    const char *last = local + mlen;
+    while (last > local && last[-1] != '.')
+        last--;
+    bool lin = false;
+    for (int k = 0; linear[k]; k++)
+        lin |= (size_t)(local + mlen - last) == strlen(linear[k]) && !strncmp(last, linear[k], strlen(linear[k]));
+    if (!lin)
+        return MC_OK;
+    struct mc_dist_place p;
+    mc_status st = mc_dist_ckpt_place(m, local, &p);
+    if (st)
+        return st;
+    char *kd = strrchr(p.key, '.');
+    if (kd)
+        *kd = 0;
+    char fqn[600];
+    snprintf(fqn, sizeof(fqn), "%s._extra_state/shard_%ld_%lld", p.key, p.layer,
+             (long long)mc_gpt_model_config(m)->num_layers);
+    return add_object(pl, fqn);
+}
+
+static mc_status plan_model(struct plan *pl, const struct mc_ckpt_state *s, const mc_gpt_model *m)
+{
+    int64_t n = mc_gpt_num_params(m);
+    const struct mc_gpt_config *c = mc_gpt_model_config(m);
+    bool objects = (s->writer || !s->barrier) && (tp_of(c) == 1 || c->tensor_model_parallel_rank == 0);
+    for (int64_t i = 0; i < n; i++) {
+        struct mc_param_view p = mc_gpt_param(m, i);
+        struct mc_dist_place pl_;
+        mc_status st = mc_dist_ckpt_place(m, p.name, &pl_);
+        if (!st && main_replica(s, m, &p))
+            st = add_tensor(pl, m, pl_.key, pl_.layer, &p, p.data);
+        if (!st && objects)
+            st = add_extra_state(pl, m, p.name, i + 1 < n ? mc_gpt_param(m, i + 1).name : NULL);
+        if (st)
+            return st;
+    }
+    return MC_OK;
+}
+
+/* The optimizer's moments, in the order of its parameter groups (Megatron's
+ * optim_state_to_sharding_state): exp_avg and exp_avg_sq (Adam) or momentum_buffer (SGD) per
+ * parameter, chunked as the parameter. The step count goes to common.pt. */
+static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
+{
+    if (!s->opts.save_optim || !s->opt || mc_opt_step_count(s->opt) == 0)
+        return MC_OK; /* torch keeps no state before the first step */
+    int64_t n = mc_ckpt_total_params(s), n_first;
+    bool first_decay;
+    int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    if (!order)
+        return MC_ERR_NOMEM;
+    mc_ckpt_group_order(s, MC_SD_LOCAL, order, &n_first, &first_decay);
+    mc_status st = MC_OK;
+    for (int64_t k = 0; k < n && !st; k++) {
+        struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
+        const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
+        struct mc_opt_param_state ps = mc_opt_param_state(s->opt, order[k]);
+        struct mc_dist_place where;
+        if ((st = mc_dist_ckpt_place(m, p.name, &where)) || !main_replica(s, m, &p))
+            continue;
+        const char *names[2] = {"exp_avg", "exp_avg_sq"};
+        const float *data[2] = {ps.exp_avg, ps.exp_avg_sq};
+        int nn = 2;
+        if (!ps.exp_avg) {
+            names[0] = "momentum_buffer";
+            data[0] = ps.momentum_buffer;
+            nn = 1;
+        }
+        for (int j = 0; j < nn && !st; j++) {
+            char key[600];
+            snprintf(key, sizeof(key), "optimizer.state.%.16s.%.512s", names[j], where.key);
+            st = add_tensor(pl, m, key, where.layer, &p, data[j]);
+        }
+    }
+    mc_free(order);
+    return st;
+}
+
+/* Megatron's plan lists a key's chunks together, keys in the order they first appear (the
+ * layers' stacked keys in layer 0's order, then the later layers' own sharded objects). */
+static const struct item *order_base;
+static int64_t *first_seen;
+static int by_fqn(const void *a, const void *b)
+{
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    int c = strcmp(order_base[i].fqn, order_base[j].fqn);
+    return c ? c : i < j ? -1 : i > j;
+}
+static int by_first(const void *a, const void *b)
+{
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    if (first_seen[i] != first_seen[j])
+        return first_seen[i] < first_seen[j] ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static mc_status group_by_key(struct plan *pl)
+{
+    int64_t n = pl->n, *idx = mc_alloc((size_t)(n + 1) * sizeof(int64_t));
+    int64_t *first = mc_alloc((size_t)(n + 1) * sizeof(int64_t));
+    struct item *out = mc_alloc((size_t)(n + 1) * sizeof(*out));
+    if (!idx || !first || !out) {
+        mc_free(idx), mc_free(first), mc_free(out);
+        return MC_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < n; i++)
+        idx[i] = i;
+    order_base = pl->it;
+    qsort(idx, (size_t)n, sizeof(*idx), by_fqn);
+    for (int64_t k = 0; k < n; k++) /* sorted by (fqn, index): a group's first is its smallest */
+        first[idx[k]] = k && !strcmp(pl->it[idx[k]].fqn, pl->it[idx[k - 1]].fqn) ? first[idx[k - 1]] : idx[k];
+    first_seen = first;
+    qsort(idx, (size_t)n, sizeof(*idx), by_first);
+    for (int64_t k = 0; k < n; k++)
+        out[k] = pl->it[idx[k]];
+    memcpy(pl->it, out, (size_t)n * sizeof(*out));
+    mc_free(idx), mc_free(first), mc_free(out);
+    return MC_OK;
+}
+
+/* ---- the data files ------------------------------------------------------------------------ */
+static int64_t item_bytes(const struct item *x) { return x->numel * (int64_t)sizeof(float); }
+
+static const struct item *sort_base;
+static int by_size(const void *a, const void *b)
+{
+    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    int64_t si = item_bytes(&sort_base[i]), sj = item_bytes(&sort_base[j]);
+    if (si != sj)
+        return si > sj ? -1 : 1;
+    return i < j ? -1 : i > j; /* Python's sort is stable */
+}
+
+/* _split_by_size_and_type into BINS buckets; *seq: the items in the order they are written
+ * (bucket by bucket: its objects, then its tensors as assigned). */
+static mc_status split(struct plan *pl, int64_t *seq, int *files)
+{
+    int64_t nb = 0, nt = 0, *tens = mc_alloc((size_t)(pl->n + 1) * sizeof(int64_t));
+    if (!tens)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < pl->n; i++) {
+        if (pl->it[i].bytes)
+            pl->it[i].bucket = (int)(nb++ % BINS);
+        else
+            tens[nt++] = i;
+    }
+    sort_base = pl->it;
+    qsort(tens, (size_t)nt, sizeof(*tens), by_size);
+    int64_t total[BINS] = {0};
+    for (int64_t k = 0; k < nt; k++) { /* the min-heap of (size, bin): the lighter, then the lower */
+        int b = 0;
+        for (int j = 1; j < BINS; j++)
+            if (total[j] < total[b])
+                b = j;
+        pl->it[tens[k]].bucket = b;
+        total[b] += item_bytes(&pl->it[tens[k]]);
+    }
+    int64_t at = 0;
+    *files = 0;
+    for (int b = 0; b < BINS; b++) {
+        int64_t start = at;
+        for (int64_t i = 0; i < pl->n; i++)
+            if (pl->it[i].bytes && pl->it[i].bucket == b)
+                seq[at++] = i;
+        for (int64_t k = 0; k < nt; k++)
+            if (pl->it[tens[k]].bucket == b)
+                seq[at++] = tens[k];
+        for (int64_t q = start; q < at; q++)
+            pl->it[seq[q]].file = *files;
+        if (at > start)
+            ++*files; /* empty buckets get no file */
+    }
+    mc_free(tens);
+    return MC_OK;
+}
+
+static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item *x)
+{
+    struct mc_pk *v;
+    if (x->bytes) { /* torch.save of the object's data: [None] for the local spec's extra state */
+        v = mc_pk_new(d, MC_PK_LIST);
+        if (!v || mc_pk_append(d, v, mc_pk_none(d)))
+            return MC_ERR_NOMEM;
+    } else {
+        struct mc_pk *stg = mc_pk_storage(d, MC_DTYPE_F32, x->numel, x->data);
+        v = stg ? mc_pk_tensor(d, stg, 0, x->nd, x->sz, NULL) : NULL;
+        if (!v)
+            return MC_ERR_NOMEM;
+    }
+    long at = ftell(f);
+    if (at < 0)
+        return mc_error(MC_ERR_IO, "--save: %s: %s", path, strerror(errno));
+    x->at = (uint64_t)at;
+    return mc_torch_save_stream(d, v, f, path, &x->len);
+}
+
+static mc_status write_files(struct plan *pl, const char *dir, int rank)
+{
+    int64_t *seq = mc_alloc((size_t)(pl->n + 1) * sizeof(int64_t));
+    int files = 0;
+    mc_status st = seq ? split(pl, seq, &files) : MC_ERR_NOMEM;
+    int64_t q = 0;
+    for (int k = 0; k < files && !st; k++) {
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/__%d_%d.distcp", dir, rank, k);
+        FILE *f = fopen(path, "wb");
+        mc_pk_doc *d = NULL;
+        if (!f)
+            st = mc_error(MC_ERR_IO, "--save: cannot create %s: %s", path, strerror(errno));
+        else if ((st = mc_pk_doc_init(&d)) == MC_OK)
+            for (; q < pl->n && pl->it[seq[q]].file == k && !st; q++)
+                st = write_item(d, f, path, &pl->it[seq[q]]);
+        if (f && !st && (fflush(f) || fsync(fileno(f))))
+            st = mc_error(MC_ERR_IO, "--save: cannot write %s: %s", path, strerror(errno));
+        if (f && fclose(f) && !st)
+            st = mc_error(MC_ERR_IO, "--save: cannot write %s: %s", path, strerror(errno));
+        if (d)
+            mc_pk_doc_free(d);
+    }
+    mc_free(seq);
+    return st;
+}
+
+/* ---- every rank's items onto rank 0 --------------------------------------------------------- */
+/* Record: ok byte first; then per item: bytes flag, fqn length (u16) + fqn, nd, nd x (g, off,
+ * sz), file, at, len. */
+struct buf {
+    uint8_t *p;
+    size_t n, cap;
+};
+
+static mc_status put(struct buf *b, const void *x, size_t n)
+{
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->n + n)
+            cap *= 2;
+        uint8_t *p = mc_alloc(cap);
+        if (!p)
+            return MC_ERR_NOMEM;
+        if (b->n)
+            memcpy(p, b->p, b->n);
+        mc_free(b->p);
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, x, n);
+    b->n += n;
+    return MC_OK;
+}
+
+static mc_status encode(const struct plan *pl, bool ok, struct buf *b)
+{
+    uint8_t okb = ok;
+    mc_status st = put(b, &okb, 1);
+    for (int64_t i = 0; ok && i < pl->n && !st; i++) {
+        const struct item *x = &pl->it[i];
+        uint8_t fl = x->bytes, nd = (uint8_t)x->nd, file = (uint8_t)x->file;
+        uint16_t len = (uint16_t)strlen(x->fqn);
+        st = put(b, &fl, 1);
+        st = st ? st : put(b, &len, 2);
+        st = st ? st : put(b, x->fqn, len);
+        st = st ? st : put(b, &nd, 1);
+        for (int k = 0; k < x->nd && !st; k++) {
+            st = put(b, &x->g[k], 8);
+            st = st ? st : put(b, &x->off[k], 8);
+            st = st ? st : put(b, &x->sz[k], 8);
+        }
+        st = st ? st : put(b, &file, 1);
+        st = st ? st : put(b, &x->at, 8);
+        st = st ? st : put(b, &x->len, 8);
+    }
+    return st;
+}
+
+static void take(const uint8_t **p, void *x, size_t n)
+{
+    memcpy(x, *p, n);
+    *p += n;
+}
+
+/* Rank r's items back from its record (in plan order). */
+static mc_status decode(const uint8_t *p, const uint8_t *end, struct plan *pl, bool *ok)
+{
+    uint8_t okb;
+    take(&p, &okb, 1);
+    *ok = okb;
+    while (okb && p < end) {
+        struct item *x = new_item(pl);
+        if (!x)
+            return MC_ERR_NOMEM;
+        uint8_t fl, nd, file;
+        uint16_t len;
+        take(&p, &fl, 1);
+        take(&p, &len, 2);
+        take(&p, x->fqn, len);
+        x->fqn[len] = 0;
+        take(&p, &nd, 1);
+        x->bytes = fl;
+        x->nd = nd;
+        for (int k = 0; k < nd; k++) {
+            take(&p, &x->g[k], 8);
+            take(&p, &x->off[k], 8);
+            take(&p, &x->sz[k], 8);
+        }
+        take(&p, &file, 1);
+        x->file = file;
+        take(&p, &x->at, 8);
+        take(&p, &x->len, 8);
+    }
+    return MC_OK;
+}
+
+/* ---- .metadata ------------------------------------------------------------------------------ */
+static struct mc_pk *int_tuple(mc_pk_doc *d, int n, const int64_t *x)
+{
+    struct mc_pk *t = mc_pk_new(d, MC_PK_TUPLE);
+    for (int k = 0; t && k < n; k++)
+        if (mc_pk_append(d, t, mc_pk_int(d, x[k])))
+            return NULL;
+    return t;
+}
+
+static struct mc_pk *torch_size(mc_pk_doc *d, int n, const int64_t *x)
+{
+    return mc_pk_enum(d, "torch", "Size", int_tuple(d, n, x)); /* torch.Size((...)) */
+}
+
+/* TensorProperties.__getstate__: (dtype, layout, requires_grad, memory_format, pin_memory). */
+static struct mc_pk *properties(mc_pk_doc *d)
+{
+    struct mc_pk *p = mc_pk_object(d, META, "TensorProperties"), *t = mc_pk_new(d, MC_PK_TUPLE);
+    if (!p || !t || mc_pk_append(d, t, mc_pk_global(d, "torch", "float32")) ||
+        mc_pk_append(d, t, mc_pk_enum(d, "torch.serialization", "_get_layout", mc_pk_str(d, "torch.strided"))) ||
+        mc_pk_append(d, t, mc_pk_bool(d, false)) ||
+        mc_pk_append(d, t, mc_pk_enum(d, META, "_MEM_FORMAT_ENCODING", mc_pk_int(d, 0))) ||
+        mc_pk_append(d, t, mc_pk_bool(d, false)) || mc_pk_set(d, p, "__state__", t))
+        return NULL;
+    return p;
+}
+
+static mc_status add_chunk(mc_pk_doc *d, struct mc_pk *sdm, const struct item *x)
+{
+    struct mc_pk *tm = mc_pk_get(sdm, x->fqn);
+    if (!tm) {
+        tm = mc_pk_object(d, META, "TensorStorageMetadata");
+        struct mc_pk *chunks = mc_pk_new(d, MC_PK_LIST);
+        if (!tm || !chunks || mc_pk_set(d, tm, "properties", properties(d)) ||
+            mc_pk_set(d, tm, "size", torch_size(d, x->nd, x->g)) || mc_pk_set(d, tm, "chunks", chunks) ||
+            mc_pk_set(d, sdm, x->fqn, tm))
+            return MC_ERR_NOMEM;
+    }
+    struct mc_pk *c = mc_pk_object(d, META, "ChunkStorageMetadata");
+    if (!c || mc_pk_set(d, c, "offsets", torch_size(d, x->nd, x->off)) ||
+        mc_pk_set(d, c, "sizes", torch_size(d, x->nd, x->sz)))
+        return MC_ERR_NOMEM;
+    return mc_pk_append(d, mc_pk_get(tm, "chunks"), c);
+}
+
+static mc_status add_storage(mc_pk_doc *d, struct mc_pk *storage, const struct item *x, int rank)
+{
+    struct mc_pk *idx = mc_pk_object(d, META, "MetadataIndex");
+    struct mc_pk *info = mc_pk_object(d, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
+    char file[64];
+    snprintf(file, sizeof(file), "__%d_%d.distcp", rank, x->file);
+    /* MetadataIndex.__init__ sets fqn, index, then offset (tensors only) */
+    if (!idx || !info || mc_pk_set(d, idx, "fqn", mc_pk_str(d, x->fqn)) ||
+        mc_pk_set(d, idx, "index", mc_pk_none(d)) ||
+        (!x->bytes && mc_pk_set(d, idx, "offset", torch_size(d, x->nd, x->off))) ||
+        mc_pk_set(d, info, "relative_path", mc_pk_str(d, file)) ||
+        mc_pk_set(d, info, "offset", mc_pk_int(d, (int64_t)x->at)) ||
+        mc_pk_set(d, info, "length", mc_pk_int(d, (int64_t)x->len)))
+        return MC_ERR_NOMEM;
+    mc_status st = mc_pk_append(d, storage, idx);
+    return st ? st : mc_pk_append(d, storage, info);
+}
+
+static int by_place(const void *a, const void *b)
+{
+    const struct item *x = a, *y = b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* A save id in uuid form from the directory and the items: the same save gives the same
+ * bytes (DCP draws a random uuid4 here; nothing reads it back). */
+static void save_id(char *out, size_t n, const char *dir, const struct plan *all, int world)
+{
+    uint64_t h[2] = {1469598103934665603ull, 1099511628211ull};
+    for (const char *c = dir; *c; c++)
+        h[0] = (h[0] ^ (uint8_t)*c) * 1099511628211ull;
+    for (int r = 0; r < world; r++)
+        for (int64_t i = 0; i < all[r].n; i++)
+            h[1] = (h[1] ^ all[r].it[i].len ^ (all[r].it[i].at << 20)) * 1469598103934665603ull;
+    snprintf(out, n, "%08x-%04x-4%03x-8%03x-%012llx", (unsigned)(h[0] >> 32), (unsigned)(h[0] >> 16) & 0xffff,
+             (unsigned)h[0] & 0xfff, (unsigned)(h[1] >> 52) & 0xfff,
+             (unsigned long long)(h[1] & 0xffffffffffffull));
+}
+
+static struct mc_pk *metadata(mc_pk_doc *d, struct plan *all, int world, const char *final_dir)
+{
+    struct mc_pk *m = mc_pk_object(d, META, "Metadata"), *sdm = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *storage = mc_pk_new(d, MC_PK_DICT), *mcore = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *sm = mc_pk_object(d, META, "StorageMeta");
+    if (!m || !sdm || !storage || !mcore || !sm)
+        return NULL;
+    /* _create_global_metadata: keys in first-seen order over the ranks' plans */
+    for (int r = 0; r < world; r++)
+        for (int64_t i = 0; i < all[r].n; i++) {
+            const struct item *x = &all[r].it[i];
+            mc_status st = x->bytes ? mc_pk_set(d, sdm, x->fqn, mc_pk_object(d, META, "BytesStorageMetadata"))
+                                    : add_chunk(d, sdm, x);
+            if (!st && !x->bytes && !mc_pk_get(mcore, x->fqn))
+                st = mc_pk_set(d, mcore, x->fqn, mc_pk_new(d, MC_PK_DICT));
+            if (st)
+                return NULL;
+        }
+    /* storage_data: each rank's write results, file by file in write order */
+    for (int r = 0; r < world; r++) {
+        qsort(all[r].it, (size_t)all[r].n, sizeof(*all[r].it), by_place);
+        for (int64_t i = 0; i < all[r].n; i++)
+            if (add_storage(d, storage, &all[r].it[i], r))
+                return NULL;
+    }
+    char id[64];
+    save_id(id, sizeof(id), final_dir, all, world);
+    if (mc_pk_set(d, sm, "checkpoint_id", mc_pk_str(d, final_dir)) ||
+        mc_pk_set(d, sm, "save_id", mc_pk_str(d, id)) || mc_pk_set(d, sm, "load_id", mc_pk_none(d)) ||
+        mc_pk_set(d, sm, "modules", mc_pk_new(d, MC_PK_LIST)))
+        return NULL;
+    if (mc_pk_set(d, m, "state_dict_metadata", sdm) || mc_pk_set(d, m, "planner_data", mc_pk_none(d)) ||
+        mc_pk_set(d, m, "storage_data", storage) || mc_pk_set(d, m, "storage_meta", sm) ||
+        mc_pk_set(d, m, "version", mc_pk_str(d, "1.0.0")) || mc_pk_set(d, m, "mcore_data", mcore))
+        return NULL;
+    return m;
+}
+
+static mc_status write_small(const char *dir, const char *name, const void *p, size_t n)
+{
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return mc_error(MC_ERR_IO, "--save: cannot create %s: %s", path, strerror(errno));
+    bool ok = fwrite(p, 1, n, f) == n && !fflush(f) && !fsync(fileno(f));
+    ok &= !fclose(f);
+    return ok ? MC_OK : mc_error(MC_ERR_IO, "--save: cannot write %s: %s", path, strerror(errno));
+}
+
+static mc_status write_metadata(struct plan *all, int world, const char *tmp_dir, const char *final_dir,
+                                mc_pk_doc *d, const struct mc_pk *common)
+{
+    static const char json[] = "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "
+                               "\"common_backend\": \"torch\", \"common_backend_version\": 1}";
+    struct mc_pk *m = metadata(d, all, world, final_dir);
+    uint8_t *buf;
+    size_t n;
+    struct mc_pk **stl;
+    int64_t nst;
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/common.pt", tmp_dir);
+    mc_status st = m ? mc_pk_dump(d, m, &buf, &n, &stl, &nst) : MC_ERR_NOMEM;
+    st = st ? st : write_small(tmp_dir, ".metadata", buf, n);
+    st = st ? st : mc_torch_save(d, common, path);
+    return st ? st : write_small(tmp_dir, "metadata.json", json, sizeof(json) - 1);
+}
+
+mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
+                             const char *final_dir, mc_pk_doc *d, const struct mc_pk *common)
+{
+    struct plan pl = {0};
+    int nc = s->n_chunks > 1 ? s->n_chunks : 1;
+    mc_status st = s->rank == 0 && !common ? MC_ERR_NOMEM : MC_OK;
+    for (int c = 0; c < nc && !st; c++)
+        st = plan_model(&pl, s, nc > 1 ? s->chunks[c] : s->model);
+    st = st ? st : plan_optimizer(&pl, s);
+    st = st ? st : group_by_key(&pl);
+    st = st ? st : write_files(&pl, tmp_dir, s->rank);
+    /* every rank's items (or its failure) onto every rank */
+    struct buf b = {0};
+    mc_status est = encode(&pl, !st, &b);
+    uint8_t *allb = NULL;
+    int64_t *offs = NULL;
+    int world = 1;
+    mc_status gst = est ? est : s->gather ? s->gather(s->barrier_ctx, b.p, (int64_t)b.n, &allb, &offs, &world)
+                                          : MC_OK;
+    if (!st && (est || gst))
+        st = est ? est : gst;
+    if (!s->gather && !st) {
+        allb = b.p;
+        b.p = NULL;
+        offs = mc_alloc(2 * sizeof(int64_t));
+        if (!offs)
+            st = MC_ERR_NOMEM;
+        else
+            offs[0] = 0, offs[1] = (int64_t)b.n;
+    }
+    mc_free(b.p);
+    struct plan *all = st || s->rank ? NULL : mc_calloc((size_t)world, sizeof(*all));
+    bool others_ok = true;
+    for (int r = 0; !st && s->gather && r < world; r++) { /* every rank learns of any failure */
+        bool ok = allb[offs[r]] != 0;
+        others_ok &= ok;
+    }
+    if (!st && !others_ok)
+        st = mc_error(MC_ERR_IO, "saving the torch_dist checkpoint failed on another rank (its "
+                      "error message says why)");
+    if (!st && s->rank == 0) {
+        bool ok;
+        for (int r = 0; r < world && !st; r++)
+            st = !all ? MC_ERR_NOMEM : decode(allb + offs[r], allb + offs[r + 1], &all[r], &ok);
+        st = st ? st : write_metadata(all, world, tmp_dir, final_dir, d, common);
+    }
+    for (int r = 0; all && r < world; r++)
+        mc_free(all[r].it);
+    mc_free(all);
+    mc_free(allb);
+    mc_free(offs);
+    mc_free(pl.it);
+    return st;
+}
