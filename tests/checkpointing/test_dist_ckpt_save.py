@@ -13,7 +13,7 @@ the ordinary optimizer:
 - PyTorch's own torch.distributed.checkpoint (torch 2.x, without Megatron) reads our .metadata and
   every tensor, and they equal the tensors of our torch-format save of the same run exactly;
 - ours resumes at its own layout and at others (tp1 -> tp2 x pp2, tp2 x pp2 -> tp1, Llama tp2 ->
-  tp1) with the same next losses;
+  tp1, pp2 x vpp2 -> tp1, dp2 -> tp1) with the same next losses;
 - the save is byte-stable: the resumed run's iteration-6 .metadata and .distcp files equal those of
   the uninterrupted run (Megatron's are not: a random save_id and torch 2's random
   serialization_id in every archive);
@@ -34,6 +34,7 @@ from mc_test import check, summary  # noqa: E402
 DIST = ("--ckpt-format", "torch_dist")
 PORTS = {"gpt_tp1": 29841, "gpt_tp2pp2": 29843, "llama_tp2": 29845}
 mcs.ALL_CASES.setdefault("llama_tp1", (1, mcs.LLAMA, mcs.DIST_CASES["llama_tp2"][2]))
+mcs.ALL_CASES.setdefault("gpt_dp2", (2, mcs.GPT2, ("--data-path", mcs.CORPUS_A)))
 
 
 def losses(lines):
@@ -271,6 +272,13 @@ def main():
         save, ours = saves["llama_tp2"]
         resume("llama_tp1", save, ours, tmp, ("--make-vocab-size-divisible-by", "128"),
                " (Llama tp2 save loaded at tp1)", tol=1e-5)
+        # interleaved pipelining (model0/model1 per rank) and data parallelism (dp rank 0 writes)
+        for case in ("gpt_pp2vpp2", "gpt_dp2"):
+            save = os.path.join(tmp, f"ours_{case}")
+            r = mcs.run_ours(case, tmp, DIST + ("--save", save, "--save-interval", "3"))
+            ours = mcs.train_lines(r.stdout)
+            check(r.returncode == 0 and sorted(ours) == [1, 2, 3, 4, 5, 6], f"{case}: our run: {r.stderr[-400:]}")
+            resume("gpt_tp1", save, ours, tmp, (), f" ({case} save loaded at tp1)", tol=1e-5)
         failed_save(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
