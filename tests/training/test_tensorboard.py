@@ -375,7 +375,7 @@ def test_errors(tmp):
     check(p.returncode != 0 and "--tensorboard-log-interval 0" in p.stderr + p.stdout,
           "--tensorboard-log-interval 0 refused")
     # supported now: its tags are checked in tests/training/test_memory_accounting.py
-    p = run(args(tmp, iters=1, extra=["--tensorboard-dir", os.path.join(tmp, "tb4"),
+    p = run(args(tmp, iters=3, extra=["--tensorboard-dir", os.path.join(tmp, "tb4"),
                                       "--log-memory-to-tensorboard"]))
     check(p.returncode == 0 and "not supported" not in p.stderr + p.stdout,
           f"--log-memory-to-tensorboard accepted ({p.stderr[-300:]!r})")
