@@ -146,12 +146,13 @@ mc_status mc_train_log_memory_estimate(struct trainer *t)
     if (t->par.dp_rank != 0) /* as report_memory: one rank per model replica */
         return MC_OK;
     struct mc_memory_estimate e;
-    mc_status st = mc_memory_estimate(t->a, t->m.padded_vocab, t->d.mb.num_micro_batches, &e);
-    if (st)
-        return st;
-    double est[MC_MEM_COUNT], total = 0;
-    bool known[MC_MEM_COUNT], all_known = true;
-    estimate_by_category(t, &e, est, known);
+    /* a finished run still reports what it measured when the formula does not apply */
+    bool have_e = mc_memory_estimate(t->a, t->m.padded_vocab, t->d.mb.num_micro_batches, &e) ==
+                  MC_OK;
+    double est[MC_MEM_COUNT] = {0}, total = 0;
+    bool known[MC_MEM_COUNT] = {false}, all_known = true;
+    if (have_e)
+        estimate_by_category(t, &e, est, known);
     struct mc_mem_stats m;
     mc_mem_get_stats(&m);
     int r = t->par.ps.rank;
@@ -176,6 +177,11 @@ mc_status mc_train_log_memory_estimate(struct trainer *t)
            (double)m.peak_bytes / mb, "", (double)m.live_bytes / mb);
     printf("[Rank %d]   %-22s %12s %12.2f %12s %12.2f\n", r, "process resident set", "",
            (double)mc_mem_peak_rss_bytes() / mb, "", (double)mc_mem_rss_bytes() / mb);
+    if (!have_e) {
+        printf("[Rank %d]   no estimate: %s\n", r, mc_last_error());
+        fflush(stdout);
+        return MC_OK;
+    }
     printf("[Rank %d]   report_theoretical_memory: weight and optimizer=%.2f MB", r,
            e.weight_and_optimizer_bytes / mb);
     if (e.has_activation)
