@@ -99,10 +99,12 @@ def check_values(c, tmp):
          ['--bf16 with --main-grads-dtype bf16 is not implemented in megatron.c yet']),
         ('fp32 residual', ['--bf16', '--fp32-residual-connection'],
          ['--fp32-residual-connection is not implemented in megatron.c yet']),
-        ('default ckpt format', save, ['--save without --ckpt-format: megatron.c reads Megatron\'s '
-                                       'default checkpoint format torch_dist but does not write it']),
-        ('torch_dist given', save + ['--ckpt-format', 'torch_dist'],
-         ['--ckpt-format torch_dist is not supported by megatron.c yet (--save)']),
+        ('default ckpt format bf16', save + ['--bf16'],
+         ['--save with --ckpt-format torch_dist (the default --ckpt-format) and --bf16: megatron.c '
+          'writes torch_dist checkpoints of fp32 runs only so far; use --ckpt-format torch']),
+        ('torch_dist distopt', save + ['--ckpt-format', 'torch_dist', '--use-distributed-optimizer'],
+         ['--save with --ckpt-format torch_dist and --use-distributed-optimizer: megatron.c does not '
+          'write the distributed optimizer\'s torch_dist state yet']),
         ('load zarr', ['--load', os.path.join(tmp, 'ck'), '--ckpt-format', 'zarr'],
          ['--ckpt-format zarr is not supported by megatron.c yet (--load)']),
         ('straggler detector', ['--log-straggler'], ['--log-straggler']),
@@ -121,6 +123,9 @@ def check_values(c, tmp):
     # Accepted settings are not refused: the torch format, auto-detected loads.
     rc, msgs = both_ways(c, 'torch format', TINY + save + ['--ckpt-format', 'torch'])
     c.check(not msgs, 'torch checkpoints accepted: %s' % msgs)
+    for label, extra in (('default format save', []), ('torch_dist save', ['--ckpt-format', 'torch_dist'])):
+        rc, msgs = both_ways(c, label, TINY + save + extra)
+        c.check(not msgs, 'fp32 torch_dist saves accepted (%s): %s' % (label, msgs))
     # Mixed precision is accepted (the refusal stage passes; the model's own start-up decides)
     for label, extra in (('bf16', ['--bf16']),
                          ('fp16 fp32 grads', ['--fp16', '--accumulate-allreduce-grads-in-fp32']),
@@ -146,7 +151,7 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'all at once', many, ['--fp16 without', '--log-straggler',
                                                   '--apply-residual-connection-post-layernorm',
                                                   '--num-experts 4', '--openai-gelu',
-                                                  '--save without --ckpt-format'])
+                                                  '--save with --ckpt-format torch_dist (the default'])
     c.check(len(msgs) == 6, 'six refusals in one run: %s' % msgs)
     # Megatron's own checks come first and keep their text (a bare assert here).
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--fp16', '--save', 'x'])
