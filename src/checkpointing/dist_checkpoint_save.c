@@ -631,35 +631,33 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
     st = st ? st : plan_optimizer(&pl, s);
     st = st ? st : group_by_key(&pl);
     st = st ? st : write_files(&pl, tmp_dir, s->rank);
-    /* every rank's items (or its failure) onto every rank */
+    /* every rank's items (or its failure: a single 0 byte) onto every rank; a rank that failed
+     * still joins, so that no rank waits for it */
     struct buf b = {0};
-    mc_status est = encode(&pl, !st, &b);
+    uint8_t failed = 0;
+    if (!st && (st = encode(&pl, true, &b)))
+        b.n = 0;
+    const void *rec = st ? (const void *)&failed : b.p;
+    int64_t rec_n = st ? 1 : (int64_t)b.n;
     uint8_t *allb = NULL;
     int64_t *offs = NULL;
     int world = 1;
-    mc_status gst = est ? est : s->gather ? s->gather(s->barrier_ctx, b.p, (int64_t)b.n, &allb, &offs, &world)
-                                          : MC_OK;
-    if (!st && (est || gst))
-        st = est ? est : gst;
-    if (!s->gather && !st) {
+    mc_status gst = s->gather ? s->gather(s->barrier_ctx, rec, rec_n, &allb, &offs, &world) : MC_OK;
+    st = st ? st : gst;
+    if (!s->gather && !st) { /* one process: its own record */
         allb = b.p;
         b.p = NULL;
-        offs = mc_alloc(2 * sizeof(int64_t));
-        if (!offs)
+        if (!(offs = mc_alloc(2 * sizeof(int64_t))))
             st = MC_ERR_NOMEM;
         else
             offs[0] = 0, offs[1] = (int64_t)b.n;
     }
     mc_free(b.p);
+    for (int r = 0; !st && r < world; r++)
+        if (!allb[offs[r]])
+            st = mc_error(MC_ERR_IO, "saving the torch_dist checkpoint failed on another rank (its "
+                          "error message says why)");
     struct plan *all = st || s->rank ? NULL : mc_calloc((size_t)world, sizeof(*all));
-    bool others_ok = true;
-    for (int r = 0; !st && s->gather && r < world; r++) { /* every rank learns of any failure */
-        bool ok = allb[offs[r]] != 0;
-        others_ok &= ok;
-    }
-    if (!st && !others_ok)
-        st = mc_error(MC_ERR_IO, "saving the torch_dist checkpoint failed on another rank (its "
-                      "error message says why)");
     if (!st && s->rank == 0) {
         bool ok;
         for (int r = 0; r < world && !st; r++)
