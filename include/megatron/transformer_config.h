@@ -39,6 +39,10 @@ struct mc_gpt_config {
     float norm_epsilon;              /* 1e-5 */
     bool layernorm_zero_centered_gamma; /* --apply-layernorm-1p: norms scale by (1 + weight), the
                                            weight initialized to 0 (TE / FusedLayerNorm) */
+    bool qk_layernorm;               /* --qk-layernorm: the norm above (LayerNorm / RMSNorm, 1p
+                                        alike) on every query and key head over its kv_channels
+                                        after linear_qkv, before RoPE (SelfAttention's
+                                        q_layernorm / k_layernorm) */
     enum mc_position_embedding position_embedding_type;
     float rotary_percent;            /* 1.0 */
     float rotary_base;               /* 10000 */

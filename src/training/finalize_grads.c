@@ -31,7 +31,8 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
  * all-reduces the whole main_grad of these params. */
 static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_distopt *dopt)
 {
-    if (!dopt || !mc_gpt_model_config(m)->sequence_parallel)
+    const struct mc_gpt_config *cfg = mc_gpt_model_config(m);
+    if (!dopt || (!cfg->sequence_parallel && !cfg->qk_layernorm)) /* + the q/k layernorms */
         return mc_gpt_sequence_parallel_grad_sync(m);
     int64_t total = 0, n;
     float *g;
@@ -40,6 +41,8 @@ static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_disto
             mc_distopt_param_main_grad(dopt, i, &g, &n);
             total += n;
         }
+    if (total == 0)
+        return MC_OK;
     float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
     if (!tmp)
         return MC_ERR_NOMEM;
