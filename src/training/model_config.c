@@ -128,6 +128,19 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->tensor_model_parallel_size = (int)mc_args_int(a, A(tensor_model_parallel_size));
     cfg->tensor_model_parallel_rank = tp_rank;
     cfg->sequence_parallel = mc_args_bool(a, A(sequence_parallel)); /* off with tp 1 (validate) */
+    /* uneven pipeline stages (TransformerConfig's num_layers_in_first/last_pipeline_stage);
+     * a given value <= 0 is TransformerConfig's ValueError */
+    static const enum mc_arg_id edge[2] = {A(decoder_first_pipeline_num_layers),
+                                           A(decoder_last_pipeline_num_layers)};
+    for (int i = 0; i < 2; i++) {
+        if (mc_args_is_none(a, edge[i]))
+            continue;
+        int64_t n = mc_args_int(a, edge[i]);
+        if (n <= 0)
+            return mc_error(MC_ERR_CONFIG, "num_layers_in_%s_pipeline_stage must be larger than 0",
+                            i ? "last" : "first");
+        *(i ? &cfg->num_layers_in_last_pipeline_stage : &cfg->num_layers_in_first_pipeline_stage) = n;
+    }
     return MC_OK;
 }
 

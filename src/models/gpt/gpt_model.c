@@ -39,13 +39,14 @@
 
 static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 {
-    /* virtual stage v * pp + r of pp * vp (vp = 1 without interleaving), spec §1.5 */
+    /* virtual stage v * pp + r of pp * vp (vp = 1 without interleaving), spec §1.5; its
+     * layers as Megatron assigns them (even, or uneven first / last stages) */
     int pp = c->pipeline_model_parallel_size;
     int vp = c->virtual_pipeline_model_parallel_size ? c->virtual_pipeline_model_parallel_size : 1;
     int64_t stage = (int64_t)c->virtual_pipeline_model_parallel_rank * pp +
                     c->pipeline_model_parallel_rank;
-    d->L = c->num_layers / ((int64_t)pp * vp);
-    d->layer_offset = stage * d->L;
+    mc_gpt_stage_layers(c, c->pipeline_model_parallel_rank, c->virtual_pipeline_model_parallel_rank,
+                        &d->L, &d->layer_offset);
     d->first_stage = stage == 0;
     d->last_stage = stage == (int64_t)pp * vp - 1;
     d->h = c->hidden_size;
