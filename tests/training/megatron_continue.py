@@ -7,6 +7,7 @@ MC_MEGATRON_ROOT, Megatron's side comes from goldens (GOLDEN/<case>/save, megatr
 written by make_goldens. Used by tests/training/test_qk_layernorm.py and
 tests/parallel/test_uneven_pipeline.py."""
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -71,6 +72,8 @@ def compare_lines(case, ours, theirs, what):
         a, b = mcs.numbers(ours[it][1]), mcs.numbers(theirs.get(it, ("", ""))[1])
         check(ours[it][0] == theirs.get(it, ("?",))[0], f"{case} {what} {it}: consumed samples")
         check(a.get("learning rate") == b.get("learning rate"), f"{case} {what} {it}: lr {a} {b}")
+        da, db = (re.findall(r"decoupled learning rate: ([\d.E+-]+)", x[1]) for x in (ours[it], theirs.get(it, ("", ""))))
+        check(da == db, f"{case} {what} {it}: decoupled learning rate {da} vs {db}")
         la, lb = a.get("lm loss", float("nan")), b.get("lm loss", float("nan"))
         check(abs(la - lb) <= 1e-5 * abs(lb), f"{case} {what} {it}: lm loss {la} vs {lb}")
     print(f"{case} {what}:", [(mcs.numbers(ours[i][1]).get("lm loss"),
@@ -91,8 +94,15 @@ def compare_files(case, ours_dir, theirs_dir):
         check(ko == kg, f"{case} {rank}: model keys/shapes/dtypes {ko[:6]} vs {kg[:6]}")
         for k in ("qk_layernorm", "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
             check(str(getattr(o["args"], k)) == str(getattr(g["args"], k)), f"{case} {rank}: args.{k}")
-        pg = lambda sd: [(p["params"], p["weight_decay"]) for p in sd["optimizer"]["param_groups"]]
-        check(pg(o) == pg(g), f"{case} {rank}: param groups {pg(o)} vs {pg(g)}")
+        def pg(sd):  # torch's param_groups (the distributed optimizer's: under 'optimizer')
+            inner = sd["optimizer"].get("optimizer", sd["optimizer"])
+            return [{k: p.get(k) for k in ("params", "weight_decay", "wd_mult", "is_decoupled_lr",
+                                           "max_lr", "min_lr", "lr")} for p in inner["param_groups"]]
+        po, pgm = pg(o), pg(g)
+        same = len(po) == len(pgm) and all(
+            all(x[k] == y[k] if not isinstance(y[k], float) else abs(x[k] - y[k]) <= 1e-12 * abs(y[k])
+                for k in y) for x, y in zip(po, pgm))
+        check(same, f"{case} {rank}: param groups {po} vs Megatron {pgm}")
 
 
 def run_case(case, tmp, port):
@@ -109,8 +119,10 @@ def run_case(case, tmp, port):
     if mcs.megatron_root():  # megatron.c -> Megatron
         with open(os.path.join(mine, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write("3")
+        # Megatron's own distributed-optimizer fp32 load needs the helper's workarounds
+        variant = "fixload" if "--use-distributed-optimizer" in CASES[case][1] else None
         rcs, out = mcs.run_megatron(case, tmp, ("--load", mine, "--ckpt-step", "3", "--no-load-rng"),
-                                    port=port + 1)
+                                    port=port + 1, variant=variant)
         check(not any(rcs), f"{case}: Megatron from our checkpoint {rcs}: {out[-600:]}")
         ours = {i: v for i, v in mcs.train_lines(r.stdout).items() if i > 3}
         compare_lines(case, mcs.train_lines(out), ours, "megatron.c -> Megatron")
