@@ -89,9 +89,12 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     for (int v = 0; v < t->m.vp; v++)
         mc_gpt_zero_grad(t->m.chunks[v]);
+    mc_status st = mc_train_test_mode_check(t);
+    if (st)
+        return st;
     struct mc_timer *fb = timer(t, "forward-backward", 1);
     mc_timer_start(fb);
-    mc_status st = mc_train_forward_backward(t, MC_TRAIN_SPLIT_TRAIN, t->d.consumed_train,
+    st = mc_train_forward_backward(t, MC_TRAIN_SPLIT_TRAIN, t->d.consumed_train,
                                              num_micro, iteration, false, &numer, &denom);
     /* pipelined runs fail after the schedule (no pipelining: after the first micro-batch) */
     if (!st && t->par.ps.pp > 1)

@@ -132,6 +132,9 @@ __attribute__((format(printf, 1, 2))) void mc_print_rank_last(const char *fmt, .
 void mc_print_datetime(const char *what);
 mc_status mc_train_params_norm(const struct trainer *t, double *norm);
 mc_status mc_train_check_weight_hashes(struct trainer *t, int64_t iteration);
+/* --test-mode (with --qk-layernorm): Megatron's run_realtime_tests, before the forwards of a
+ * train step or an evaluation (the weights only change at the optimizer step between). */
+mc_status mc_train_test_mode_check(struct trainer *t);
 bool mc_train_on_any_rank(bool v);
 bool mc_train_time_limit_reached(const struct trainer *t, double *minutes);
 
