@@ -19,9 +19,6 @@ extern "C" {
 MC_API mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                                          int64_t padded_vocab_size, int tp_rank,
                                          struct mc_gpt_config *cfg);
-/* MindSpeed-LLM's --num-layer-list into cfg->num_layer_list (int() of each comma-separated
- * item, as core_transformer_config_from_args_wrapper parses it); nothing without it. */
-MC_API mc_status mc_num_layer_list_from_args(const struct mc_args *a, struct mc_gpt_config *cfg);
 MC_API void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config *cfg);
 
 #ifdef __cplusplus
