@@ -191,18 +191,20 @@ size_t mc_mem_rss_bytes(void)
 #endif
 }
 
+/* Linux raises ru_maxrss lazily (when the resident set is about to shrink, and at exit), so
+ * the peak is at least the resident set now. */
 size_t mc_mem_peak_rss_bytes(void)
 {
+    size_t peak = 0;
 #if defined(__unix__) || defined(__APPLE__)
     struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru))
-        return 0;
+    if (!getrusage(RUSAGE_SELF, &ru))
 #if defined(__APPLE__)
-    return (size_t)ru.ru_maxrss; /* bytes on macOS */
+        peak = (size_t)ru.ru_maxrss; /* bytes on macOS */
 #else
-    return (size_t)ru.ru_maxrss * 1024; /* KiB on Linux and the BSDs */
+        peak = (size_t)ru.ru_maxrss * 1024; /* KiB on Linux and the BSDs */
 #endif
-#else
-    return 0;
 #endif
+    size_t now = mc_mem_rss_bytes();
+    return peak > now ? peak : now;
 }
