@@ -44,7 +44,8 @@ mc_status mc_ddp_round_grads(const struct mc_param_set *s, float *x, int64_t n)
         return MC_OK;
     struct mc_backend *be = s->be;
     int64_t cap = n < ROUND_CHUNK ? n : ROUND_CHUNK;
-    void *tmp = be->ops->alloc(be, (size_t)cap * mc_dtype_size(MC_DTYPE_F16));
+    void *tmp = MC_MEM_AS(MC_MEM_WORKSPACE,
+                          be->ops->alloc(be, (size_t)cap * mc_dtype_size(MC_DTYPE_F16)));
     if (!tmp)
         return MC_ERR_NOMEM;
     for (int64_t i = 0; i < n; i += cap) {
