@@ -21,8 +21,8 @@ import megatron_cases as mcs  # noqa: E402
 GOLDEN = os.path.join(mcs.SRC, "tests", "golden", "mixed")
 RUNNER = os.path.join(HERE, "run_pretrain_mixed.py")
 BF16 = ("--bf16", "--no-masked-softmax-fusion")
-# fp16 with fp32 main-grad accumulation (Megatron's default for fp16 is an fp16 grad buffer, which
-# megatron.c refuses: it accumulates and reduces gradients in fp32 only)
+# fp16 with fp32 main-grad accumulation (the *_fp16_grad16 cases below keep Megatron's default
+# for fp16, an fp16 grad buffer)
 FP16 = ("--fp16", "--accumulate-allreduce-grads-in-fp32", "--no-masked-softmax-fusion")
 STATIC_SCALE = "4096"
 # Megatron's default for fp16: the DDP gradient buffer (main_grad) in fp16, so every micro-batch's
@@ -54,7 +54,7 @@ CASES = {
 }
 # Megatron cannot resume a distributed-optimizer checkpoint without Apex/TE (KeyError: 'step'):
 # the shim's opt-in workaround for reference runs
-VARIANT = {"gpt_dp2_distopt_bf16": "fixload"}
+VARIANT = {"gpt_dp2_distopt_bf16": "fixload", "gpt_dp2_distopt_fp16_grad16": "fixload"}
 
 
 def is_fp16(case):
