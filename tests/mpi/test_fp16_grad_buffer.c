@@ -11,7 +11,9 @@
  *   into this rank's shard): 2048 on rank 0 and 1 on rank 1 give 512 + 0.25, a tie that rounds
  *   to 512 in any summation order (fp32 would keep 512.25); 2^-24 on every rank is 2^-26 after
  *   the 1/4, below half the smallest subnormal, so each rank's share and the sum are 0 (fp32:
- *   4 * 2^-26); 1.0 on every rank stays 1.0.
+ *   4 * 2^-26); 1.0 on every rank stays 1.0;
+ * - check_grads' bucket norm, an fp16 tensor: inf (fatal) once past 65504 though every grad is
+ *   finite.
  * With fp32 grads (the same model without grad_dtype) every one of these keeps the exact sum. */
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -148,6 +150,35 @@ static void test_reduce(void *world, int rank, int size, bool dopt, enum mc_dtyp
     mc_gpt_model_free(m);
 }
 
+/* check_grads' bucket norm (--check-for-nan-in-loss-and-grad, on with a constant loss scale):
+ * every grad 4096 (finite in fp16) over a bucket of more than 256 elements has a norm above
+ * 65504, which as Megatron's fp16 norm tensor is inf: a fatal error with fp16 grads, every rank
+ * alike (the check runs before the collective); fp32 grads pass. */
+static void test_check_grads(void *world, enum mc_dtype grad_dt)
+{
+    struct mc_parallel_state ps;
+    struct mc_ps_config pc = {1, 1, 1, 1, NULL};
+    mc_gpt_model *m = tiny_model(grad_dt);
+    CHECK(m && mc_ps_init(&ps, world, &pc) == MC_OK);
+    if (!m)
+        return;
+    struct mc_ddp_config dc = {.grad_scale = mc_ddp_grad_scale(&ps, false),
+                               .check_for_nan_in_grad = true};
+    mc_ddp *ddp = NULL;
+    CHECK(mc_ddp_init(&dc, mc_gpt_param_set(m), &ps, NULL, &ddp) == MC_OK);
+    CHECK(m->n_elements > 256);
+    for (int64_t i = 0; i < m->n_elements; i++)
+        m->grad_block[i] = 4096.0f;
+    mc_status st = ddp ? mc_ddp_grad_sync(ddp) : MC_ERR_INTERNAL;
+    if (grad_dt == MC_DTYPE_F16)
+        CHECK(st == MC_ERR_INTERNAL && strstr(mc_last_error(), "found Inf in local grad norm"));
+    else
+        CHECK(st == MC_OK);
+    mc_ddp_free(ddp);
+    mc_ps_free(&ps);
+    mc_gpt_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     setenv("OMP_NUM_THREADS", "1", 1);
@@ -164,6 +195,8 @@ int main(int argc, char **argv)
         test_reduce(&world, rank, size, dopt, MC_DTYPE_F16);
         test_reduce(&world, rank, size, dopt, MC_DTYPE_F32);
     }
+    test_check_grads(&world, MC_DTYPE_F16);
+    test_check_grads(&world, MC_DTYPE_F32);
     CHECK(mc_alloc_live_bytes() == live);
     int fails = test_summary("test_fp16_grad_buffer");
     int any = 0;
