@@ -60,6 +60,8 @@ overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_hig
 ddp_average_in_collective ddp_num_buckets
 log_memory_to_tensorboard
 test_mode check_weight_hash_across_dp_replicas_interval
+qk_layernorm decoupled_lr decoupled_min_lr
+decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
@@ -184,7 +186,6 @@ MINDSPEED_REFUSED_VALUES = [
 # Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
-    'fp16': 'needs --accumulate-allreduce-grads-in-fp32 (fp16 gradient buffers are refused)',
     'grad_reduce_in_bf16': 'refused: not implemented yet',
     'fp32_residual_connection': 'refused: not implemented yet',
     'main_grads_dtype': 'bf16 refused with --bf16 (bf16 gradient buffers)',
