@@ -59,11 +59,12 @@ distributed_timeout_minutes
 overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_high_nccl_busbw
 ddp_average_in_collective ddp_num_buckets
 test_mode check_weight_hash_across_dp_replicas_interval
+attention_backend use_flash_attn
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
 NOOP = set('''
-attention_backend use_flash_attn masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
+masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
 apply_rope_fusion cross_entropy_loss_fusion cross_entropy_fusion_impl gradient_accumulation_fusion
 async_tensor_model_parallel_allreduce no_persist_layer_norm
 recompute_activations recompute_granularity recompute_method recompute_num_layers recompute_modules
