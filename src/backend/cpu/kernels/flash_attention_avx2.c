@@ -9,45 +9,75 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* C[R rows, 32 cols] (+)= A rows (a[r][k] = A[r * ars + k * aks]) @ B[K, 32] */
-static inline void block32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
-                           const float *B, int64_t ldb, int R, int64_t K, bool acc)
+/* C[2 rows, 32 cols] (+)= A rows (a[r][k] = A[r * ars + k * aks]) @ B[K, 32]: eight named
+ * accumulators (an array indexed in a loop ends up on the stack) */
+static void block2x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
+                      const float *B, int64_t ldb, int64_t K, bool acc)
 {
-    __m256 c[2][4];
-    for (int r = 0; r < 2; r++)
-        for (int v = 0; v < 4; v++)
-            c[r][v] = acc && r < R ? _mm256_loadu_ps(C + r * ldc + 8 * v) : _mm256_setzero_ps();
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    if (acc) {
+        c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
+        c02 = _mm256_loadu_ps(C + 16), c03 = _mm256_loadu_ps(C + 24);
+        c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
+        c12 = _mm256_loadu_ps(C + ldc + 16), c13 = _mm256_loadu_ps(C + ldc + 24);
+    }
     for (int64_t k = 0; k < K; k++) {
         const float *b = B + k * ldb;
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         __m256 b2 = _mm256_loadu_ps(b + 16), b3 = _mm256_loadu_ps(b + 24);
-        for (int r = 0; r < R; r++) {
-            __m256 a = _mm256_broadcast_ss(A + r * ars + k * aks);
-            c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-            c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-            c[r][2] = _mm256_fmadd_ps(a, b2, c[r][2]);
-            c[r][3] = _mm256_fmadd_ps(a, b3, c[r][3]);
-        }
+        __m256 a0 = _mm256_broadcast_ss(A + k * aks), a1 = _mm256_broadcast_ss(A + ars + k * aks);
+        c00 = _mm256_fmadd_ps(a0, b0, c00);
+        c01 = _mm256_fmadd_ps(a0, b1, c01);
+        c02 = _mm256_fmadd_ps(a0, b2, c02);
+        c03 = _mm256_fmadd_ps(a0, b3, c03);
+        c10 = _mm256_fmadd_ps(a1, b0, c10);
+        c11 = _mm256_fmadd_ps(a1, b1, c11);
+        c12 = _mm256_fmadd_ps(a1, b2, c12);
+        c13 = _mm256_fmadd_ps(a1, b3, c13);
     }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < 4; v++)
-            _mm256_storeu_ps(C + r * ldc + 8 * v, c[r][v]);
+    _mm256_storeu_ps(C, c00), _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + 16, c02), _mm256_storeu_ps(C + 24, c03);
+    _mm256_storeu_ps(C + ldc, c10), _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + ldc + 16, c12), _mm256_storeu_ps(C + ldc + 24, c13);
 }
 
-/* the same for 8 columns */
-static inline void block8(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
-                          const float *B, int64_t ldb, int R, int64_t K, bool acc)
+/* one row, 32 columns */
+static void block1x32(float *C, const float *A, int64_t aks, const float *B, int64_t ldb,
+                      int64_t K, bool acc)
 {
-    __m256 c[2];
-    for (int r = 0; r < 2; r++)
-        c[r] = acc && r < R ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps();
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+    if (acc) {
+        c0 = _mm256_loadu_ps(C), c1 = _mm256_loadu_ps(C + 8);
+        c2 = _mm256_loadu_ps(C + 16), c3 = _mm256_loadu_ps(C + 24);
+    }
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m256 a = _mm256_broadcast_ss(A + k * aks);
+        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b), c0);
+        c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 8), c1);
+        c2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 16), c2);
+        c3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 24), c3);
+    }
+    _mm256_storeu_ps(C, c0), _mm256_storeu_ps(C + 8, c1);
+    _mm256_storeu_ps(C + 16, c2), _mm256_storeu_ps(C + 24, c3);
+}
+
+/* R (1 or 2) rows, 8 columns */
+static void block8(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
+                   const float *B, int64_t ldb, int R, int64_t K, bool acc)
+{
+    __m256 c0 = acc ? _mm256_loadu_ps(C) : _mm256_setzero_ps();
+    __m256 c1 = acc && R == 2 ? _mm256_loadu_ps(C + ldc) : _mm256_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         __m256 b = _mm256_loadu_ps(B + k * ldb);
-        for (int r = 0; r < R; r++)
-            c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + r * ars + k * aks), b, c[r]);
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + k * aks), b, c0);
+        if (R == 2)
+            c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + ars + k * aks), b, c1);
     }
-    for (int r = 0; r < R; r++)
-        _mm256_storeu_ps(C + r * ldc, c[r]);
+    _mm256_storeu_ps(C, c0);
+    if (R == 2)
+        _mm256_storeu_ps(C + ldc, c1);
 }
 
 /* Rows of C two at a time; columns 32, then 8, then one at a time. a[m][k] = A[m * ams +
@@ -61,7 +91,10 @@ static void gemm_any(float *C, int64_t ldc, const float *A, int64_t ams, int64_t
         float *c = C + m * ldc;
         int64_t n = 0;
         for (; n + 32 <= N; n += 32)
-            block32(c + n, ldc, a, ams, aks, B + n, ldb, R, K, acc);
+            if (R == 2)
+                block2x32(c + n, ldc, a, ams, aks, B + n, ldb, K, acc);
+            else
+                block1x32(c + n, a, aks, B + n, ldb, K, acc);
         for (; n + 8 <= N; n += 8)
             block8(c + n, ldc, a, ams, aks, B + n, ldb, R, K, acc);
         for (; n < N; n++)
