@@ -155,12 +155,7 @@ static void tile_scores(const struct fa *f, float *S, const uint8_t *mb, int mst
     bool diag = !mb && k0 + nk - 1 > q0; /* some key of the tile is after some query */
     for (int64_t i = 0; i < nq; i++) {
         float *row = S + i * BC;
-        for (int64_t j = 0; j < nk; j++) {
-            float x = row[j] * d->alpha;
-            if (d->mult != 1.0f)
-                x *= d->mult;
-            row[j] = x;
-        }
+        f->fk->scores(row, nk, d->alpha, d->mult);
         if (diag)
             for (int64_t j = q0 + i + 1 - k0 < 0 ? 0 : q0 + i + 1 - k0; j < nk; j++)
                 row[j] = -10000.0f;
@@ -245,15 +240,12 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
         if (d->dropout > 0.0f)
             tile_keep(f, b->keep, bi, hl, q0, nq, k0, nk);
         for (int64_t i = 0; i < nq; i++) {
-            float *row = b->S + i * BC, mx = b->m[i];
-            for (int64_t j = 0; j < nk; j++)
-                mx = row[j] > mx ? row[j] : mx;
+            float *row = b->S + i * BC, mx = fk->row_max(row, nk, b->m[i]);
             float corr = b->m[i] == -INFINITY ? 0.0f : expf(b->m[i] - mx);
             b->l[i] = b->l[i] * corr + fk->exp_sum(row, row, nk, mx);
             b->m[i] = mx;
             if (corr != 1.0f)
-                for (int64_t c = 0; c < hn; c++)
-                    b->O[i * hn + c] *= corr;
+                fk->scale(b->O + i * hn, hn, corr);
             if (d->dropout > 0.0f) {
                 const uint8_t *kp = b->keep + i * BC;
                 for (int64_t j = 0; j < nk; j++)
@@ -265,9 +257,7 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
     for (int64_t i = 0; i < nq; i++) {
         if (b->m[i] == -INFINITY || b->m[i] == -10000.0f)
             all_masked(bi, q0 + i);
-        float inv = 1.0f / b->l[i];
-        for (int64_t c = 0; c < hn; c++)
-            b->O[i * hn + c] *= inv;
+        fk->scale(b->O + i * hn, hn, 1.0f / b->l[i]);
         lse[(bi * d->heads + hl) * s + q0 + i] = b->m[i] + logf(b->l[i]);
     }
     int64_t co = bi * d->ctx_ld + hl * hn + q0 * f->cld;
@@ -388,8 +378,7 @@ static void bwd_pair(const struct fa *f, const void *qkv, const void *dctx, cons
     for (int64_t i = 0; i < nq; i++) {
         float *g = b->dP + i * BC;
         const float *p = b->S + i * BC;
-        for (int64_t j = 0; j < nk; j++)
-            g[j] = d->mult * (p[j] * (g[j] - D[q0 + i]));
+        fk->dsoftmax(g, p, nk, D[q0 + i], d->mult);
         if (diag)
             for (int64_t j = q0 + i + 1 - k0 < 0 ? 0 : q0 + i + 1 - k0; j < nk; j++)
                 g[j] = 0.0f;

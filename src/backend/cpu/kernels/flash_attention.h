@@ -22,6 +22,14 @@ struct mc_flash_kernels {
     /* y[j] = exp(x[j] - m) for j < n (y may alias x; exp of anything below -87.3 is 0);
      * returns the sum of y in j order */
     float (*exp_sum)(float *y, const float *x, int64_t n, float m);
+    /* x[j] = (x[j] * alpha) * mult (the multiply by mult skipped when it is 1) */
+    void (*scores)(float *x, int64_t n, float alpha, float mult);
+    /* max(init, x[0], ..., x[n-1]) */
+    float (*row_max)(const float *x, int64_t n, float init);
+    /* x[j] *= s */
+    void (*scale)(float *x, int64_t n, float s);
+    /* g[j] = mult * (p[j] * (g[j] - D)): the softmax backward with D = rowsum(dO * O) */
+    void (*dsoftmax)(float *g, const float *p, int64_t n, float D, float mult);
 };
 
 const struct mc_flash_kernels *mc_flash_kernels_ref(void);

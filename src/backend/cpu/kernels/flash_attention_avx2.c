@@ -161,6 +161,62 @@ static float exp_sum_avx2(float *y, const float *x, int64_t n, float m)
     return sum;
 }
 
-static const struct mc_flash_kernels avx2 = {"avx2", gemm_nn_avx2, gemm_tn_avx2, exp_sum_avx2};
+/* the elementwise kernels: 8 lanes, the tail one at a time, the same roundings as the
+ * references (no contraction into FMA) */
+static void scores_avx2(float *x, int64_t n, float alpha, float mult)
+{
+    __m256 va = _mm256_set1_ps(alpha), vm = _mm256_set1_ps(mult);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), va);
+        _mm256_storeu_ps(x + j, mult != 1.0f ? _mm256_mul_ps(v, vm) : v);
+    }
+    for (; j < n; j++) {
+        x[j] *= alpha;
+        if (mult != 1.0f)
+            x[j] *= mult;
+    }
+}
+
+static float row_max_avx2(const float *x, int64_t n, float init)
+{
+    __m256 m = _mm256_set1_ps(init);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m);
+    for (int i = 0; i < 8; i++)
+        init = lanes[i] > init ? lanes[i] : init;
+    for (; j < n; j++)
+        init = x[j] > init ? x[j] : init;
+    return init;
+}
+
+static void scale_avx2(float *x, int64_t n, float s)
+{
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), vs));
+    for (; j < n; j++)
+        x[j] *= s;
+}
+
+static void dsoftmax_avx2(float *g, const float *p, int64_t n, float D, float mult)
+{
+    __m256 vd = _mm256_set1_ps(D), vm = _mm256_set1_ps(mult);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(g + j), vd));
+        _mm256_storeu_ps(g + j, _mm256_mul_ps(vm, t));
+    }
+    for (; j < n; j++)
+        g[j] = mult * (p[j] * (g[j] - D));
+}
+
+static const struct mc_flash_kernels avx2 = {"avx2", gemm_nn_avx2, gemm_tn_avx2, exp_sum_avx2,
+                                             scores_avx2, row_max_avx2, scale_avx2,
+                                             dsoftmax_avx2};
 
 const struct mc_flash_kernels *mc_flash_kernels_avx2(void) { return &avx2; }

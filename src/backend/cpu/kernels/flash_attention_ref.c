@@ -51,6 +51,35 @@ static float exp_sum_ref(float *y, const float *x, int64_t n, float m)
     return sum;
 }
 
-static const struct mc_flash_kernels ref = {"ref", gemm_nn_ref, gemm_tn_ref, exp_sum_ref};
+static void scores_ref(float *x, int64_t n, float alpha, float mult)
+{
+    for (int64_t j = 0; j < n; j++) {
+        x[j] *= alpha;
+        if (mult != 1.0f)
+            x[j] *= mult;
+    }
+}
+
+static float row_max_ref(const float *x, int64_t n, float init)
+{
+    for (int64_t j = 0; j < n; j++)
+        init = x[j] > init ? x[j] : init;
+    return init;
+}
+
+static void scale_ref(float *x, int64_t n, float s)
+{
+    for (int64_t j = 0; j < n; j++)
+        x[j] *= s;
+}
+
+static void dsoftmax_ref(float *g, const float *p, int64_t n, float D, float mult)
+{
+    for (int64_t j = 0; j < n; j++)
+        g[j] = mult * (p[j] * (g[j] - D));
+}
+
+static const struct mc_flash_kernels ref = {"ref", gemm_nn_ref, gemm_tn_ref, exp_sum_ref,
+                                            scores_ref, row_max_ref, scale_ref, dsoftmax_ref};
 
 const struct mc_flash_kernels *mc_flash_kernels_ref(void) { return &ref; }
