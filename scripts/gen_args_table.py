@@ -61,6 +61,8 @@ ddp_average_in_collective ddp_num_buckets
 log_memory_to_tensorboard
 test_mode check_weight_hash_across_dp_replicas_interval
 attention_backend use_flash_attn
+qk_layernorm decoupled_lr decoupled_min_lr
+decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
