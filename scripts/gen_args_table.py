@@ -60,13 +60,14 @@ overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_hig
 ddp_average_in_collective ddp_num_buckets
 log_memory_to_tensorboard
 test_mode check_weight_hash_across_dp_replicas_interval
+attention_backend use_flash_attn
 qk_layernorm decoupled_lr decoupled_min_lr
 decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
 NOOP = set('''
-attention_backend use_flash_attn masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
+masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
 apply_rope_fusion cross_entropy_loss_fusion cross_entropy_fusion_impl gradient_accumulation_fusion
 async_tensor_model_parallel_allreduce no_persist_layer_norm
 recompute_activations recompute_granularity recompute_method recompute_num_layers recompute_modules

@@ -116,6 +116,9 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->add_qkv_bias = mc_args_bool(a, A(add_qkv_bias));
     cfg->apply_query_key_layer_scaling = mc_args_bool(a, A(apply_query_key_layer_scaling));
     cfg->attention_softmax_in_fp32 = mc_args_bool(a, A(attention_softmax_in_fp32));
+    const char *attn_backend = mc_args_str(a, A(attention_backend));
+    cfg->flash_attention = mc_args_bool(a, A(use_flash_attn)) ||
+                           (attn_backend && !strcmp(attn_backend, "AttnBackend.flash"));
     cfg->untie_embeddings_and_output_weights = mc_args_bool(a, A(untie_embeddings_and_output_weights));
     cfg->fp32_residual_connection = mc_args_bool(a, A(fp32_residual_connection));
     cfg->hidden_dropout = (float)mc_args_float(a, A(hidden_dropout));

@@ -4,7 +4,9 @@
  * --apply-query-key-layer-scaling, multiplied back before the softmax], masked fill -10000,
  * softmax, attention dropout, probs @ v, as the backend's attention op pair (backend.h: one op
  * a backend may fuse; the CPU backend's composition in backend/cpu/attention_cpu.c is the
- * reference). GQA: query head i of a group uses that group's key and value head, read in place
+ * reference), or with --use-flash-attn / --attention-backend flash (cfg->flash_attention) as
+ * the flash attention op pair (backend/cpu/flash_attention_cpu.c): the same attention without
+ * the [b, heads, s, s] probabilities, keeping ctx and the row log-sum-exp for backward. GQA: query head i of a group uses that group's key and value head, read in place
  * from the fused QKV output laid out per query group [q heads of g | k_g | v_g]. */
 #include "transformer/transformer.h"
 
@@ -159,6 +161,10 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                    struct mc_tfm_layer_acts *a)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
+    if (c->cfg->flash_attention) {
+        c->be->ops->flash_attention_fwd(c->be, &ad, a->qkv, a->ctx, a->lse);
+        return;
+    }
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_fwd(c->be, &ad, a->qkv, a->probs, a->ctx, &w);
 }
@@ -168,6 +174,10 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                     void *dqkv)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
+    if (c->cfg->flash_attention) {
+        c->be->ops->flash_attention_bwd(c->be, &ad, a->qkv, a->ctx, a->lse, dctx, dqkv);
+        return;
+    }
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_bwd(c->be, &ad, a->qkv, a->probs, dctx, dqkv, &w);
 }

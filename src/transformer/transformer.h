@@ -61,7 +61,9 @@ struct mc_tfm_layer_acts {
     void *x_in;             /* [T, h] layer input (first residual) */
     float *ln1_mean, *ln1_rstd; /* [T] */
     void *qkv;              /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
-    void *probs;            /* [b, np_l, s, s] softmax output before dropout */
+    void *probs;            /* [b, np_l, s, s] softmax output before dropout (NULL with
+                             * flash attention) */
+    float *lse;             /* [b, np_l, s] softmax row log-sum-exp (flash attention only) */
     void *ctx;              /* [T, ctx_l] */
     uint8_t *keep_attn_out; /* [T, h] hidden-dropout keep mask after linear_proj */
     void *x_mid;            /* [T, h] second residual */
@@ -78,9 +80,9 @@ struct mc_tfm_layer_acts {
 struct mc_tfm_scratch {
     /* h1, h2 are always [T, h] (the sequence-parallel all-gather / reduce-scatter work
      * buffers); norm_out and the norm statistics hold T_sp rows. */
-    void *attn_a;        /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd) */
-    void *attn_b;        /* [b, np_l, s, s] grad of probs (bwd) */
-    uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
+    void *attn_a;        /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd); NULL with flash */
+    void *attn_b;        /* [b, np_l, s, s] grad of probs (bwd); NULL with flash */
+    uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask; NULL with flash */
     void *h1, *h2;       /* [T, h] */
     void *norm_out;      /* [T, h] a norm's output (forward, and recomputed in backward) */
     float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */

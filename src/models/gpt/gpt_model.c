@@ -330,6 +330,7 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
+    bool flash = m->cfg.flash_attention; /* lse [b, np_l, s] instead of the probabilities */
     /* outside the tensor-parallel regions: this rank's sequence shard */
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     /* E: activations in dt; F: fp32 statistics; B: keep masks */
@@ -341,7 +342,8 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
         a->ln1_mean = carve(cv, Ts, F);
         a->ln1_rstd = carve(cv, Ts, F);
         a->qkv = carve(cv, T * d->qkv_l, E);
-        a->probs = carve(cv, P, E);
+        a->probs = flash ? NULL : carve(cv, P, E);
+        a->lse = flash ? carve(cv, d->b_max * d->np_l * d->s_max, F) : NULL;
         a->ctx = carve(cv, T * d->ctx_l, E);
         a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
         a->x_mid = carve(cv, Ts * d->h, E);
@@ -375,11 +377,11 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     const size_t F = sizeof(float), B = 1, E = m->esize;
-    bool drop_a = m->cfg.attention_dropout > 0.0f;
+    bool drop_a = m->cfg.attention_dropout > 0.0f, flash = m->cfg.flash_attention;
     struct mc_tfm_scratch *s = &m->scratch;
-    s->attn_a = carve(cv, P, E);
-    s->attn_b = carve(cv, P, E);
-    s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
+    s->attn_a = flash ? NULL : carve(cv, P, E);
+    s->attn_b = flash ? NULL : carve(cv, P, E);
+    s->attn_keep = drop_a && !flash ? carve(cv, P, B) : NULL;
     s->h1 = carve(cv, T * d->h, E);
     s->h2 = carve(cv, T * d->h, E);
     s->norm_out = carve(cv, Ts * d->h, E);
@@ -619,7 +621,7 @@ static mc_status check_backend_dtype(const struct mc_gpt_model *m)
         {act, "MLP activation", 1, {dt}},
         {MC_OP_BIAS_GRAD, "bias_grad", 1, {dt}},
         {MC_OP_BIAS_DROPOUT_ADD, "bias_dropout_add", 1, {dt}},
-        {MC_OP_ATTENTION, "attention", 1, {dt}},
+        {m->cfg.flash_attention ? MC_OP_FLASH_ATTENTION : MC_OP_ATTENTION, "attention", 1, {dt}},
         {MC_OP_EMBEDDING, "embedding", 1, {dt}},
         {MC_OP_CROSS_ENTROPY, "cross_entropy", 1, {dt}},
         {MC_OP_ROPE, "rope", 1, {dt}},
