@@ -783,6 +783,17 @@ static mc_status agree(const struct mc_ckpt_state *s, mc_status st, const char *
 }
 
 /* ---- torch_dist ------------------------------------------------------------------------------ */
+/* common.pt's optimizer of a --bf16/--fp16 run (Float16OptimizerWithFloat16Params): {'optimizer': the torch optimizer's,
+ * 'grad_scaler' (with a scaler)}; its fp32_from_fp16_params are all sharded tensors
+ * (optimizer.state.fp32_param.<key>), so common.pt keeps no trace of them. */
+static struct mc_pk *float16_common(mc_pk_doc *d, const struct mc_ckpt_state *s, struct mc_pk *inner)
+{
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT);
+    if (!o || mc_pk_set(d, o, "optimizer", inner) || add_grad_scaler(d, s, o))
+        return NULL;
+    return o;
+}
+
 /* common.pt of a torch_dist save: what Megatron's save_common writes (rank 0's state dict with
  * the sharded tensors and objects taken out): args, checkpoint_version, iteration, the
  * optimizer's param_groups (without 'params') and common_step, opt_param_scheduler, the FLOPs.
@@ -820,7 +831,7 @@ static struct mc_pk *dist_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
         if (!ok || (mc_opt_step_count(s->opt) > 0 &&
                     mc_pk_set(d, state, "common_step", param_tensor(d, step, 0, NULL, 1))) ||
             mc_pk_set(d, o, "state", state) || mc_pk_set(d, o, "param_groups", groups) ||
-            mc_pk_set(d, root, "optimizer", o) ||
+            mc_pk_set(d, root, "optimizer", mixed(s) ? float16_common(d, s, o) : o) ||
             mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched)))
             return NULL;
     }
@@ -1635,11 +1646,6 @@ static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, 
         return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
                         "optimizer state with --use-distributed-optimizer is not implemented yet "
                         "(load it without that option, or add --no-load-optim)", dir, iter_dir);
-    if (mixed(s) && !release && s->opts.load_optim && !s->opts.finetune)
-        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
-                        "optimizer state into a %s run is not implemented yet (add --no-load-optim "
-                        "to load the weights only)", dir, iter_dir,
-                        precision_name(s->params_dtype));
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

@@ -28,6 +28,7 @@
 
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/state_dict_names.h"
+#include "core/dtype.h"
 
 #define MAX_FILES 4096
 
@@ -188,7 +189,8 @@ static int64_t copy_intersection(int nd, const int64_t *co, const int64_t *cs, c
     return count;
 }
 
-/* One chunk's tensor from its torch.save blob: float32, contiguous, of the chunk's sizes. */
+/* One chunk's tensor from its torch.save blob: contiguous, of the chunk's sizes; float32, or the
+ * bfloat16 / float16 model weights of a --bf16 / --fp16 save (widened to float32 exactly). */
 static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int64_t *co,
                             const int64_t *cs, const int64_t *o, const int64_t *z, float *dst,
                             int64_t *copied)
@@ -214,17 +216,24 @@ static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int
     int64_t numel = 1;
     for (int k = 0; k < nd; k++)
         numel *= cs[k];
-    if (!st && (t->kind != MC_PK_TENSOR || t->storage->dtype != MC_DTYPE_F32))
-        st = mc_error(MC_ERR_UNSUPPORTED, "%s: not a float32 tensor (this build reads fp32 "
-                      "checkpoints)", what);
+    enum mc_dtype dt = !st && t->kind == MC_PK_TENSOR ? t->storage->dtype : MC_DTYPE_U8;
+    if (!st && dt != MC_DTYPE_F32 && dt != MC_DTYPE_BF16 && dt != MC_DTYPE_F16)
+        st = mc_error(MC_ERR_UNSUPPORTED, "%s: not a float32, bfloat16 or float16 tensor", what);
     bool shape_ok = !st && t->ndim == nd && mc_pk_tensor_contiguous(t);
     for (int k = 0; shape_ok && k < nd; k++)
         shape_ok = t->shape[k] == cs[k];
     if (!st && !shape_ok)
         st = mc_error(MC_ERR_FORMAT, "%s: the tensor's shape is not the chunk's in %s", what,
                       r->meta_path);
+    float *wide = !st && dt != MC_DTYPE_F32 ? mc_alloc((size_t)numel * sizeof(float) + 1) : NULL;
+    if (!st && dt != MC_DTYPE_F32 && !wide)
+        st = MC_ERR_NOMEM;
+    if (wide)
+        mc_dtype_to_f32(wide, (const char *)t->storage->data + (size_t)t->offset * mc_dtype_size(dt), dt, numel);
     if (!st)
-        *copied += copy_intersection(nd, co, cs, (const float *)t->storage->data + t->offset, o, z, dst);
+        *copied += copy_intersection(nd, co, cs, wide ? wide : (const float *)t->storage->data + t->offset,
+                                     o, z, dst);
+    mc_free(wide);
     mc_pk_doc_free(d);
     return st;
 }
@@ -478,6 +487,55 @@ static mc_status optimizer_dict(mc_pk_doc *d, struct reader *r, const struct mc_
     return st;
 }
 
+/* A --bf16 / --fp16 save's optimizer (Float16OptimizerWithFloat16Params.state_dict()): common.pt
+ * holds {'optimizer': the torch optimizer's param_groups and common_step, 'grad_scaler' (with a
+ * scaler)}; the fp32 main params are "optimizer.state.fp32_param.<key>", read back into
+ * 'fp32_from_fp16_params' (a list per param group, in the groups' order) exactly. */
+static mc_status float16_dict(mc_pk_doc *d, struct reader *r, const struct mc_ckpt_state *s,
+                              const struct mc_pk *common_opt, struct mc_pk **out)
+{
+    struct mc_pk *inner, *o = mc_pk_new(d, MC_PK_DICT), *groups = mc_pk_new(d, MC_PK_LIST);
+    mc_status st = o && groups ? optimizer_dict(d, r, s, mc_pk_get(common_opt, "optimizer"), &inner)
+                               : MC_ERR_NOMEM;
+    struct mc_pk *scaler = mc_pk_get(common_opt, "grad_scaler");
+    st = st ? st : mc_pk_set(d, o, "optimizer", inner);
+    if (!st && scaler)
+        st = mc_pk_set(d, o, "grad_scaler", scaler);
+    int64_t n = mc_ckpt_total_params(s), n_first;
+    bool first_decay;
+    int64_t *order = st ? NULL : mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    if (!st && !order)
+        st = MC_ERR_NOMEM;
+    if (!st)
+        mc_ckpt_group_order(s, MC_SD_LOCAL, order, &n_first, &first_decay);
+    for (int g = 0; !st && g < (n_first < n ? 2 : 1); g++) {
+        struct mc_pk *list = mc_pk_new(d, MC_PK_LIST);
+        st = list ? mc_pk_append(d, groups, list) : MC_ERR_NOMEM;
+        for (int64_t k = g ? n_first : 0; !st && k < (g ? n : n_first); k++) {
+            struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
+            const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
+            struct mc_dist_place pl;
+            char key[700];
+            int nd;
+            int64_t gs[MC_PK_MAX_DIM];
+            struct mc_pk *t;
+            if ((st = mc_dist_ckpt_place(m, p.name, &pl)))
+                break;
+            snprintf(key, sizeof(key), "optimizer.state.fp32_param.%s", pl.key);
+            if (!tensor_meta(r, key, &nd, gs))
+                st = mc_error(MC_ERR_FORMAT, "%s: the checkpoint has no %s (the fp32 main params of a "
+                              "--bf16/--fp16 save)", r->meta_path, key);
+            st = st ? st : param_pk(d, r, m, key, pl.layer, &p, &t);
+            st = st ? st : mc_pk_append(d, list, t);
+        }
+    }
+    mc_free(order);
+    st = st ? st : mc_pk_set(d, o, "fp32_from_fp16_params", groups);
+    if (!st)
+        *out = o;
+    return st;
+}
+
 static mc_status read_metadata(mc_pk_doc *d, struct reader *r)
 {
     struct mc_pk *meta;
@@ -550,7 +608,7 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
     const struct mc_pk *copt = st ? NULL : mc_pk_get(c, "optimizer");
     if (!st && copt && s->opt && s->opts.load_optim && !s->opts.finetune) {
         struct mc_pk *o;
-        st = optimizer_dict(d, r, s, copt, &o);
+        st = mc_pk_get(copt, "optimizer") ? float16_dict(d, r, s, copt, &o) : optimizer_dict(d, r, s, copt, &o);
         st = st ? st : mc_pk_set(d, sd, "optimizer", o);
     }
     close_files(r);

@@ -28,6 +28,7 @@
 
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/torch_pickle.h"
+#include "core/dtype.h"
 
 #define BINS 2 /* FileSystemWriterAsync's thread_count in Megatron's torch_dist save strategy */
 #define META "torch.distributed.checkpoint.metadata"
@@ -39,7 +40,8 @@ struct item {
     int64_t g[MC_PK_MAX_DIM];   /* the global shape */
     int64_t off[MC_PK_MAX_DIM]; /* the chunk's offsets and sizes */
     int64_t sz[MC_PK_MAX_DIM];
-    const float *data;          /* the chunk, contiguous */
+    enum mc_dtype dt;           /* its dtype: the run's params_dtype for the model, else fp32 */
+    const void *data;           /* the chunk, contiguous */
     int64_t numel;
     int bucket;
     int file;                   /* k of __<rank>_<k>.distcp */
@@ -49,7 +51,36 @@ struct item {
 struct plan {
     struct item *it;
     int64_t n, cap;
+    void **owned; /* the 16-bit copies of the model weights (a --bf16/--fp16 run) */
+    int64_t n_owned;
 };
+
+static void plan_free(struct plan *pl)
+{
+    for (int64_t k = 0; k < pl->n_owned; k++)
+        mc_free(pl->owned[k]);
+    mc_free(pl->owned);
+    mc_free(pl->it);
+}
+
+/* A 16-bit run's model weight as the model computes with it: round(main param) in params_dtype
+ * (what Float16Module's params hold; the fp32 main params go under optimizer.state.fp32_param). */
+static const void *weights_16(struct plan *pl, enum mc_dtype dt, const float *main, int64_t numel)
+{
+    void **o = mc_alloc((size_t)(pl->n_owned + 1) * sizeof(void *));
+    void *w = mc_alloc((size_t)numel * mc_dtype_size(dt) + 1);
+    if (!o || !w) {
+        mc_free(o), mc_free(w);
+        return NULL;
+    }
+    if (pl->n_owned)
+        memcpy(o, pl->owned, (size_t)pl->n_owned * sizeof(void *));
+    mc_free(pl->owned);
+    o[pl->n_owned++] = w;
+    pl->owned = o;
+    mc_dtype_from_f32(w, dt, main, numel);
+    return w;
+}
 
 static struct item *new_item(struct plan *p)
 {
@@ -95,7 +126,7 @@ static bool main_replica(const struct mc_ckpt_state *s, const mc_gpt_model *m, c
 
 /* The chunk(s) of a parameter-shaped tensor `data` under key `key`. */
 static mc_status add_tensor(struct plan *pl, const mc_gpt_model *m, const char *key, long layer,
-                            const struct mc_param_view *p, const float *data)
+                            const struct mc_param_view *p, const void *data, enum mc_dtype dt)
 {
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
     int pre = layer >= 0, tp = tp_of(c), tr = c->tensor_model_parallel_rank;
@@ -118,7 +149,8 @@ static mc_status add_tensor(struct plan *pl, const mc_gpt_model *m, const char *
             x->sz[0] = 1;
         }
         x->numel = p->numel / halves;
-        x->data = data + (int64_t)h * x->numel;
+        x->dt = dt;
+        x->data = (const char *)data + (size_t)(h * x->numel) * mc_dtype_size(dt);
         for (int k = 0; k < p->ndim; k++) {
             int64_t local = k == 0 ? p->shape[0] / halves : p->shape[k];
             x->sz[pre + k] = local;
@@ -181,8 +213,11 @@ static mc_status plan_model(struct plan *pl, const struct mc_ckpt_state *s, cons
         struct mc_param_view p = mc_gpt_param(m, i);
         struct mc_dist_place pl_;
         mc_status st = mc_dist_ckpt_place(m, p.name, &pl_);
-        if (!st && main_replica(s, m, &p))
-            st = add_tensor(pl, m, pl_.key, pl_.layer, &p, p.data);
+        if (!st && main_replica(s, m, &p)) {
+            const void *w = s->params_dtype == MC_DTYPE_F32 ? (const void *)p.data
+                                                            : weights_16(pl, s->params_dtype, p.data, p.numel);
+            st = w ? add_tensor(pl, m, pl_.key, pl_.layer, &p, w, s->params_dtype) : MC_ERR_NOMEM;
+        }
         if (!st && objects)
             st = add_extra_state(pl, m, p.name, i + 1 < n ? mc_gpt_param(m, i + 1).name : NULL);
         if (st)
@@ -196,8 +231,9 @@ static mc_status plan_model(struct plan *pl, const struct mc_ckpt_state *s, cons
  * parameter, chunked as the parameter. The step count goes to common.pt. */
 static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
 {
-    if (!s->opts.save_optim || !s->opt || mc_opt_step_count(s->opt) == 0)
-        return MC_OK; /* torch keeps no state before the first step */
+    if (!s->opts.save_optim || !s->opt)
+        return MC_OK;
+    bool moments = mc_opt_step_count(s->opt) > 0; /* torch keeps no state before the first step */
     int64_t n = mc_ckpt_total_params(s), n_first;
     bool first_decay;
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
@@ -205,7 +241,7 @@ static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
         return MC_ERR_NOMEM;
     mc_ckpt_group_order(s, MC_SD_LOCAL, order, &n_first, &first_decay);
     mc_status st = MC_OK;
-    for (int64_t k = 0; k < n && !st; k++) {
+    for (int64_t k = 0; k < n && !st && moments; k++) {
         struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
         const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
         struct mc_opt_param_state ps = mc_opt_param_state(s->opt, order[k]);
@@ -223,8 +259,20 @@ static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
         for (int j = 0; j < nn && !st; j++) {
             char key[600];
             snprintf(key, sizeof(key), "optimizer.state.%.16s.%.512s", names[j], where.key);
-            st = add_tensor(pl, m, key, where.layer, &p, data[j]);
+            st = add_tensor(pl, m, key, where.layer, &p, data[j], MC_DTYPE_F32);
         }
+    }
+    /* Float16OptimizerWithFloat16Params: then its fp32 main params (fp32_from_fp16_params, group
+     * by group in the same order), "optimizer.state.fp32_param.<key>" */
+    for (int64_t k = 0; k < n && !st && s->params_dtype != MC_DTYPE_F32; k++) {
+        struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
+        const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
+        struct mc_dist_place where;
+        if ((st = mc_dist_ckpt_place(m, p.name, &where)) || !main_replica(s, m, &p))
+            continue;
+        char key[600];
+        snprintf(key, sizeof(key), "optimizer.state.fp32_param.%.512s", where.key);
+        st = add_tensor(pl, m, key, where.layer, &p, p.data, MC_DTYPE_F32);
     }
     mc_free(order);
     return st;
@@ -273,7 +321,7 @@ static mc_status group_by_key(struct plan *pl)
 }
 
 /* ---- the data files ------------------------------------------------------------------------ */
-static int64_t item_bytes(const struct item *x) { return x->numel * (int64_t)sizeof(float); }
+static int64_t item_bytes(const struct item *x) { return x->numel * (int64_t)mc_dtype_size(x->dt); }
 
 static const struct item *sort_base;
 static int by_size(const void *a, const void *b)
@@ -336,7 +384,7 @@ static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item
         if (!v || mc_pk_append(d, v, mc_pk_none(d)))
             return MC_ERR_NOMEM;
     } else {
-        struct mc_pk *stg = mc_pk_storage(d, MC_DTYPE_F32, x->numel, x->data);
+        struct mc_pk *stg = mc_pk_storage(d, x->dt, x->numel, x->data);
         v = stg ? mc_pk_tensor(d, stg, 0, x->nd, x->sz, NULL) : NULL;
         if (!v)
             return MC_ERR_NOMEM;
@@ -376,7 +424,7 @@ static mc_status write_files(struct plan *pl, const char *dir, int rank)
 }
 
 /* ---- every rank's items onto rank 0 --------------------------------------------------------- */
-/* Record: ok byte first; then per item: bytes flag, fqn length (u16) + fqn, nd, nd x (g, off,
+/* Record: ok byte first; then per item: bytes flag, dtype, fqn length (u16) + fqn, nd, nd x (g, off,
  * sz), file, at, len. */
 struct buf {
     uint8_t *p;
@@ -409,9 +457,10 @@ static mc_status encode(const struct plan *pl, bool ok, struct buf *b)
     mc_status st = put(b, &okb, 1);
     for (int64_t i = 0; ok && i < pl->n && !st; i++) {
         const struct item *x = &pl->it[i];
-        uint8_t fl = x->bytes, nd = (uint8_t)x->nd, file = (uint8_t)x->file;
+        uint8_t fl = x->bytes, nd = (uint8_t)x->nd, file = (uint8_t)x->file, dt = (uint8_t)x->dt;
         uint16_t len = (uint16_t)strlen(x->fqn);
         st = put(b, &fl, 1);
+        st = st ? st : put(b, &dt, 1);
         st = st ? st : put(b, &len, 2);
         st = st ? st : put(b, x->fqn, len);
         st = st ? st : put(b, &nd, 1);
@@ -443,9 +492,11 @@ static mc_status decode(const uint8_t *p, const uint8_t *end, struct plan *pl, b
         struct item *x = new_item(pl);
         if (!x)
             return MC_ERR_NOMEM;
-        uint8_t fl, nd, file;
+        uint8_t fl, nd, file, dt;
         uint16_t len;
         take(&p, &fl, 1);
+        take(&p, &dt, 1);
+        x->dt = (enum mc_dtype)dt;
         take(&p, &len, 2);
         take(&p, x->fqn, len);
         x->fqn[len] = 0;
@@ -481,10 +532,11 @@ static struct mc_pk *torch_size(mc_pk_doc *d, int n, const int64_t *x)
 }
 
 /* TensorProperties.__getstate__: (dtype, layout, requires_grad, memory_format, pin_memory). */
-static struct mc_pk *properties(mc_pk_doc *d)
+static struct mc_pk *properties(mc_pk_doc *d, enum mc_dtype dt)
 {
+    const char *name = dt == MC_DTYPE_BF16 ? "bfloat16" : dt == MC_DTYPE_F16 ? "float16" : "float32";
     struct mc_pk *p = mc_pk_object(d, META, "TensorProperties"), *t = mc_pk_new(d, MC_PK_TUPLE);
-    if (!p || !t || mc_pk_append(d, t, mc_pk_global(d, "torch", "float32")) ||
+    if (!p || !t || mc_pk_append(d, t, mc_pk_global(d, "torch", name)) ||
         mc_pk_append(d, t, mc_pk_enum(d, "torch.serialization", "_get_layout", mc_pk_str(d, "torch.strided"))) ||
         mc_pk_append(d, t, mc_pk_bool(d, false)) ||
         mc_pk_append(d, t, mc_pk_enum(d, META, "_MEM_FORMAT_ENCODING", mc_pk_int(d, 0))) ||
@@ -499,7 +551,7 @@ static mc_status add_chunk(mc_pk_doc *d, struct mc_pk *sdm, const struct item *x
     if (!tm) {
         tm = mc_pk_object(d, META, "TensorStorageMetadata");
         struct mc_pk *chunks = mc_pk_new(d, MC_PK_LIST);
-        if (!tm || !chunks || mc_pk_set(d, tm, "properties", properties(d)) ||
+        if (!tm || !chunks || mc_pk_set(d, tm, "properties", properties(d, x->dt)) ||
             mc_pk_set(d, tm, "size", torch_size(d, x->nd, x->g)) || mc_pk_set(d, tm, "chunks", chunks) ||
             mc_pk_set(d, sdm, x->fqn, tm))
             return MC_ERR_NOMEM;
@@ -669,6 +721,6 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
     mc_free(all);
     mc_free(allb);
     mc_free(offs);
-    mc_free(pl.it);
+    plan_free(&pl);
     return st;
 }

@@ -98,8 +98,8 @@ static void pipeline(const struct mc_args *a, struct mc_refusals *r)
 
 /* The checkpoint formats this build writes and reads: torch, and torch_dist (Megatron's default;
  * the loader reads what the directory holds, as Megatron does with torch_dist or
- * --auto-detect-ckpt-format). torch_dist saves are written for the fp32 model with the ordinary
- * optimizer (dist_checkpoint_save.c); the rest is refused by name below. */
+ * --auto-detect-ckpt-format). torch_dist saves are written with the ordinary optimizer (fp32,
+ * --bf16 and --fp16: dist_checkpoint_save.c); the rest is refused by name below. */
 static bool ckpt_format_writable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
 static bool ckpt_format_readable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
 
@@ -111,10 +111,6 @@ static void dist_save(const struct mc_args *a, struct mc_refusals *r)
         refuse(r, "--save with --ckpt-format torch_dist%s and --use-distributed-optimizer: megatron.c "
                "does not write the distributed optimizer's torch_dist state yet; use --ckpt-format "
                "torch, or drop --use-distributed-optimizer", how);
-    else if (mc_args_bool(a, A(bf16)) || mc_args_bool(a, A(fp16)))
-        refuse(r, "--save with --ckpt-format torch_dist%s and %s: megatron.c writes torch_dist "
-               "checkpoints of fp32 runs only so far; use --ckpt-format torch", how,
-               mc_args_bool(a, A(bf16)) ? "--bf16" : "--fp16");
     else if (mc_args_bool(a, A(use_legacy_models)))
         refuse(r, "--save with --ckpt-format torch_dist%s and --use-legacy-models: Megatron's legacy "
                "models have no sharded state dict; use --ckpt-format torch", how);

@@ -97,9 +97,10 @@ def check_values(c, tmp):
          ['--bf16 with --main-grads-dtype bf16 is not implemented in megatron.c yet']),
         ('fp32 residual', ['--bf16', '--fp32-residual-connection'],
          ['--fp32-residual-connection is not implemented in megatron.c yet']),
-        ('default ckpt format bf16', save + ['--bf16'],
-         ['--save with --ckpt-format torch_dist (the default --ckpt-format) and --bf16: megatron.c '
-          'writes torch_dist checkpoints of fp32 runs only so far; use --ckpt-format torch']),
+        ('default ckpt format bf16 distopt', save + ['--bf16', '--use-distributed-optimizer'],
+         ['--save with --ckpt-format torch_dist (the default --ckpt-format) and '
+          '--use-distributed-optimizer: megatron.c does not write the distributed optimizer\'s '
+          'torch_dist state yet']),
         ('torch_dist distopt', save + ['--ckpt-format', 'torch_dist', '--use-distributed-optimizer'],
          ['--save with --ckpt-format torch_dist and --use-distributed-optimizer: megatron.c does not '
           'write the distributed optimizer\'s torch_dist state yet']),
@@ -124,6 +125,10 @@ def check_values(c, tmp):
     for label, extra in (('default format save', []), ('torch_dist save', ['--ckpt-format', 'torch_dist'])):
         rc, msgs = both_ways(c, label, TINY + save + extra)
         c.check(not msgs, 'fp32 torch_dist saves accepted (%s): %s' % (label, msgs))
+    # --bf16 / --fp16 torch_dist saves with the ordinary optimizer (tests/checkpointing/test_dist_ckpt_mixed.py)
+    for label, extra in (('bf16 default format save', ['--bf16']), ('fp16 torch_dist save', ['--fp16', '--ckpt-format', 'torch_dist'])):
+        rc, msgs = both_ways(c, label, TINY + ['--save', os.path.join(tmp, 'ck16'), '--save-interval', '2'] + extra)
+        c.check(not msgs, '16-bit torch_dist saves accepted (%s): %s' % (label, msgs))
     # Mixed precision is accepted (the refusal stage passes; the model's own start-up decides)
     for label, extra in (('bf16', ['--bf16']),
                          ('fp16 grad buffer', ['--fp16']),
@@ -145,7 +150,7 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'load default format', TINY + ['--load', os.path.join(tmp, 'ck')])
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
-    many = TINY + save + ['--bf16', '--grad-reduce-in-bf16', '--log-straggler',
+    many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--grad-reduce-in-bf16', '--log-straggler',
                           '--apply-residual-connection-post-layernorm', '--num-experts', '4',
                           '--openai-gelu']
     rc, msgs = both_ways(c, 'all at once', many, ['--grad-reduce-in-bf16', '--log-straggler',
