@@ -73,6 +73,41 @@ static enum mc_activation activation(const struct mc_args *a)
     return mc_args_bool(a, A(bias_gelu_fusion)) ? MC_ACT_GELU_TANH : MC_ACT_GELU_ERF;
 }
 
+/* --recompute-granularity/-method/-num-layers, --recompute-modules (default ["core_attn"];
+ * "layernorm" is what megatron.c always does: the norm outputs are never kept), and
+ * --distribute-saved-activations: TransformerConfig's recompute fields. */
+static mc_status recompute_from_args(const struct mc_args *a, struct mc_gpt_config *cfg)
+{
+    const char *g = mc_args_str(a, A(recompute_granularity));
+    cfg->recompute_granularity = !g ? MC_RECOMPUTE_NONE
+                                 : !strcmp(g, "full") ? MC_RECOMPUTE_FULL : MC_RECOMPUTE_SELECTIVE;
+    const char *meth = mc_args_str(a, A(recompute_method));
+    cfg->recompute_method = meth && !strcmp(meth, "block") ? MC_RECOMPUTE_BLOCK
+                                                           : MC_RECOMPUTE_UNIFORM;
+    if (cfg->recompute_granularity == MC_RECOMPUTE_FULL && !meth)
+        return mc_error(MC_ERR_CONFIG, "Using recompute_granularity: full so recompute_method "
+                        "must be \"block\" or \"uniform\"");
+    cfg->recompute_num_layers = mc_args_is_none(a, A(recompute_num_layers))
+                                    ? 0 : mc_args_int(a, A(recompute_num_layers));
+    if (cfg->recompute_granularity != MC_RECOMPUTE_FULL && cfg->recompute_num_layers)
+        return mc_error(MC_ERR_CONFIG, "When using recompute_granularity: %s "
+                        "recompute_num_layers must be None.", g ? g : "None");
+    cfg->distribute_saved_activations = mc_args_bool(a, A(distribute_saved_activations));
+    const struct mc_val *mods = &a->v[A(recompute_modules)];
+    cfg->recompute_core_attention = mods->kind != MC_V_LIST;
+    for (int k = 0; mods->kind == MC_V_LIST && k < mods->n; k++) {
+        const char *mod = mods->items[k].s ? mods->items[k].s : "";
+        if (!strcmp(mod, "core_attn"))
+            cfg->recompute_core_attention = true;
+        else if (strcmp(mod, "layernorm") != 0 && cfg->recompute_granularity ==
+                                                       MC_RECOMPUTE_SELECTIVE)
+            return mc_error(MC_ERR_UNSUPPORTED, "--recompute-modules %s: megatron.c recomputes "
+                            "core_attn (and always the layernorms) selectively; %s is not "
+                            "supported yet", mod, mod);
+    }
+    return MC_OK;
+}
+
 mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                                   int64_t padded_vocab_size, int tp_rank, struct mc_gpt_config *cfg)
 {
@@ -128,7 +163,7 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->tensor_model_parallel_size = (int)mc_args_int(a, A(tensor_model_parallel_size));
     cfg->tensor_model_parallel_rank = tp_rank;
     cfg->sequence_parallel = mc_args_bool(a, A(sequence_parallel)); /* off with tp 1 (validate) */
-    return MC_OK;
+    return recompute_from_args(a, cfg);
 }
 
 void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config *cfg)
