@@ -5,6 +5,7 @@
  * groups only with --group-query-attention. */
 #include "training/model_config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define A(x) MC_A_##x
@@ -106,6 +107,37 @@ static mc_status recompute_from_args(const struct mc_args *a, struct mc_gpt_conf
                             "supported yet", mod, mod);
     }
     return MC_OK;
+}
+
+void mc_recompute_describe(const struct mc_gpt_config *c, int64_t layers, char *buf, size_t n)
+{
+    int64_t k = c->recompute_num_layers, kept = k < layers ? k : layers;
+    if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE) {
+        snprintf(buf, n, "selective: %s", c->recompute_core_attention
+                 ? "core attention rerun in backward, no layer keeps its [b, np, s, s] "
+                   "attention probabilities"
+                 : "nothing (--recompute-modules without core_attn; the layernorm outputs are "
+                   "never kept)");
+        return;
+    }
+    if (c->recompute_granularity == MC_RECOMPUTE_NONE) {
+        snprintf(buf, n, "none: every layer keeps its activations for backward");
+        return;
+    }
+    int w;
+    if (c->recompute_method == MC_RECOMPUTE_UNIFORM)
+        w = snprintf(buf, n, "full, uniform: the %lld layers of each model chunk in groups of "
+                     "%lld, each group's input kept and the group rerun before its backward "
+                     "(%lld kept inputs, a shared work area of %lld layers)", (long long)layers,
+                     (long long)k, (long long)((layers + k - 1) / k), (long long)kept);
+    else
+        w = snprintf(buf, n, "full, block: the first %lld of the %lld layers of each model chunk "
+                     "rerun one by one before their backward from their kept inputs, the other "
+                     "%lld keep their activations", (long long)kept, (long long)layers,
+                     (long long)(layers - kept));
+    if (c->distribute_saved_activations && w > 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, "; each tensor-parallel rank keeps 1/%d of every kept "
+                 "input", c->tensor_model_parallel_size);
 }
 
 mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,

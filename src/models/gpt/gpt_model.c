@@ -860,6 +860,32 @@ mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 
 size_t mc_gpt_activation_bytes(const mc_gpt_model *m) { return m->act_bytes; }
 
+mc_status mc_gpt_config_activation_bytes(const struct mc_gpt_config *cfg, size_t *shared,
+                                         size_t *per_slot)
+{
+    struct mc_gpt_model m = {.cfg = *cfg, .n_slots = 1};
+    mc_status st = mc_gpt_config_validate(&m.cfg);
+    if (st != MC_OK)
+        return st;
+    derive_dims(&m.dims, &m.cfg);
+    m.dt = m.cfg.params_dtype;
+    m.esize = mc_dtype_size(m.dt);
+    m.rc_work_layers = recompute_work_layers(&m);
+    m.slots = alloc_slots(1, m.dims.L);
+    m.rc_work = mc_calloc((size_t)(m.rc_work_layers > 0 ? m.rc_work_layers : 1),
+                          sizeof(*m.rc_work));
+    if (m.slots && m.rc_work) { /* counted, not carved (base NULL) */
+        struct carver cv = {NULL, 0};
+        carve_all(&m, &cv);
+        *per_slot = m.slot_bytes;
+        *shared = cv.used - m.slot_bytes;
+    }
+    st = m.slots && m.rc_work ? MC_OK : MC_ERR_NOMEM;
+    free_slots(m.slots, 1);
+    mc_free(m.rc_work);
+    return st;
+}
+
 mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m)
 {
     if (m->sp_numel == 0)

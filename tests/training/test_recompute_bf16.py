@@ -1,0 +1,12 @@
+"""test_recompute.py's bf16 subset (selective, full uniform 2, full block 1: bit-identical to
+bf16 without recompute over 20 iterations, weights and optimizer state included, and the
+activation memory table) and a Llama-style fp32 model whose last uniform group is shorter."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_recompute  # noqa: E402
+
+if __name__ == "__main__":
+    sys.argv[1:] = ["bf16"]
+    sys.exit(test_recompute.main())
