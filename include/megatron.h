@@ -57,6 +57,49 @@ MC_API void mc_free(void *p);                  /* mc_free(NULL) does nothing */
 MC_API size_t mc_alloc_live_bytes(void);       /* bytes currently held through mc_alloc */
 MC_API size_t mc_alloc_peak_bytes(void);
 
+/* What a block of memory is for, so a run can report its peak by category (the memory line,
+ * --log-memory-to-tensorboard, --log-memory-estimate). Blocks allocated outside any scope are
+ * MC_MEM_OTHER. The numbers are reported by name: new categories go before MC_MEM_COUNT. */
+enum mc_mem_category {
+    MC_MEM_OTHER = 0,   /* bookkeeping, tokenizer, datasets, checkpoint I/O, ... */
+    MC_MEM_PARAMS,      /* parameters: fp32 master and 16-bit compute weights */
+    MC_MEM_GRADS,       /* gradient buffers and weight-grad temporaries */
+    MC_MEM_OPTIMIZER,   /* optimizer state (Adam moments, distributed-optimizer shards) */
+    MC_MEM_ACTIVATIONS, /* activations saved for backward, per-step inputs and losses */
+    MC_MEM_COMM,        /* communication buffers: p2p, all-reduce/all-gather staging */
+    MC_MEM_WORKSPACE,   /* backend scratch and host staging */
+    MC_MEM_COUNT
+};
+/* Lower-case name of a category ("optimizer state"); "invalid" outside the enum. */
+MC_API const char *mc_mem_category_name(enum mc_mem_category c);
+/* Scopes on the calling thread (nest up to 16 deep): mc_alloc inside push/pop counts the
+ * block under c. mc_free credits the category the block was allocated under. */
+MC_API void mc_mem_push(enum mc_mem_category c);
+MC_API void mc_mem_pop(void);
+/* mc_mem_pop() returning its argument, for MC_MEM_AS: one-line tagging of an allocation. */
+MC_API void *mc_mem_pop_ptr(void *p);
+MC_API mc_status mc_mem_pop_status(mc_status s);
+/* `x = MC_MEM_AS(MC_MEM_GRADS, be->ops->alloc(be, n));` (the comma operator orders the push
+ * before the call); MC_MEM_AS_ST for a call that allocates and returns an mc_status. */
+#define MC_MEM_AS(c, ptr_expr) (mc_mem_push(c), mc_mem_pop_ptr(ptr_expr))
+#define MC_MEM_AS_ST(c, status_expr) (mc_mem_push(c), mc_mem_pop_status(status_expr))
+
+/* A consistent snapshot of the counters (taken under the allocator's lock). */
+struct mc_mem_stats {
+    size_t live_bytes, peak_bytes;       /* all categories; peak since start or the last reset */
+    size_t live_count;                   /* blocks currently allocated */
+    size_t current[MC_MEM_COUNT];        /* live bytes by category: they sum to live_bytes */
+    size_t peak[MC_MEM_COUNT];           /* each category's own high-water mark */
+    size_t at_peak[MC_MEM_COUNT];        /* by category at the moment of peak_bytes: sum = peak */
+};
+MC_API void mc_mem_get_stats(struct mc_mem_stats *s);
+/* Restarts the peaks from the live numbers (Megatron's reset_peak_memory_stats). */
+MC_API void mc_mem_reset_peaks(void);
+/* What the process holds from the operating system: resident set size now and its high-water
+ * mark (Linux /proc/self/statm and getrusage ru_maxrss); 0 where the system does not say. */
+MC_API size_t mc_mem_rss_bytes(void);
+MC_API size_t mc_mem_peak_rss_bytes(void);
+
 /* ---- dtypes ------------------------------------------------------------------------------ */
 /* The one element-type enum of the project. The numbers are stored in dump files
  * (docs/formats/dump.md): new types are appended, never inserted. Each file format keeps its own

@@ -58,6 +58,7 @@ log_loss_scale_to_tensorboard log_validation_ppl_to_tensorboard log_world_size_t
 distributed_timeout_minutes
 overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_high_nccl_busbw
 ddp_average_in_collective ddp_num_buckets
+log_memory_to_tensorboard
 test_mode check_weight_hash_across_dp_replicas_interval
 '''.split())
 
@@ -145,6 +146,9 @@ EXTENSIONS = [
      'MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)'),
     ('--original-max-position-embeddings', 'original_max_position_embeddings', 'float',
      'MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)'),
+    ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
+     'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
+     'beside the measured peak, by category (docs/memory.md)'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features

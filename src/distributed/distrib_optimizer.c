@@ -138,9 +138,11 @@ static mc_status alloc_shards(mc_distopt *o)
         return MC_ERR_NOMEM;
     int64_t blocks = o->cfg.optimizer == MC_OPT_ADAM ? 2 : 1;
     /* backend memory, zeroed there: the scale, norm and update ops read and write them */
-    o->buffer = zeroed(o->set->be, (size_t)mp->numel * sizeof(float));
-    o->main_grad = zeroed(o->set->be, (size_t)o->shard_numel * sizeof(float));
-    o->state = zeroed(o->set->be, (size_t)(blocks * o->shard_numel) * sizeof(float));
+    o->buffer = MC_MEM_AS(MC_MEM_COMM, zeroed(o->set->be, (size_t)mp->numel * sizeof(float)));
+    o->main_grad = MC_MEM_AS(MC_MEM_GRADS,
+                             zeroed(o->set->be, (size_t)o->shard_numel * sizeof(float)));
+    o->state = MC_MEM_AS(MC_MEM_OPTIMIZER,
+                         zeroed(o->set->be, (size_t)(blocks * o->shard_numel) * sizeof(float)));
     return o->buffer && o->main_grad && o->state ? MC_OK : MC_ERR_NOMEM;
 }
 

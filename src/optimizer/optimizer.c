@@ -89,7 +89,7 @@ mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
         /* the moments are backend memory (the update op reads them), zeroed there */
         struct mc_backend *be = sets[c]->be;
         size_t bytes = (size_t)(blocks * sets[c]->n_elements) * sizeof(float);
-        if (!(o->state[c] = be->ops->alloc(be, bytes))) {
+        if (!(o->state[c] = MC_MEM_AS(MC_MEM_OPTIMIZER, be->ops->alloc(be, bytes)))) {
             mc_opt_free(o);
             return MC_ERR_NOMEM;
         }

@@ -34,12 +34,13 @@ mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *
     /* at most warmup + 1 = size - rank inputs are waiting for their backward */
     s->slots = p2p->rank == 0 ? 0 : p2p->size - p2p->rank;
     if (s->slots) {
-        s->inputs = mc_alloc(mc_dtype_size(p2p->dt) * (size_t)(s->slots * p2p->n));
+        s->inputs = MC_MEM_AS(MC_MEM_COMM,
+                              mc_alloc(mc_dtype_size(p2p->dt) * (size_t)(s->slots * p2p->n)));
         if (!s->inputs)
             return MC_ERR_NOMEM;
     }
     if (p2p->rank < p2p->size - 1) {
-        s->grad = mc_alloc(mc_dtype_size(p2p->dt) * (size_t)p2p->n);
+        s->grad = MC_MEM_AS(MC_MEM_COMM, mc_alloc(mc_dtype_size(p2p->dt) * (size_t)p2p->n));
         if (!s->grad) {
             mc_pp_schedule_free(s);
             return MC_ERR_NOMEM;

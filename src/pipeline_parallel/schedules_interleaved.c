@@ -74,7 +74,8 @@ static mc_status get_buf(struct mc_pp_interleaved *s, struct mc_pp_vbuf **out)
         s->cap_pool = cap;
     }
     struct mc_pp_vbuf *b = mc_calloc(1, sizeof(*b));
-    if (!b || !(b->x = mc_alloc(mc_dtype_size(s->p2p.dt) * (size_t)s->p2p.n))) {
+    if (!b || !(b->x = MC_MEM_AS(MC_MEM_COMM,
+                                 mc_alloc(mc_dtype_size(s->p2p.dt) * (size_t)s->p2p.n)))) {
         mc_free(b);
         return MC_ERR_NOMEM;
     }

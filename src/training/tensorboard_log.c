@@ -71,6 +71,25 @@ static mc_status tb_write_timers(struct trainer *t, int64_t iteration, double no
     return st;
 }
 
+/* --log-memory-to-tensorboard: Megatron's four torch.cuda.memory_stats() tags, from this rank's
+ * allocator (docs/memory.md): reserved = the resident set the process holds from the system,
+ * allocated = live mc_alloc bytes, max allocated = their peak, count = live blocks. */
+static mc_status tb_memory(struct trainer *t, int64_t iteration)
+{
+    struct mc_mem_stats m;
+    mc_mem_get_stats(&m);
+    mc_status st = mc_tb_add_scalar(t->log.tb, "mem-reserved-bytes", (double)mc_mem_rss_bytes(),
+                                    iteration);
+    if (!st)
+        st = mc_tb_add_scalar(t->log.tb, "mem-allocated-bytes", (double)m.live_bytes, iteration);
+    if (!st)
+        st = mc_tb_add_scalar(t->log.tb, "mem-max-allocated-bytes", (double)m.peak_bytes,
+                              iteration);
+    if (!st)
+        st = mc_tb_add_scalar(t->log.tb, "mem-allocated-count", (double)m.live_count, iteration);
+    return st;
+}
+
 /* training_log's per-iteration part (every --tensorboard-log-interval): this iteration's
  * values, not the interval averages of the printed line. Every rank comes here, for the
  * collectives (timers, params norm); only the writer writes. */
@@ -110,7 +129,9 @@ mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float l
                                                                      : (double)res->num_zeros,
                        iteration))))
         return st;
-    return with_pnorm ? tb_pair(t, "params-norm", pnorm, iteration) : MC_OK;
+    if (with_pnorm && (st = tb_pair(t, "params-norm", pnorm, iteration)))
+        return st;
+    return mc_args_bool(a, MC_A_log_memory_to_tensorboard) ? tb_memory(t, iteration) : MC_OK;
 }
 
 /* training_log at a --log-interval with --log-timers-to-tensorboard: seconds per iteration and

@@ -170,6 +170,8 @@ mc_status mc_train_log_timers(struct trainer *t, const char *const *names, int n
 mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, double interval_s,
                                        const struct mc_opt_step_result *res,
                                        bool *report_memory);
+/* --log-memory-estimate: the estimate beside the measured memory, by category (ours). */
+mc_status mc_train_log_memory_estimate(struct trainer *t);
 mc_status mc_train_tb_write_args(struct trainer *t);
 mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float loss,
                                    const struct mc_opt_step_result *res);

@@ -324,9 +324,9 @@ static mc_status setup(struct trainer *t)
     t->d.dloss = mc_alloc((size_t)(t->d.mbs * t->d.seq) * sizeof(float));
     struct mc_backend *be = t->m.be;
     size_t bytes = (size_t)(t->d.mbs * t->d.seq) * sizeof(float);
-    t->d.loss_be = be->ops->alloc(be, bytes);
-    t->d.dloss_be = be->ops->alloc(be, bytes);
-    t->d.mask_be = be->ops->alloc(be, bytes);
+    t->d.loss_be = MC_MEM_AS(MC_MEM_ACTIVATIONS, be->ops->alloc(be, bytes));
+    t->d.dloss_be = MC_MEM_AS(MC_MEM_ACTIVATIONS, be->ops->alloc(be, bytes));
+    t->d.mask_be = MC_MEM_AS(MC_MEM_ACTIVATIONS, be->ops->alloc(be, bytes));
     return t->d.loss && t->d.dloss && t->d.loss_be && t->d.dloss_be && t->d.mask_be
                ? MC_OK : MC_ERR_NOMEM;
 }
@@ -403,6 +403,8 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
                                          &abandoned);
     }
 out:
+    if (!st && mc_args_bool(a, MC_A_log_memory_estimate))
+        st = mc_train_log_memory_estimate(&t);
     fflush(stdout);
     mc_status tb_st = mc_tb_close(t.log.tb);
     if (!st)

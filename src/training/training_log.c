@@ -3,6 +3,8 @@
  * megatron-training-cli.md sections 5-6). */
 #include "training/trainer.h"
 
+#include "training/theoretical_memory.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,18 +83,111 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
                         (double)res->grad_norm, l.has_params_norm ? l.params_norm : 0.0);
     mc_log_accum_reset(&t->log.acc);
     if (*report_memory) {
-        /* Megatron reports the CUDA allocator; we report megatron.c's counted allocations. */
+        /* Megatron reports the CUDA caching allocator; we report megatron.c's counted
+         * allocations (allocated) and the resident set the process holds (reserved):
+         * docs/memory.md */
         double mb = 1024.0 * 1024.0;
         char name[64];
+        struct mc_mem_stats m;
+        mc_mem_get_stats(&m);
         snprintf(name, sizeof(name), "(after %lld iterations)", (long long)iteration);
-        mc_log_format_memory(buf, sizeof(buf), t->par.ps.rank, name,
-                             (double)mc_alloc_live_bytes() / mb,
-                             (double)mc_alloc_peak_bytes() / mb, (double)mc_alloc_live_bytes() / mb,
-                             (double)mc_alloc_peak_bytes() / mb);
+        mc_log_format_memory(buf, sizeof(buf), t->par.ps.rank, name, (double)m.live_bytes / mb,
+                             (double)m.peak_bytes / mb, (double)mc_mem_rss_bytes() / mb,
+                             (double)mc_mem_peak_rss_bytes() / mb);
         if (t->par.dp_rank == 0) /* Megatron's report_memory prints on data-parallel rank 0 */
             printf("%s\n", buf);
         *report_memory = false;
     }
+    fflush(stdout);
+    return MC_OK;
+}
+
+/* --log-memory-estimate (megatron.c): the engine's per-category estimate from the arguments
+ * beside the allocator's measured numbers, then Megatron's report_theoretical_memory totals
+ * (the --dry-run lines). N is Megatron's parameter count of the most loaded shard; bytes per
+ * parameter are what the engine allocates (docs/memory.md): fp32 master weights (+ the 16-bit
+ * compute copy), fp32 grads (+ the distributed optimizer's grad shard), Adam's two moments or
+ * SGD's momentum (sharded by the distributed optimizer), and its full-size gather buffer. */
+static void estimate_by_category(const struct trainer *t, const struct mc_memory_estimate *e,
+                                 double est[MC_MEM_COUNT], bool known[MC_MEM_COUNT])
+{
+    const struct mc_args *a = t->a;
+    double n = e->params_most_loaded_shard;
+    bool half = mc_args_bool(a, MC_A_bf16) || mc_args_bool(a, MC_A_fp16);
+    bool distopt = mc_args_bool(a, MC_A_use_distributed_optimizer);
+    const char *opt = mc_args_str(a, MC_A_optimizer);
+    double dp = (double)(t->par.dp > 0 ? t->par.dp : 1), shard = distopt ? dp : 1.0;
+    for (int c = 0; c < MC_MEM_COUNT; c++)
+        known[c] = false;
+    est[MC_MEM_PARAMS] = n * (4.0 + (half ? 2.0 : 0.0));
+    est[MC_MEM_GRADS] = n * 4.0 + (distopt ? n * 4.0 / dp : 0.0);
+    est[MC_MEM_OPTIMIZER] = n * (opt && !strcmp(opt, "sgd") ? 4.0 : 8.0) / shard;
+    known[MC_MEM_PARAMS] = known[MC_MEM_GRADS] = known[MC_MEM_OPTIMIZER] = true;
+    if (mc_args_int(a, MC_A_pipeline_model_parallel_size) == 1) {
+        est[MC_MEM_COMM] = distopt ? n * 4.0 : 0.0; /* p2p buffers need pp > 1 */
+        known[MC_MEM_COMM] = true;
+    }
+    if (e->has_activation) { /* Megatron's formula: sequence parallel + selective recompute */
+        est[MC_MEM_ACTIVATIONS] = e->activation_bytes;
+        known[MC_MEM_ACTIVATIONS] = true;
+    }
+}
+
+static void print_mb(char *buf, size_t n, bool known, double bytes)
+{
+    if (known)
+        snprintf(buf, n, "%12.2f", bytes / (1024.0 * 1024.0));
+    else
+        snprintf(buf, n, "%12s", "n/a");
+}
+
+mc_status mc_train_log_memory_estimate(struct trainer *t)
+{
+    if (t->par.dp_rank != 0) /* as report_memory: one rank per model replica */
+        return MC_OK;
+    struct mc_memory_estimate e;
+    /* a finished run still reports what it measured when the formula does not apply */
+    bool have_e = mc_memory_estimate(t->a, t->m.padded_vocab, t->d.mb.num_micro_batches, &e) ==
+                  MC_OK;
+    double est[MC_MEM_COUNT] = {0}, total = 0;
+    bool known[MC_MEM_COUNT] = {false}, all_known = true;
+    if (have_e)
+        estimate_by_category(t, &e, est, known);
+    struct mc_mem_stats m;
+    mc_mem_get_stats(&m);
+    int r = t->par.ps.rank;
+    const double mb = 1024.0 * 1024.0;
+    printf("[Rank %d] megatron.c memory (MB): estimate beside the allocator's measured bytes\n"
+           "[Rank %d]   %-22s %12s %12s %12s %12s\n", r, r, "category", "estimate", "peak",
+           "at peak", "now");
+    static const enum mc_mem_category order[MC_MEM_COUNT] = {
+        MC_MEM_PARAMS, MC_MEM_GRADS, MC_MEM_OPTIMIZER, MC_MEM_ACTIVATIONS, MC_MEM_COMM,
+        MC_MEM_WORKSPACE, MC_MEM_OTHER};
+    char col[32];
+    for (int k = 0; k < MC_MEM_COUNT; k++) {
+        enum mc_mem_category c = order[k];
+        print_mb(col, sizeof(col), known[c], est[c]);
+        total += known[c] ? est[c] : 0;
+        all_known &= known[c] || c == MC_MEM_WORKSPACE || c == MC_MEM_OTHER;
+        printf("[Rank %d]   %-22s %s %12.2f %12.2f %12.2f\n", r, mc_mem_category_name(c), col,
+               (double)m.peak[c] / mb, (double)m.at_peak[c] / mb, (double)m.current[c] / mb);
+    }
+    print_mb(col, sizeof(col), all_known, total);
+    printf("[Rank %d]   %-22s %s %12.2f %12s %12.2f\n", r, "total allocated", col,
+           (double)m.peak_bytes / mb, "", (double)m.live_bytes / mb);
+    printf("[Rank %d]   %-22s %12s %12.2f %12s %12.2f\n", r, "process resident set", "",
+           (double)mc_mem_peak_rss_bytes() / mb, "", (double)mc_mem_rss_bytes() / mb);
+    if (!have_e) {
+        printf("[Rank %d]   no estimate: %s\n", r, mc_last_error());
+        fflush(stdout);
+        return MC_OK;
+    }
+    printf("[Rank %d]   report_theoretical_memory: weight and optimizer=%.2f MB", r,
+           e.weight_and_optimizer_bytes / mb);
+    if (e.has_activation)
+        printf(", activation=%.2f MB, total=%.2f MB", e.activation_bytes / mb,
+               (e.weight_and_optimizer_bytes + e.activation_bytes) / mb);
+    printf("\n");
     fflush(stdout);
     return MC_OK;
 }

@@ -79,10 +79,10 @@ def check_cli(c):
     c.check(rc == 2 and last(err) == 'pretrain_gpt.py: error: --context-parallel-algo is a '
             'MindSpeed option that megatron.c does not support yet', 'MindSpeed refusal: %s' % err)
     # The dry run reports what a real run would refuse, finishes its report, and exits 1.
-    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--log-memory-to-tensorboard'])
-    c.check(rc == 1 and 'a real run would stop here: --log-memory-to-tensorboard is not supported' in out
+    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--log-straggler'])
+    c.check(rc == 1 and 'a real run would stop here: --log-straggler is not supported' in out
             and 'floating-point operations per iteration' in out and
-            last(err) == 'NotImplementedError: --log-memory-to-tensorboard is not supported by '
+            last(err) == 'NotImplementedError: --log-straggler is not supported by '
             'megatron.c yet', 'dry run lists refusals: %d %s' % (rc, err[-200:]))
     # The checks that follow validate_args in Megatron's start-up (calculator, scheduler).
     no_iters = TINY[:-4]

@@ -105,7 +105,7 @@ def check_values(c, tmp):
          ['--ckpt-format torch_dist is not supported by megatron.c yet (--save)']),
         ('load zarr', ['--load', os.path.join(tmp, 'ck'), '--ckpt-format', 'zarr'],
          ['--ckpt-format zarr is not supported by megatron.c yet (--load)']),
-        ('tensorboard memory', ['--log-memory-to-tensorboard'], ['--log-memory-to-tensorboard']),
+        ('straggler detector', ['--log-straggler'], ['--log-straggler']),
         ('mrope', ['--position-embedding-type', 'mrope', '--mrope-section', '4', '4'],
          ['--position-embedding-type mrope']),
         ('moe', ['--num-experts', '4'], ['--num-experts 4']),
@@ -141,9 +141,9 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'load default format', TINY + ['--load', os.path.join(tmp, 'ck')])
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
-    many = TINY + save + ['--fp16', '--log-memory-to-tensorboard', '--apply-residual-connection-post-layernorm',
+    many = TINY + save + ['--fp16', '--log-straggler', '--apply-residual-connection-post-layernorm',
                           '--num-experts', '4', '--openai-gelu']
-    rc, msgs = both_ways(c, 'all at once', many, ['--fp16 without', '--log-memory-to-tensorboard',
+    rc, msgs = both_ways(c, 'all at once', many, ['--fp16 without', '--log-straggler',
                                                   '--apply-residual-connection-post-layernorm',
                                                   '--num-experts 4', '--openai-gelu',
                                                   '--save without --ckpt-format'])
@@ -157,7 +157,7 @@ def check_values(c, tmp):
 def check_mpirun(c, tmp):
     """Two ranks: the refusals come once, from rank 0, after the one arguments dump (context
     parallelism needs the two ranks)."""
-    argv = TINY + ['--fp16', '--log-memory-to-tensorboard', '--context-parallel-size', '2']
+    argv = TINY + ['--fp16', '--log-straggler', '--context-parallel-size', '2']
     out_path = os.path.join(tmp, 'mpi.out')
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE')}
     env['OMP_NUM_THREADS'] = '1'
@@ -170,7 +170,7 @@ def check_mpirun(c, tmp):
     c.check(p.returncode != 0 and len(refs) == 3 and
             refs == ['NotImplementedError: --context-parallel-size 2 is not supported by '
                      'megatron.c yet (context parallelism)',
-                     'NotImplementedError: --log-memory-to-tensorboard is not supported by '
+                     'NotImplementedError: --log-straggler is not supported by '
                      'megatron.c yet', 'NotImplementedError: --fp16 without '
                      '--accumulate-allreduce-grads-in-fp32 is not implemented in megatron.c yet '
                      '(Megatron then accumulates and all-reduces the gradients in an fp16 buffer; '

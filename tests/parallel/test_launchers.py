@@ -40,7 +40,7 @@ def run(cmd, env_extra=None):
     env.update(OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1", **(env_extra or {}))
     t0 = time.time()
     try:
-        p = run_cmd(cmd, env, 90)
+        p = run_cmd(cmd, env, 300)  # generous: a loaded 2-core machine runs MPI jobs slowly
     except subprocess.TimeoutExpired:
         return None, time.time() - t0, "", "timed out"
     if os.environ.get("MC_TEST_VERBOSE"):

@@ -58,7 +58,7 @@ float *mc_cpu_scratch(int64_t n, const char *op)
     pthread_mutex_unlock(&cache.lock);
     if (p)
         return p;
-    char *raw = mc_alloc((size_t)n * sizeof(float) + HDR);
+    char *raw = MC_MEM_AS(MC_MEM_WORKSPACE, mc_alloc((size_t)n * sizeof(float) + HDR));
     if (!raw) {
         mc_log(MC_LOG_ERROR, "backend cpu: op %s: out of memory for %lld fp32 scratch elements",
                op, (long long)n);

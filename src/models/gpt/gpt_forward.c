@@ -71,7 +71,7 @@ static void to_seq_first(int64_t *dst, const int64_t *src, int64_t b, int64_t s)
 static mc_status ids_to_backend(struct mc_gpt_model *m, int64_t *dst, const int64_t *src,
                                 int64_t b, int64_t s)
 {
-    int64_t T = b * s, *h = mc_alloc((size_t)T * sizeof(*h));
+    int64_t T = b * s, *h = MC_MEM_AS(MC_MEM_WORKSPACE, mc_alloc((size_t)T * sizeof(*h)));
     if (!h)
         return mc_error(MC_ERR_NOMEM, "forward: no host memory to stage %lld ids", (long long)T);
     if (src)
@@ -90,7 +90,7 @@ static mc_status tokens_f32(struct mc_gpt_model *m, float *out, const float *in,
                             int64_t b, int64_t s)
 {
     bool to_host = out != NULL;
-    float *h = mc_alloc((size_t)(b * s) * sizeof(*h));
+    float *h = MC_MEM_AS(MC_MEM_WORKSPACE, mc_alloc((size_t)(b * s) * sizeof(*h)));
     if (!h)
         return mc_error(MC_ERR_NOMEM, "no host memory to stage %lld per-token values",
                         (long long)(b * s));

@@ -491,7 +491,7 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
     m->n_slots = n;
     struct carver cv = {NULL, 0};
     carve_all(m, &cv);
-    void *block = m->be->ops->alloc(m->be, cv.used);
+    void *block = MC_MEM_AS(MC_MEM_ACTIVATIONS, m->be->ops->alloc(m->be, cv.used));
     if (!block) {
         m->slots = old_slots;
         m->n_slots = old_n;
@@ -587,12 +587,13 @@ static mc_status alloc_blocks(struct mc_gpt_model *m)
 {
     size_t bytes = (size_t)m->n_elements * sizeof(float);
     m->params = mc_calloc((size_t)m->n_params, sizeof(*m->params));
-    m->param_block = m->be->ops->alloc(m->be, bytes);
-    m->grad_block = m->be->ops->alloc(m->be, bytes);
+    m->param_block = MC_MEM_AS(MC_MEM_PARAMS, m->be->ops->alloc(m->be, bytes));
+    m->grad_block = MC_MEM_AS(MC_MEM_GRADS, m->be->ops->alloc(m->be, bytes));
     if (!m->params || !m->param_block || !m->grad_block)
         return MC_ERR_NOMEM;
     if (m->dt != MC_DTYPE_F32 &&
-        !(m->compute_block = m->be->ops->alloc(m->be, (size_t)m->n_elements * m->esize)))
+        !(m->compute_block = MC_MEM_AS(MC_MEM_PARAMS,
+                                       m->be->ops->alloc(m->be, (size_t)m->n_elements * m->esize))))
         return MC_ERR_NOMEM;
     m->be->ops->set(m->be, m->param_block, 0, bytes);
     m->be->ops->set(m->be, m->grad_block, 0, bytes);
@@ -609,12 +610,12 @@ static mc_status alloc_wgrad(struct mc_gpt_model *m)
     int64_t n = largest_param(m);
     if (n < 2 * m->dims.h)
         n = 2 * m->dims.h;
-    if (!(m->wgrad = m->be->ops->alloc(m->be, (size_t)n * m->esize)))
+    if (!(m->wgrad = MC_MEM_AS(MC_MEM_GRADS, m->be->ops->alloc(m->be, (size_t)n * m->esize))))
         return MC_ERR_NOMEM;
     bool tied_here = m->dims.first_stage && m->dims.last_stage &&
                      !m->cfg.untie_embeddings_and_output_weights;
-    if (tied_here && !(m->tied_wgrad = m->be->ops->alloc(
-                           m->be, (size_t)(m->dims.V_l * m->dims.h) * m->esize)))
+    if (tied_here && !(m->tied_wgrad = MC_MEM_AS(MC_MEM_GRADS, m->be->ops->alloc(
+                           m->be, (size_t)(m->dims.V_l * m->dims.h) * m->esize))))
         return MC_ERR_NOMEM;
     m->tp.wgrad = m->wgrad;
     return MC_OK;
@@ -736,7 +737,8 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     if (build_param_set(m) != MC_OK)
         goto out_free;
     if (m->sp_numel > 0 &&
-        !(m->sp_grads = m->be->ops->alloc(m->be, (size_t)m->sp_numel * sizeof(float))))
+        !(m->sp_grads = MC_MEM_AS(MC_MEM_GRADS,
+                                  m->be->ops->alloc(m->be, (size_t)m->sp_numel * sizeof(float)))))
         goto out_free;
 
     if ((st = build_act_block(m, 1)) != MC_OK)
