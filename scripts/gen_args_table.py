@@ -60,6 +60,8 @@ overlap_grad_reduce overlap_param_gather ddp_bucket_size ddp_pad_buckets_for_hig
 ddp_average_in_collective ddp_num_buckets
 log_memory_to_tensorboard
 test_mode check_weight_hash_across_dp_replicas_interval
+recompute_activations recompute_granularity recompute_method recompute_num_layers recompute_modules
+distribute_saved_activations
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
@@ -67,8 +69,7 @@ NOOP = set('''
 attention_backend use_flash_attn masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
 apply_rope_fusion cross_entropy_loss_fusion cross_entropy_fusion_impl gradient_accumulation_fusion
 async_tensor_model_parallel_allreduce no_persist_layer_norm
-recompute_activations recompute_granularity recompute_method recompute_num_layers recompute_modules
-distribute_saved_activations moe_layer_recompute
+moe_layer_recompute
 overlap_param_gather_with_optimizer_step
 align_grad_reduce align_param_gather overlap_p2p_comm_warmup_flush
 scatter_gather_tensors_in_pipeline use_ring_exchange_p2p gradient_reduce_div_fusion defer_embedding_wgrad_compute

@@ -32,7 +32,8 @@ LAYOUTS = [
 
 def print_table(label, layers, rows, act_bytes=4, tp=1):
     print(f"\n{label}: activation bytes per rank (tensor, pipeline): total = shared + slots x "
-          f"per micro-batch (per chunk); peak = Megatron's memory line (MB); formula = "
+          f"per micro-batch (per chunk); peak = the allocator's activations peak "
+          f"(--log-memory-estimate, MB); formula = "
           f"Megatron's for one micro-batch of {layers} layers")
     for name, extra, r in rows:
         f = megatron_formula(S, B, H, A, 4 * H, layers, extra, act_bytes, tp) / 2**20
@@ -41,7 +42,7 @@ def print_table(label, layers, rows, act_bytes=4, tp=1):
             cs = ", ".join(f"{sh} + {n} x {per}" for sh, n, per in chunks)
             rank = key[1] * tp + key[0]  # world rank (order tp-cp-ep-dp-pp, dp 1)
             print(f"  {name:<16} rank {key}: {total / 2**20:8.3f} MiB = {cs}; peak "
-                  f"{r['peak'].get(rank, float('nan')):.3f} MB; formula {f:.3f} MiB")
+                  f"{r['act_peak'].get(rank, float('nan')):.3f} MB; formula {f:.3f} MiB")
 
 
 def check_less(c, label, base, r, name):

@@ -1,7 +1,8 @@
 """Shared by test_recompute.py and tests/parallel/test_recompute_parallel.py: one pretrain_gpt
 run with a recompute setting, read back as (the [exact] lines, a hash of the saved weights and
 optimizer state, the model's activation byte counts from its ' > activation memory' line, the
-allocator's peak from Megatron's memory line), and the activation memory that Megatron's
+allocator's peak: in total from Megatron's memory line, of the activations category from
+--log-memory-estimate), and the activation memory that Megatron's
 formulas give, to print beside the measured numbers.
 
 Megatron's formula: megatron/training/theoretical_memory_usage.py counts s b h (18 + 4 F / h)
@@ -22,6 +23,8 @@ import mc_test
 ACT = re.compile(r" > activation memory on \(tensor, pipeline\) model parallel rank \((\d+), "
                  r"(\d+)\): (\d+) bytes \([^)]*\) = (.*); activation recompute: (.*)$")
 CHUNK = re.compile(r"(\d+) shared \+ (\d+) x (\d+) per micro-batch")
+# --log-memory-estimate's table: the allocator's peak of the activations category (MB)
+ACT_PEAK = re.compile(r"\[Rank (\d+)\]   activations +\S+ +(\S+) ")
 PEAK = re.compile(r"\[Rank (\d+)\] \(after 1 iterations\) memory \(MB\) \| allocated: \S+ \| "
                   r"max allocated: (\S+)")
 
@@ -67,17 +70,21 @@ def run(base, extra, tmp, name, np=1, iters=20):
     peak {rank: MB}, what (the recompute description), rc, err."""
     save = os.path.join(tmp, "save_" + re.sub(r"\W+", "_", name))
     args = [*base, *extra, "--train-iters", str(iters), "--save", save, "--save-interval",
-            str(iters), "--ckpt-format", "torch", "--data-cache-path",
+            str(iters), "--ckpt-format", "torch", "--log-memory-estimate", "--data-cache-path",
             os.path.join(tmp, "cache")]
     p = mc_test.run_pretrain(args, np, timeout=240, env={"MC_LOG_ACTIVATIONS": "1"})
     r = {"rc": p.returncode, "err": p.stderr[-800:] + p.stdout[-400:],
-         "exact": mc_test.parse_exact(p.stdout), "act": {}, "peak": {}, "what": None}
+         "exact": mc_test.parse_exact(p.stdout), "act": {}, "peak": {}, "act_peak": {},
+         "what": None}
     for line in p.stdout.splitlines():
         m = ACT.search(line)
         if m:
             chunks = [tuple(map(int, c)) for c in CHUNK.findall(m.group(4))]
             r["act"][(int(m.group(1)), int(m.group(2)))] = (int(m.group(3)), chunks)
             r["what"] = m.group(5)
+        m = ACT_PEAK.search(line)
+        if m:
+            r["act_peak"][int(m.group(1))] = float(m.group(2))
         m = PEAK.search(line)
         if m:
             r["peak"][int(m.group(1))] = float(m.group(2))
