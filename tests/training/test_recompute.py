@@ -72,6 +72,21 @@ def one_dtype(c, tmp, label, dtype, cases, act_bytes):
     table(c, label, base, runs, act_bytes)
 
 
+def refusals(c, tmp):
+    """TransformerConfig's recompute rules, and the selective modules megatron.c lacks."""
+    for extra, want in (
+            (["--recompute-granularity", "full"], 'recompute_method must be "block" or '
+                                                   '"uniform"'),
+            (["--recompute-granularity", "full", "--recompute-method", "block"],
+             "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: 4"),
+            (SELECTIVE + ["--recompute-num-layers", "2"], "recompute_num_layers must be None"),
+            (SELECTIVE + ["--recompute-modules", "mlp"], "mlp is not supported yet")):
+        p = mc_test.run_pretrain(BASE + extra + ["--train-iters", "1", "--data-cache-path",
+                                                 os.path.join(tmp, "cache")])
+        c.check(p.returncode != 0 and want in p.stderr, f"{extra} refused with '{want}' "
+                f"(rc {p.returncode}): {p.stderr[-300:]}")
+
+
 def main():
     """fp32: every setting; with --bf16: a subset and the Llama-style model
     (test_recompute_bf16.py runs this file with that argument)."""
@@ -80,6 +95,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if not bf16:
             one_dtype(c, tmp, "fp32", [], FP32, 4)
+            refusals(c, tmp)
             return mc_test.summary("test_recompute")
         one_dtype(c, tmp, "bf16", ["--bf16"], BF16, 2)
         # Llama-style (RoPE, GQA, SwiGLU, RMSNorm): a last group shorter than the others
