@@ -1,7 +1,7 @@
 """Activation recompute in the pipeline schedules under mpirun (2 ranks): 1F1B on pp2 (2 layers
-per stage; stage 0 keeps 2 micro-batches in flight) and interleaved pp2 x vpp2 (2 layers per
+per stage; stage 0 keeps both micro-batches in flight) and interleaved pp2 x vpp2 (2 layers per
 model chunk, Megatron counts --recompute-num-layers per chunk), with dropout: selective and full
-(uniform and block) print bit-identical [exact] lines over 20 iterations and save bit-identical
+(uniform and block; selective on 1F1B) print bit-identical [exact] lines over 20 iterations and save bit-identical
 weights and optimizer state to the same layout without recompute; every rank keeps less per
 in-flight micro-batch, and its activation block shrinks by that times its slots. The table
 (per rank) is printed beside Megatron's formula."""
@@ -16,17 +16,16 @@ from recompute_cases import NONE, SELECTIVE, compare, full, megatron_formula, ru
 S, B, H, A = 64, 2, 32, 4
 DATA = ["--mock-data", "--vocab-size", "4096", "--seq-length", str(S),
         "--max-position-embeddings", str(S), "--micro-batch-size", str(B),
-        "--global-batch-size", "8", "--lr", "1e-3", "--log-params-norm", "--log-interval", "1",
+        "--global-batch-size", "4", "--lr", "1e-3", "--log-params-norm", "--log-interval", "1",
         "--attention-dropout", "0.1", "--hidden-dropout", "0.1", "--eval-iters", "0",
         "--tokenizer-type", "NullTokenizer"]
 LAYOUTS = [
     ("pp2 1F1B", [*mc_test.gpt2(4), "--pipeline-model-parallel-size", "2"], 2,
      [("selective", SELECTIVE), ("full uniform 1", full("uniform", 1)),
-      ("full uniform 2", full("uniform", 2)), ("full block 1", full("block", 1))]),
+      ("full block 1", full("block", 1))]),
     ("pp2 x vpp2", [*mc_test.gpt2(8), "--pipeline-model-parallel-size", "2",
                     "--num-virtual-stages-per-pipeline-rank", "2"], 2,
-     [("selective", SELECTIVE), ("full uniform 2", full("uniform", 2)),
-      ("full block 1", full("block", 1))]),
+     [("full uniform 2", full("uniform", 2)), ("full block 1", full("block", 1))]),
 ]
 
 
@@ -61,7 +60,6 @@ def check_less(c, label, base, r, name):
 def main():
     c = mc_test.CHECKS
     with tempfile.TemporaryDirectory() as tmp:
-        run(LAYOUTS[0][1] + DATA, NONE, tmp, "warm cache", np=2)  # the peaks without the cache build
         for label, model, np, cases in LAYOUTS:
             base = run(model + DATA, NONE, tmp, label + " none", np=np)
             c.check(base["rc"] == 0 and len(base["exact"]) == 20 and base["hash"],

@@ -57,7 +57,6 @@ def table(c, label, base, runs, act_bytes):
 
 
 def one_dtype(c, tmp, label, dtype, cases, act_bytes):
-    run(BASE + dtype, NONE, tmp, "warm cache " + label)  # builds the dataset cache
     base = run(BASE + dtype, NONE, tmp, "none " + label)
     c.check(base["rc"] == 0 and len(base["exact"]) == 20 and base["hash"],
             f"{label} baseline: 20 iterations and a checkpoint: {base['err']}")
