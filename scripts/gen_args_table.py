@@ -185,7 +185,6 @@ MINDSPEED_REFUSED_VALUES = [
 # Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
-    'fp16': 'needs --accumulate-allreduce-grads-in-fp32 (fp16 gradient buffers are refused)',
     'grad_reduce_in_bf16': 'refused: not implemented yet',
     'fp32_residual_connection': 'refused: not implemented yet',
     'main_grads_dtype': 'bf16 refused with --bf16 (bf16 gradient buffers)',

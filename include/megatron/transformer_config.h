@@ -63,6 +63,10 @@ struct mc_gpt_config {
     uint64_t seed;                   /* 1234: init and dropout streams */
     enum mc_dtype params_dtype;      /* MC_DTYPE_F32, or BF16 / F16 (--bf16 / --fp16): the dtype
                                         the model computes and keeps activations in (gpt.h) */
+    enum mc_dtype grad_dtype;        /* MC_DTYPE_F32, or F16 (--fp16 without
+                                        --accumulate-allreduce-grads-in-fp32): Megatron's DDP
+                                        grad buffer dtype, which every weight-grad add rounds
+                                        to (mc_param_set.grad_dtype) */
 
     int tensor_model_parallel_size;  /* 1 */
     int tensor_model_parallel_rank;  /* 0 */

@@ -9,7 +9,13 @@
  * bucket's collective starts, non-blocking, as soon as backward of the step's last
  * micro-batch has made all its grads final (the engine's grad-ready hook), and
  * finish_grad_sync waits; the per-element arithmetic is the same as the blocking path's.
- * Scaling before the sum, as Megatron does, keeps dp = 2^k runs equal to dp = 1. */
+ * Scaling before the sum, as Megatron does, keeps dp = 2^k runs equal to dp = 1.
+ * With an fp16 grad buffer (--fp16 without --accumulate-allreduce-grads-in-fp32) the grad
+ * block holds fp16 values in fp32 memory: the scaling and the sum are rounded to fp16
+ * (mc_ddp_round_grads). The sum itself runs in fp32 through MPI (which has no fp16 type) and
+ * is rounded once: for two ranks the bits of NCCL's or gloo's fp16 a + b (the fp32 sum of two
+ * fp16 values rounds to fp16 as the exact sum does); over more ranks NCCL rounds after every
+ * hop of its ring, so there the results may differ in the last fp16 bit. */
 #include "distributed/ddp.h"
 
 #include <math.h>
@@ -19,6 +25,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss)
 {
@@ -27,9 +34,33 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
     return 1.0f / (float)mc_ps_size(ps, MC_PS_DP_CP);
 }
 
-void mc_ddp_scale_grads(const struct mc_param_set *s, float scale)
+/* fp16 values widened in fp32 memory are rounded through a small fp16 temporary, a chunk at
+ * a time (the grads may be the whole model's) */
+enum { ROUND_CHUNK = 1 << 16 };
+
+mc_status mc_ddp_round_grads(const struct mc_param_set *s, float *x, int64_t n)
+{
+    if (s->grad_dtype != MC_DTYPE_F16 || n <= 0)
+        return MC_OK;
+    struct mc_backend *be = s->be;
+    int64_t cap = n < ROUND_CHUNK ? n : ROUND_CHUNK;
+    void *tmp = MC_MEM_AS(MC_MEM_WORKSPACE,
+                          be->ops->alloc(be, (size_t)cap * mc_dtype_size(MC_DTYPE_F16)));
+    if (!tmp)
+        return MC_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i += cap) {
+        int64_t k = n - i < cap ? n - i : cap;
+        be->ops->convert(be, tmp, MC_DTYPE_F16, x + i, MC_DTYPE_F32, k);
+        be->ops->convert(be, x + i, MC_DTYPE_F32, tmp, MC_DTYPE_F16, k);
+    }
+    be->ops->free(be, tmp);
+    return MC_OK;
+}
+
+mc_status mc_ddp_scale_grads(const struct mc_param_set *s, float scale)
 {
     s->be->ops->scale(s->be, MC_DTYPE_F32, s->grad_block, scale, s->n_elements);
+    return mc_ddp_round_grads(s, s->grad_block, s->n_elements);
 }
 
 mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
@@ -38,10 +69,11 @@ mc_status mc_ddp_finish_grad_sync(const struct mc_param_set *s,
     const struct mc_ps_comm *g = &ps->group[MC_PS_DP_CP];
     if (g->size == 1)
         return MC_OK;
-    if (scale != 1.0f)
-        mc_ddp_scale_grads(s, scale);
-    return mc_comm_all_reduce(g->comm, s->grad_block, s->n_elements, MC_DTYPE_F32, MC_COMM_SUM,
-                              "data-parallel gradient all-reduce");
+    mc_status st = scale != 1.0f ? mc_ddp_scale_grads(s, scale) : MC_OK;
+    if (!st)
+        st = mc_comm_all_reduce(g->comm, s->grad_block, s->n_elements, MC_DTYPE_F32,
+                                MC_COMM_SUM, "data-parallel gradient all-reduce");
+    return st ? st : mc_ddp_round_grads(s, s->grad_block, s->n_elements);
 }
 
 struct mc_ddp {
@@ -122,12 +154,17 @@ static mc_status plan_dopt_buckets(mc_ddp *d)
     return MC_OK;
 }
 
-/* check_grads: the bucket's local grad norm, before scaling and communication. */
+/* check_grads: the bucket's local grad norm, before scaling and communication. An fp16
+ * buffer's norm is an fp16 tensor: inf once it rounds past fp16's largest value, and then
+ * Megatron stops too (only a constant --loss-scale keeps this check on with fp16). */
 static mc_status check_bucket(const mc_ddp *d, int64_t b)
 {
     int64_t off, n;
     bucket_range(d, b, &off, &n);
     double ss = d->s->be->ops->sumsq(d->s->be, MC_DTYPE_F32, d->s->grad_block + off, n);
+    if (isfinite(ss) && d->s->grad_dtype == MC_DTYPE_F16 &&
+        isinf(mc_f16_to_f32(mc_f32_to_f16((float)sqrt(ss)))))
+        ss = INFINITY;
     if (isfinite(ss))
         return MC_OK;
     return mc_error(MC_ERR_INTERNAL, "found %s in local grad norm for bucket #%lld in backward "
@@ -151,8 +188,11 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
     int64_t off, n;
     bucket_range(d, b, &off, &n);
     float *g = d->s->grad_block + off;
-    if (d->cfg.grad_scale != 1.0f)
+    if (d->cfg.grad_scale != 1.0f) {
         d->s->be->ops->scale(d->s->be, MC_DTYPE_F32, g, d->cfg.grad_scale, n);
+        if ((st = mc_ddp_round_grads(d->s, g, n)))
+            return st;
+    }
     /* blocking = non-blocking + wait: MPI's blocking and non-blocking all-reduce are
      * different algorithms (OpenMPI: coll/tuned vs coll/libnbc) whose sums over more than two
      * ranks may associate differently; one algorithm keeps overlap bit-identical to the
@@ -165,7 +205,7 @@ static mc_status start_bucket_raw(mc_ddp *d, int64_t b, bool async)
     if (st)
         return st;
     d->pending[b] = async;
-    return MC_OK;
+    return async ? MC_OK : mc_ddp_round_grads(d->s, g, n);
 }
 
 static mc_status start_bucket(mc_ddp *d, int64_t b, bool async)
@@ -323,6 +363,10 @@ static mc_status wait_all(mc_ddp *d)
         d->pending[b] = false;
         mc_status st = mc_comm_wait(1, req(d, b), d->ps->group[MC_PS_DP_CP].comm,
                                     "all-reduce", "data-parallel gradient all-reduce");
+        int64_t off, n;
+        bucket_range(d, b, &off, &n);
+        if (!st) /* the fp16 sum */
+            st = mc_ddp_round_grads(d->s, d->s->grad_block + off, n);
         if (st)
             return st;
     }

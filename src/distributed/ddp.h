@@ -13,8 +13,15 @@
  * with --calculate-per-token-loss (grads summed; the caller scales by 1/total_tokens). */
 float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_token_loss);
 
-/* Multiplies every gradient of the set by scale (one pass over the contiguous grad block). */
-void mc_ddp_scale_grads(const struct mc_param_set *s, float scale);
+/* With an fp16 grad buffer (s->grad_dtype F16): x[0, n), grads of s (the grad block, the
+ * distributed optimizer's buffer or shards), rounded to fp16 in place, as the result of a
+ * sum or scaling Megatron computes in its fp16 buffer (opmath fp32, rounded once). No-op for
+ * fp32 grads. */
+mc_status mc_ddp_round_grads(const struct mc_param_set *s, float *x, int64_t n);
+
+/* Multiplies every gradient of the set by scale (one pass over the contiguous grad block),
+ * rounded to the grad buffer's dtype. */
+mc_status mc_ddp_scale_grads(const struct mc_param_set *s, float scale);
 /* finish_grad_sync without buckets: scales the set's contiguous grad buffer by scale and
  * all-reduces it (sum) over the data-parallel-with-context group, so every DP replica holds
  * the same averaged grads before the optimizer step. A no-op for one DP rank. */

@@ -10,13 +10,18 @@
  * the whole world (tp x dp), skipping tensor-parallel duplicates as clip_grads.py does.
  * With interleaved pipelining each model chunk has its own distributed optimizer (its own
  * buffer, buckets and shards, as Megatron's per-chunk DDP buffers) and mc_distopt_step_chunks
- * steps them together: one grad norm, zero count and clipping over all chunks. */
+ * steps them together: one grad norm, zero count and clipping over all chunks.
+ * With an fp16 grad buffer (mc_param_set.grad_dtype F16) the buffer and the shards hold fp16
+ * values in fp32 memory: the pre-scaling and the reduce-scatter's sum are rounded to fp16
+ * (ddp.c's mc_ddp_round_grads, which says how the sum compares with NCCL's), and main_grad is
+ * then _copy_model_grads_to_main_grads' float() of the fp16 shard. */
 #include "distributed/distrib_optimizer.h"
 
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
+#include "distributed/ddp.h"
 #include "optimizer/optimizer_internal.h"
 
 struct mc_distopt {
@@ -268,6 +273,14 @@ int64_t mc_distopt_bucket_first_param(const mc_distopt *o, int64_t b)
     return o->bucket_first[b];
 }
 
+/* The reduce-scatter's sum in bucket b's shard rounded to the grad buffer's dtype. */
+static mc_status round_shard(mc_distopt *o, int64_t b)
+{
+    const struct mc_pgb_bucket *bk = &o->map.bucket[b];
+    return mc_ddp_round_grads(o->set, o->main_grad + o->shard_off[b],
+                              (bk->end - bk->start) / o->dp);
+}
+
 /* start_grad_sync of one bucket: its grads into the buffer, times scale, then the
  * reduce-scatter (sum) over the DP group into this rank's shard of main_grad -- blocking, or
  * non-blocking (finished by mc_distopt_finish_grad_sync) when async. */
@@ -279,9 +292,12 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
     const struct mc_pgb_bucket *bk = &o->map.bucket[b];
     int64_t per = (bk->end - bk->start) / o->dp;
     bucket_to_buffer(o, b, o->set->grad_block);
-    if (scale != 1.0f)
+    if (scale != 1.0f) {
         o->set->be->ops->scale(o->set->be, MC_DTYPE_F32, o->buffer + bk->start, scale,
                                bk->end - bk->start);
+        if ((st = mc_ddp_round_grads(o->set, o->buffer + bk->start, bk->end - bk->start)))
+            return st;
+    }
     if (o->dp == 1) {
         memcpy(o->main_grad + o->shard_off[b], o->buffer + bk->start, (size_t)per * sizeof(float));
         return MC_OK;
@@ -299,7 +315,7 @@ mc_status mc_distopt_start_grad_bucket(mc_distopt *o, int64_t b, float scale, bo
     if (st)
         return st;
     o->grad_pending[b] = async;
-    return MC_OK;
+    return async ? MC_OK : round_shard(o, b);
 }
 
 /* finish_grad_sync: waits for every outstanding bucket reduce-scatter; the next step then
@@ -312,6 +328,8 @@ mc_status mc_distopt_finish_grad_sync(mc_distopt *o)
         o->grad_pending[b] = false;
         mc_status st = mc_comm_wait(1, grad_req(o, b), o->dp_comm, "reduce-scatter",
                                     "distributed-optimizer grad reduce-scatter");
+        if (!st)
+            st = round_shard(o, b);
         if (st)
             return st;
     }
@@ -475,8 +493,10 @@ static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
     for (int64_t b = 0; !o->grads_reduced && b < o->map.n_buckets && !st; b++)
         st = mc_distopt_start_grad_bucket(o, b, grad_scale, false);
     o->grads_reduced = false;
-    if (!st && post_scale != 1.0f)
+    if (!st && post_scale != 1.0f) { /* finalize_model_grads' scale_gradients, in the buffer */
         o->set->be->ops->scale(o->set->be, MC_DTYPE_F32, o->main_grad, post_scale, o->shard_numel);
+        st = mc_ddp_round_grads(o->set, o->main_grad, o->shard_numel);
+    }
     return st;
 }
 

@@ -34,11 +34,24 @@ void *mc_tp_wgrad_target(const struct mc_tp_group *g, float *grad, int64_t slot,
     return t;
 }
 
+/* main_grad.add_(param.grad) for the dt grad at src. fp32 main grads: one widening add. An
+ * fp16 main grad (Megatron's fp16 DDP buffer): the sum rounded to fp16, made in src itself
+ * (src = round(src + main), the same bits as round(main + src)) and copied back widened, so
+ * the fp32 block holds exactly what Megatron's fp16 buffer holds after every micro-batch. */
+static void commit_from(const struct mc_tp_group *g, float *grad, void *src, int64_t n)
+{
+    if (g->grad_dt != MC_DTYPE_F16) {
+        g->be->ops->accumulate(g->be, grad, MC_DTYPE_F32, src, g->dt, n);
+        return;
+    }
+    g->be->ops->accumulate(g->be, src, MC_DTYPE_F16, grad, MC_DTYPE_F32, n);
+    g->be->ops->convert(g->be, grad, MC_DTYPE_F32, src, MC_DTYPE_F16, n);
+}
+
 void mc_tp_wgrad_commit(const struct mc_tp_group *g, float *grad, int64_t slot, int64_t n)
 {
     if (g->dt != MC_DTYPE_F32)
-        g->be->ops->accumulate(g->be, grad, MC_DTYPE_F32, mc_tp_at(g->wgrad, g->dt, slot), g->dt,
-                               n);
+        commit_from(g, grad, mc_tp_at(g->wgrad, g->dt, slot), n);
 }
 
 /* dw (+)= dy^T x as [M, N] over K tokens: fp32 adds into the main grad (beta 1); 16-bit writes
@@ -164,5 +177,5 @@ void mc_tp_embedding_backward(struct mc_backend *be, const struct mc_tp_group *g
     }
     /* the tied weight's two grads summed in dt (autograd), then into the main grad */
     be->ops->accumulate(be, dw_keep, g->dt, mc_tp_at(g->wgrad, g->dt, 0), g->dt, n);
-    be->ops->accumulate(be, dw, MC_DTYPE_F32, dw_keep, g->dt, n);
+    commit_from(g, dw, dw_keep, n);
 }

@@ -27,6 +27,8 @@ struct mc_tp_group {
     struct mc_backend *be;
     float *red;
     void *wgrad;
+    /* the main grads' dtype (mc_param_set.grad_dtype): F16 rounds every commit to fp16 */
+    enum mc_dtype grad_dt;
 };
 
 /* Element i of a dt array (activations and weights are `void *` + the group's dtype). */
@@ -42,7 +44,9 @@ static inline void *mc_tp_at(const void *p, enum mc_dtype dt, int64_t i)
  * beta 0 does not), so the op makes Megatron's dt `param.grad`. */
 void *mc_tp_wgrad_target(const struct mc_tp_group *g, float *grad, int64_t slot, int64_t n,
                          bool zero);
-/* main_grad += float(param.grad): adds the temporary at `slot` into `grad` (16-bit only). */
+/* main_grad += float(param.grad): adds the temporary at `slot` into `grad` (16-bit only; with
+ * grad_dt F16 the sum is rounded to fp16, Megatron's fp16 main_grad.add_(param.grad), and the
+ * temporary is overwritten). */
 void mc_tp_wgrad_commit(const struct mc_tp_group *g, float *grad, int64_t slot, int64_t n);
 
 /* ---- mappings.c: the autograd regions of mappings.py, forward or backward half ---------- */

@@ -20,8 +20,9 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
     if (t->o.dopt) /* after the reduce-scatter: this rank's shard (same range on both stages) */
         mc_distopt_param_main_grad(t->o.dopts[c], mc_gpt_param_index(t->m.chunks[c], v.name), &g,
                                    &n);
-    return mc_comm_all_reduce(t->pp.embedding_group, g, n, MC_DTYPE_F32, MC_COMM_SUM,
-                              "embedding-group word-embedding grad all-reduce");
+    mc_status st = mc_comm_all_reduce(t->pp.embedding_group, g, n, MC_DTYPE_F32, MC_COMM_SUM,
+                                      "embedding-group word-embedding grad all-reduce");
+    return st ? st : mc_ddp_round_grads(mc_gpt_param_set(t->m.chunks[c]), g, n); /* fp16 sum */
 }
 
 /* finalize_model_grads' _allreduce_layernorm_grads (--sequence-parallel): after the
@@ -31,8 +32,14 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
  * all-reduces the whole main_grad of these params. */
 static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_distopt *dopt)
 {
-    if (!dopt || !mc_gpt_model_config(m)->sequence_parallel)
-        return mc_gpt_sequence_parallel_grad_sync(m);
+    if (!dopt || !mc_gpt_model_config(m)->sequence_parallel) {
+        mc_status st = mc_gpt_sequence_parallel_grad_sync(m);
+        for (int64_t i = 0; i < mc_gpt_num_params(m) && !st; i++) /* an fp16 buffer's sums */
+            if (mc_gpt_param(m, i).sequence_parallel)
+                st = mc_ddp_round_grads(mc_gpt_param_set(m), mc_gpt_param(m, i).grad,
+                                        mc_gpt_param(m, i).numel);
+        return st;
+    }
     int64_t total = 0, n;
     float *g;
     for (int64_t i = 0; i < mc_gpt_num_params(m); i++)
@@ -55,6 +62,8 @@ static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_disto
         mc_status st = pass ? MC_OK : mc_comm_all_reduce(t->par.ps.group[MC_PS_TP].comm, tmp, total,
                                                          MC_DTYPE_F32, MC_COMM_SUM,
                                                          "sequence-parallel grad all-reduce");
+        if (!st && !pass) /* an fp16 buffer's sums */
+            st = mc_ddp_round_grads(mc_gpt_param_set(m), tmp, total);
         if (st) {
             mc_free(tmp);
             return st;
@@ -100,7 +109,7 @@ mc_status mc_train_finalize_grads(struct trainer *t, bool per_token, float num_t
             return st;
     }
     /* num_tokens is already the token count of the whole data-parallel step */
-    for (int v = 0; v < t->m.vp && per_token && !t->o.dopt; v++)
-        mc_ddp_scale_grads(mc_gpt_param_set(t->m.chunks[v]), 1.0f / num_tokens);
-    return MC_OK;
+    for (int v = 0; v < t->m.vp && per_token && !t->o.dopt && !st; v++)
+        st = mc_ddp_scale_grads(mc_gpt_param_set(t->m.chunks[v]), 1.0f / num_tokens);
+    return st;
 }

@@ -137,12 +137,8 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
     if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection)))
         refuse(r, "--fp32-residual-connection is not implemented in megatron.c yet (the "
                "residual stream is in the 16-bit params dtype)");
-    /* Megatron keeps the main_grad buffer in fp16 then: accumulation and all-reduce in 16 bits */
-    if (fp16 && !mc_args_bool(a, A(accumulate_allreduce_grads_in_fp32)))
-        refuse(r, "--fp16 without --accumulate-allreduce-grads-in-fp32 is not implemented in "
-               "megatron.c yet (Megatron then accumulates and all-reduces the gradients in an "
-               "fp16 buffer; megatron.c does it in fp32 only): add "
-               "--accumulate-allreduce-grads-in-fp32");
+    /* --fp16 without --accumulate-allreduce-grads-in-fp32 trains: fp16 grad buffer values
+     * (mc_param_set.grad_dtype, COMPATIBILITY.md) */
 }
 
 /* Megatron tokenizers megatron.c has no implementation of (tokenizer/tokenizer.c). */

@@ -91,8 +91,6 @@ def check_table(c):
 def check_values(c, tmp):
     save = ['--save', os.path.join(tmp, 'ck'), '--save-interval', '2']
     cases = [
-        ('fp16 grad buffer', ['--fp16'], ['--fp16 without --accumulate-allreduce-grads-in-fp32 '
-                                          'is not implemented in megatron.c yet']),
         ('bf16 grad reduce', ['--bf16', '--grad-reduce-in-bf16'],
          ['--grad-reduce-in-bf16 is not implemented in megatron.c yet']),
         ('bf16 main grads', ['--bf16', '--main-grads-dtype', 'bf16'],
@@ -123,6 +121,7 @@ def check_values(c, tmp):
     c.check(not msgs, 'torch checkpoints accepted: %s' % msgs)
     # Mixed precision is accepted (the refusal stage passes; the model's own start-up decides)
     for label, extra in (('bf16', ['--bf16']),
+                         ('fp16 grad buffer', ['--fp16']),
                          ('fp16 fp32 grads', ['--fp16', '--accumulate-allreduce-grads-in-fp32']),
                          ('fp16 constant scale', ['--fp16', '--loss-scale', '1024',
                                                   '--accumulate-allreduce-grads-in-fp32']),
@@ -141,9 +140,10 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'load default format', TINY + ['--load', os.path.join(tmp, 'ck')])
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
-    many = TINY + save + ['--fp16', '--log-straggler', '--apply-residual-connection-post-layernorm',
-                          '--num-experts', '4', '--openai-gelu']
-    rc, msgs = both_ways(c, 'all at once', many, ['--fp16 without', '--log-straggler',
+    many = TINY + save + ['--bf16', '--grad-reduce-in-bf16', '--log-straggler',
+                          '--apply-residual-connection-post-layernorm', '--num-experts', '4',
+                          '--openai-gelu']
+    rc, msgs = both_ways(c, 'all at once', many, ['--grad-reduce-in-bf16', '--log-straggler',
                                                   '--apply-residual-connection-post-layernorm',
                                                   '--num-experts 4', '--openai-gelu',
                                                   '--save without --ckpt-format'])
@@ -157,7 +157,8 @@ def check_values(c, tmp):
 def check_mpirun(c, tmp):
     """Two ranks: the refusals come once, from rank 0, after the one arguments dump (context
     parallelism needs the two ranks)."""
-    argv = TINY + ['--fp16', '--log-straggler', '--context-parallel-size', '2']
+    argv = TINY + ['--bf16', '--grad-reduce-in-bf16', '--log-straggler',
+                   '--context-parallel-size', '2']
     out_path = os.path.join(tmp, 'mpi.out')
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE')}
     env['OMP_NUM_THREADS'] = '1'
@@ -171,10 +172,9 @@ def check_mpirun(c, tmp):
             refs == ['NotImplementedError: --context-parallel-size 2 is not supported by '
                      'megatron.c yet (context parallelism)',
                      'NotImplementedError: --log-straggler is not supported by '
-                     'megatron.c yet', 'NotImplementedError: --fp16 without '
-                     '--accumulate-allreduce-grads-in-fp32 is not implemented in megatron.c yet '
-                     '(Megatron then accumulates and all-reduces the gradients in an fp16 buffer; '
-                     'megatron.c does it in fp32 only): add --accumulate-allreduce-grads-in-fp32'],
+                     'megatron.c yet', 'NotImplementedError: --grad-reduce-in-bf16 is not '
+                     'implemented in megatron.c yet (gradients are reduced in fp32: drop the '
+                     'option)'],
             'mpirun: refusals once: rc %d, %s' % (p.returncode, p.stderr[-500:]))
     c.check(out.count('------------------------ arguments ------------------------') == 1 and
             'NotImplementedError' not in out and 'MPI_ABORT' not in p.stderr,

@@ -281,7 +281,11 @@ def train_shrunk(opts, world, tmp):
     except subprocess.TimeoutExpired as e:
         return 124, (e.stdout or '') + '\n(timed out)', []
     out = p.stdout + '\n' + p.stderr
-    losses = re.findall(r'iteration +\d+/ +3 \|.*?lm loss: (\S+)', p.stdout)
+    # an iteration the fp16 loss scaler skipped (inf/nan grads: Megatron's default initial
+    # scale 2^32 overflows at first) prints no lm loss
+    lines = re.findall(r'iteration +\d+/ +3 \|(.*)', p.stdout)
+    losses = [m.group(1) if m else 'skipped'
+              for m in (re.search(r'lm loss: (\S+)', l) for l in lines)]
     return p.returncode, out, losses
 
 

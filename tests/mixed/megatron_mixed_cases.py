@@ -21,10 +21,15 @@ import megatron_cases as mcs  # noqa: E402
 GOLDEN = os.path.join(mcs.SRC, "tests", "golden", "mixed")
 RUNNER = os.path.join(HERE, "run_pretrain_mixed.py")
 BF16 = ("--bf16", "--no-masked-softmax-fusion")
-# fp16 with fp32 main-grad accumulation (Megatron's default for fp16 is an fp16 grad buffer, which
-# megatron.c refuses: it accumulates and reduces gradients in fp32 only)
+# fp16 with fp32 main-grad accumulation (the *_fp16_grad16 cases below keep Megatron's default
+# for fp16, an fp16 grad buffer)
 FP16 = ("--fp16", "--accumulate-allreduce-grads-in-fp32", "--no-masked-softmax-fusion")
 STATIC_SCALE = "4096"
+# Megatron's default for fp16: the DDP gradient buffer (main_grad) in fp16, so every micro-batch's
+# weight grad is added in fp16 and the data-parallel reduce sums fp16
+FP16_GRAD16 = ("--fp16", "--no-masked-softmax-fusion")
+# a dynamic scale that grows and backs off within 6 iterations (hysteresis 1, window 2)
+WINDOW = ("--initial-loss-scale", "262144", "--hysteresis", "1", "--loss-scale-window", "2")
 
 # case -> (world size, model/parallel arguments, precision arguments, data arguments)
 CASES = {
@@ -40,10 +45,16 @@ CASES = {
     "gpt_fp16_dynamic_window": (1, mcs.GPT2, FP16 + ("--initial-loss-scale", "262144", "--hysteresis", "1",
                                                       "--loss-scale-window", "2"), ("--data-path", mcs.CORPUS_A)),
     "gpt_fp16_static": (1, mcs.GPT2, FP16 + ("--loss-scale", STATIC_SCALE), ("--data-path", mcs.CORPUS_A)),
+    # fp16 gradient buffers (Megatron's fp16 default): one process, dp 2, dp 2 with the
+    # distributed optimizer (reduce-scatter of the fp16 buffer)
+    "gpt_fp16_grad16": (1, mcs.GPT2, FP16_GRAD16 + WINDOW, ("--data-path", mcs.CORPUS_A)),
+    "gpt_dp2_fp16_grad16": (2, mcs.GPT2, FP16_GRAD16 + WINDOW, ("--data-path", mcs.CORPUS_A)),
+    "gpt_dp2_distopt_fp16_grad16": (2, mcs.GPT2 + ("--use-distributed-optimizer",), FP16_GRAD16 + WINDOW,
+                                    ("--data-path", mcs.CORPUS_A)),
 }
 # Megatron cannot resume a distributed-optimizer checkpoint without Apex/TE (KeyError: 'step'):
 # the shim's opt-in workaround for reference runs
-VARIANT = {"gpt_dp2_distopt_bf16": "fixload"}
+VARIANT = {"gpt_dp2_distopt_bf16": "fixload", "gpt_dp2_distopt_fp16_grad16": "fixload"}
 
 
 def is_fp16(case):

@@ -5,7 +5,11 @@
   Megatron's default dynamic loss scale, whose first iterations overflow and are skipped, and a
   static --loss-scale) and trains iterations 4-6 with the same arguments: lm loss within 2e-4
   relative of Megatron's own at every iteration (absent on the same skipped iterations), the
-  same learning rate, consumed samples, loss scale and numbers of skipped and nan iterations.
+  same learning rate, consumed samples, loss scale and numbers of skipped and nan iterations, the
+  grad norm to the last of the 3 decimals Megatron prints (one step of it allowed). fp16 also with
+  Megatron's default fp16 gradient buffer (no --accumulate-allreduce-grads-in-fp32): one process,
+  dp 2, dp 2 with the distributed optimizer, a dynamic scale that grows and backs off (the fp16
+  buffer overflows where fp32 accumulation does not: with fp32 grads these cases fail).
 - megatron.c -> Megatron (live, only with MC_MEGATRON_ROOT set and PyPI torch 2.x installed,
   MC_TORCH2_PYTHON): megatron.c trains 3 iterations and saves; Megatron loads that
   checkpoint and trains 4-6; its lines match megatron.c's own 6-iteration run the same way."""
@@ -20,6 +24,7 @@ mcs = mx.mcs
 from mc_test import check, summary  # noqa: E402  (megatron_cases put tests/ on sys.path)
 
 REL = 2e-4
+GRAD_NORM_ABS = 1e-3  # Megatron prints the grad norm with 3 decimals: one step of the last digit
 LOCAL = ("--transformer-impl", "local")  # the layer names Megatron's local spec wrote
 
 
@@ -40,6 +45,10 @@ def compare(case, ours, theirs, what, iters=(4, 5, 6)):
         if "lm loss" in a and "lm loss" in b:
             la, lb = a["lm loss"], b["lm loss"]
             check(abs(la - lb) <= REL * abs(lb), f"{where}: lm loss {la} vs {lb} (rel {abs(la - lb) / abs(lb):.2e})")
+        check(("grad norm" in a) == ("grad norm" in b), f"{where}: grad norm printed {'grad norm' in a} vs {'grad norm' in b}")
+        if "grad norm" in a and "grad norm" in b:
+            ga, gb = a["grad norm"], b["grad norm"]
+            check(abs(ga - gb) <= GRAD_NORM_ABS + 1e-9, f"{where}: grad norm {ga} vs {gb}")
     print(f"{case} {what}, iterations {iters[0]}-{iters[-1]} (ours, reference, loss scale):",
           [(mx.fields(ours[i][1]).get("lm loss", "skipped"), mx.fields(theirs.get(i, ("", ""))[1]).get("lm loss", "skipped"),
             mx.fields(ours[i][1]).get("loss scale")) for i in sorted(ours)])

@@ -122,7 +122,7 @@ def test_sigterm(tmp):
 def test_refusals(tmp):
     for extra, env, words in (
         (("--save", os.path.join(tmp, "ck"), "--save-interval", "2"), {}, "--ckpt-format torch"),
-        (("--fp16",), {}, "--fp16 without --accumulate-allreduce-grads-in-fp32"),
+        (("--bf16", "--grad-reduce-in-bf16"), {}, "--grad-reduce-in-bf16"),
         ((), {"WORLD_SIZE": "2", "RANK": "0"}, "world size"),
     ):
         e = dict(os.environ, OMP_NUM_THREADS="1", **env)

@@ -560,6 +560,7 @@ static mc_status build_param_set(struct mc_gpt_model *m)
     m->pset = (struct mc_param_set){
         .n_params = m->n_params, .params = m->pset_params, .n_elements = m->n_elements,
         .param_block = m->param_block, .grad_block = m->grad_block,
+        .grad_dtype = m->cfg.grad_dtype,
         .compute_dtype = m->dt, .compute_block = m->compute_block, .be = m->be,
         .tp_size = m->tp.size, .tp_rank = m->tp.rank,
         .pp_size = m->cfg.pipeline_model_parallel_size, .tp_comm = m->tp.comm,
@@ -711,7 +712,8 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
     st = MC_ERR_NOMEM;
     m->tp = (struct mc_tp_group){m->cfg.tensor_model_parallel_size,
                                  m->cfg.tensor_model_parallel_rank, NULL,
-                                 m->cfg.sequence_parallel, m->dt, m->be, NULL, NULL};
+                                 m->cfg.sequence_parallel, m->dt, m->be, NULL, NULL,
+                                 m->cfg.grad_dtype};
     m->rc_work_layers = recompute_work_layers(m);
     if (m->rc_work_layers &&
         !(m->rc_work = mc_calloc((size_t)m->rc_work_layers, sizeof(*m->rc_work))))
