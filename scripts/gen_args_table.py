@@ -62,11 +62,14 @@ log_memory_to_tensorboard
 test_mode check_weight_hash_across_dp_replicas_interval
 recompute_activations recompute_granularity recompute_method recompute_num_layers recompute_modules
 distribute_saved_activations
+attention_backend use_flash_attn
+qk_layernorm decoupled_lr decoupled_min_lr
+decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
 NOOP = set('''
-attention_backend use_flash_attn masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
+masked_softmax_fusion bias_swiglu_fusion bias_dropout_fusion
 apply_rope_fusion cross_entropy_loss_fusion cross_entropy_fusion_impl gradient_accumulation_fusion
 async_tensor_model_parallel_allreduce no_persist_layer_norm
 moe_layer_recompute

@@ -51,6 +51,7 @@ int main(int argc, char **argv)
     cfg.micro_batch_size = atoll(argv[6]);
     cfg.hidden_dropout = 0.0f;
     cfg.attention_dropout = 0.0f;
+    cfg.flash_attention = getenv("MC_BENCH_FLASH") && atoi(getenv("MC_BENCH_FLASH")); /* bench/flash */
     int iters = argc > 7 ? atoi(argv[7]) : 5;
     int warmup = argc > 8 ? atoi(argv[8]) : 2;
     int64_t b = cfg.micro_batch_size, s = cfg.seq_length, n = b * s;

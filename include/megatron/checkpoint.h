@@ -42,6 +42,10 @@ struct mc_ckpt_options {
     bool save_optim;      /* not --no-save-optim: optimizer and opt_param_scheduler */
     bool adam;            /* --optimizer adam (else sgd): the param_groups' keys */
     double adam_beta1, adam_beta2, adam_eps, sgd_momentum, max_lr, min_lr;
+    /* --decoupled-lr: the embedding / output params form their own param groups
+     * (is_decoupled_lr) with max_lr decoupled_lr, min_lr decoupled_min_lr */
+    bool decoupled;
+    double decoupled_lr, decoupled_min_lr;
     /* loading */
     bool finetune;        /* --finetune: model only, iteration 0, no args check */
     bool load_optim;      /* not --no-load-optim */

@@ -59,6 +59,13 @@ struct mc_opt_step_result {
 /* One step: grad norm, clip by clip_grad/(norm+1e-6) when that is < 1, then the update with
  * this step's learning rate and weight decay (the scheduler's values; wd applies to the
  * decayed group only). Does not zero the grads. */
+/* --decoupled-lr: the learning rate of the parameters flagged embedding_or_output (Megatron's
+ * is_decoupled_lr group) for the following steps; without a call they take the step's lr. */
+MC_API void mc_opt_set_decoupled_lr(mc_optimizer *o, float lr);
+/* Megatron's is_embedding_or_output_parameter (setup_embeddings_and_output_layer): the first
+ * stage's embedding.word_embeddings.weight and the last stage's output_layer.weight (a tied
+ * copy too), by their names. */
+MC_API bool mc_opt_param_is_embedding_or_output(const struct mc_param_view *v);
 MC_API mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
                              struct mc_opt_step_result *res);
 

@@ -42,6 +42,10 @@ struct mc_gpt_config {
     float norm_epsilon;              /* 1e-5 */
     bool layernorm_zero_centered_gamma; /* --apply-layernorm-1p: norms scale by (1 + weight), the
                                            weight initialized to 0 (TE / FusedLayerNorm) */
+    bool qk_layernorm;               /* --qk-layernorm: the norm above (LayerNorm / RMSNorm, 1p
+                                        alike) on every query and key head over its kv_channels
+                                        after linear_qkv, before RoPE (SelfAttention's
+                                        q_layernorm / k_layernorm) */
     enum mc_position_embedding position_embedding_type;
     float rotary_percent;            /* 1.0 */
     float rotary_base;               /* 10000 */
@@ -55,6 +59,10 @@ struct mc_gpt_config {
     bool add_qkv_bias;               /* false; true re-adds only the QKV bias */
     bool apply_query_key_layer_scaling;
     bool attention_softmax_in_fp32;
+    /* Core attention as flash attention (--use-flash-attn, --attention-backend flash): the
+     * backend's flash_attention op pair, which keeps ctx and the row log-sum-exp instead of the
+     * [b, heads, s, s] probabilities; false: the unfused DotProductAttention op pair. */
+    bool flash_attention;
     bool untie_embeddings_and_output_weights;
     bool fp32_residual_connection;
     float hidden_dropout;            /* 0.1 */
@@ -104,6 +112,12 @@ struct mc_gpt_config {
     int64_t recompute_num_layers;
     bool recompute_core_attention;
     bool distribute_saved_activations;
+    /* Uneven pipelines (--decoder-first/last-pipeline-num-layers; TransformerConfig's
+     * num_layers_in_first/last_pipeline_stage): the layers of the first / last pipeline rank
+     * (all its virtual stages together), the rest split evenly over the middle ranks.
+     * 0 = None (even split). mc_gpt_stage_layers gives each chunk's count and offset. */
+    int64_t num_layers_in_first_pipeline_stage;
+    int64_t num_layers_in_last_pipeline_stage;
 };
 
 /* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */
@@ -118,6 +132,14 @@ MC_API void mc_gpt_config_default(struct mc_gpt_config *cfg);
  * than F32, BF16, F16 is MC_ERR_CONFIG; fp32_residual_connection with 16-bit params is
  * MC_ERR_UNSUPPORTED (not implemented). */
 MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
+/* The layers of model chunk (pipeline rank pp_rank, virtual rank vp_rank) of a validated
+ * config and the global index of its first one: Megatron's get_num_layers_to_build and
+ * get_transformer_layer_offset (transformer_block.py, transformer_layer.py). */
+/* The pipeline split rules alone (pipeline / virtual sizes, num_layers, first / last stage
+ * layers): what mc_gpt_config_validate checks of them, for a dry run. */
+MC_API mc_status mc_gpt_pipeline_split_check(const struct mc_gpt_config *cfg);
+MC_API void mc_gpt_stage_layers(const struct mc_gpt_config *cfg, int pp_rank, int vp_rank,
+                                int64_t *n_layers, int64_t *offset);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MC_BACKEND_VERSION 3
+#define MC_BACKEND_VERSION 4
 
 struct mc_backend_ops;
 
@@ -66,6 +66,7 @@ enum mc_backend_op {
     MC_OP_MASKED_LOSS,      /* {loss} */
     MC_OP_CONVERT,          /* {dst, src}: each F32, BF16 or F16 */
     MC_OP_ACCUMULATE,       /* {dst, src}: each F32, BF16 or F16 */
+    MC_OP_FLASH_ATTENTION,  /* {qkv} */
     MC_OP_COUNT
 };
 
@@ -262,6 +263,19 @@ struct mc_backend_ops {
     void (*attention_bwd)(struct mc_backend *be, const struct mc_attention_desc *d,
                           const void *qkv, const void *probs, const void *dctx, void *dqkv,
                           struct mc_attention_work *w);
+    /* Flash attention (FlashAttention-2): the attention of struct mc_attention_desc without
+     * the [b, heads, s, s] probabilities. forward writes ctx and lse [b, heads, s] (fp32, the
+     * log-sum-exp of each query row's softmax input); backward recomputes the probabilities
+     * from qkv and lse and writes every element of dqkv from dctx, ctx and lse (dK, dV summed
+     * over the heads of their group in head order). The same mask, dropout stream and scaling
+     * as attention_fwd (same kept elements), fp32 statistics for every dtype; the numbers
+     * equal the unfused op's up to the order of fp32 sums (16-bit: rounded once at the end,
+     * softmax_in_fp32 has no effect). Masks must leave every query row a key (Megatron's do). */
+    void (*flash_attention_fwd)(struct mc_backend *be, const struct mc_attention_desc *d,
+                                const void *qkv, void *ctx, float *lse);
+    void (*flash_attention_bwd)(struct mc_backend *be, const struct mc_attention_desc *d,
+                                const void *qkv, const void *ctx, const float *lse,
+                                const void *dctx, void *dqkv);
     /* keep[i] = dropout keep flag of element first + i of the stream (probability p of a 0). */
     void (*dropout_mask)(struct mc_backend *be, uint8_t *keep, const struct mc_dropout_stream *r,
                          int64_t first, int64_t n, float p);

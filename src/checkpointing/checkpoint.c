@@ -282,6 +282,16 @@ struct ranked {
     int64_t i;
 };
 
+/* Megatron's param groups: (wd_mult 1 or 0) x (is_decoupled_lr), at most 4. */
+struct ckpt_group {
+    bool decay, decoupled;
+    int64_t from, to; /* state indices [from, to) of order[] */
+};
+struct ckpt_groups {
+    int n;
+    struct ckpt_group g[4];
+};
+
 static int ranked_cmp(const void *a, const void *b)
 {
     const struct ranked *x = a, *y = b;
@@ -314,11 +324,12 @@ static mc_status param_order(const mc_gpt_model *m, enum mc_sd_scheme scheme, in
 }
 
 /* The optimizer's parameters in state-index order: named_parameters() of chunk 0, chunk 1, ...
- * (Megatron's _get_param_groups walks the chunks in order), split into the groups in order of
- * first appearance, chunk by chunk inside a group. order[] (2 x total, the second half scratch)
- * gets the optimizer index of each state index. */
+ * (Megatron's _get_param_groups walks the chunks in order), split into the groups keyed
+ * (wd_mult, is_decoupled_lr) in order of first appearance, chunk by chunk inside a group.
+ * order[] (2 x total, the second half scratch) gets the optimizer index of each state index;
+ * gs the groups' keys and ranges of order[]. */
 static void group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
-                        int64_t *n_first, bool *first_decay)
+                        struct ckpt_groups *gs)
 {
     int64_t n = total_params(s), k = 0, base = 0;
     int64_t *named = order + n;
@@ -332,20 +343,38 @@ static void group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme,
             named[base + i] += base;
         base += nc;
     }
-    *first_decay = !opt_param(s, named[0]).no_weight_decay;
-    for (int pass = 0; pass < 2; pass++) {
-        bool want_decay = pass == 0 ? *first_decay : !*first_decay;
-        for (int64_t j = 0; j < n; j++)
-            if (!opt_param(s, named[j]).no_weight_decay == want_decay)
+    gs->n = 0;
+    for (int64_t j = 0; j < n; j++) { /* the keys, in order of first appearance */
+        struct mc_param_view p = opt_param(s, named[j]);
+        bool decay = !p.no_weight_decay;
+        bool dec = s->opts.decoupled && mc_opt_param_is_embedding_or_output(&p);
+        int g = 0;
+        while (g < gs->n && (gs->g[g].decay != decay || gs->g[g].decoupled != dec))
+            g++;
+        if (g == gs->n)
+            gs->g[gs->n++] = (struct ckpt_group){decay, dec, 0, 0};
+    }
+    for (int g = 0; g < gs->n; g++) {
+        gs->g[g].from = k;
+        for (int64_t j = 0; j < n; j++) {
+            struct mc_param_view p = opt_param(s, named[j]);
+            bool dec = s->opts.decoupled && mc_opt_param_is_embedding_or_output(&p);
+            if (!p.no_weight_decay == gs->g[g].decay && dec == gs->g[g].decoupled)
                 order[k++] = named[j];
-        if (pass == 0)
-            *n_first = k;
+        }
+        gs->g[g].to = k;
     }
 }
 
-static struct mc_pk *param_group(mc_pk_doc *d, const struct mc_ckpt_state *s, bool decay,
-                                 int64_t from, int64_t to)
+static struct mc_pk *param_group(mc_pk_doc *d, const struct mc_ckpt_state *s,
+                                 const struct ckpt_group *grp)
 {
+    bool decay = grp->decay, dec = grp->decoupled;
+    int64_t from = grp->from, to = grp->to;
+    /* the decoupled group's own max / min and its lr at the scheduler's step */
+    double max_lr = dec ? s->opts.decoupled_lr : s->opts.max_lr;
+    double min_lr = dec ? s->opts.decoupled_min_lr : s->opts.min_lr;
+    double lr = dec ? mc_opt_sched_get_lr(s->sched, max_lr, min_lr) : s->sched->lr;
     const struct mc_ckpt_options *a = &s->opts;
     struct mc_pk *g = mc_pk_new(d, MC_PK_DICT), *betas = mc_pk_new(d, MC_PK_TUPLE);
     struct mc_pk *params = mc_pk_new(d, MC_PK_LIST);
@@ -361,10 +390,10 @@ static struct mc_pk *param_group(mc_pk_doc *d, const struct mc_ckpt_state *s, bo
     mc_status st = mc_pk_set(d, g, "wd_mult", mc_pk_float(d, wd_mult));
     st = st ? st : mc_pk_set(d, g, "lr_mult", mc_pk_float(d, 1.0));
     st = st ? st : mc_pk_set(d, g, "is_expert_parallel", mc_pk_bool(d, false));
-    st = st ? st : mc_pk_set(d, g, "is_decoupled_lr", mc_pk_bool(d, false));
-    st = st ? st : mc_pk_set(d, g, "max_lr", mc_pk_float(d, a->max_lr));
-    st = st ? st : mc_pk_set(d, g, "min_lr", mc_pk_float(d, a->min_lr));
-    st = st ? st : mc_pk_set(d, g, "lr", mc_pk_float(d, s->sched->lr));
+    st = st ? st : mc_pk_set(d, g, "is_decoupled_lr", mc_pk_bool(d, dec));
+    st = st ? st : mc_pk_set(d, g, "max_lr", mc_pk_float(d, max_lr));
+    st = st ? st : mc_pk_set(d, g, "min_lr", mc_pk_float(d, min_lr));
+    st = st ? st : mc_pk_set(d, g, "lr", mc_pk_float(d, lr));
     if (adam) {
         st = st ? st : mc_pk_set(d, g, "betas", betas);
         st = st ? st : mc_pk_set(d, g, "eps", mc_pk_float(d, a->adam_eps));
@@ -434,17 +463,16 @@ static mc_status add_grad_scaler(mc_pk_doc *d, const struct mc_ckpt_state *s, st
  * it, 'grad_scaler' (with a scaler), 'fp32_from_fp16_params': the exact fp32 main params, one
  * list per param group in the group's order}. */
 static struct mc_pk *float16_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, struct mc_pk *inner,
-                                  const int64_t *order, int64_t n_first)
+                                  const int64_t *order, const struct ckpt_groups *gs)
 {
-    int64_t n = total_params(s);
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *groups = mc_pk_new(d, MC_PK_LIST);
     if (!inner || !o || !groups || mc_pk_set(d, o, "optimizer", inner) || add_grad_scaler(d, s, o))
         return NULL;
-    for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
+    for (int g = 0; g < gs->n; g++) {
         struct mc_pk *list = mc_pk_new(d, MC_PK_LIST);
         if (!list || mc_pk_append(d, groups, list))
             return NULL;
-        for (int64_t k = g ? n_first : 0; k < (g ? n : n_first); k++) {
+        for (int64_t k = gs->g[g].from; k < gs->g[g].to; k++) {
             struct mc_param_view p = opt_param(s, order[k]);
             if (mc_pk_append(d, list, param_tensor(d, p.data, p.ndim, p.shape, p.numel)))
                 return NULL;
@@ -457,8 +485,8 @@ static struct mc_pk *float16_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, s
  * without 'params', each with the step count (a float); the moments go to distrib_optim.pt. */
 static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
 {
-    int64_t n = total_params(s), n_first;
-    bool first_decay;
+    int64_t n = total_params(s);
+    struct ckpt_groups gs;
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *inner = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
@@ -466,10 +494,9 @@ static struct mc_pk *distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
     mc_distopt_shard(s->distopt, &sh);
     if (!order || !o || !inner || !groups)
         goto out;
-    group_order(s, save_scheme(&s->opts), order, &n_first, &first_decay);
-    for (int g = 0; g < (n_first < n ? 2 : 1); g++) {
-        struct mc_pk *pg = g == 0 ? param_group(d, s, first_decay, 0, n_first)
-                                  : param_group(d, s, !first_decay, n_first, n);
+    group_order(s, save_scheme(&s->opts), order, &gs);
+    for (int g = 0; g < gs.n; g++) {
+        struct mc_pk *pg = param_group(d, s, &gs.g[g]);
         if (!pg || mc_pk_append(d, groups, pg))
             goto out;
         pg->n -= 2; /* drops 'params' (the last pair) */
@@ -488,26 +515,25 @@ static struct mc_pk *optimizer_dict(mc_pk_doc *d, const struct mc_ckpt_state *s,
 {
     if (s->distopt)
         return distopt_dict(d, s);
-    int64_t n = total_params(s), n_first;
-    bool first_decay;
+    int64_t n = total_params(s);
+    struct ckpt_groups gs;
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *state = mc_pk_new(d, MC_PK_DICT);
     struct mc_pk *groups = mc_pk_new(d, MC_PK_LIST), *res = NULL;
     if (!order || !o || !state || !groups)
         goto out;
-    group_order(s, save_scheme(&s->opts), order, &n_first, &first_decay);
+    group_order(s, save_scheme(&s->opts), order, &gs);
     *step = (float)mc_opt_step_count(s->opt);
     /* torch keeps no state for a parameter before its first step */
     for (int64_t k = 0; k < n && mc_opt_step_count(s->opt) > 0; k++)
         if (mc_pk_append(d, state, mc_pk_int(d, k)) ||
             mc_pk_append(d, state, param_state(d, s, order[k], step)))
             goto out;
-    if (mc_pk_append(d, groups, param_group(d, s, first_decay, 0, n_first)))
-        goto out;
-    if (n_first < n && mc_pk_append(d, groups, param_group(d, s, !first_decay, n_first, n)))
-        goto out;
+    for (int g = 0; g < gs.n; g++)
+        if (mc_pk_append(d, groups, param_group(d, s, &gs.g[g])))
+            goto out;
     if (!mc_pk_set(d, o, "state", state) && !mc_pk_set(d, o, "param_groups", groups))
-        res = mixed(s) ? float16_dict(d, s, o, order, n_first) : o;
+        res = mixed(s) ? float16_dict(d, s, o, order, &gs) : o;
 out:
     mc_free(order);
     return res;
@@ -977,19 +1003,30 @@ static mc_status load_param_state(const struct loader *l, int64_t pi, const stru
     return copy_tensor(l, what, mc_pk_get(ps, "momentum_buffer"), p.ndim, p.shape, os.momentum_buffer);
 }
 
-static mc_status check_groups(const struct loader *l, const struct mc_pk *groups, int64_t n_first, int64_t n)
+/* A saved param_groups list against the groups this run builds: their count, each one's
+ * is_decoupled_lr flag and parameter count, indices numbered in order. */
+static mc_status check_groups(const struct loader *l, const struct mc_pk *groups,
+                              const struct ckpt_groups *gs, bool with_params)
 {
-    int64_t want[2] = {n_first, n - n_first};
-    int ng = n_first < n ? 2 : 1;
-    if (!groups || groups->kind != MC_PK_LIST || groups->n != ng)
+    if (!groups || groups->kind != MC_PK_LIST || groups->n != gs->n)
         return mc_error(MC_ERR_FORMAT, "%s: optimizer param_groups: expected %d groups (weight decay "
-                        "on / off) as Megatron builds them", l->path, ng);
-    for (int g = 0, at = 0; g < ng; g++) {
+                        "on / off%s) as Megatron builds them", l->path, gs->n,
+                        l->s->opts.decoupled ? ", decoupled learning rate on / off" : "");
+    for (int g = 0, at = 0; g < gs->n; g++) {
+        const struct mc_pk *dec = mc_pk_get(groups->items[g], "is_decoupled_lr");
+        if (dec && dec->kind == MC_PK_BOOL && dec->b != gs->g[g].decoupled)
+            return mc_error(MC_ERR_CONFIG, "%s: optimizer param group %d has is_decoupled_lr=%s; "
+                            "this run's (%s --decoupled-lr) is %s", l->path, g,
+                            dec->b ? "True" : "False", l->s->opts.decoupled ? "with" : "without",
+                            gs->g[g].decoupled ? "True" : "False");
+        if (!with_params)
+            continue;
+        int64_t want = gs->g[g].to - gs->g[g].from;
         const struct mc_pk *ps = mc_pk_get(groups->items[g], "params");
-        if (!ps || ps->kind != MC_PK_LIST || ps->n != want[g])
+        if (!ps || ps->kind != MC_PK_LIST || ps->n != want)
             return mc_error(MC_ERR_FORMAT, "%s: optimizer param group %d holds %lld parameters, the "
                             "model has %lld for it", l->path, g, (long long)(ps ? ps->n : -1),
-                            (long long)want[g]);
+                            (long long)want);
         for (int64_t k = 0; k < ps->n; k++, at++)
             if (ps->items[k]->kind != MC_PK_INT || ps->items[k]->i != at)
                 return mc_error(MC_ERR_FORMAT, "%s: optimizer param group %d: parameter indices are "
@@ -1044,11 +1081,11 @@ static mc_status load_scaler(const struct loader *l, const struct mc_pk *o, cons
  * the moments (and params) from distrib_optim.pt beside model_optim_rng.pt. */
 static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
 {
-    int64_t n = total_params(l->s), n_first, *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
-    bool first_decay;
+    int64_t n = total_params(l->s), *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
+    struct ckpt_groups gs;
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s, l->scheme, order, &n_first, &first_decay);
+    group_order(l->s, l->scheme, order, &gs);
     mc_free(order);
     const struct mc_pk *inner = mc_pk_get(o, "optimizer");
     const struct mc_pk *groups = mc_pk_is_map(inner) ? mc_pk_get(inner, "param_groups") : NULL;
@@ -1056,10 +1093,9 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved without "
                         "--use-distributed-optimizer; load it without that option, or add "
                         "--no-load-optim", l->path);
-    if (!groups || groups->kind != MC_PK_LIST || groups->n != (n_first < n ? 2 : 1))
-        return mc_error(MC_ERR_FORMAT, "%s: optimizer.optimizer.param_groups: expected %d groups "
-                        "(weight decay on / off) as Megatron's distributed optimizer saves them",
-                        l->path, n_first < n ? 2 : 1);
+    mc_status gst = check_groups(l, groups, &gs, false);
+    if (gst)
+        return gst;
     double step;
     if (!mc_pk_number(mc_pk_get(groups->items[0], "step"), &step))
         return mc_error(MC_ERR_UNSUPPORTED, "%s: the optimizer param_groups have no 'step' (a "
@@ -1101,15 +1137,15 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
 /* Float16OptimizerWithFloat16Params.load_state_dict's last part: the fp32 main params, one list
  * per param group, overwrite the (widened) model weights. */
 static mc_status load_main_params(const struct loader *l, const struct mc_pk *groups,
-                                  const int64_t *order, int64_t n_first, int64_t n)
+                                  const int64_t *order, const struct ckpt_groups *gs)
 {
-    int ng = n_first < n ? 2 : 1;
+    int ng = gs->n;
     if (!groups || groups->kind != MC_PK_LIST || groups->n != ng)
         return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params: expected %d lists "
                         "(one per param group)", l->path, ng);
     for (int g = 0; g < ng; g++) {
         const struct mc_pk *list = groups->items[g];
-        int64_t from = g ? n_first : 0, to = g ? n : n_first;
+        int64_t from = gs->g[g].from, to = gs->g[g].to;
         if (list->kind != MC_PK_LIST || list->n != to - from)
             return mc_error(MC_ERR_FORMAT, "%s: optimizer fp32_from_fp16_params[%d] holds %lld "
                             "tensors, the model has %lld parameters in that group", l->path, g,
@@ -1154,8 +1190,8 @@ static mc_status precision_mismatch(const struct loader *l, bool saved_mixed)
 
 static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
 {
-    int64_t n = total_params(l->s), n_first;
-    bool first_decay;
+    int64_t n = total_params(l->s);
+    struct ckpt_groups gs;
     if (l->s->distopt && mc_pk_is_map(o))
         return load_distopt(l, o);
     const char *main_key = mc_pk_get(o, "fp32_from_fp16_params") ? "fp32_from_fp16_params"
@@ -1178,8 +1214,8 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
     int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
     if (!order)
         return MC_ERR_NOMEM;
-    group_order(l->s, l->scheme, order, &n_first, &first_decay);
-    mc_status st = check_groups(l, mc_pk_get(inner, "param_groups"), n_first, n);
+    group_order(l->s, l->scheme, order, &gs);
+    mc_status st = check_groups(l, mc_pk_get(inner, "param_groups"), &gs, true);
     double step = 0;
     if (!st && state->n && state->n != 2 * n)
         st = mc_error(MC_ERR_FORMAT, "%s: optimizer state for %lld parameters, the model has %lld",
@@ -1199,7 +1235,7 @@ static mc_status load_optimizer(const struct loader *l, const struct mc_pk *o)
     if (!st && main_key)
         st = load_scaler(l, o, "megatron.core.optimizer.optimizer");
     if (!st && main_key)
-        st = load_main_params(l, mc_pk_get(o, main_key), order, n_first, n);
+        st = load_main_params(l, mc_pk_get(o, main_key), order, &gs);
     mc_free(order);
     return st;
 }
@@ -1631,5 +1667,9 @@ const mc_gpt_model *mc_ckpt_opt_param_model(const struct mc_ckpt_state *s, int64
 void mc_ckpt_group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
                          int64_t *n_first, bool *first_decay)
 {
-    group_order(s, scheme, order, n_first, first_decay);
+    struct ckpt_groups gs; /* at most 2 here: torch_dist with --decoupled-lr is refused */
+    group_order(s, scheme, order, &gs);
+    MC_ASSERT(gs.n <= 2);
+    *n_first = gs.g[0].to;
+    *first_decay = gs.g[0].decay;
 }

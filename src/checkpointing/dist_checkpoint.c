@@ -294,10 +294,10 @@ static mc_status place_of(const mc_gpt_model *m, const char *local, struct place
     if (sscanf(te, "decoder.layers.%ld.%n", &l, &used) == 1 && used) {
         int pp = c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
         int vp = c->virtual_pipeline_model_parallel_size > 1 ? c->virtual_pipeline_model_parallel_size : 1;
-        int64_t per = c->num_layers / (pp * vp);
-        int64_t stage = (int64_t)(vp > 1 ? c->virtual_pipeline_model_parallel_rank : 0) * pp +
-                        (pp > 1 ? c->pipeline_model_parallel_rank : 0);
-        p->layer = (long)(stage * per + l);
+        int64_t n, offset; /* the chunk's global layer numbers (uneven splits too) */
+        mc_gpt_stage_layers(c, pp > 1 ? c->pipeline_model_parallel_rank : 0,
+                            vp > 1 ? c->virtual_pipeline_model_parallel_rank : 0, &n, &offset);
+        p->layer = (long)(offset + l);
         snprintf(p->key, sizeof(p->key), "decoder.layers.%s", te + used);
     } else {
         snprintf(p->key, sizeof(p->key), "%s", te);

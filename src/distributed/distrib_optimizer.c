@@ -30,6 +30,8 @@ struct mc_distopt {
     struct mc_pgb_map map;
     struct mc_pgb_config pgb; /* how map was laid out */
     int dp, dp_rank;
+    bool decoupled;     /* --decoupled-lr: embedding / output params step with decoupled_lr */
+    float decoupled_lr;
     void *dp_comm;      /* comm.c handle of the data-parallel(-context) group */
     void *world_comm;   /* every rank: grad norm and zero count */
     float *buffer;      /* [map.numel] Megatron-layout grads, then params */
@@ -465,6 +467,12 @@ static mc_status grad_stats(mc_distopt *const *os, int n, float *norm, int64_t *
     return st;
 }
 
+void mc_distopt_set_decoupled_lr(mc_distopt *o, float lr)
+{
+    o->decoupled = true;
+    o->decoupled_lr = lr;
+}
+
 static void update(mc_distopt *o, float lr, float weight_decay)
 {
     const struct mc_param_set *s = o->set;
@@ -475,13 +483,14 @@ static void update(mc_distopt *o, float lr, float weight_decay)
         if (n == 0)
             continue;
         float wd = s->params[i].view.no_weight_decay ? 0.0f : weight_decay;
+        float lr_i = o->decoupled && mc_opt_param_is_embedding_or_output(&s->params[i].view) ? o->decoupled_lr : lr;
         float *p = s->param_block + at_m, *g = o->main_grad + at_s;
         if (c->optimizer == MC_OPT_ADAM)
             s->be->ops->adamw(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s,
-                              o->state + o->shard_numel + at_s, g, n, lr, c->adam_beta1,
+                              o->state + o->shard_numel + at_s, g, n, lr_i, c->adam_beta1,
                               c->adam_beta2, c->adam_eps, wd, o->step);
         else
-            s->be->ops->sgd(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s, g, n, lr,
+            s->be->ops->sgd(s->be, MC_DTYPE_F32, MC_DTYPE_F32, p, o->state + at_s, g, n, lr_i,
                             c->sgd_momentum, wd, o->step == 1);
     }
 }

@@ -31,6 +31,8 @@ mc_status mc_distopt_step(mc_distopt *o, float grad_scale, float post_scale, flo
 /* Interleaved pipelining: one step over the distributed optimizers of this rank's model
  * chunks (one each, in chunk order), with one grad norm, zero count and clipping over all of
  * them, as Megatron's DistributedOptimizer over several chunks' buffers. */
+/* --decoupled-lr: the lr of the embedding_or_output parameters for the following steps. */
+void mc_distopt_set_decoupled_lr(mc_distopt *o, float lr);
 mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
                                  float post_scale, float lr, float weight_decay,
                                  struct mc_opt_step_result *res);

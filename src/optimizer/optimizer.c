@@ -14,6 +14,8 @@ struct mc_optimizer {
     const struct mc_param_set **set; /* [n_chunks] */
     float **state; /* [n_chunks] Adam: [exp_avg block | exp_avg_sq block]; SGD: [momentum block] */
     int64_t step;
+    bool decoupled;   /* --decoupled-lr: the embedding / output params step with decoupled_lr */
+    float decoupled_lr;
     struct mc_grad_scaler scaler; /* Float16OptimizerWithFloat16Params' (fp16/bf16), else none */
 };
 
@@ -149,6 +151,18 @@ mc_status mc_opt_set_grad_scaler_state(mc_optimizer *o, const struct mc_grad_sca
 }
 void mc_opt_set_step_count(mc_optimizer *o, int64_t step) { o->step = step; }
 
+bool mc_opt_param_is_embedding_or_output(const struct mc_param_view *v)
+{
+    return !strcmp(v->name, "embedding.word_embeddings.weight") ||
+           !strcmp(v->name, "output_layer.weight");
+}
+
+void mc_opt_set_decoupled_lr(mc_optimizer *o, float lr)
+{
+    o->decoupled = true;
+    o->decoupled_lr = lr;
+}
+
 static void update(mc_optimizer *o, float lr, float weight_decay)
 {
     const struct mc_optimizer_config *c = &o->cfg;
@@ -159,14 +173,15 @@ static void update(mc_optimizer *o, float lr, float weight_decay)
         for (int64_t i = 0; i < set->n_params; i++) {
             const struct mc_param_view *v = &set->params[i].view;
             float wd = v->no_weight_decay ? 0.0f : weight_decay;
+            float lr_i = o->decoupled && mc_opt_param_is_embedding_or_output(v) ? o->decoupled_lr : lr;
             struct mc_opt_param_state s = mc_opt_param_state(o, first + i);
             if (c->optimizer == MC_OPT_ADAM)
                 set->be->ops->adamw(set->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.exp_avg,
-                                    s.exp_avg_sq, v->grad, v->numel, lr, c->adam_beta1,
+                                    s.exp_avg_sq, v->grad, v->numel, lr_i, c->adam_beta1,
                                     c->adam_beta2, c->adam_eps, wd, o->step);
             else
                 set->be->ops->sgd(set->be, MC_DTYPE_F32, MC_DTYPE_F32, v->data, s.momentum_buffer,
-                                  v->grad, v->numel, lr, c->sgd_momentum, wd, o->step == 1);
+                                  v->grad, v->numel, lr_i, c->sgd_momentum, wd, o->step == 1);
         }
         first += set->n_params;
     }

@@ -52,9 +52,14 @@ void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_
         o->sgd_momentum = mc_args_float(a, MC_A_sgd_momentum);
         o->max_lr = mc_args_float(a, MC_A_lr);
         o->min_lr = mc_args_float(a, MC_A_min_lr);
+        o->decoupled = !mc_args_is_none(a, MC_A_decoupled_lr);
+        o->decoupled_lr = o->decoupled ? mc_args_float(a, MC_A_decoupled_lr) : 0.0;
+        o->decoupled_min_lr = mc_args_is_none(a, MC_A_decoupled_min_lr)
+                                  ? o->min_lr : mc_args_float(a, MC_A_decoupled_min_lr);
         return;
     }
     o->dir = mc_args_str(a, MC_A_load);
+    o->decoupled = !mc_args_is_none(a, MC_A_decoupled_lr); /* the param groups to expect */
     o->finetune = mc_args_bool(a, MC_A_finetune);
     o->load_optim = !mc_args_bool(a, MC_A_no_load_optim);
     o->exit_on_missing = mc_args_bool(a, MC_A_exit_on_missing_checkpoint);

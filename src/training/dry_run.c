@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "megatron/tokenizer.h"
+#include "megatron/transformer_config.h"
 #include "training/flops.h"
 #include "training/log_format.h"
 #include "training/microbatches.h"
@@ -230,7 +231,9 @@ static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t 
     c.pipeline_model_parallel_size = (int)pp;
     c.virtual_pipeline_model_parallel_size = vpp ? (int)vp : 0;
     char what[512];
-    mc_recompute_describe(&c, mc_args_int(a, MC_A_num_layers) / (pp * vp), what, sizeof(what));
+    int64_t layers, offset;
+    mc_gpt_stage_layers(&c, 0, 0, &layers, &offset);
+    mc_recompute_describe(&c, layers, what, sizeof(what));
     fprintf(out, "megatron.c dry run: activation recompute: %s\n", what);
     if (mc_gpt_config_activation_bytes(&c, &shared, &per) != MC_OK) {
         fprintf(out, "megatron.c dry run: %s\n", mc_last_error());
@@ -240,6 +243,44 @@ static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t 
                  "%.2f MiB per micro-batch in flight + %.2f MiB shared (scratch%s)\n",
             (double)per / 1048576.0, (double)shared / 1048576.0,
             c.recompute_granularity == MC_RECOMPUTE_FULL ? " and the recompute work area" : "");
+}
+
+/* The layers of each pipeline stage as the model would build them ("4", or "1, 3" for an
+ * uneven split; virtual stages of a rank summed), after TransformerConfig's split rules. */
+static mc_status stage_layers(struct mc_args *a, char *buf, size_t n)
+{
+    struct mc_gpt_config c;
+    mc_gpt_config_default(&c);
+    c.num_layers = mc_args_int(a, MC_A_num_layers);
+    c.pipeline_model_parallel_size = (int)mc_args_int(a, MC_A_pipeline_model_parallel_size);
+    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
+    c.virtual_pipeline_model_parallel_size = vpp ? (int)mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) : 0;
+    if (!mc_args_is_none(a, MC_A_decoder_first_pipeline_num_layers))
+        c.num_layers_in_first_pipeline_stage = mc_args_int(a, MC_A_decoder_first_pipeline_num_layers);
+    if (!mc_args_is_none(a, MC_A_decoder_last_pipeline_num_layers))
+        c.num_layers_in_last_pipeline_stage = mc_args_int(a, MC_A_decoder_last_pipeline_num_layers);
+    for (int i = 0; i < 2; i++) { /* TransformerConfig's check of a given value */
+        int64_t v = i ? c.num_layers_in_last_pipeline_stage : c.num_layers_in_first_pipeline_stage;
+        enum mc_arg_id id = i ? MC_A_decoder_last_pipeline_num_layers : MC_A_decoder_first_pipeline_num_layers;
+        if (!mc_args_is_none(a, id) && v <= 0) {
+            mc_error(MC_ERR_CONFIG, "num_layers_in_%s_pipeline_stage must be larger than 0",
+                     i ? "last" : "first");
+            return fail(a, "ValueError");
+        }
+    }
+    if (c.pipeline_model_parallel_size < 1 || mc_gpt_pipeline_split_check(&c) != MC_OK)
+        return fail(a, "ValueError");
+    bool uneven = c.num_layers_in_first_pipeline_stage || c.num_layers_in_last_pipeline_stage;
+    int pp = c.pipeline_model_parallel_size, vp = vpp ? c.virtual_pipeline_model_parallel_size : 1;
+    size_t used = 0;
+    buf[0] = 0;
+    for (int r = 0; r < (uneven ? pp : 1) && used < n; r++) {
+        int64_t total = 0, k, off;
+        for (int v = 0; v < vp; v++, total += k)
+            mc_gpt_stage_layers(&c, r, v, &k, &off);
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", r ? ", " : "", (long long)total);
+    }
+    return MC_OK;
 }
 
 mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
@@ -274,10 +315,12 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
                  "%lld x data %lld (order tp-cp-ep-dp-pp)\n",
             (long long)mc_args_int(a, MC_A_world_size), (long long)tp, (long long)cp,
             (long long)pp, (long long)dp);
-    fprintf(out, "megatron.c dry run: %lld layers, %lld per pipeline stage; micro-batches per "
+    char per_stage[256];
+    if ((st = stage_layers(a, per_stage, sizeof(per_stage))) != MC_OK)
+        return st;
+    fprintf(out, "megatron.c dry run: %lld layers, %s per pipeline stage; micro-batches per "
                  "iteration %lld (global batch %lld, micro batch %lld)\n",
-            (long long)mc_args_int(a, MC_A_num_layers),
-            (long long)(mc_args_int(a, MC_A_num_layers) / (pp > 0 ? pp : 1)),
+            (long long)mc_args_int(a, MC_A_num_layers), per_stage,
             (long long)mb.num_micro_batches, (long long)mb.running,
             (long long)mc_args_int(a, MC_A_micro_batch_size));
     if (assumed)

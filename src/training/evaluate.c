@@ -15,6 +15,9 @@ mc_status mc_train_evaluate_and_print(struct trainer *t, int split, const char *
     mc_timer_start(ev);
     float numer = 0, denom = 0;
     *abandoned = false;
+    mc_status tst = mc_train_test_mode_check(t);
+    if (tst)
+        return tst;
     if (verbose)
         mc_print_rank_0("Evaluating on %lld samples\n", (long long)(eval_iters * t->d.gbs));
     for (int64_t it = 1; it <= eval_iters; it++) {

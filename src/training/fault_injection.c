@@ -9,13 +9,18 @@
 
 /* MC_TEST_PERTURB_WEIGHT_RANK=r with MC_TEST_PERTURB_AT_ITER=i (test only, docs/parallelism.md):
  * world rank r adds 1e-3 to the first value of its first parameter once iteration i is done,
- * a silent corruption of one replica for the weight-hash tests to catch. */
+ * a silent corruption of one replica for the weight-hash tests to catch (MC_TEST_PERTURB_PARAM:
+ * the named parameter of chunk 0 instead, e.g. a q_layernorm weight for --test-mode). */
 void mc_train_perturb_for_test(const struct trainer *t, int64_t iteration)
 {
     const char *r = getenv("MC_TEST_PERTURB_WEIGHT_RANK"), *it = getenv("MC_TEST_PERTURB_AT_ITER");
     if (!r || !it || atoll(r) != (long long)t->par.ps.rank || atoll(it) != (long long)iteration)
         return;
-    struct mc_param_view p = mc_gpt_param(t->m.chunks[0], 0);
+    const char *name = getenv("MC_TEST_PERTURB_PARAM");
+    int64_t i = name ? mc_gpt_param_index(t->m.chunks[0], name) : 0;
+    if (i < 0)
+        return;
+    struct mc_param_view p = mc_gpt_param(t->m.chunks[0], i);
     p.data[0] += 1e-3f;
 }
 

@@ -32,7 +32,8 @@ static mc_status pp_embedding_grad_sync(struct trainer *t)
  * all-reduces the whole main_grad of these params. */
 static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_distopt *dopt)
 {
-    if (!dopt || !mc_gpt_model_config(m)->sequence_parallel) {
+    const struct mc_gpt_config *cfg = mc_gpt_model_config(m);
+    if (!dopt || (!cfg->sequence_parallel && !cfg->qk_layernorm)) { /* + the q/k layernorms */
         mc_status st = mc_gpt_sequence_parallel_grad_sync(m);
         for (int64_t i = 0; i < mc_gpt_num_params(m) && !st; i++) /* an fp16 buffer's sums */
             if (mc_gpt_param(m, i).sequence_parallel)
@@ -47,6 +48,8 @@ static mc_status sp_grad_sync_chunk(struct trainer *t, mc_gpt_model *m, mc_disto
             mc_distopt_param_main_grad(dopt, i, &g, &n);
             total += n;
         }
+    if (total == 0)
+        return MC_OK;
     float *tmp = mc_alloc((size_t)(total > 0 ? total : 1) * sizeof(float));
     if (!tmp)
         return MC_ERR_NOMEM;

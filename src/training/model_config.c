@@ -112,6 +112,11 @@ static mc_status recompute_from_args(const struct mc_args *a, struct mc_gpt_conf
 void mc_recompute_describe(const struct mc_gpt_config *c, int64_t layers, char *buf, size_t n)
 {
     int64_t k = c->recompute_num_layers, kept = k < layers ? k : layers;
+    if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE && c->flash_attention) {
+        snprintf(buf, n, "selective: nothing (flash attention keeps no attention "
+                 "probabilities; the layernorm outputs are never kept)");
+        return;
+    }
     if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE) {
         snprintf(buf, n, "selective: %s", c->recompute_core_attention
                  ? "core attention rerun in backward, no layer keeps its [b, np, s, s] "
@@ -146,11 +151,9 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     memset(cfg, 0, sizeof(*cfg));
     if (mc_args_bool(a, A(openai_gelu)))
         return mc_error(MC_ERR_UNSUPPORTED, "--openai-gelu is not supported by megatron.c yet");
-    if (mc_args_bool(a, A(qk_layernorm)) ||
-        mc_args_bool(a, A(apply_residual_connection_post_layernorm)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--qk-layernorm and "
-                        "--apply-residual-connection-post-layernorm are not supported by "
-                        "megatron.c yet");
+    if (mc_args_bool(a, A(apply_residual_connection_post_layernorm)))
+        return mc_error(MC_ERR_UNSUPPORTED, "--apply-residual-connection-post-layernorm is not "
+                        "supported by megatron.c yet");
     mc_status st = position_type(a, &cfg->position_embedding_type);
     if (st != MC_OK)
         return st;
@@ -168,6 +171,8 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->seq_length = mc_args_int(a, A(seq_length));
     cfg->micro_batch_size = mc_args_int(a, A(micro_batch_size));
     cfg->layernorm_zero_centered_gamma = mc_args_bool(a, A(apply_layernorm_1p));
+    /* Megatron's legacy model (ParallelAttention) has no q/k layernorm and ignores the flag */
+    cfg->qk_layernorm = mc_args_bool(a, A(qk_layernorm)) && !mc_args_bool(a, A(use_legacy_models));
     cfg->normalization = !strcmp(mc_args_str(a, A(normalization)), "RMSNorm") ? MC_NORM_RMSNORM
                                                                               : MC_NORM_LAYERNORM;
     cfg->norm_epsilon = (float)mc_args_float(a, A(norm_epsilon));
@@ -183,6 +188,9 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->add_qkv_bias = mc_args_bool(a, A(add_qkv_bias));
     cfg->apply_query_key_layer_scaling = mc_args_bool(a, A(apply_query_key_layer_scaling));
     cfg->attention_softmax_in_fp32 = mc_args_bool(a, A(attention_softmax_in_fp32));
+    const char *attn_backend = mc_args_str(a, A(attention_backend));
+    cfg->flash_attention = mc_args_bool(a, A(use_flash_attn)) ||
+                           (attn_backend && !strcmp(attn_backend, "AttnBackend.flash"));
     cfg->untie_embeddings_and_output_weights = mc_args_bool(a, A(untie_embeddings_and_output_weights));
     cfg->fp32_residual_connection = mc_args_bool(a, A(fp32_residual_connection));
     cfg->hidden_dropout = (float)mc_args_float(a, A(hidden_dropout));
@@ -199,6 +207,19 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->tensor_model_parallel_size = (int)mc_args_int(a, A(tensor_model_parallel_size));
     cfg->tensor_model_parallel_rank = tp_rank;
     cfg->sequence_parallel = mc_args_bool(a, A(sequence_parallel)); /* off with tp 1 (validate) */
+    /* uneven pipeline stages (TransformerConfig's num_layers_in_first/last_pipeline_stage);
+     * a given value <= 0 is TransformerConfig's ValueError */
+    static const enum mc_arg_id edge[2] = {A(decoder_first_pipeline_num_layers),
+                                           A(decoder_last_pipeline_num_layers)};
+    for (int i = 0; i < 2; i++) {
+        if (mc_args_is_none(a, edge[i]))
+            continue;
+        int64_t n = mc_args_int(a, edge[i]);
+        if (n <= 0)
+            return mc_error(MC_ERR_CONFIG, "num_layers_in_%s_pipeline_stage must be larger than 0",
+                            i ? "last" : "first");
+        *(i ? &cfg->num_layers_in_last_pipeline_stage : &cfg->num_layers_in_first_pipeline_stage) = n;
+    }
     return recompute_from_args(a, cfg);
 }
 

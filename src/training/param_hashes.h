@@ -16,4 +16,11 @@
 mc_status mc_param_hashes_match(mc_gpt_model *const *chunks, int vp, const struct mc_ps_comm *dp,
                                 int world_rank, bool *match);
 
+/* --test-mode with --qk-layernorm: Attention.run_realtime_tests. Every q_layernorm /
+ * k_layernorm weight and bias of the vp chunks is gathered over the data-parallel group, then
+ * the tensor-parallel group, and compared element for element with this rank's; the first
+ * difference is MC_ERR_INTERNAL with Megatron's AssertionError text. Collective over both. */
+mc_status mc_qk_norms_match(mc_gpt_model *const *chunks, int vp, const struct mc_ps_comm *dp,
+                            const struct mc_ps_comm *tp);
+
 #endif

@@ -51,17 +51,19 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
         refuse(r, "--num-distributed-optimizer-instances is not supported by megatron.c yet");
     if (a->given[A(moe_layer_freq)] && !mc_args_is_none(a, A(num_experts)))
         refuse(r, "--moe-layer-freq is not supported by megatron.c yet (mixture of experts)");
-    /* --test-mode: Megatron's only real-time test (Attention.run_realtime_tests) compares the
-     * Q/K layernorm parameters across TP/DP ranks and returns at once without --qk-layernorm. */
-    if (mc_args_bool(a, A(test_mode)) && mc_args_bool(a, A(qk_layernorm)))
-        refuse(r, "--test-mode with --qk-layernorm is not supported by megatron.c yet (Megatron's "
-               "real-time check of the Q/K layernorm parameters across ranks)");
     /* Megatron takes iteration % N: 0 dies with ZeroDivisionError after the first step. */
     if (!mc_args_is_none(a, A(check_weight_hash_across_dp_replicas_interval)) &&
         mc_args_int(a, A(check_weight_hash_across_dp_replicas_interval)) <= 0)
         refuse(r, "--check-weight-hash-across-dp-replicas-interval %lld: expected a positive "
                "number of iterations",
                (long long)mc_args_int(a, A(check_weight_hash_across_dp_replicas_interval)));
+    /* the torch_dist optimizer groups are written / read for the two weight-decay groups only */
+    bool dist_ckpt = (!mc_args_is_none(a, A(save)) && str_is(mc_args_str(a, A(ckpt_format)), "torch_dist")) ||
+                     (!mc_args_is_none(a, A(load)) && (str_is(mc_args_str(a, A(ckpt_format)), "torch_dist") ||
+                                                       mc_args_bool(a, A(auto_detect_ckpt_format))));
+    if (!mc_args_is_none(a, A(decoupled_lr)) && dist_ckpt)
+        refuse(r, "--decoupled-lr with --ckpt-format torch_dist (or --auto-detect-ckpt-format) is "
+               "not supported by megatron.c yet (torch format checkpoints carry its param groups)");
     /* MindSpeed-LLM's RoPE variants: llama3 is implemented (model_config.c), not the others */
     const char *rope = mc_args_str(a, A(rope_scaling_type));
     if (rope && !str_is(rope, "llama3"))

@@ -207,8 +207,9 @@ static void log_activations(const struct trainer *t)
                          "micro-batch", v ? ", " : "", all - (size_t)slots * per, slots, per);
         used += w > 0 && (size_t)w < sizeof(chunks) - used ? (size_t)w : 0;
     }
-    mc_recompute_describe(c, c->num_layers / ((int64_t)t->par.ps.pp * t->m.vp), what,
-                          sizeof(what));
+    int64_t layers, offset; /* chunk 0 of this stage (uneven stages: Megatron's split) */
+    mc_gpt_stage_layers(c, c->pipeline_model_parallel_rank, 0, &layers, &offset);
+    mc_recompute_describe(c, layers, what, sizeof(what));
     printf(" > activation memory on (tensor, pipeline) model parallel rank (%d, %d): %zu bytes "
            "(%.3f MiB) = %s; activation recompute: %s\n", mc_ps_rank(&t->par.ps, MC_PS_TP),
            mc_ps_rank(&t->par.ps, MC_PS_PP), total, (double)total / 1048576.0, chunks, what);

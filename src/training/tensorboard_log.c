@@ -112,7 +112,10 @@ mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float l
         return st;
     if (!t->log.tb)
         return MC_OK;
+    double dlr; /* the decoupled group's lr: one scalar, no "vs samples" twin */
     if ((st = tb_pair(t, "learning-rate", (double)(float)t->o.sched.lr, iteration)) ||
+        (mc_train_decoupled_lr(t, &dlr) &&
+         (st = mc_tb_add_scalar(t->log.tb, "decoupled-learning-rate", (double)(float)dlr, iteration))) ||
         (st = tb_pair(t, "batch-size", (double)t->d.mb.running, iteration)) ||
         (st = tb_pair(t, "lm loss", (double)loss, iteration)))
         return st;

@@ -6,9 +6,28 @@
 
 /* optimizer.step(): with the distributed optimizer also the grad reduce-scatter (scaled by
  * 1/dp, then by 1/num_tokens with --calculate-per-token-loss) and the param all-gather. */
+bool mc_train_decoupled_lr(const struct trainer *t, double *lr)
+{
+    if (mc_args_is_none(t->a, MC_A_decoupled_lr))
+        return false;
+    enum mc_arg_id min = mc_args_is_none(t->a, MC_A_decoupled_min_lr) ? MC_A_min_lr
+                                                                       : MC_A_decoupled_min_lr;
+    *lr = mc_opt_sched_get_lr(&t->o.sched, mc_args_float(t->a, MC_A_decoupled_lr),
+                              mc_args_float(t->a, min));
+    return true;
+}
+
 static mc_status optimizer_step(struct trainer *t, bool per_token, float num_tokens,
                                 struct mc_opt_step_result *res)
 {
+    double dlr; /* the decoupled group's lr, from the same scheduler state as sched.lr */
+    if (mc_train_decoupled_lr(t, &dlr))
+        for (int v = 0; v < (t->o.dopt ? t->m.vp : 1); v++) {
+            if (t->o.dopt)
+                mc_distopt_set_decoupled_lr(t->o.dopts[v], (float)dlr);
+            else
+                mc_opt_set_decoupled_lr(t->o.opt, (float)dlr);
+        }
     if (t->o.dopt)
         return mc_distopt_step_chunks(t->o.dopts, t->m.vp, mc_ddp_grad_scale(&t->par.ps, per_token),
                                per_token ? 1.0f / num_tokens : 1.0f, (float)t->o.sched.lr,
@@ -70,9 +89,12 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
     bool per_token = mc_args_bool(t->a, MC_A_calculate_per_token_loss);
     for (int v = 0; v < t->m.vp; v++)
         mc_gpt_zero_grad(t->m.chunks[v]);
+    mc_status st = mc_train_test_mode_check(t);
+    if (st)
+        return st;
     struct mc_timer *fb = timer(t, "forward-backward", 1);
     mc_timer_start(fb);
-    mc_status st = mc_train_forward_backward(t, MC_TRAIN_SPLIT_TRAIN, t->d.consumed_train,
+    st = mc_train_forward_backward(t, MC_TRAIN_SPLIT_TRAIN, t->d.consumed_train,
                                              num_micro, iteration, false, &numer, &denom);
     /* pipelined runs fail after the schedule (no pipelining: after the first micro-batch) */
     if (!st && t->par.ps.pp > 1)

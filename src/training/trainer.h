@@ -132,6 +132,9 @@ __attribute__((format(printf, 1, 2))) void mc_print_rank_last(const char *fmt, .
 void mc_print_datetime(const char *what);
 mc_status mc_train_params_norm(const struct trainer *t, double *norm);
 mc_status mc_train_check_weight_hashes(struct trainer *t, int64_t iteration);
+/* --test-mode (with --qk-layernorm): Megatron's run_realtime_tests, before the forwards of a
+ * train step or an evaluation (the weights only change at the optimizer step between). */
+mc_status mc_train_test_mode_check(struct trainer *t);
 bool mc_train_on_any_rank(bool v);
 bool mc_train_time_limit_reached(const struct trainer *t, double *minutes);
 
@@ -150,6 +153,9 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
                         struct mc_opt_step_result *res);
 /* optimizer.get_loss_scale(): what the loss gradient is multiplied by (1 without a scaler). */
 double mc_train_loss_scale(const struct trainer *t);
+/* --decoupled-lr: the lr of Megatron's is_decoupled_lr param group at the scheduler's current
+ * step (its max --decoupled-lr, its min --decoupled-min-lr or --min-lr); false without. */
+bool mc_train_decoupled_lr(const struct trainer *t, double *lr);
 /* 16-bit run without --log-num-zeros-in-grad: Megatron reports num zeros as the int 0. */
 bool mc_train_zero_count_is_int(const struct trainer *t);
 /* forward_backward_func over num_micro micro-batches of `split` from sample `consumed`: the

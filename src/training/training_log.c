@@ -53,6 +53,8 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
     l.throughput = mc_log_throughput(t->p.flops_per_sample * (double)t->d.gbs, l.elapsed_per_iter_s,
                                      t->par.ps.world);
     l.learning_rate = t->o.sched.lr;
+    /* printed by the last rank, always a first or last pipeline stage holding the group */
+    l.has_decoupled_lr = mc_train_decoupled_lr(t, &l.decoupled_lr);
     l.batch_size = t->d.mb.running;
     mc_log_accum_fill(&t->log.acc, names, &l);
     l.loss_scale = mc_train_loss_scale(t);

@@ -104,6 +104,17 @@ mc_status mc_train_check_weight_hashes(struct trainer *t, int64_t iteration)
     return MC_OK;
 }
 
+mc_status mc_train_test_mode_check(struct trainer *t)
+{
+    if (!mc_args_bool(t->a, MC_A_test_mode) || !mc_gpt_model_config(t->m.chunks[0])->qk_layernorm)
+        return MC_OK; /* run_realtime_tests returns at once without q/k layernorms */
+    mc_status st = MC_OK;
+    for (int v = 0; v < t->m.vp && !st; v++) /* --overlap-param-gather: params complete first */
+        st = mc_ddp_finish_param_sync(t->o.ddps[v]);
+    return st ? st : mc_qk_norms_match(t->m.chunks, t->m.vp, &t->par.ps.group[MC_PS_DP],
+                                       &t->par.ps.group[MC_PS_TP]);
+}
+
 /* True on every rank when it is true on any (Megatron all-reduces exit conditions with MAX so
  * that the ranks stop together). A failed reduction counts as true: stop rather than hang. */
 bool mc_train_on_any_rank(bool v)

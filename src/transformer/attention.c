@@ -4,7 +4,9 @@
  * --apply-query-key-layer-scaling, multiplied back before the softmax], masked fill -10000,
  * softmax, attention dropout, probs @ v, as the backend's attention op pair (backend.h: one op
  * a backend may fuse; the CPU backend's composition in backend/cpu/attention_cpu.c is the
- * reference). GQA: query head i of a group uses that group's key and value head, read in place
+ * reference), or with --use-flash-attn / --attention-backend flash (cfg->flash_attention) as
+ * the flash attention op pair (backend/cpu/flash_attention_cpu.c): the same attention without
+ * the [b, heads, s, s] probabilities, keeping ctx and the row log-sum-exp for backward. GQA: query head i of a group uses that group's key and value head, read in place
  * from the fused QKV output laid out per query group [q heads of g | k_g | v_g]. */
 #include "transformer/transformer.h"
 
@@ -68,6 +70,56 @@ void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, void *qkv, bool backward)
     }
 }
 
+/* --qk-layernorm (SelfAttention.get_query_key_value_tensors: q_layernorm / k_layernorm on the
+ * [sq, b, np, hn] queries and [sq, b, ng, hn] keys, before RoPE). The heads sit per query group
+ * in the fused layout, so they are gathered into rows of hn (all query rows, then all key
+ * rows: [T np_l + T ng_l, hn]), normed with one call per weight and scattered back. */
+static void qk_move(const struct mc_tfm_ctx *c, void *rows, void *qkv, bool to_rows)
+{
+    const struct mc_tfm_dims *d = c->d;
+    size_t es = mc_dtype_size(c->dt), qn = (size_t)(d->per_group * d->hn) * es;
+    size_t kn = (size_t)d->hn * es;
+    char *q_rows = rows, *k_rows = (char *)rows + (size_t)(c->T * d->np_l * d->hn) * es;
+    for (int64_t t = 0; t < c->T; t++)
+        for (int64_t g = 0; g < d->ng_l; g++) {
+            char *q = mc_tp_at(qkv, c->dt, t * d->qkv_l + g * (d->per_group + 2) * d->hn);
+            char *qr = q_rows + (size_t)(t * d->ng_l + g) * qn;
+            char *kr = k_rows + (size_t)(t * d->ng_l + g) * kn;
+            c->be->ops->copy(c->be, to_rows ? qr : q, to_rows ? q : qr, qn);
+            c->be->ops->copy(c->be, to_rows ? kr : q + qn, to_rows ? q + qn : kr, kn);
+        }
+}
+
+void mc_tfm_qk_norm_forward(const struct mc_tfm_ctx *c, const struct mc_tfm_layer_weights *w,
+                            struct mc_tfm_layer_acts *a)
+{
+    const struct mc_tfm_dims *d = c->d;
+    int64_t nq = c->T * d->np_l, nk = c->T * d->ng_l;
+    size_t k_off = (size_t)(nq * d->hn) * mc_dtype_size(c->dt);
+    qk_move(c, a->qk_in, a->qkv, true);
+    mc_tfm_norm_rows_forward(c, c->scr->qk_a, a->qk_mean, a->qk_rstd, a->qk_in, w->qln_w,
+                             w->qln_b, nq, d->hn);
+    mc_tfm_norm_rows_forward(c, (char *)c->scr->qk_a + k_off, a->qk_mean + nq, a->qk_rstd + nq,
+                             (char *)a->qk_in + k_off, w->kln_w, w->kln_b, nk, d->hn);
+    qk_move(c, c->scr->qk_a, a->qkv, false);
+}
+
+void mc_tfm_qk_norm_backward(const struct mc_tfm_ctx *c, const struct mc_tfm_layer_weights *w,
+                             const struct mc_tfm_layer_grads *g,
+                             const struct mc_tfm_layer_acts *a, void *dqkv)
+{
+    const struct mc_tfm_dims *d = c->d;
+    int64_t nq = c->T * d->np_l, nk = c->T * d->ng_l;
+    size_t k_off = (size_t)(nq * d->hn) * mc_dtype_size(c->dt);
+    char *dy = c->scr->qk_a, *dx = c->scr->qk_b, *x = a->qk_in;
+    qk_move(c, dy, dqkv, true);
+    mc_tfm_norm_rows_backward(c, dx, g->qln_w, g->qln_b, dy, x, w->qln_w, a->qk_mean,
+                              a->qk_rstd, nq, d->hn);
+    mc_tfm_norm_rows_backward(c, dx + k_off, g->kln_w, g->kln_b, dy + k_off, x + k_off,
+                              w->kln_w, a->qk_mean + nq, a->qk_rstd + nq, nk, d->hn);
+    qk_move(c, dx, dqkv, false);
+}
+
 static float score_alpha(const struct mc_tfm_ctx *c, int64_t layer, float *mult)
 {
     /* as DotProductAttention: norm_factor = sqrt(hn) * coeff, alpha = 1 / norm_factor */
@@ -109,6 +161,10 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                    struct mc_tfm_layer_acts *a)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
+    if (c->cfg->flash_attention) {
+        c->be->ops->flash_attention_fwd(c->be, &ad, a->qkv, a->ctx, a->lse);
+        return;
+    }
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_fwd(c->be, &ad, a->qkv, a->probs, a->ctx, &w);
 }
@@ -118,6 +174,10 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                     void *dqkv)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
+    if (c->cfg->flash_attention) {
+        c->be->ops->flash_attention_bwd(c->be, &ad, a->qkv, a->ctx, a->lse, dctx, dqkv);
+        return;
+    }
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_bwd(c->be, &ad, a->qkv, a->probs, dctx, dqkv, &w);
 }

@@ -58,8 +58,52 @@ static mc_status positive(int64_t v, const char *opt)
     return MC_OK;
 }
 
+/* TransformerConfig.__post_init__'s checks of an uneven split (its ValueError texts). */
+static mc_status check_uneven_pipeline(const struct mc_gpt_config *c, int pp)
+{
+    int64_t first = c->num_layers_in_first_pipeline_stage, last = c->num_layers_in_last_pipeline_stage;
+    int vp = c->virtual_pipeline_model_parallel_size;
+    int64_t layers = c->num_layers, stages = pp;
+    if (first < 0 || last < 0)
+        return mc_error(MC_ERR_CONFIG, "num_layers_in_%s_pipeline_stage must be larger than 0",
+                        first < 0 ? "first" : "last");
+    if (first) {
+        if (vp && first % vp != 0)
+            return mc_error(MC_ERR_CONFIG, "number of layers at first stage: %lldmust be divisible "
+                            "by virtual pipelineparallel degree %d", (long long)first, vp);
+        layers -= first;
+        stages--;
+    }
+    if (last) {
+        if (vp && last % vp != 0)
+            return mc_error(MC_ERR_CONFIG, "number of layers at last stage: %lldmust be divisible "
+                            "by virtual pipelineparallel degree %d", (long long)last, vp);
+        layers -= last;
+        stages--;
+    }
+    if (stages <= 0) /* Megatron divides by the middle stages: ZeroDivisionError */
+        return mc_error(MC_ERR_CONFIG, "--decoder-first-pipeline-num-layers / --decoder-last-"
+                        "pipeline-num-layers with --pipeline-model-parallel-size %d leave no "
+                        "middle pipeline stage (Megatron: ZeroDivisionError: integer division or "
+                        "modulo by zero)", pp);
+    if (layers < 0 || layers % stages != 0)
+        return mc_error(MC_ERR_CONFIG, "number of layers at middle stage: %lld must be divisible "
+                        "bythe middle pipeline model parallel size %lld", (long long)layers,
+                        (long long)stages);
+    if (vp && (layers / stages) % vp != 0)
+        return mc_error(MC_ERR_CONFIG, "number of layers on each middle pipeline rank:%lld must "
+                        "be divisible by virtualpipeline parallel degree %d",
+                        (long long)(layers / stages), vp);
+    return MC_OK;
+}
+
+static bool uneven(const struct mc_gpt_config *c)
+{
+    return c->num_layers_in_first_pipeline_stage || c->num_layers_in_last_pipeline_stage;
+}
+
 /* Interleaved pipelining: V chunks per stage, each with an equal share of the stage's layers
- * (Megatron's get_num_layers_to_build divides evenly; uneven splits are not supported). */
+ * (get_num_layers_to_build divides a stage's layers by V). */
 static mc_status check_virtual_pipeline(const struct mc_gpt_config *c, int pp)
 {
     int vp = c->virtual_pipeline_model_parallel_size ? c->virtual_pipeline_model_parallel_size : 1;
@@ -69,12 +113,53 @@ static mc_status check_virtual_pipeline(const struct mc_gpt_config *c, int pp)
                         "pipeline-rank): expected 0 <= rank < size",
                         c->virtual_pipeline_model_parallel_rank,
                         c->virtual_pipeline_model_parallel_size);
+    if (uneven(c))
+        return check_uneven_pipeline(c, pp);
     if (c->num_layers % ((int64_t)pp * vp) != 0)
         return mc_error(MC_ERR_CONFIG, "--num-layers %lld is not divisible by "
                         "--pipeline-model-parallel-size %d x %d virtual stages per pipeline rank: "
                         "every model chunk needs the same number of layers",
                         (long long)c->num_layers, pp, vp);
     return MC_OK;
+}
+
+mc_status mc_gpt_pipeline_split_check(const struct mc_gpt_config *c)
+{
+    int pp = c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
+    if (!uneven(c) && c->num_layers % pp != 0)
+        return mc_error(MC_ERR_CONFIG, "Number of layers should be divisible by the "
+                        "pipeline-model-parallel size: --num-layers %lld, "
+                        "--pipeline-model-parallel-size %d", (long long)c->num_layers, pp);
+    return check_virtual_pipeline(c, pp);
+}
+
+void mc_gpt_stage_layers(const struct mc_gpt_config *c, int pp_rank, int vp_rank,
+                         int64_t *n_layers, int64_t *offset)
+{
+    int64_t pp = c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
+    int64_t vp = c->virtual_pipeline_model_parallel_size > 1 ? c->virtual_pipeline_model_parallel_size : 1;
+    int64_t first = c->num_layers_in_first_pipeline_stage, last = c->num_layers_in_last_pipeline_stage;
+    if (!uneven(c) || pp == 1) { /* chunk v * pp + r of pp * vp equal chunks */
+        *n_layers = c->num_layers / (pp * vp);
+        *offset = ((int64_t)vp_rank * pp + pp_rank) * *n_layers;
+        return;
+    }
+    int64_t middle_stages = pp - (first > 0) - (last > 0);
+    int64_t middle = c->num_layers - first - last;
+    int64_t per_rank = middle / middle_stages; /* get_num_layers_to_build */
+    if (pp_rank == 0 && first)
+        per_rank = first;
+    if (pp_rank == pp - 1 && last)
+        per_rank = last;
+    *n_layers = per_rank / vp;
+    /* get_transformer_layer_offset: with interleaving each virtual rank v starts after v
+     * "rounds" of (first + middle + last) / vp layers */
+    int64_t f = first / vp, m = middle / vp, total = f + m + (last / vp);
+    if (vp > 1)
+        *offset = pp_rank == 0 ? vp_rank * total
+                               : vp_rank * total + f + (pp_rank - 1) * (m / middle_stages);
+    else
+        *offset = pp_rank == 0 ? 0 : (first ? pp_rank - 1 : pp_rank) * (middle / middle_stages) + first;
 }
 
 static mc_status check_sizes(const struct mc_gpt_config *c)
@@ -124,7 +209,7 @@ static mc_status check_sizes(const struct mc_gpt_config *c)
                         "by --tensor-model-parallel-size %d (the first dimension of the tensor "
                         "should be divisible by tensor parallel size)",
                         (long long)c->seq_length, c->tensor_model_parallel_size);
-    if (c->num_layers % pp != 0)
+    if (!uneven(c) && c->num_layers % pp != 0)
         return mc_error(MC_ERR_CONFIG, "Number of layers should be divisible by the "
                         "pipeline-model-parallel size: --num-layers %lld, "
                         "--pipeline-model-parallel-size %d", (long long)c->num_layers, pp);

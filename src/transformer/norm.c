@@ -13,11 +13,10 @@
  * FusedLayerNorm / TENorm compute it in fp32. The kernels get that sum (rounded to dt, the
  * dtype they read weights in); its grad is the stored weight's, so backward accumulates into
  * dw unchanged. */
-static const void *gamma_of(const struct mc_tfm_ctx *c, const void *w)
+static const void *gamma_of(const struct mc_tfm_ctx *c, const void *w, int64_t h)
 {
     if (!c->cfg->layernorm_zero_centered_gamma)
         return w;
-    int64_t h = c->d->h;
     if (c->dt == MC_DTYPE_F32) {
         float *g = c->scr->gamma1;
         const float *wf = w;
@@ -34,30 +33,43 @@ static const void *gamma_of(const struct mc_tfm_ctx *c, const void *w)
     return g;
 }
 
+void mc_tfm_norm_rows_forward(const struct mc_tfm_ctx *c, void *y, float *mean, float *rstd,
+                              const void *x, const void *w, const void *b, int64_t rows,
+                              int64_t n)
+{
+    float eps = c->cfg->norm_epsilon;
+    w = gamma_of(c, w, n);
+    if (c->d->layernorm)
+        c->be->ops->layernorm_fwd(c->be, c->dt, y, mean, rstd, x, w, b, rows, n, eps);
+    else
+        c->be->ops->rmsnorm_fwd(c->be, c->dt, y, rstd, x, w, rows, n, eps);
+}
+
+void mc_tfm_norm_rows_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, float *db,
+                               const void *dy, const void *x, const void *w, const float *mean,
+                               const float *rstd, int64_t rows, int64_t n)
+{
+    void *tw = mc_tp_wgrad_target(c->tp, dw, 0, n, true);
+    void *tb = db ? mc_tp_wgrad_target(c->tp, db, n, n, true) : NULL;
+    w = gamma_of(c, w, n);
+    if (c->d->layernorm)
+        c->be->ops->layernorm_bwd(c->be, c->dt, dx, tw, tb, dy, x, w, mean, rstd, rows, n);
+    else
+        c->be->ops->rmsnorm_bwd(c->be, c->dt, dx, tw, dy, x, w, rstd, rows, n);
+    mc_tp_wgrad_commit(c->tp, dw, 0, n);
+    if (db)
+        mc_tp_wgrad_commit(c->tp, db, n, n);
+}
+
 void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, void *y, float *mean, float *rstd,
                          const void *x, const void *w, const void *b)
 {
-    float eps = c->cfg->norm_epsilon;
-    w = gamma_of(c, w);
-    if (c->d->layernorm)
-        c->be->ops->layernorm_fwd(c->be, c->dt, y, mean, rstd, x, w, b, c->T_sp, c->d->h, eps);
-    else
-        c->be->ops->rmsnorm_fwd(c->be, c->dt, y, rstd, x, w, c->T_sp, c->d->h, eps);
+    mc_tfm_norm_rows_forward(c, y, mean, rstd, x, w, b, c->T_sp, c->d->h);
 }
 
 void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, float *db,
                           const void *dy, const void *x, const void *w, const float *mean,
                           const float *rstd)
 {
-    int64_t h = c->d->h;
-    void *tw = mc_tp_wgrad_target(c->tp, dw, 0, h, true);
-    void *tb = db ? mc_tp_wgrad_target(c->tp, db, h, h, true) : NULL;
-    w = gamma_of(c, w);
-    if (c->d->layernorm)
-        c->be->ops->layernorm_bwd(c->be, c->dt, dx, tw, tb, dy, x, w, mean, rstd, c->T_sp, h);
-    else
-        c->be->ops->rmsnorm_bwd(c->be, c->dt, dx, tw, dy, x, w, rstd, c->T_sp, h);
-    mc_tp_wgrad_commit(c->tp, dw, 0, h);
-    if (db)
-        mc_tp_wgrad_commit(c->tp, db, h, h);
+    mc_tfm_norm_rows_backward(c, dx, dw, db, dy, x, w, mean, rstd, c->T_sp, c->d->h);
 }

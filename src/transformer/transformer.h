@@ -30,6 +30,8 @@ struct mc_tfm_dims {
     int64_t rot_dim;                 /* RoPE channels (0 without RoPE) */
     int64_t b_max, s_max;
     bool gated, layernorm, qkv_bias, linear_bias;
+    bool qk_layernorm;               /* q_layernorm / k_layernorm over hn (attention.c) */
+    int64_t qk_rows;                 /* (np_l + ng_l) per token: the heads they normalize */
 };
 
 /* Pointers into the weights the layers compute with (dt) for one layer; NULL where absent. */
@@ -40,12 +42,15 @@ struct mc_tfm_layer_weights {
     void *ln2_w, *ln2_b;   /* pre_mlp_layernorm [h] */
     void *fc1_w, *fc1_b;   /* mlp.linear_fc1 [fc1_l, h], [fc1_l] */
     void *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
+    void *qln_w, *qln_b;   /* self_attention.q_layernorm [hn] (--qk-layernorm) */
+    void *kln_w, *kln_b;   /* self_attention.k_layernorm [hn] */
 };
 
 /* The same layer's fp32 main grads (the grad block). */
 struct mc_tfm_layer_grads {
     float *ln1_w, *ln1_b, *proj_w, *proj_b, *qkv_w, *qkv_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *qln_w, *qln_b, *kln_w, *kln_b;
 };
 
 /* What one layer's forward keeps for its backward (sized for b_max x s_max; the [T, h]
@@ -56,33 +61,41 @@ struct mc_tfm_layer_acts {
     void *x_in;             /* [T, h] layer input (first residual) */
     float *ln1_mean, *ln1_rstd; /* [T] */
     void *qkv;              /* [T, qkv_l] linear_qkv output with bias, RoPE applied to q and k */
-    void *probs;            /* [b, np_l, s, s] softmax output before dropout */
+    void *probs;            /* [b, np_l, s, s] softmax output before dropout (NULL with
+                             * flash attention) */
+    float *lse;             /* [b, np_l, s] softmax row log-sum-exp (flash attention only) */
     void *ctx;              /* [T, ctx_l] */
     uint8_t *keep_attn_out; /* [T, h] hidden-dropout keep mask after linear_proj */
     void *x_mid;            /* [T, h] second residual */
     float *ln2_mean, *ln2_rstd; /* [T] */
     void *fc1;              /* [T, fc1_l] linear_fc1 output WITHOUT bias (fused into the act) */
     uint8_t *keep_mlp_out;  /* [T, h] */
+    /* --qk-layernorm: the query rows [T np_l, hn] then the key rows [T ng_l, hn] of linear_qkv's
+     * output before their norms, and the norms' statistics [T qk_rows] (NULL without) */
+    void *qk_in;
+    float *qk_mean, *qk_rstd;
 };
 
 /* Buffers reused by every layer (never read across layers). */
 struct mc_tfm_scratch {
     /* h1, h2 are always [T, h] (the sequence-parallel all-gather / reduce-scatter work
      * buffers); norm_out and the norm statistics hold T_sp rows. */
-    void *attn_a;        /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd) */
-    void *attn_b;        /* [b, np_l, s, s] grad of probs (bwd) */
+    void *attn_a;        /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd); NULL with flash */
+    void *attn_b;        /* [b, np_l, s, s] grad of probs (bwd); NULL with flash */
+    uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask; NULL with flash */
     void *attn_probs;    /* [b, np_l, s, s] selective recompute: every layer's probs, written
-                            by its forward and again just before its backward (NULL without) */
-    uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask */
+                            by its forward and again just before its backward (NULL without,
+                            and with flash attention, which keeps none) */
     void *h1, *h2;       /* [T, h] */
     void *norm_out;      /* [T, h] a norm's output (forward, and recomputed in backward) */
     float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
-    void *gamma1;        /* [h] 1 + weight of a zero-centered norm (NULL without) */
+    void *gamma1;        /* [max(h, hn)] 1 + weight of a zero-centered norm (NULL without) */
     void *act;           /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
     void *dqkv;          /* [T, qkv_l] */
     void *dctx;          /* [T, ctx_l] */
     void *dfc1;          /* [T, fc1_l] */
     void *dact;          /* [T, ffn_l] */
+    void *qk_a, *qk_b;   /* [T qk_rows, hn] q/k norm outputs (fwd), their grads (bwd) */
 };
 
 /* One forward or backward call. */
@@ -123,6 +136,13 @@ void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t sit
 void mc_tfm_rope_tables(float *cos, float *sin, const struct mc_gpt_config *cfg, int64_t rot_dim,
                         int64_t s_max);
 void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, void *qkv, bool backward);
+/* --qk-layernorm: q_layernorm / k_layernorm on the query and key heads of a->qkv in place
+ * (keeping their inputs in a->qk_in), and backward on the grad of the normed heads in dqkv. */
+void mc_tfm_qk_norm_forward(const struct mc_tfm_ctx *c, const struct mc_tfm_layer_weights *w,
+                            struct mc_tfm_layer_acts *a);
+void mc_tfm_qk_norm_backward(const struct mc_tfm_ctx *c, const struct mc_tfm_layer_weights *w,
+                             const struct mc_tfm_layer_grads *g,
+                             const struct mc_tfm_layer_acts *a, void *dqkv);
 void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                    struct mc_tfm_layer_acts *a);
 void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
@@ -152,6 +172,13 @@ void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, void *y, float *mean, float
 void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, float *db,
                           const void *dy, const void *x, const void *w, const float *mean,
                           const float *rstd);
+/* The same norm on `rows` rows of width n (the q/k layernorms: rows of hn). */
+void mc_tfm_norm_rows_forward(const struct mc_tfm_ctx *c, void *y, float *mean, float *rstd,
+                              const void *x, const void *w, const void *b, int64_t rows,
+                              int64_t n);
+void mc_tfm_norm_rows_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, float *db,
+                               const void *dy, const void *x, const void *w, const float *mean,
+                               const float *rstd, int64_t rows, int64_t n);
 
 /* The hidden-dropout scale 1 / (1 - p) as the dropout multiplies by it: with 16-bit
  * activations torch's CPU dropout builds its mask in dt, so the scale is rounded to dt

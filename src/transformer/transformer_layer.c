@@ -53,6 +53,8 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
     if ((st = mc_tp_linear_col_forward(be, c->tp, a->qkv, ln, w->qkv_w, w->qkv_b, T, d->h,
                                        d->qkv_l, work)) != MC_OK)
         return st;
+    if (d->qk_layernorm)
+        mc_tfm_qk_norm_forward(c, w, a);
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, a->qkv, false);
     mc_tfm_core_attention_forward(c, layer, a);
@@ -152,6 +154,8 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     mc_tfm_core_attention_backward(c, layer, a, scr->dctx, scr->dqkv);
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, scr->dqkv, true);
+    if (d->qk_layernorm)
+        mc_tfm_qk_norm_backward(c, w, g, a, scr->dqkv);
     recompute_norm(c, a->x_in, w->ln1_w, w->ln1_b);
     if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->qkv_w, NULL, g->qkv_b, scr->dqkv,
                                         scr->norm_out, w->qkv_w, T, d->h, d->qkv_l,

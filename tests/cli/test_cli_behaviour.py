@@ -54,8 +54,8 @@ def check_cli(c):
     rc, out, err = run([PRETRAIN] + TINY)
     c.check(rc == 1 and '--vocab-file' in err and 'not supported' not in err,
             'real run reaches the loop: %s' % err[-300:])
-    rc, out, err = run([PRETRAIN] + TINY + ['--qk-layernorm'])
-    c.check(rc == 1 and last(err) == 'NotImplementedError: --qk-layernorm is not '
+    rc, out, err = run([PRETRAIN] + TINY + ['--init-method-xavier-uniform'])
+    c.check(rc == 1 and last(err) == 'NotImplementedError: --init-method-xavier-uniform is not '
             'supported by megatron.c yet', 'unsupported flag refused: %s' % err)
     rc, out, err = run([PRETRAIN] + TINY + ['--num-experts', '8'])
     c.check(rc == 1 and '--num-experts 8 is not supported' in err, 'MoE refused: %s' % err)

@@ -24,6 +24,15 @@ void mc_cpu_attention_bwd(struct mc_backend *be, const struct mc_attention_desc 
                           const void *qkv, const void *probs, const void *dctx, void *dqkv,
                           struct mc_attention_work *w);
 
+/* flash_attention_cpu.c: the flash attention op pair, and which tile kernels it runs on be
+ * ("ref", "avx2"). */
+void mc_cpu_flash_attention_fwd(struct mc_backend *be, const struct mc_attention_desc *d,
+                                const void *qkv, void *ctx, float *lse);
+void mc_cpu_flash_attention_bwd(struct mc_backend *be, const struct mc_attention_desc *d,
+                                const void *qkv, const void *ctx, const float *lse,
+                                const void *dctx, void *dqkv);
+const char *mc_cpu_flash_kernels_name(const struct mc_backend *be);
+
 /* Creates the CPU backend on kernel table k. */
 mc_status mc_cpu_backend_create(const struct mc_cpu_kernels *k, struct mc_backend **out);
 /* The CPU backend's ops table. */

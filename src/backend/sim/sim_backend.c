@@ -484,6 +484,31 @@ static void sim_attention_bwd(struct mc_backend *be, const struct mc_attention_d
     IN(be)->ops->attention_bwd(IN(be), d, qkv, probs, dctx, dqkv, w);
 }
 
+static void sim_flash_attention_fwd(struct mc_backend *be, const struct mc_attention_desc *d,
+                                    const void *qkv, void *ctx, float *lse)
+{
+    const char *op_name = "flash_attention_fwd";
+    NEED(qkv);
+    NEED(ctx);
+    NEED(lse);
+    NEED(d->mask);
+    IN(be)->ops->flash_attention_fwd(IN(be), d, qkv, ctx, lse);
+}
+
+static void sim_flash_attention_bwd(struct mc_backend *be, const struct mc_attention_desc *d,
+                                    const void *qkv, const void *ctx, const float *lse,
+                                    const void *dctx, void *dqkv)
+{
+    const char *op_name = "flash_attention_bwd";
+    NEED(qkv);
+    NEED(ctx);
+    NEED(lse);
+    NEED(dctx);
+    NEED(dqkv);
+    NEED(d->mask);
+    IN(be)->ops->flash_attention_bwd(IN(be), d, qkv, ctx, lse, dctx, dqkv);
+}
+
 static void sim_dropout_mask(struct mc_backend *be, uint8_t *keep,
                              const struct mc_dropout_stream *r, int64_t first, int64_t n, float p)
 {
@@ -562,6 +587,8 @@ static const struct mc_backend_ops sim_ops = {
     .sgd = sim_sgd,
     .attention_fwd = sim_attention_fwd,
     .attention_bwd = sim_attention_bwd,
+    .flash_attention_fwd = sim_flash_attention_fwd,
+    .flash_attention_bwd = sim_flash_attention_bwd,
     .dropout_mask = sim_dropout_mask,
     .fill_normal = sim_fill_normal,
     .masked_loss = sim_masked_loss,

@@ -133,7 +133,7 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
         .hidden_dropout = sl->training && c->hidden_dropout > 0.0f,
         .attention_dropout = sl->training && c->attention_dropout > 0.0f,
         .recompute_core_attention = c->recompute_granularity == MC_RECOMPUTE_SELECTIVE &&
-                                    c->recompute_core_attention,
+                                    c->recompute_core_attention && !c->flash_attention,
         .seed = c->seed,
         .step = sl->step,
         .micro = sl->micro,

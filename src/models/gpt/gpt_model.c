@@ -39,13 +39,14 @@
 
 static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
 {
-    /* virtual stage v * pp + r of pp * vp (vp = 1 without interleaving), spec §1.5 */
+    /* virtual stage v * pp + r of pp * vp (vp = 1 without interleaving), spec §1.5; its
+     * layers as Megatron assigns them (even, or uneven first / last stages) */
     int pp = c->pipeline_model_parallel_size;
     int vp = c->virtual_pipeline_model_parallel_size ? c->virtual_pipeline_model_parallel_size : 1;
     int64_t stage = (int64_t)c->virtual_pipeline_model_parallel_rank * pp +
                     c->pipeline_model_parallel_rank;
-    d->L = c->num_layers / ((int64_t)pp * vp);
-    d->layer_offset = stage * d->L;
+    mc_gpt_stage_layers(c, c->pipeline_model_parallel_rank, c->virtual_pipeline_model_parallel_rank,
+                        &d->L, &d->layer_offset);
     d->first_stage = stage == 0;
     d->last_stage = stage == (int64_t)pp * vp - 1;
     d->h = c->hidden_size;
@@ -76,6 +77,8 @@ static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
     d->layernorm = c->normalization == MC_NORM_LAYERNORM;
     d->linear_bias = c->add_bias_linear;
     d->qkv_bias = c->add_bias_linear || c->add_qkv_bias;
+    d->qk_layernorm = c->qk_layernorm;
+    d->qk_rows = d->np_l + d->ng_l;
 }
 
 /* ---- parameters ------------------------------------------------------------------------- */
@@ -129,6 +132,26 @@ static enum mc_gpt_init gamma_init(const struct mc_gpt_model *m)
     return m->cfg.layernorm_zero_centered_gamma ? MC_INIT_ZERO : MC_INIT_ONE;
 }
 
+/* --qk-layernorm: q_layernorm then k_layernorm, each [hn] (replicated over tp). */
+static void walk_qk_norms(struct mc_gpt_model *m, bool assign, struct mc_tfm_layer_weights *w,
+                          struct mc_tfm_layer_grads *g, int64_t l)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    char nm[MC_GPT_NAME_MAX];
+#define NAME(suffix) (snprintf(nm, sizeof(nm), "decoder.layers.%lld.%s", (long long)l, suffix), nm)
+    add_param(m, assign, VEC(NAME("self_attention.q_layernorm.weight"), d->hn, gamma_init(m)),
+              &w->qln_w, &g->qln_w);
+    if (d->layernorm)
+        add_param(m, assign, VEC(NAME("self_attention.q_layernorm.bias"), d->hn, MC_INIT_ZERO),
+                  &w->qln_b, &g->qln_b);
+    add_param(m, assign, VEC(NAME("self_attention.k_layernorm.weight"), d->hn, gamma_init(m)),
+              &w->kln_w, &g->kln_w);
+    if (d->layernorm)
+        add_param(m, assign, VEC(NAME("self_attention.k_layernorm.bias"), d->hn, MC_INIT_ZERO),
+                  &w->kln_b, &g->kln_b);
+#undef NAME
+}
+
 static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
 {
     const struct mc_tfm_dims *d = &m->dims;
@@ -151,6 +174,8 @@ static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
     if (d->qkv_bias)
         add_param(m, assign, BIAS(NAME("self_attention.linear_qkv.bias"), d->qkv_l, false),
                   &w->qkv_b, &g->qkv_b);
+    if (d->qk_layernorm) /* SelfAttention registers them after linear_qkv */
+        walk_qk_norms(m, assign, w, g, l);
     add_param(m, assign, VEC(NAME("pre_mlp_layernorm.weight"), d->h, gamma_init(m)), &w->ln2_w,
               &g->ln2_w);
     if (d->layernorm)
@@ -218,16 +243,21 @@ static bool ends_with(const char *s, const char *suffix)
 
 /* The parameters Megatron flags `sequence_parallel` (the norms' weight and bias, the
  * row-parallel biases: replicated, but each rank's grad covers only its sequence shard), and
- * the size of the buffer that coalesces their grads. */
+ * the size of the buffer that coalesces their grads. The q/k layernorms join them with tp > 1
+ * (finalize_model_grads' _allreduce_layernorm_grads sums them over tp: each rank's grad covers
+ * only its heads), with or without sequence parallelism. */
 static void mark_sequence_parallel(struct mc_gpt_model *m)
 {
     static const char *const suffix[] = {"layernorm.weight", "layernorm.bias",
                                          "linear_proj.bias", "linear_fc2.bias"};
+    bool qk = m->cfg.qk_layernorm && m->dims.tp > 1;
     m->sp_numel = 0;
-    for (int64_t i = 0; m->cfg.sequence_parallel && i < m->n_params; i++) {
+    for (int64_t i = 0; (m->cfg.sequence_parallel || qk) && i < m->n_params; i++) {
         struct mc_param_view *v = &m->params[i].view;
-        for (size_t k = 0; k < sizeof(suffix) / sizeof(suffix[0]); k++)
+        for (size_t k = 0; m->cfg.sequence_parallel && k < sizeof(suffix) / sizeof(suffix[0]); k++)
             v->sequence_parallel = v->sequence_parallel || ends_with(v->name, suffix[k]);
+        v->sequence_parallel = v->sequence_parallel || (qk && (strstr(v->name, ".q_layernorm.") ||
+                                                               strstr(v->name, ".k_layernorm.")));
         if (v->sequence_parallel)
             m->sp_numel += v->numel;
     }
@@ -297,9 +327,12 @@ static void *carve(struct carver *cv, int64_t n, size_t elem)
 
 /* ---- activation recompute (TransformerBlock._checkpointed_forward) --------------------- */
 
+/* Selective recompute of core attention; flash attention keeps no probabilities, so there
+ * is nothing to recompute (Megatron's TransformerConfig warns the same for fused attention). */
 static bool selective_recompute(const struct mc_gpt_config *c)
 {
-    return c->recompute_granularity == MC_RECOMPUTE_SELECTIVE && c->recompute_core_attention;
+    return c->recompute_granularity == MC_RECOMPUTE_SELECTIVE && c->recompute_core_attention &&
+           !c->flash_attention;
 }
 
 /* uniform: layers [k g, k g + k) of this chunk form group g (Megatron's loop runs past the
@@ -343,6 +376,7 @@ static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
+    bool flash = m->cfg.flash_attention; /* lse [b, np_l, s] instead of the probabilities */
     /* outside the tensor-parallel regions: this rank's sequence shard */
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     /* E: activations in dt; F: fp32 statistics; B: keep masks */
@@ -352,7 +386,9 @@ static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
     a->ln1_mean = carve(cv, Ts, F);
     a->ln1_rstd = carve(cv, Ts, F);
     a->qkv = carve(cv, T * d->qkv_l, E);
-    a->probs = selective_recompute(&m->cfg) ? m->scratch.attn_probs : carve(cv, P, E);
+    a->probs = flash ? NULL : selective_recompute(&m->cfg) ? m->scratch.attn_probs
+                                                            : carve(cv, P, E);
+    a->lse = flash ? carve(cv, d->b_max * d->np_l * d->s_max, F) : NULL;
     a->ctx = carve(cv, T * d->ctx_l, E);
     a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
     a->x_mid = carve(cv, Ts * d->h, E);
@@ -360,6 +396,9 @@ static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
     a->ln2_rstd = carve(cv, Ts, F);
     a->fc1 = carve(cv, T * d->fc1_l, E);
     a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
+    a->qk_in = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
+    a->qk_mean = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
+    a->qk_rstd = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
 }
 
 /* One slot: what backward reads of its forward. A layer of a recomputed group uses the work
@@ -407,18 +446,21 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     const size_t F = sizeof(float), B = 1, E = m->esize;
-    bool drop_a = m->cfg.attention_dropout > 0.0f;
+    bool drop_a = m->cfg.attention_dropout > 0.0f, flash = m->cfg.flash_attention;
     struct mc_tfm_scratch *s = &m->scratch;
-    s->attn_a = carve(cv, P, E);
-    s->attn_b = carve(cv, P, E);
-    s->attn_keep = drop_a ? carve(cv, P, B) : NULL;
+    s->attn_a = flash ? NULL : carve(cv, P, E);
+    s->attn_b = flash ? NULL : carve(cv, P, E);
+    s->attn_keep = drop_a && !flash ? carve(cv, P, B) : NULL;
     s->attn_probs = selective_recompute(&m->cfg) ? carve(cv, P, E) : NULL;
     s->h1 = carve(cv, T * d->h, E);
     s->h2 = carve(cv, T * d->h, E);
     s->norm_out = carve(cv, Ts * d->h, E);
     s->norm_mean = carve(cv, Ts, F);
     s->norm_rstd = carve(cv, Ts, F);
-    s->gamma1 = m->cfg.layernorm_zero_centered_gamma ? carve(cv, d->h, E) : NULL;
+    s->gamma1 = m->cfg.layernorm_zero_centered_gamma ? carve(cv, d->h > d->hn ? d->h : d->hn, E)
+                                                     : NULL;
+    s->qk_a = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
+    s->qk_b = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
     s->act = carve(cv, T * d->ffn_l, E);
     s->dqkv = carve(cv, T * d->qkv_l, E);
     s->dctx = carve(cv, T * d->ctx_l, E);
@@ -656,7 +698,7 @@ static mc_status check_backend_dtype(const struct mc_gpt_model *m)
         {act, "MLP activation", 1, {dt}},
         {MC_OP_BIAS_GRAD, "bias_grad", 1, {dt}},
         {MC_OP_BIAS_DROPOUT_ADD, "bias_dropout_add", 1, {dt}},
-        {MC_OP_ATTENTION, "attention", 1, {dt}},
+        {m->cfg.flash_attention ? MC_OP_FLASH_ATTENTION : MC_OP_ATTENTION, "attention", 1, {dt}},
         {MC_OP_EMBEDDING, "embedding", 1, {dt}},
         {MC_OP_CROSS_ENTROPY, "cross_entropy", 1, {dt}},
         {MC_OP_ROPE, "rope", 1, {dt}},

@@ -1,0 +1,222 @@
+/* The tile kernels of the CPU flash attention (flash_attention.h) with AVX2 + FMA: the products
+ * as register-blocked outer products (two rows of C by 32 columns in eight accumulators, each
+ * step a broadcast of A times four vectors of B), the exponential as the Cephes expf
+ * polynomial on 8 lanes (range reduction by ln 2 in two parts, degree-6 polynomial, 2^n put
+ * into the exponent field; within 2 ulp of expf, 0 below -87.3 like the reference). Every sum
+ * runs in a fixed order, so a result depends on the arguments only (not on the thread). */
+#include "backend/cpu/kernels/flash_attention.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* C[2 rows, 32 cols] (+)= A rows (a[r][k] = A[r * ars + k * aks]) @ B[K, 32]: eight named
+ * accumulators (an array indexed in a loop ends up on the stack) */
+static void block2x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
+                      const float *B, int64_t ldb, int64_t K, bool acc)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    if (acc) {
+        c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
+        c02 = _mm256_loadu_ps(C + 16), c03 = _mm256_loadu_ps(C + 24);
+        c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
+        c12 = _mm256_loadu_ps(C + ldc + 16), c13 = _mm256_loadu_ps(C + ldc + 24);
+    }
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        __m256 b2 = _mm256_loadu_ps(b + 16), b3 = _mm256_loadu_ps(b + 24);
+        __m256 a0 = _mm256_broadcast_ss(A + k * aks), a1 = _mm256_broadcast_ss(A + ars + k * aks);
+        c00 = _mm256_fmadd_ps(a0, b0, c00);
+        c01 = _mm256_fmadd_ps(a0, b1, c01);
+        c02 = _mm256_fmadd_ps(a0, b2, c02);
+        c03 = _mm256_fmadd_ps(a0, b3, c03);
+        c10 = _mm256_fmadd_ps(a1, b0, c10);
+        c11 = _mm256_fmadd_ps(a1, b1, c11);
+        c12 = _mm256_fmadd_ps(a1, b2, c12);
+        c13 = _mm256_fmadd_ps(a1, b3, c13);
+    }
+    _mm256_storeu_ps(C, c00), _mm256_storeu_ps(C + 8, c01);
+    _mm256_storeu_ps(C + 16, c02), _mm256_storeu_ps(C + 24, c03);
+    _mm256_storeu_ps(C + ldc, c10), _mm256_storeu_ps(C + ldc + 8, c11);
+    _mm256_storeu_ps(C + ldc + 16, c12), _mm256_storeu_ps(C + ldc + 24, c13);
+}
+
+/* one row, 32 columns */
+static void block1x32(float *C, const float *A, int64_t aks, const float *B, int64_t ldb,
+                      int64_t K, bool acc)
+{
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+    if (acc) {
+        c0 = _mm256_loadu_ps(C), c1 = _mm256_loadu_ps(C + 8);
+        c2 = _mm256_loadu_ps(C + 16), c3 = _mm256_loadu_ps(C + 24);
+    }
+    for (int64_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        __m256 a = _mm256_broadcast_ss(A + k * aks);
+        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b), c0);
+        c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 8), c1);
+        c2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 16), c2);
+        c3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 24), c3);
+    }
+    _mm256_storeu_ps(C, c0), _mm256_storeu_ps(C + 8, c1);
+    _mm256_storeu_ps(C + 16, c2), _mm256_storeu_ps(C + 24, c3);
+}
+
+/* R (1 or 2) rows, 8 columns */
+static void block8(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
+                   const float *B, int64_t ldb, int R, int64_t K, bool acc)
+{
+    __m256 c0 = acc ? _mm256_loadu_ps(C) : _mm256_setzero_ps();
+    __m256 c1 = acc && R == 2 ? _mm256_loadu_ps(C + ldc) : _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m256 b = _mm256_loadu_ps(B + k * ldb);
+        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + k * aks), b, c0);
+        if (R == 2)
+            c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + ars + k * aks), b, c1);
+    }
+    _mm256_storeu_ps(C, c0);
+    if (R == 2)
+        _mm256_storeu_ps(C + ldc, c1);
+}
+
+/* Rows of C two at a time; columns 32, then 8, then one at a time. a[m][k] = A[m * ams +
+ * k * aks]: (lda, 1) for A, (1, lda) for A^T. */
+static void gemm_any(float *C, int64_t ldc, const float *A, int64_t ams, int64_t aks,
+                     const float *B, int64_t ldb, int64_t M, int64_t N, int64_t K, bool acc)
+{
+    for (int64_t m = 0; m < M; m += 2) {
+        int R = M - m >= 2 ? 2 : 1;
+        const float *a = A + m * ams;
+        float *c = C + m * ldc;
+        int64_t n = 0;
+        for (; n + 32 <= N; n += 32)
+            if (R == 2)
+                block2x32(c + n, ldc, a, ams, aks, B + n, ldb, K, acc);
+            else
+                block1x32(c + n, a, aks, B + n, ldb, K, acc);
+        for (; n + 8 <= N; n += 8)
+            block8(c + n, ldc, a, ams, aks, B + n, ldb, R, K, acc);
+        for (; n < N; n++)
+            for (int r = 0; r < R; r++) {
+                float s = acc ? c[r * ldc + n] : 0.0f;
+                for (int64_t k = 0; k < K; k++)
+                    s = fmaf(a[r * ams + k * aks], B[k * ldb + n], s);
+                c[r * ldc + n] = s;
+            }
+    }
+}
+
+static void gemm_nn_avx2(float *C, int64_t ldc, const float *A, int64_t lda, const float *B,
+                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool acc)
+{
+    gemm_any(C, ldc, A, lda, 1, B, ldb, M, N, K, acc);
+}
+
+static void gemm_tn_avx2(float *C, int64_t ldc, const float *A, int64_t lda, const float *B,
+                         int64_t ldb, int64_t M, int64_t N, int64_t K, bool acc)
+{
+    gemm_any(C, ldc, A, 1, lda, B, ldb, M, N, K, acc);
+}
+
+/* exp on 8 lanes (Cephes expf): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its polynomial. */
+static inline __m256 exp8(__m256 x)
+{
+    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+                                  23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+static float exp_sum_avx2(float *y, const float *x, int64_t n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        _mm256_storeu_ps(y + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float lanes[8], sum = 0.0f;
+    _mm256_storeu_ps(lanes, acc);
+    for (int i = 0; i < 8; i++)
+        sum += lanes[i];
+    for (; j < n; j++) {
+        float d = x[j] - m;
+        y[j] = d < -87.3f ? 0.0f : expf(d);
+        sum += y[j];
+    }
+    return sum;
+}
+
+/* the elementwise kernels: 8 lanes, the tail one at a time, the same roundings as the
+ * references (no contraction into FMA) */
+static void scores_avx2(float *x, int64_t n, float alpha, float mult)
+{
+    __m256 va = _mm256_set1_ps(alpha), vm = _mm256_set1_ps(mult);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), va);
+        _mm256_storeu_ps(x + j, mult != 1.0f ? _mm256_mul_ps(v, vm) : v);
+    }
+    for (; j < n; j++) {
+        x[j] *= alpha;
+        if (mult != 1.0f)
+            x[j] *= mult;
+    }
+}
+
+static float row_max_avx2(const float *x, int64_t n, float init)
+{
+    __m256 m = _mm256_set1_ps(init);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m);
+    for (int i = 0; i < 8; i++)
+        init = lanes[i] > init ? lanes[i] : init;
+    for (; j < n; j++)
+        init = x[j] > init ? x[j] : init;
+    return init;
+}
+
+static void scale_avx2(float *x, int64_t n, float s)
+{
+    __m256 vs = _mm256_set1_ps(s);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), vs));
+    for (; j < n; j++)
+        x[j] *= s;
+}
+
+static void dsoftmax_avx2(float *g, const float *p, int64_t n, float D, float mult)
+{
+    __m256 vd = _mm256_set1_ps(D), vm = _mm256_set1_ps(mult);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 t = _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(g + j), vd));
+        _mm256_storeu_ps(g + j, _mm256_mul_ps(vm, t));
+    }
+    for (; j < n; j++)
+        g[j] = mult * (p[j] * (g[j] - D));
+}
+
+static const struct mc_flash_kernels avx2 = {"avx2", gemm_nn_avx2, gemm_tn_avx2, exp_sum_avx2,
+                                             scores_avx2, row_max_avx2, scale_avx2,
+                                             dsoftmax_avx2};
+
+const struct mc_flash_kernels *mc_flash_kernels_avx2(void) { return &avx2; }
