@@ -87,7 +87,7 @@ def refusals(c, tmp):
 
 
 def main():
-    """fp32: every setting; with --bf16: a subset and the Llama-style model
+    """fp32: every setting; with --bf16: a subset, the Llama-style model and flash attention
     (test_recompute_bf16.py runs this file with that argument)."""
     c = mc_test.CHECKS
     bf16 = sys.argv[1:] == ["bf16"]
@@ -102,6 +102,17 @@ def main():
         base = run(llama, NONE, tmp, "llama none")
         r = run(llama, full("uniform", 3), tmp, "llama uniform 3")
         compare(c, base, r, "llama fp32 full uniform 3 (groups of 3 and 1)")
+        # flash attention keeps no probabilities: full recompute reruns it, selective has
+        # nothing to recompute (and says so)
+        flash = BASE + ["--use-flash-attn"]
+        base = run(flash, NONE, tmp, "flash none")
+        compare(c, base, run(flash, full("uniform", 2), tmp, "flash uniform 2"),
+                "flash fp32 full uniform 2")
+        r = run(flash, SELECTIVE, tmp, "flash selective")
+        if compare(c, base, r, "flash fp32 selective"):
+            c.check("nothing (flash attention" in (r["what"] or "") and
+                    per_slot(r) == per_slot(base), f"flash selective: nothing recomputed, the "
+                    f"same bytes kept ({r['what']}; {per_slot(r)} vs {per_slot(base)})")
     return mc_test.summary("test_recompute_bf16")
 
 

@@ -1,6 +1,7 @@
 """test_recompute.py's bf16 subset (selective, full uniform 2, full block 1: bit-identical to
 bf16 without recompute over 20 iterations, weights and optimizer state included, and the
-activation memory table) and a Llama-style fp32 model whose last uniform group is shorter."""
+activation memory table), a Llama-style fp32 model whose last uniform group is shorter, and
+fp32 with --use-flash-attn (full recompute bit-identical; selective has nothing to do)."""
 import os
 import sys
 
