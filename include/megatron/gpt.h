@@ -129,6 +129,11 @@ MC_API int mc_gpt_activation_slots(const mc_gpt_model *m);
 MC_API mc_status mc_gpt_use_slot(mc_gpt_model *m, int slot);
 /* Bytes of one slot (mc_gpt_activation_bytes = shared scratch + slots x this). */
 MC_API size_t mc_gpt_slot_activation_bytes(const mc_gpt_model *m);
+/* The same two counts for a config without building the model (its parameters are not
+ * allocated): *shared = the scratch and the full-recompute work area, *per_slot = one
+ * in-flight micro-batch. MC_ERR_CONFIG when mc_gpt_config_validate refuses the config. */
+MC_API mc_status mc_gpt_config_activation_bytes(const struct mc_gpt_config *cfg, size_t *shared,
+                                                size_t *per_slot);
 
 /* Dropout step counter: advance once per iteration so every step draws fresh masks; also
  * resets the micro-batch counter (training forwards within a step draw different masks). */

@@ -16,6 +16,9 @@ enum mc_position_embedding { MC_POS_LEARNED_ABSOLUTE = 0, MC_POS_ROPE, MC_POS_NO
  * approximation, constant 0.79788456); MC_ACT_GELU_ERF is --no-bias-gelu-fusion. SwiGLU is
  * MC_ACT_SWIGLU (gated: fc1 is [gate; up], output silu(gate) * up). */
 enum mc_activation { MC_ACT_GELU_TANH = 0, MC_ACT_GELU_ERF, MC_ACT_SWIGLU, MC_ACT_SQUARED_RELU };
+/* Activation recompute (TransformerConfig.recompute_granularity / recompute_method). */
+enum mc_recompute { MC_RECOMPUTE_NONE = 0, MC_RECOMPUTE_FULL, MC_RECOMPUTE_SELECTIVE };
+enum mc_recompute_method { MC_RECOMPUTE_UNIFORM = 0, MC_RECOMPUTE_BLOCK };
 
 /* TransformerConfig + the GPTModel arguments. Field names follow Megatron's config fields.
  * Zero in a "0 = derived" field takes Megatron's default. Fill with mc_gpt_config_default(). */
@@ -94,6 +97,21 @@ struct mc_gpt_config {
      * only the last the final norm, output layer and loss. 0 = no interleaving (one chunk). */
     int virtual_pipeline_model_parallel_size;
     int virtual_pipeline_model_parallel_rank;
+    /* Activation recompute in training forwards, as TransformerBlock._checkpointed_forward and
+     * checkpoint_core_attention (the results are bit-identical to none; only memory and time
+     * change). FULL + UNIFORM: the layers of this model chunk in groups of
+     * recompute_num_layers (the last group may be shorter), each group's input kept and the
+     * group rerun before its backward; FULL + BLOCK: the first recompute_num_layers layers of
+     * the chunk rerun one by one, the rest keep their activations. SELECTIVE: core attention's
+     * [b, np, s, s] probabilities are not kept but recomputed in backward
+     * (recompute_core_attention false: --recompute-modules without core_attn). With
+     * distribute_saved_activations (FULL, tensor parallel without sequence parallel) each rank
+     * keeps 1/tp of every group input, all-gathered before the rerun. */
+    enum mc_recompute recompute_granularity;
+    enum mc_recompute_method recompute_method;
+    int64_t recompute_num_layers;
+    bool recompute_core_attention;
+    bool distribute_saved_activations;
     /* Uneven pipelines (--decoder-first/last-pipeline-num-layers; TransformerConfig's
      * num_layers_in_first/last_pipeline_stage): the layers of the first / last pipeline rank
      * (all its virtual stages together), the rest split evenly over the middle ranks.

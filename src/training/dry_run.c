@@ -13,6 +13,7 @@
 #include "training/flops.h"
 #include "training/log_format.h"
 #include "training/microbatches.h"
+#include "training/model_config.h"
 #include "training/refusals.h"
 #include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
@@ -213,6 +214,37 @@ static mc_status scheduler(struct mc_args *a, struct mc_microbatches *mb, FILE *
     return MC_OK;
 }
 
+/* What activation recompute does and what the first pipeline stage keeps in megatron.c's
+ * layout (the model's own count, mc_gpt_config_activation_bytes; ours, not Megatron's). */
+static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t padded,
+                                FILE *out)
+{
+    struct mc_gpt_config c;
+    size_t shared = 0, per = 0;
+    int64_t pp = mc_args_int(a, MC_A_pipeline_model_parallel_size);
+    bool vpp = !mc_args_is_none(a, MC_A_virtual_pipeline_model_parallel_size);
+    int64_t vp = vpp ? mc_args_int(a, MC_A_virtual_pipeline_model_parallel_size) : 1;
+    if (mc_gpt_config_from_args(a, vocab, padded, 0, &c) != MC_OK) {
+        fprintf(out, "megatron.c dry run: %s\n", mc_last_error());
+        return;
+    }
+    c.pipeline_model_parallel_size = (int)pp;
+    c.virtual_pipeline_model_parallel_size = vpp ? (int)vp : 0;
+    char what[512];
+    int64_t layers, offset;
+    mc_gpt_stage_layers(&c, 0, 0, &layers, &offset);
+    mc_recompute_describe(&c, layers, what, sizeof(what));
+    fprintf(out, "megatron.c dry run: activation recompute: %s\n", what);
+    if (mc_gpt_config_activation_bytes(&c, &shared, &per) != MC_OK) {
+        fprintf(out, "megatron.c dry run: %s\n", mc_last_error());
+        return;
+    }
+    fprintf(out, "megatron.c dry run: activations kept by one model chunk of pipeline stage 0: "
+                 "%.2f MiB per micro-batch in flight + %.2f MiB shared (scratch%s)\n",
+            (double)per / 1048576.0, (double)shared / 1048576.0,
+            c.recompute_granularity == MC_RECOMPUTE_FULL ? " and the recompute work area" : "");
+}
+
 /* The layers of each pipeline stage as the model would build them ("4", or "1, 3" for an
  * uneven split; virtual stages of a rank summed), after TransformerConfig's split rules. */
 static mc_status stage_layers(struct mc_args *a, char *buf, size_t n)
@@ -308,6 +340,7 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
                      "(report_theoretical_memory):\n");
         mc_memory_report(out, a, &e);
     }
+    dry_run_activations(a, vocab, padded, out);
     double flops;
     char fl[64];
     if (mc_flops_per_iteration(a, padded, mb.running, &flops) == MC_OK) {

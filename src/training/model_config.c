@@ -5,6 +5,7 @@
  * groups only with --group-query-attention. */
 #include "training/model_config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define A(x) MC_A_##x
@@ -71,6 +72,77 @@ static enum mc_activation activation(const struct mc_args *a)
     /* Megatron's MLP uses bias_gelu_impl (tanh approximation) when bias-activation fusion is on;
      * validate_args turns it off without linear bias. */
     return mc_args_bool(a, A(bias_gelu_fusion)) ? MC_ACT_GELU_TANH : MC_ACT_GELU_ERF;
+}
+
+/* --recompute-granularity/-method/-num-layers, --recompute-modules (default ["core_attn"];
+ * "layernorm" is what megatron.c always does: the norm outputs are never kept), and
+ * --distribute-saved-activations: TransformerConfig's recompute fields. */
+static mc_status recompute_from_args(const struct mc_args *a, struct mc_gpt_config *cfg)
+{
+    const char *g = mc_args_str(a, A(recompute_granularity));
+    cfg->recompute_granularity = !g ? MC_RECOMPUTE_NONE
+                                 : !strcmp(g, "full") ? MC_RECOMPUTE_FULL : MC_RECOMPUTE_SELECTIVE;
+    const char *meth = mc_args_str(a, A(recompute_method));
+    cfg->recompute_method = meth && !strcmp(meth, "block") ? MC_RECOMPUTE_BLOCK
+                                                           : MC_RECOMPUTE_UNIFORM;
+    if (cfg->recompute_granularity == MC_RECOMPUTE_FULL && !meth)
+        return mc_error(MC_ERR_CONFIG, "Using recompute_granularity: full so recompute_method "
+                        "must be \"block\" or \"uniform\"");
+    cfg->recompute_num_layers = mc_args_is_none(a, A(recompute_num_layers))
+                                    ? 0 : mc_args_int(a, A(recompute_num_layers));
+    if (cfg->recompute_granularity != MC_RECOMPUTE_FULL && cfg->recompute_num_layers)
+        return mc_error(MC_ERR_CONFIG, "When using recompute_granularity: %s "
+                        "recompute_num_layers must be None.", g ? g : "None");
+    cfg->distribute_saved_activations = mc_args_bool(a, A(distribute_saved_activations));
+    const struct mc_val *mods = &a->v[A(recompute_modules)];
+    cfg->recompute_core_attention = mods->kind != MC_V_LIST;
+    for (int k = 0; mods->kind == MC_V_LIST && k < mods->n; k++) {
+        const char *mod = mods->items[k].s ? mods->items[k].s : "";
+        if (!strcmp(mod, "core_attn"))
+            cfg->recompute_core_attention = true;
+        else if (strcmp(mod, "layernorm") != 0 && cfg->recompute_granularity ==
+                                                       MC_RECOMPUTE_SELECTIVE)
+            return mc_error(MC_ERR_UNSUPPORTED, "--recompute-modules %s: megatron.c recomputes "
+                            "core_attn (and always the layernorms) selectively; %s is not "
+                            "supported yet", mod, mod);
+    }
+    return MC_OK;
+}
+
+void mc_recompute_describe(const struct mc_gpt_config *c, int64_t layers, char *buf, size_t n)
+{
+    int64_t k = c->recompute_num_layers, kept = k < layers ? k : layers;
+    if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE && c->flash_attention) {
+        snprintf(buf, n, "selective: nothing (flash attention keeps no attention "
+                 "probabilities; the layernorm outputs are never kept)");
+        return;
+    }
+    if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE) {
+        snprintf(buf, n, "selective: %s", c->recompute_core_attention
+                 ? "core attention rerun in backward, no layer keeps its [b, np, s, s] "
+                   "attention probabilities"
+                 : "nothing (--recompute-modules without core_attn; the layernorm outputs are "
+                   "never kept)");
+        return;
+    }
+    if (c->recompute_granularity == MC_RECOMPUTE_NONE) {
+        snprintf(buf, n, "none: every layer keeps its activations for backward");
+        return;
+    }
+    int w;
+    if (c->recompute_method == MC_RECOMPUTE_UNIFORM)
+        w = snprintf(buf, n, "full, uniform: the %lld layers of each model chunk in groups of "
+                     "%lld, each group's input kept and the group rerun before its backward "
+                     "(%lld kept inputs, a shared work area of %lld layers)", (long long)layers,
+                     (long long)k, (long long)((layers + k - 1) / k), (long long)kept);
+    else
+        w = snprintf(buf, n, "full, block: the first %lld of the %lld layers of each model chunk "
+                     "rerun one by one before their backward from their kept inputs, the other "
+                     "%lld keep their activations", (long long)kept, (long long)layers,
+                     (long long)(layers - kept));
+    if (c->distribute_saved_activations && w > 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, "; each tensor-parallel rank keeps 1/%d of every kept "
+                 "input", c->tensor_model_parallel_size);
 }
 
 mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
@@ -148,7 +220,7 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                             i ? "last" : "first");
         *(i ? &cfg->num_layers_in_last_pipeline_stage : &cfg->num_layers_in_first_pipeline_stage) = n;
     }
-    return MC_OK;
+    return recompute_from_args(a, cfg);
 }
 
 void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config *cfg)

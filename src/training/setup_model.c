@@ -186,6 +186,36 @@ static mc_status pp_activation_slots(struct trainer *t)
     return MC_OK;
 }
 
+/* What this rank keeps for backward (megatron.c's line, not Megatron's): printed with
+ * activation recompute on, or with MC_LOG_ACTIVATIONS=1. Every chunk: its shared part (scratch
+ * and the full-recompute work area) and its slots. */
+static void log_activations(const struct trainer *t)
+{
+    const struct mc_gpt_config *c = mc_gpt_model_config(t->m.model);
+    const char *env = getenv("MC_LOG_ACTIVATIONS");
+    if ((c->recompute_granularity == MC_RECOMPUTE_NONE && !(env && !strcmp(env, "1"))) ||
+        t->par.dp_rank != 0)
+        return;
+    char what[512], chunks[512] = "";
+    size_t total = 0, used = 0;
+    for (int v = 0; v < t->m.vp; v++) {
+        const mc_gpt_model *m = t->m.chunks[v];
+        size_t per = mc_gpt_slot_activation_bytes(m), all = mc_gpt_activation_bytes(m);
+        int slots = mc_gpt_activation_slots(m);
+        total += all;
+        int w = snprintf(chunks + used, sizeof(chunks) - used, "%s%zu shared + %d x %zu per "
+                         "micro-batch", v ? ", " : "", all - (size_t)slots * per, slots, per);
+        used += w > 0 && (size_t)w < sizeof(chunks) - used ? (size_t)w : 0;
+    }
+    int64_t layers, offset; /* chunk 0 of this stage (uneven stages: Megatron's split) */
+    mc_gpt_stage_layers(c, c->pipeline_model_parallel_rank, 0, &layers, &offset);
+    mc_recompute_describe(c, layers, what, sizeof(what));
+    printf(" > activation memory on (tensor, pipeline) model parallel rank (%d, %d): %zu bytes "
+           "(%.3f MiB) = %s; activation recompute: %s\n", mc_ps_rank(&t->par.ps, MC_PS_TP),
+           mc_ps_rank(&t->par.ps, MC_PS_PP), total, (double)total / 1048576.0, chunks, what);
+    fflush(stdout);
+}
+
 /* --num-virtual-stages-per-pipeline-rank: the interleaved schedule with
  * --microbatch-group-size-per-virtual-pipeline-stage (default pp) and overlap_p2p_comm. */
 static mc_status interleaved_init(struct trainer *t, const struct mc_pp_p2p *p)
@@ -264,6 +294,7 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
     t->m.model = t->m.chunks[0];
     if (st || (st = pp_setup(t)))
         return st;
+    log_activations(t);
     if (t->par.dp_rank == 0) { /* Megatron prints this on every data-parallel rank 0 */
         printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
                tp_rank, mc_ps_rank(&t->par.ps, MC_PS_PP), (long long)n_params);

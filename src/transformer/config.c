@@ -38,6 +38,7 @@ void mc_gpt_config_default(struct mc_gpt_config *cfg)
         .fp32_residual_connection = false,
         .hidden_dropout = 0.1f,
         .attention_dropout = 0.1f,
+        .recompute_core_attention = true, /* recompute_modules defaults to ["core_attn"] */
         .init_method_std = 0.02f,
         .seed = 1234,
         .params_dtype = MC_DTYPE_F32,
@@ -376,6 +377,27 @@ static mc_status apply_megatron_rules(struct mc_gpt_config *c)
     return MC_OK;
 }
 
+/* TransformerConfig.__post_init__'s recompute rules (the option spellings of the CLI). */
+static mc_status check_recompute(const struct mc_gpt_config *c)
+{
+    if (c->recompute_granularity == MC_RECOMPUTE_FULL && c->recompute_num_layers < 1)
+        return mc_error(MC_ERR_CONFIG, "When using recompute_granularity: full "
+                        "recompute_num_layers must be between 1 and "
+                        "num_layers_per_pipeline_rank: %lld (--recompute-num-layers)",
+                        (long long)(c->num_layers / c->pipeline_model_parallel_size));
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL && c->recompute_num_layers != 0)
+        return mc_error(MC_ERR_CONFIG, "--recompute-num-layers %lld: only with "
+                        "--recompute-granularity full", (long long)c->recompute_num_layers);
+    if (c->distribute_saved_activations && c->sequence_parallel)
+        return mc_error(MC_ERR_CONFIG, "distribute_saved_activations: True must be false when "
+                        "sequence parallel is enabled: True");
+    if (c->distribute_saved_activations &&
+        (c->recompute_granularity != MC_RECOMPUTE_FULL || c->tensor_model_parallel_size < 2))
+        return mc_error(MC_ERR_CONFIG, "--distribute-saved-activations needs "
+                        "--recompute-granularity full and --tensor-model-parallel-size > 1");
+    return MC_OK;
+}
+
 /* Sizes are int64 products of config values: refuse configs whose buffers could not be
  * indexed (or would overflow while being sized) instead of wrapping around. */
 static mc_status check_extents(const struct mc_gpt_config *c)
@@ -412,7 +434,8 @@ mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg)
     if ((st = check_sizes(cfg)) != MC_OK || (st = check_enums(cfg)) != MC_OK ||
         (st = derive_widths(cfg)) != MC_OK || (st = derive_vocab(cfg)) != MC_OK ||
         (st = check_positions(cfg)) != MC_OK || (st = check_probabilities(cfg)) != MC_OK ||
-        (st = apply_megatron_rules(cfg)) != MC_OK || (st = check_extents(cfg)) != MC_OK)
+        (st = apply_megatron_rules(cfg)) != MC_OK || (st = check_recompute(cfg)) != MC_OK ||
+        (st = check_extents(cfg)) != MC_OK)
         return st;
     return MC_OK;
 }

@@ -83,6 +83,9 @@ struct mc_tfm_scratch {
     void *attn_a;        /* [b, np_l, s, s] dropped probs (fwd), Pd (bwd); NULL with flash */
     void *attn_b;        /* [b, np_l, s, s] grad of probs (bwd); NULL with flash */
     uint8_t *attn_keep;  /* [b, np_l, s, s] attention-dropout keep mask; NULL with flash */
+    void *attn_probs;    /* [b, np_l, s, s] selective recompute: every layer's probs, written
+                            by its forward and again just before its backward (NULL without,
+                            and with flash attention, which keeps none) */
     void *h1, *h2;       /* [T, h] */
     void *norm_out;      /* [T, h] a norm's output (forward, and recomputed in backward) */
     float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
@@ -111,6 +114,8 @@ struct mc_tfm_ctx {
     const uint8_t *attn_mask; /* [b, 1, s, s], 1 = masked; NULL = causal */
     const float *rope_cos, *rope_sin; /* [s_max, rot_dim] */
     bool hidden_dropout, attention_dropout; /* active this call */
+    bool recompute_core_attention; /* selective recompute: backward reruns core attention
+                                      (the layer's probs are not kept) */
     uint64_t seed;
     uint32_t step, micro;     /* Philox counter word c2 and the micro-batch in c3 (rng.h) */
 };

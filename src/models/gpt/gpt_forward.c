@@ -132,6 +132,8 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
         .rope_sin = m->rope_sin,
         .hidden_dropout = sl->training && c->hidden_dropout > 0.0f,
         .attention_dropout = sl->training && c->attention_dropout > 0.0f,
+        .recompute_core_attention = c->recompute_granularity == MC_RECOMPUTE_SELECTIVE &&
+                                    c->recompute_core_attention && !c->flash_attention,
         .seed = c->seed,
         .step = sl->step,
         .micro = sl->micro,
@@ -250,8 +252,18 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
         m->be->ops->copy_to_backend(m->be, x0, batch->hidden_in,
                                     m->esize * (size_t)(c.T_sp * d->h));
     }
+    if (m->cfg.distribute_saved_activations && (c.T_sp * d->h) % m->tp.size)
+        return mc_error(MC_ERR_SHAPE, "forward: --distribute-saved-activations splits each "
+                        "checkpointed [s, b, h] input into %d equal parts, but %lld x %lld x "
+                        "%lld elements do not divide", m->tp.size, (long long)s, (long long)b,
+                        (long long)d->h);
     for (int64_t l = 0; l < d->L; l++) {
         void *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
+        if (sl->ckpt[l]) /* the group's input: this rank's 1/tp of it is what stays */
+            m->be->ops->copy(m->be, sl->ckpt[l],
+                             mc_tp_at(sl->acts[l].x_in, m->dt, m->tp.rank * (c.T_sp * d->h /
+                                                                            m->tp.size)),
+                             m->esize * (size_t)(c.T_sp * d->h / m->tp.size));
         int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
         if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, l + 1))) != MC_OK ||
             (st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &sl->acts[l], out)) != MC_OK)
@@ -269,18 +281,47 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     return MC_OK;
 }
 
+/* Full recompute: reruns the forward of the group [first, end) from its kept input, with
+ * the forward's context (shapes, mask, dropout stream: the same bits), refilling the work
+ * area its backward reads; the group's output goes to rc_out (the forward's copy was
+ * consumed or sent on). tensor_parallel.random's CheckpointFunction, without RNG states to
+ * restore: the dropout masks are drawn from counters. */
+static mc_status recompute_group(struct mc_gpt_model *m, const struct mc_gpt_slot *sl,
+                                 const struct mc_tfm_ctx *c, int64_t first, int64_t end)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    mc_status st;
+    if (sl->ckpt[first] &&
+        (st = mc_tp_all_gather_seq(&m->tp, sl->acts[first].x_in, sl->ckpt[first],
+                                   c->T_sp * d->h / m->tp.size)) != MC_OK)
+        return st;
+    for (int64_t l = first; l < end; l++) {
+        void *out = l + 1 < end ? sl->acts[l + 1].x_in : m->rc_out;
+        if ((st = mc_tfm_layer_forward(c, d->layer_offset + l, &m->layer_w[l], &sl->acts[l],
+                                       out)) != MC_OK)
+            return st;
+    }
+    return MC_OK;
+}
+
 /* Layers in reverse, then the embeddings on the first stage; m->dx holds the grad of the
- * last layer's output on entry and the grad of this stage's input on exit. */
+ * last layer's output on entry and the grad of this stage's input on exit. The last layer of
+ * a recomputed group first reruns the group. */
 static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot *sl,
                                const struct mc_tfm_ctx *c)
 {
     const struct mc_tfm_dims *d = &m->dims;
     mc_status st;
-    for (int64_t l = d->L - 1; l >= 0; l--)
+    for (int64_t l = d->L - 1; l >= 0; l--) {
+        int64_t first = mc_gpt_recompute_group(m, l);
+        if (first >= 0 && l + 1 == mc_gpt_recompute_group_end(m, first) &&
+            (st = recompute_group(m, sl, c, first, l + 1)) != MC_OK)
+            return st;
         if ((st = mc_tfm_layer_backward(c, d->layer_offset + l, &m->layer_w[l], &m->layer_g[l],
                                         &sl->acts[l], m->dx)) != MC_OK ||
             (st = mc_gpt_hook_grad_ready(m, mc_gpt_layer_first_param(m, l))) != MC_OK)
             return st;
+    }
     if (!d->first_stage)
         return MC_OK;
     if (c->hidden_dropout)

@@ -325,8 +325,54 @@ static void *carve(struct carver *cv, int64_t n, size_t elem)
     return p;
 }
 
-/* One slot: what backward reads of its forward. */
-static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct mc_gpt_slot *sl)
+/* ---- activation recompute (TransformerBlock._checkpointed_forward) --------------------- */
+
+/* Selective recompute of core attention; flash attention keeps no probabilities, so there
+ * is nothing to recompute (Megatron's TransformerConfig warns the same for fused attention). */
+static bool selective_recompute(const struct mc_gpt_config *c)
+{
+    return c->recompute_granularity == MC_RECOMPUTE_SELECTIVE && c->recompute_core_attention &&
+           !c->flash_attention;
+}
+
+/* uniform: layers [k g, k g + k) of this chunk form group g (Megatron's loop runs past the
+ * chunk's last layer when k does not divide it, an IndexError: here the last group is shorter,
+ * COMPATIBILITY.md); block: each of the first k layers is a group of its own. */
+int64_t mc_gpt_recompute_group(const struct mc_gpt_model *m, int64_t l)
+{
+    const struct mc_gpt_config *c = &m->cfg;
+    int64_t k = c->recompute_num_layers;
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL || k < 1)
+        return -1;
+    if (c->recompute_method == MC_RECOMPUTE_UNIFORM)
+        return l / k * k;
+    return l < k ? l : -1;
+}
+
+int64_t mc_gpt_recompute_group_end(const struct mc_gpt_model *m, int64_t first)
+{
+    int64_t k = m->cfg.recompute_num_layers, L = m->dims.L;
+    if (m->cfg.recompute_method == MC_RECOMPUTE_BLOCK)
+        return first + 1;
+    return first + k < L ? first + k : L;
+}
+
+/* The layers the work area must hold: the longest group. */
+static int64_t recompute_work_layers(const struct mc_gpt_model *m)
+{
+    int64_t n = 0;
+    for (int64_t l = 0; l < m->dims.L; l++) {
+        int64_t first = mc_gpt_recompute_group(m, l);
+        if (first >= 0 && l - first + 1 > n)
+            n = l - first + 1;
+    }
+    return n;
+}
+
+/* One layer's saved activations (a slot's, or one layer of the full-recompute work area).
+ * With selective recompute the probabilities are the shared scratch's. */
+static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
+                        struct mc_tfm_layer_acts *a)
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
@@ -336,24 +382,47 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
     /* E: activations in dt; F: fp32 statistics; B: keep masks */
     const size_t F = sizeof(float), B = 1, E = m->esize;
     bool drop_h = m->cfg.hidden_dropout > 0.0f;
+    a->x_in = carve(cv, Ts * d->h, E);
+    a->ln1_mean = carve(cv, Ts, F);
+    a->ln1_rstd = carve(cv, Ts, F);
+    a->qkv = carve(cv, T * d->qkv_l, E);
+    a->probs = flash ? NULL : selective_recompute(&m->cfg) ? m->scratch.attn_probs
+                                                            : carve(cv, P, E);
+    a->lse = flash ? carve(cv, d->b_max * d->np_l * d->s_max, F) : NULL;
+    a->ctx = carve(cv, T * d->ctx_l, E);
+    a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
+    a->x_mid = carve(cv, Ts * d->h, E);
+    a->ln2_mean = carve(cv, Ts, F);
+    a->ln2_rstd = carve(cv, Ts, F);
+    a->fc1 = carve(cv, T * d->fc1_l, E);
+    a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
+    a->qk_in = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
+    a->qk_mean = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
+    a->qk_rstd = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
+}
+
+/* One slot: what backward reads of its forward. A layer of a recomputed group uses the work
+ * area; the slot keeps only the group's input (its first layer's x_in, or with
+ * distribute_saved_activations this rank's 1/tp of it). */
+static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct mc_gpt_slot *sl)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    int64_t T = d->b_max * d->s_max;
+    int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
+    const size_t F = sizeof(float), B = 1, E = m->esize;
+    bool drop_h = m->cfg.hidden_dropout > 0.0f;
     for (int64_t l = 0; l < d->L; l++) {
-        struct mc_tfm_layer_acts *a = &sl->acts[l];
-        a->x_in = carve(cv, Ts * d->h, E);
-        a->ln1_mean = carve(cv, Ts, F);
-        a->ln1_rstd = carve(cv, Ts, F);
-        a->qkv = carve(cv, T * d->qkv_l, E);
-        a->probs = flash ? NULL : carve(cv, P, E);
-        a->lse = flash ? carve(cv, d->b_max * d->np_l * d->s_max, F) : NULL;
-        a->ctx = carve(cv, T * d->ctx_l, E);
-        a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-        a->x_mid = carve(cv, Ts * d->h, E);
-        a->ln2_mean = carve(cv, Ts, F);
-        a->ln2_rstd = carve(cv, Ts, F);
-        a->fc1 = carve(cv, T * d->fc1_l, E);
-        a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-        a->qk_in = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
-        a->qk_mean = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
-        a->qk_rstd = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
+        int64_t first = mc_gpt_recompute_group(m, l);
+        sl->ckpt[l] = NULL;
+        if (first < 0) {
+            carve_layer(m, cv, &sl->acts[l]);
+            continue;
+        }
+        sl->acts[l] = m->rc_work[l - first];
+        if (l == first && m->cfg.distribute_saved_activations)
+            sl->ckpt[l] = carve(cv, Ts * d->h / d->tp, E);
+        else if (l == first)
+            sl->acts[l].x_in = carve(cv, Ts * d->h, E);
     }
     sl->emb_keep = drop_h ? carve(cv, Ts * d->h, B) : NULL;
     sl->x_final = carve(cv, Ts * d->h, E);
@@ -382,6 +451,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     s->attn_a = flash ? NULL : carve(cv, P, E);
     s->attn_b = flash ? NULL : carve(cv, P, E);
     s->attn_keep = drop_a && !flash ? carve(cv, P, B) : NULL;
+    s->attn_probs = selective_recompute(&m->cfg) ? carve(cv, P, E) : NULL;
     s->h1 = carve(cv, T * d->h, E);
     s->h2 = carve(cv, T * d->h, E);
     s->norm_out = carve(cv, Ts * d->h, E);
@@ -407,6 +477,9 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
         m->rope_cos = carve(cv, d->s_max * d->rot_dim, F);
         m->rope_sin = carve(cv, d->s_max * d->rot_dim, F);
     }
+    for (int64_t i = 0; i < m->rc_work_layers; i++)
+        carve_layer(m, cv, &m->rc_work[i]);
+    m->rc_out = m->rc_work_layers ? carve(cv, Ts * d->h, E) : NULL;
     size_t before = cv->used;
     for (int i = 0; i < m->n_slots; i++)
         carve_slot(m, cv, &m->slots[i]);
@@ -415,16 +488,20 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
 
 static void free_slots(struct mc_gpt_slot *slots, int n)
 {
-    for (int i = 0; slots && i < n; i++)
+    for (int i = 0; slots && i < n; i++) {
         mc_free(slots[i].acts);
+        mc_free(slots[i].ckpt);
+    }
     mc_free(slots);
 }
 
 static struct mc_gpt_slot *alloc_slots(int n, int64_t L)
 {
     struct mc_gpt_slot *slots = mc_calloc((size_t)n, sizeof(*slots));
+    size_t nl = (size_t)(L > 0 ? L : 1);
     for (int i = 0; slots && i < n; i++)
-        if (!(slots[i].acts = mc_calloc((size_t)(L > 0 ? L : 1), sizeof(*slots[i].acts)))) {
+        if (!(slots[i].acts = mc_calloc(nl, sizeof(*slots[i].acts))) ||
+            !(slots[i].ckpt = mc_calloc(nl, sizeof(*slots[i].ckpt)))) {
             free_slots(slots, n);
             return NULL;
         }
@@ -679,6 +756,10 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
                                  m->cfg.tensor_model_parallel_rank, NULL,
                                  m->cfg.sequence_parallel, m->dt, m->be, NULL, NULL,
                                  m->cfg.grad_dtype};
+    m->rc_work_layers = recompute_work_layers(m);
+    if (m->rc_work_layers &&
+        !(m->rc_work = mc_calloc((size_t)m->rc_work_layers, sizeof(*m->rc_work))))
+        goto out_free;
     m->layer_w = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_w));
     m->layer_g = mc_calloc((size_t)m->dims.L, sizeof(*m->layer_g));
     if (!m->layer_w || !m->layer_g)
@@ -730,6 +811,7 @@ void mc_gpt_model_free(mc_gpt_model *m)
     mc_free(m->pset_params);
     mc_free(m->params);
     free_slots(m->slots, m->n_slots);
+    mc_free(m->rc_work);
     mc_free(m->layer_g);
     mc_free(m->layer_w);
     if (m->owns_be)
@@ -823,6 +905,32 @@ mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
 }
 
 size_t mc_gpt_activation_bytes(const mc_gpt_model *m) { return m->act_bytes; }
+
+mc_status mc_gpt_config_activation_bytes(const struct mc_gpt_config *cfg, size_t *shared,
+                                         size_t *per_slot)
+{
+    struct mc_gpt_model m = {.cfg = *cfg, .n_slots = 1};
+    mc_status st = mc_gpt_config_validate(&m.cfg);
+    if (st != MC_OK)
+        return st;
+    derive_dims(&m.dims, &m.cfg);
+    m.dt = m.cfg.params_dtype;
+    m.esize = mc_dtype_size(m.dt);
+    m.rc_work_layers = recompute_work_layers(&m);
+    m.slots = alloc_slots(1, m.dims.L);
+    m.rc_work = mc_calloc((size_t)(m.rc_work_layers > 0 ? m.rc_work_layers : 1),
+                          sizeof(*m.rc_work));
+    if (m.slots && m.rc_work) { /* counted, not carved (base NULL) */
+        struct carver cv = {NULL, 0};
+        carve_all(&m, &cv);
+        *per_slot = m.slot_bytes;
+        *shared = cv.used - m.slot_bytes;
+    }
+    st = m.slots && m.rc_work ? MC_OK : MC_ERR_NOMEM;
+    free_slots(m.slots, 1);
+    mc_free(m.rc_work);
+    return st;
+}
 
 mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m)
 {

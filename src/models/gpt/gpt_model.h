@@ -61,6 +61,13 @@ struct mc_gpt_model {
     int n_slots;                     /* activation slots (mc_gpt_set_activation_slots) */
     int cur;                         /* the slot forward / backward use (mc_gpt_use_slot) */
     struct mc_gpt_slot *slots;       /* [n_slots] */
+    /* Full activation recompute (cfg.recompute_granularity FULL, gpt_forward.c): the layers
+     * of a recomputed group keep their activations in this work area, shared by every slot
+     * and rebuilt by rerunning the group before its backward; a slot keeps only each group's
+     * input. rc_work_layers = the longest group (0 without full recompute). */
+    int64_t rc_work_layers;
+    struct mc_tfm_layer_acts *rc_work; /* [rc_work_layers] */
+    void *rc_out;                    /* [Ts, h] the rerun group's output (not needed again) */
     /* shared by the slots (never read across calls) */
     struct mc_tfm_scratch scratch;
     /* T = micro_batch_size x seq_length tokens; Ts = T / tp with sequence parallelism, else T */
@@ -89,7 +96,10 @@ struct mc_gpt_model {
  * dropout stream (step, micro) of the micro-batch, so several micro-batches can be in flight
  * (pipeline stages keep each one's activations until its backward). */
 struct mc_gpt_slot {
-    struct mc_tfm_layer_acts *acts;  /* [L] */
+    struct mc_tfm_layer_acts *acts;  /* [L]; a recomputed layer's point into the work area */
+    void **ckpt;                     /* [L] distribute_saved_activations: this rank's 1/tp of
+                                        the input of each recomputed group (at its first
+                                        layer; NULL elsewhere) */
     uint8_t *emb_keep;               /* [Ts, h] embedding dropout keep mask */
     void *x_final;                   /* [Ts, h] last layer output (a non-last stage's output) */
     void *lnf;
@@ -117,6 +127,11 @@ static inline mc_status mc_gpt_hook_param_use(struct mc_gpt_model *m, int64_t en
 {
     return mc_param_set_param_use(&m->pset, end);
 }
+
+/* Full recompute: the first layer of the recomputed group local layer l belongs to, or -1
+ * when l keeps its activations; and one past that group's last layer. */
+int64_t mc_gpt_recompute_group(const struct mc_gpt_model *m, int64_t l);
+int64_t mc_gpt_recompute_group_end(const struct mc_gpt_model *m, int64_t first);
 
 /* Index of the first parameter of local layer l (l = L: the first one after the layers). */
 int64_t mc_gpt_layer_first_param(const struct mc_gpt_model *m, int64_t l);
