@@ -121,7 +121,8 @@ def test_sigterm(tmp):
 
 def test_refusals(tmp):
     for extra, env, words in (
-        (("--save", os.path.join(tmp, "ck"), "--save-interval", "2"), {}, "--ckpt-format torch"),
+        (("--save", os.path.join(tmp, "ck"), "--save-interval", "2", "--use-distributed-optimizer"),
+         {}, "--ckpt-format torch"),
         (("--bf16", "--grad-reduce-in-bf16"), {}, "--grad-reduce-in-bf16"),
         ((), {"WORLD_SIZE": "2", "RANK": "0"}, "world size"),
     ):
