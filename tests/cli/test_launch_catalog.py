@@ -239,6 +239,12 @@ def shrink(opts):
     groups = tp if get(opts, '--num-query-groups') else None
     hidden = 16 * heads
     layers = pp * (2 if vp else 1)
+    first = int(get(opts, '--decoder-first-pipeline-num-layers', 0) or 0)
+    last = int(get(opts, '--decoder-last-pipeline-num-layers', 0) or 0)
+    if (first or last) and pp > 1:
+        # an uneven split as written, with one layer on each other stage: shrinking to one layer
+        # per stage would leave those stages empty, which the real script's never are
+        layers = first + last + (pp - (first > 0) - (last > 0))
     o = setv(opts, '--num-layers', str(layers))
     o = setv(o, '--hidden-size', str(hidden))
     o = setv(o, '--num-attention-heads', str(heads))
