@@ -94,6 +94,13 @@ static mc_status check_uneven_pipeline(const struct mc_gpt_config *c, int pp)
         return mc_error(MC_ERR_CONFIG, "number of layers on each middle pipeline rank:%lld must "
                         "be divisible by virtualpipeline parallel degree %d",
                         (long long)(layers / stages), vp);
+    /* Megatron builds such stages empty; ours need parameters on every stage (grad buffers) */
+    if (!layers)
+        return mc_error(MC_ERR_UNSUPPORTED, "--decoder-first-pipeline-num-layers %lld and "
+                        "--decoder-last-pipeline-num-layers %lld take all %lld layers, leaving the "
+                        "middle pipeline stages empty: megatron.c does not build a pipeline stage "
+                        "without parameters yet (give each middle stage at least one layer)",
+                        (long long)first, (long long)last, (long long)c->num_layers);
     return MC_OK;
 }
 

@@ -54,6 +54,9 @@ def test_rules(tmp):
         ((FIRST, "0"), "num_layers_in_first_pipeline_stage must be larger than 0"),
         (("--num-layers", "8", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
           FIRST, "3"), "number of layers at first stage: 3must be divisible by virtual pipelineparallel degree 2"),
+        # valid for Megatron (empty middle stages), refused by name here
+        (("--num-layers", "2", "--pipeline-model-parallel-size", "3", FIRST, "1",
+          "--decoder-last-pipeline-num-layers", "1"), "leaving the middle pipeline stages empty"),
     ]
     for extra, want in cases:
         pp = int(extra[extra.index("--pipeline-model-parallel-size") + 1]) if "--pipeline-model-parallel-size" in extra else 2
