@@ -13,9 +13,9 @@ its last printed decimal, the same learning rate, loss scale, skipped and nan it
   the flag (its mcore GPT model stores the flag and never reads it), so Megatron's continuation
   equals its golden without the flag to the printed digit, and megatron.c's run with the flag
   equals its run without bit for bit ([exact] lines).
-Also: with --grad-reduce-in-bf16 the dp2 run (all-reduce) and dp2 with the distributed optimizer
-(reduce-scatter) against the one-process run of the same model ([exact] lines, within 2e-3 like
-test_mixed_parallel's tp2: the bf16 sums associate differently), and dp2 with
+Also: with --grad-reduce-in-bf16 the dp2 run (all-reduce), dp2 with the distributed optimizer
+(reduce-scatter) and tp2 against the one-process run of the same model ([exact] lines, within
+2e-3 like test_mixed_parallel's tp2: the bf16 sums associate differently), and dp2 with
 --overlap-grad-reduce and small buckets bit-identical to dp2 blocking."""
 import os
 import shutil
@@ -109,13 +109,13 @@ ITERS = 6
 MOCK = ["--mock-data", "--vocab-size", "4096", "--seq-length", "32", "--max-position-embeddings", "32"]
 
 
-def run_layout(tmp, np, extra=()):
+def run_layout(tmp, np, extra=(), tp=1):
     args = [*gpt2(4), *MOCK, "--bf16", "--grad-reduce-in-bf16", "--micro-batch-size", "2",
             "--global-batch-size", "8", "--train-iters", str(ITERS), "--lr", "1e-3",
             "--lr-decay-style", "cosine", "--lr-warmup-iters", "2", "--weight-decay", "0.1",
             "--clip-grad", "0.5", "--log-params-norm", "--log-interval", "1", "--eval-interval",
             "1000", "--eval-iters", "0", "--tokenizer-type", "NullTokenizer",
-            "--make-vocab-size-divisible-by", "128", "--data-cache-path", os.path.join(tmp, "cache"),
+            "--make-vocab-size-divisible-by", str(128 // tp), "--data-cache-path", os.path.join(tmp, "cache"),
             "--attention-dropout", "0", "--hidden-dropout", "0", *extra]
     p = run_pretrain(args, np, timeout=240)
     exact = parse_exact(p.stdout)
@@ -136,9 +136,12 @@ def test_layouts(tmp):
     dp2 = run_layout(tmp, 2)
     dopt = run_layout(tmp, 2, ("--use-distributed-optimizer",))
     overlap = run_layout(tmp, 2, ("--overlap-grad-reduce", "--ddp-bucket-size", "2000"))
-    w_dp, w_dopt = worst(dp2, one), worst(dopt, one)
-    print(f"--grad-reduce-in-bf16 vs one process: dp2 {w_dp:.2e}, dp2 distributed optimizer {w_dopt:.2e}")
+    tp2 = run_layout(tmp, 2, ("--tensor-model-parallel-size", "2"), tp=2)
+    w_dp, w_dopt, w_tp = worst(dp2, one), worst(dopt, one), worst(tp2, one)
+    print(f"--grad-reduce-in-bf16 vs one process: dp2 {w_dp:.2e}, dp2 distributed optimizer {w_dopt:.2e}, "
+          f"tp2 {w_tp:.2e}")
     check(w_dp < 2e-3 and w_dopt < 2e-3, f"bf16 grads dp2 / distopt within 2e-3 ({w_dp:.2e}, {w_dopt:.2e})")
+    check(w_tp < 2e-3, f"bf16 grads tp2 within 2e-3 ({w_tp:.2e})")
     check(overlap == dp2, "bf16 grads dp2: --overlap-grad-reduce with small buckets = blocking bit for bit")
 
 
