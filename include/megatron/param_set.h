@@ -66,10 +66,11 @@ struct mc_param_set {
     float *param_block, *grad_block; /* [n_elements] each, fp32: with a 16-bit model these are
                                         the main params and main grads (Megatron's
                                         fp32_from_float16 copies and main_grad buffer) */
-    /* The dtype of Megatron's DDP grad buffer (main_grad): F32, or F16 for --fp16 without
-     * --accumulate-allreduce-grads-in-fp32. With F16 grad_block stays fp32 memory but holds
-     * exactly the fp16 buffer's values: every add, scaling and reduce into it is rounded to
-     * fp16 (tensor_parallel's wgrad commit, ddp.c, distrib_optimizer.c). */
+    /* The dtype of Megatron's DDP grad buffer (main_grad): F32, or the 16-bit params dtype
+     * (F16 for --fp16 without --accumulate-allreduce-grads-in-fp32, BF16 for --bf16
+     * --grad-reduce-in-bf16). Then grad_block stays fp32 memory but holds exactly the 16-bit
+     * buffer's values: every add, scaling and reduce into it is rounded to that dtype
+     * (tensor_parallel's wgrad commit, ddp.c, distrib_optimizer.c). */
     enum mc_dtype grad_dtype;
     /* The weights forward and backward read: param_block itself (compute_dtype F32,
      * compute_block NULL), or a 16-bit copy in compute_dtype (BF16, F16) with param_block's

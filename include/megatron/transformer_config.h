@@ -71,8 +71,9 @@ struct mc_gpt_config {
     uint64_t seed;                   /* 1234: init and dropout streams */
     enum mc_dtype params_dtype;      /* MC_DTYPE_F32, or BF16 / F16 (--bf16 / --fp16): the dtype
                                         the model computes and keeps activations in (gpt.h) */
-    enum mc_dtype grad_dtype;        /* MC_DTYPE_F32, or F16 (--fp16 without
-                                        --accumulate-allreduce-grads-in-fp32): Megatron's DDP
+    enum mc_dtype grad_dtype;        /* MC_DTYPE_F32, or params_dtype (--fp16 without
+                                        --accumulate-allreduce-grads-in-fp32, --bf16
+                                        --grad-reduce-in-bf16): Megatron's DDP
                                         grad buffer dtype, which every weight-grad add rounds
                                         to (mc_param_set.grad_dtype) */
 

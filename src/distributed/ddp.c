@@ -10,12 +10,13 @@
  * micro-batch has made all its grads final (the engine's grad-ready hook), and
  * finish_grad_sync waits; the per-element arithmetic is the same as the blocking path's.
  * Scaling before the sum, as Megatron does, keeps dp = 2^k runs equal to dp = 1.
- * With an fp16 grad buffer (--fp16 without --accumulate-allreduce-grads-in-fp32) the grad
- * block holds fp16 values in fp32 memory: the scaling and the sum are rounded to fp16
- * (mc_ddp_round_grads). The sum itself runs in fp32 through MPI (which has no fp16 type) and
- * is rounded once: for two ranks the bits of NCCL's or gloo's fp16 a + b (the fp32 sum of two
- * fp16 values rounds to fp16 as the exact sum does); over more ranks NCCL rounds after every
- * hop of its ring, so there the results may differ in the last fp16 bit. */
+ * With a 16-bit grad buffer (--fp16 without --accumulate-allreduce-grads-in-fp32, or --bf16
+ * --grad-reduce-in-bf16) the grad block holds fp16 / bf16 values in fp32 memory: the scaling
+ * and the sum are rounded to that dtype (mc_ddp_round_grads). The sum itself runs in fp32
+ * through MPI (which has no 16-bit types) and is rounded once: for two ranks the bits of
+ * NCCL's or gloo's 16-bit a + b (the fp32 sum of two fp16 or bf16 values rounds as the exact
+ * sum does); over more ranks NCCL rounds after every hop of its ring, so there the results may
+ * differ in the last 16-bit bit. */
 #include "distributed/ddp.h"
 
 #include <math.h>
@@ -34,24 +35,24 @@ float mc_ddp_grad_scale(const struct mc_parallel_state *ps, bool calculate_per_t
     return 1.0f / (float)mc_ps_size(ps, MC_PS_DP_CP);
 }
 
-/* fp16 values widened in fp32 memory are rounded through a small fp16 temporary, a chunk at
- * a time (the grads may be the whole model's) */
+/* 16-bit values widened in fp32 memory are rounded through a small 16-bit temporary, a chunk
+ * at a time (the grads may be the whole model's) */
 enum { ROUND_CHUNK = 1 << 16 };
 
 mc_status mc_ddp_round_grads(const struct mc_param_set *s, float *x, int64_t n)
 {
-    if (s->grad_dtype != MC_DTYPE_F16 || n <= 0)
+    enum mc_dtype dt = s->grad_dtype;
+    if ((dt != MC_DTYPE_F16 && dt != MC_DTYPE_BF16) || n <= 0)
         return MC_OK;
     struct mc_backend *be = s->be;
     int64_t cap = n < ROUND_CHUNK ? n : ROUND_CHUNK;
-    void *tmp = MC_MEM_AS(MC_MEM_WORKSPACE,
-                          be->ops->alloc(be, (size_t)cap * mc_dtype_size(MC_DTYPE_F16)));
+    void *tmp = MC_MEM_AS(MC_MEM_WORKSPACE, be->ops->alloc(be, (size_t)cap * mc_dtype_size(dt)));
     if (!tmp)
         return MC_ERR_NOMEM;
     for (int64_t i = 0; i < n; i += cap) {
         int64_t k = n - i < cap ? n - i : cap;
-        be->ops->convert(be, tmp, MC_DTYPE_F16, x + i, MC_DTYPE_F32, k);
-        be->ops->convert(be, x + i, MC_DTYPE_F32, tmp, MC_DTYPE_F16, k);
+        be->ops->convert(be, tmp, dt, x + i, MC_DTYPE_F32, k);
+        be->ops->convert(be, x + i, MC_DTYPE_F32, tmp, dt, k);
     }
     be->ops->free(be, tmp);
     return MC_OK;
@@ -156,7 +157,8 @@ static mc_status plan_dopt_buckets(mc_ddp *d)
 
 /* check_grads: the bucket's local grad norm, before scaling and communication. An fp16
  * buffer's norm is an fp16 tensor: inf once it rounds past fp16's largest value, and then
- * Megatron stops too (only a constant --loss-scale keeps this check on with fp16). */
+ * Megatron stops too (only a constant --loss-scale keeps this check on with fp16). A bf16
+ * norm rounds to inf only where its fp32 sum of squares has already overflowed. */
 static mc_status check_bucket(const mc_ddp *d, int64_t b)
 {
     int64_t off, n;

@@ -34,18 +34,19 @@ void *mc_tp_wgrad_target(const struct mc_tp_group *g, float *grad, int64_t slot,
     return t;
 }
 
-/* main_grad.add_(param.grad) for the dt grad at src. fp32 main grads: one widening add. An
- * fp16 main grad (Megatron's fp16 DDP buffer): the sum rounded to fp16, made in src itself
- * (src = round(src + main), the same bits as round(main + src)) and copied back widened, so
- * the fp32 block holds exactly what Megatron's fp16 buffer holds after every micro-batch. */
+/* main_grad.add_(param.grad) for the dt grad at src. fp32 main grads: one widening add. A
+ * 16-bit main grad (Megatron's fp16 / bf16 DDP buffer, grad_dt == dt): the sum rounded to dt,
+ * made in src itself (src = round(src + main), the same bits as round(main + src)) and copied
+ * back widened, so the fp32 block holds exactly what Megatron's 16-bit buffer holds after
+ * every micro-batch. */
 static void commit_from(const struct mc_tp_group *g, float *grad, void *src, int64_t n)
 {
-    if (g->grad_dt != MC_DTYPE_F16) {
+    if (g->grad_dt == MC_DTYPE_F32) {
         g->be->ops->accumulate(g->be, grad, MC_DTYPE_F32, src, g->dt, n);
         return;
     }
-    g->be->ops->accumulate(g->be, src, MC_DTYPE_F16, grad, MC_DTYPE_F32, n);
-    g->be->ops->convert(g->be, grad, MC_DTYPE_F32, src, MC_DTYPE_F16, n);
+    g->be->ops->accumulate(g->be, src, g->grad_dt, grad, MC_DTYPE_F32, n);
+    g->be->ops->convert(g->be, grad, MC_DTYPE_F32, src, g->grad_dt, n);
 }
 
 void mc_tp_wgrad_commit(const struct mc_tp_group *g, float *grad, int64_t slot, int64_t n)

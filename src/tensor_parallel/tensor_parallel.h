@@ -27,7 +27,7 @@ struct mc_tp_group {
     struct mc_backend *be;
     float *red;
     void *wgrad;
-    /* the main grads' dtype (mc_param_set.grad_dtype): F16 rounds every commit to fp16 */
+    /* the main grads' dtype (mc_param_set.grad_dtype): F16 / BF16 round every commit to it */
     enum mc_dtype grad_dt;
 };
 

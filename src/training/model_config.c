@@ -200,9 +200,10 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     const char *dt = mc_args_str(a, A(params_dtype));
     cfg->params_dtype = !strcmp(dt, "torch.bfloat16") ? MC_DTYPE_BF16
                         : !strcmp(dt, "torch.float16") ? MC_DTYPE_F16 : MC_DTYPE_F32;
-    /* DDP's grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32, else params' dtype */
-    cfg->grad_dtype = cfg->params_dtype == MC_DTYPE_F16 &&
-                      !mc_args_bool(a, A(accumulate_allreduce_grads_in_fp32)) ? MC_DTYPE_F16
+    /* DDP's grad_reduce_in_fp32 = accumulate_allreduce_grads_in_fp32, else params' dtype
+     * (fp16, or bf16 with --grad-reduce-in-bf16: validate_args turns the accumulation off) */
+    cfg->grad_dtype = cfg->params_dtype != MC_DTYPE_F32 &&
+                      !mc_args_bool(a, A(accumulate_allreduce_grads_in_fp32)) ? cfg->params_dtype
                                                                              : MC_DTYPE_F32;
     cfg->tensor_model_parallel_size = (int)mc_args_int(a, A(tensor_model_parallel_size));
     cfg->tensor_model_parallel_rank = tp_rank;

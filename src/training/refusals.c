@@ -136,18 +136,9 @@ static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
 static void precision(const struct mc_args *a, struct mc_refusals *r)
 {
     bool bf16 = mc_args_bool(a, A(bf16)), fp16 = mc_args_bool(a, A(fp16));
-    if (a->given[A(grad_reduce_in_bf16)] && mc_args_bool(a, A(grad_reduce_in_bf16)))
-        refuse(r, "--grad-reduce-in-bf16 is not implemented in megatron.c yet (gradients are "
-               "reduced in fp32: drop the option)");
-    /* with --bf16 a non-fp32 --main-grads-dtype leaves accumulate_allreduce_grads_in_fp32 off
-     * (validate_args): bf16 grad buffers. The other dtype options only act with
-     * --use-precision-aware-optimizer (refused), as in Megatron. */
-    const char *mg = mc_args_str(a, A(main_grads_dtype));
-    if (bf16 && !mc_args_bool(a, A(accumulate_allreduce_grads_in_fp32)) &&
-        !str_is(mg, "fp32") && !str_is(mg, "torch.float32"))
-        refuse(r, "--bf16 with --main-grads-dtype %s is not implemented in megatron.c yet "
-               "(gradients accumulated and reduced in bf16; megatron.c does it in fp32 only)",
-               str_is(mg, "torch.bfloat16") ? "bf16" : mg);
+    /* --grad-reduce-in-bf16 trains: a bf16 grad buffer (mc_param_set.grad_dtype). A non-fp32
+     * --main-grads-dtype acts only with --use-precision-aware-optimizer, as in Megatron
+     * (validate.c's OptimizerConfig rules refuse it otherwise). */
     if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection)))
         refuse(r, "--fp32-residual-connection is not implemented in megatron.c yet (the "
                "residual stream is in the 16-bit params dtype)");

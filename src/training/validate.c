@@ -543,6 +543,29 @@ static mc_status check_features(struct vctx *c)
     return MC_OK;
 }
 
+/* OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py), which Megatron
+ * runs when get_megatron_optimizer builds the config: the storage dtypes other than fp32 need
+ * the precision-aware optimizer, which needs adam and the distributed optimizer. */
+static mc_status optimizer_config_rules(struct vctx *c)
+{
+    if (B(use_precision_aware_optimizer)) {
+        REQUIRE(str_is(S(optimizer), "adam"), "--use-precision-aware-optimizer only supported "
+                "with adam");
+        REQUIRE(B(use_distributed_optimizer), "--use-precision-aware-optimizer only supported "
+                "with distributed optimizer");
+        return MC_OK;
+    }
+    REQUIRE(str_is(S(main_grads_dtype), "torch.float32"), "main_grads_dtype can only be fp32 "
+            "when not using precision-aware optimizer");
+    REQUIRE(str_is(S(main_params_dtype), "torch.float32"), "main_params_dtype can only be fp32 "
+            "when not using precision-aware optimizer");
+    REQUIRE(str_is(S(exp_avg_dtype), "torch.float32"), "exp_avg_dtype can only be fp32 when not "
+            "using precision-aware optimizer");
+    REQUIRE(str_is(S(exp_avg_sq_dtype), "torch.float32"), "exp_avg_sq_dtype can only be fp32 "
+            "when not using precision-aware optimizer");
+    return MC_OK;
+}
+
 static mc_status check_tail(struct vctx *c)
 {
     struct mc_args *a = c->a;
@@ -599,7 +622,7 @@ static mc_status check_tail(struct vctx *c)
                 "supported with %s position embedding type. The supported position embedding "
                 "types are rope and none.", pe);
     }
-    return MC_OK;
+    return optimizer_config_rules(c);
 }
 
 mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE *out, FILE *warn)

@@ -242,12 +242,11 @@ static mc_status check_enums(const struct mc_gpt_config *c)
         return mc_error(MC_ERR_UNSUPPORTED, "--fp32-residual-connection with %s params is not "
                         "implemented in megatron.c yet (the residual stream is %s)",
                         mc_dtype_name(c->params_dtype), mc_dtype_name(c->params_dtype));
-    if (c->grad_dtype != MC_DTYPE_F32 &&
-        !(c->grad_dtype == MC_DTYPE_F16 && c->params_dtype == MC_DTYPE_F16))
-        return mc_error(MC_ERR_CONFIG, "grad dtype %s with %s params: expected float32, or "
-                        "float16 with float16 params (--fp16 without "
-                        "--accumulate-allreduce-grads-in-fp32)", mc_dtype_name(c->grad_dtype),
-                        mc_dtype_name(c->params_dtype));
+    if (c->grad_dtype != MC_DTYPE_F32 && c->grad_dtype != c->params_dtype)
+        return mc_error(MC_ERR_CONFIG, "grad dtype %s with %s params: expected float32, or the "
+                        "16-bit params dtype (--fp16 without "
+                        "--accumulate-allreduce-grads-in-fp32, --bf16 --grad-reduce-in-bf16)",
+                        mc_dtype_name(c->grad_dtype), mc_dtype_name(c->params_dtype));
     return MC_OK;
 }
 

@@ -91,10 +91,6 @@ def check_table(c):
 def check_values(c, tmp):
     save = ['--save', os.path.join(tmp, 'ck'), '--save-interval', '2']
     cases = [
-        ('bf16 grad reduce', ['--bf16', '--grad-reduce-in-bf16'],
-         ['--grad-reduce-in-bf16 is not implemented in megatron.c yet']),
-        ('bf16 main grads', ['--bf16', '--main-grads-dtype', 'bf16'],
-         ['--bf16 with --main-grads-dtype bf16 is not implemented in megatron.c yet']),
         ('fp32 residual', ['--bf16', '--fp32-residual-connection'],
          ['--fp32-residual-connection is not implemented in megatron.c yet']),
         ('default ckpt format bf16 distopt', save + ['--bf16', '--use-distributed-optimizer'],
@@ -135,7 +131,9 @@ def check_values(c, tmp):
                          ('fp16 fp32 grads', ['--fp16', '--accumulate-allreduce-grads-in-fp32']),
                          ('fp16 constant scale', ['--fp16', '--loss-scale', '1024',
                                                   '--accumulate-allreduce-grads-in-fp32']),
-                         ('bf16 loss scale', ['--bf16', '--loss-scale', '128'])):
+                         ('bf16 loss scale', ['--bf16', '--loss-scale', '128']),
+                         ('bf16 grad reduce', ['--bf16', '--grad-reduce-in-bf16']),
+                         ('fp16 lm cross entropy', ['--fp16', '--fp16-lm-cross-entropy'])):
         rc_d, out_d, err_d = run([PRETRAIN, '--dry-run'] + TINY + extra)
         rc_r, out_r, err_r = run([PRETRAIN] + TINY + extra + ['--train-iters', '1'])
         c.check(rc_d == 0 and refusals(out_d, err_d) == ([], []) and
@@ -150,10 +148,10 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'load default format', TINY + ['--load', os.path.join(tmp, 'ck')])
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
-    many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--grad-reduce-in-bf16', '--log-straggler',
+    many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--fp32-residual-connection', '--log-straggler',
                           '--apply-residual-connection-post-layernorm', '--num-experts', '4',
                           '--openai-gelu']
-    rc, msgs = both_ways(c, 'all at once', many, ['--grad-reduce-in-bf16', '--log-straggler',
+    rc, msgs = both_ways(c, 'all at once', many, ['--fp32-residual-connection', '--log-straggler',
                                                   '--apply-residual-connection-post-layernorm',
                                                   '--num-experts 4', '--openai-gelu',
                                                   '--save with --ckpt-format torch_dist (the default'])
@@ -162,12 +160,17 @@ def check_values(c, tmp):
     rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--fp16', '--save', 'x'])
     c.check(rc == 1 and err.strip().splitlines()[-1] == 'AssertionError',
             'validate_args first: %s' % err[-200:])
+    # A non-fp32 optimizer dtype without --use-precision-aware-optimizer: Megatron's
+    # OptimizerConfig assertion (with --bf16 --main-grads-dtype bf16 validate_args itself passes)
+    rc, out, err = run([PRETRAIN, '--dry-run'] + TINY + ['--bf16', '--main-grads-dtype', 'bf16'])
+    c.check(rc == 1 and err.strip().splitlines()[-1] == 'AssertionError: main_grads_dtype can only '
+            'be fp32 when not using precision-aware optimizer', 'main grads dtype: %s' % err[-200:])
 
 
 def check_mpirun(c, tmp):
     """Two ranks: the refusals come once, from rank 0, after the one arguments dump (context
     parallelism needs the two ranks)."""
-    argv = TINY + ['--bf16', '--grad-reduce-in-bf16', '--log-straggler',
+    argv = TINY + ['--bf16', '--fp32-residual-connection', '--log-straggler',
                    '--context-parallel-size', '2']
     out_path = os.path.join(tmp, 'mpi.out')
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE')}
@@ -182,9 +185,9 @@ def check_mpirun(c, tmp):
             refs == ['NotImplementedError: --context-parallel-size 2 is not supported by '
                      'megatron.c yet (context parallelism)',
                      'NotImplementedError: --log-straggler is not supported by '
-                     'megatron.c yet', 'NotImplementedError: --grad-reduce-in-bf16 is not '
-                     'implemented in megatron.c yet (gradients are reduced in fp32: drop the '
-                     'option)'],
+                     'megatron.c yet', 'NotImplementedError: --fp32-residual-connection is not '
+                     'implemented in megatron.c yet (the residual stream is in the 16-bit params '
+                     'dtype)'],
             'mpirun: refusals once: rc %d, %s' % (p.returncode, p.stderr[-500:]))
     c.check(out.count('------------------------ arguments ------------------------') == 1 and
             'NotImplementedError' not in out and 'MPI_ABORT' not in p.stderr,

@@ -123,7 +123,7 @@ def test_refusals(tmp):
     for extra, env, words in (
         (("--save", os.path.join(tmp, "ck"), "--save-interval", "2", "--use-distributed-optimizer"),
          {}, "--ckpt-format torch"),
-        (("--bf16", "--grad-reduce-in-bf16"), {}, "--grad-reduce-in-bf16"),
+        (("--bf16", "--fp32-residual-connection"), {}, "--fp32-residual-connection"),
         ((), {"WORLD_SIZE": "2", "RANK": "0"}, "world size"),
     ):
         e = dict(os.environ, OMP_NUM_THREADS="1", **env)
