@@ -150,6 +150,10 @@ EXTENSIONS = [
      'MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)'),
     ('--original-max-position-embeddings', 'original_max_position_embeddings', 'float',
      'MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)'),
+    # mindspeed_llm/features_manager/pipeline_parallel/num_layer_list (NumLayerListFeature)
+    ('--num-layer-list', 'num_layer_list', 'str',
+     'MindSpeed-LLM: transformer layers of each pipeline stage, comma separated (e.g. 4,4,4,4; '
+     'one per stage, summing to --num-layers)'),
     ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
      'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
      'beside the measured peak, by category (docs/memory.md)'),
@@ -172,7 +176,7 @@ MINDSPEED_REFUSED = '''
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
 --jit-compile --use-flash-attn-mindspeed
---num-layer-list --norm-topk-prob --square-alibi-mask
+--norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
 --longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs

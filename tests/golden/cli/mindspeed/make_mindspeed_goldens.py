@@ -90,7 +90,8 @@ ACCEPTED = {'--use-fused-rmsnorm', '--use-fused-swiglu', '--use-fused-rotary-pos
             '--coc-fused-kernel'}
 # MindSpeed-LLM options and values megatron.c implements (no note, not refused).
 IMPLEMENTED = {'--tokenizer-name-or-path', '--padded-vocab-size', '--rope-scaling-type',
-               '--low-freq-factor', '--high-freq-factor', '--original-max-position-embeddings'}
+               '--low-freq-factor', '--high-freq-factor', '--original-max-position-embeddings',
+               '--num-layer-list'}
 IMPLEMENTED_VALUES = {('--tokenizer-type', 'PretrainedFromHF')}
 VALUE_MAP = {('--tokenizer-type', 'PretrainedFromHF'): 'HuggingFaceTokenizer',
              ('--tokenizer-type', 'MagistralTokenizer'): 'HuggingFaceTokenizer',
