@@ -616,7 +616,10 @@ mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE 
         (st = check_training_and_model(c)) != MC_OK || (st = check_features(c)) != MC_OK ||
         (st = check_tail(c)) != MC_OK)
         return st;
-    if (out && mc_args_int(a, MC_A_rank) == 0)
-        return mc_args_print_dump(out, a);
+    if (out && mc_args_int(a, MC_A_rank) == 0 && (st = mc_args_print_dump(out, a)) != MC_OK)
+        return st;
+    /* MindSpeed's validate_args_wrapper, after Megatron's (so after the dump) */
+    REQUIRE(!mc_args_bool(a, MC_A_reuse_fp32_param) || mc_args_bool(a, MC_A_bf16),
+            "--reuse-fp32-param only support for `bf16`");
     return MC_OK;
 }
