@@ -65,6 +65,7 @@ distribute_saved_activations
 attention_backend use_flash_attn
 qk_layernorm decoupled_lr decoupled_min_lr
 decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
+spec
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
@@ -150,6 +151,16 @@ EXTENSIONS = [
      'MindSpeed-LLM: llama3 RoPE scaling, high-frequency factor (Megatron fixes 4)'),
     ('--original-max-position-embeddings', 'original_max_position_embeddings', 'float',
      'MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)'),
+    # mindspeed_llm/features_manager/pipeline_parallel/num_layer_list (NumLayerListFeature)
+    ('--num-layer-list', 'num_layer_list', 'str',
+     'MindSpeed-LLM: transformer layers of each pipeline stage, comma separated (e.g. 4,4,4,4; '
+     'one per stage, summing to --num-layers)'),
+    # mindspeed/core/memory/reuse_param: the bf16 weights live inside the fp32 main weights'
+    # storage (fp32 = bf16 + 16-bit residual); a memory layout, not a different update
+    ('--reuse-fp32-param', 'reuse_fp32_param', 'flag(store_true)',
+     'MindSpeed memory saving (bf16 only): shares the bf16 weights\' and fp32 main weights\' '
+     'storage, 2 bytes a parameter (/ DP with the distributed optimizer); megatron.c keeps both '
+     'copies, same results as MindSpeed with --npu-deterministic (docs/cli-differences.md)'),
     ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
      'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
      'beside the measured peak, by category (docs/memory.md)'),
@@ -164,7 +175,7 @@ MINDSPEED_REFUSED = '''
 --moe-intermediate-size --multi-head-latent-attention --qk-rope-head-dim --qk-nope-head-dim
 --rope-scaling-beta-fast --rope-scaling-beta-slow --rope-scaling-mscale
 --rope-scaling-mscale-all-dim --rope-scaling-original-max-position-embeddings --shape-order
---reuse-fp32-param --handler-name --enable-hf2mg-convert --model-type-hf --prompt-type
+--handler-name --enable-hf2mg-convert --model-type-hf --prompt-type
 --tokenizer-not-use-fast --use-deter-comp --sparse-mode --use-distributed-optimizer-swap
 --moe-alltoall-overlap-comm --moe-tp-extend-ep --moe-zero-memory --recompute-in-advance
 --recompute-activation-function --swap-attention --adaptive-recompute-device-swap
@@ -172,7 +183,7 @@ MINDSPEED_REFUSED = '''
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
 --jit-compile --use-flash-attn-mindspeed
---num-layer-list --norm-topk-prob --square-alibi-mask
+--norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
 --longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs
@@ -204,6 +215,8 @@ LIMITS = {
     'tokenizer_type': 'BertWordPiece* and *MultimodalTokenizer refused',
     'num_layers_per_virtual_pipeline_stage': 'at most 64 chunks; 1 chunk refused',
     'num_virtual_stages_per_pipeline_rank': 'at most 64; 1 refused',
+    'spec': 'only MindSpeed-LLM\'s mindspeed_llm.tasks.models.spec.qwen3_spec layer_spec (the '
+            'local spec\'s layers), with --transformer-impl local',
 }
 
 HELP_FILE = os.path.join(HERE, 'args_help.txt')

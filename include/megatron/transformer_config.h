@@ -10,6 +10,7 @@
 extern "C" {
 #endif
 
+enum { MC_GPT_MAX_PIPELINE = 256 }; /* --num-layer-list entries */
 enum mc_normalization { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM };
 enum mc_position_embedding { MC_POS_LEARNED_ABSOLUTE = 0, MC_POS_ROPE, MC_POS_NONE };
 /* Non-gated MLP activation. MC_ACT_GELU_TANH is Megatron's default fused bias-GELU (tanh
@@ -119,6 +120,10 @@ struct mc_gpt_config {
      * 0 = None (even split). mc_gpt_stage_layers gives each chunk's count and offset. */
     int64_t num_layers_in_first_pipeline_stage;
     int64_t num_layers_in_last_pipeline_stage;
+    /* MindSpeed-LLM's --num-layer-list: the layers of every pipeline stage (n_num_layer_list =
+     * pipeline size entries; 0 entries = not given), stage r starting at the sum before it. */
+    int n_num_layer_list;
+    int64_t num_layer_list[MC_GPT_MAX_PIPELINE];
 };
 
 /* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */

@@ -259,6 +259,8 @@ static mc_status stage_layers(struct mc_args *a, char *buf, size_t n)
         c.num_layers_in_first_pipeline_stage = mc_args_int(a, MC_A_decoder_first_pipeline_num_layers);
     if (!mc_args_is_none(a, MC_A_decoder_last_pipeline_num_layers))
         c.num_layers_in_last_pipeline_stage = mc_args_int(a, MC_A_decoder_last_pipeline_num_layers);
+    if (mc_num_layer_list_from_args(a, &c) != MC_OK)
+        return fail(a, "ValueError");
     for (int i = 0; i < 2; i++) { /* TransformerConfig's check of a given value */
         int64_t v = i ? c.num_layers_in_last_pipeline_stage : c.num_layers_in_first_pipeline_stage;
         enum mc_arg_id id = i ? MC_A_decoder_last_pipeline_num_layers : MC_A_decoder_first_pipeline_num_layers;
@@ -270,7 +272,8 @@ static mc_status stage_layers(struct mc_args *a, char *buf, size_t n)
     }
     if (c.pipeline_model_parallel_size < 1 || mc_gpt_pipeline_split_check(&c) != MC_OK)
         return fail(a, "ValueError");
-    bool uneven = c.num_layers_in_first_pipeline_stage || c.num_layers_in_last_pipeline_stage;
+    bool uneven = c.num_layers_in_first_pipeline_stage || c.num_layers_in_last_pipeline_stage ||
+                  c.n_num_layer_list;
     int pp = c.pipeline_model_parallel_size, vp = vpp ? c.virtual_pipeline_model_parallel_size : 1;
     size_t used = 0;
     buf[0] = 0;

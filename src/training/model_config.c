@@ -6,6 +6,7 @@
 #include "training/model_config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define A(x) MC_A_##x
@@ -61,6 +62,33 @@ static mc_status mindspeed_rope_scaling(const struct mc_args *a, struct mc_gpt_c
     cfg->rope_high_freq_factor = (float)hi;
     cfg->rope_original_max_position = (float)old;
     return MC_OK;
+}
+
+mc_status mc_num_layer_list_from_args(const struct mc_args *a, struct mc_gpt_config *cfg)
+{
+    const char *s = mc_args_str(a, A(num_layer_list));
+    cfg->n_num_layer_list = 0;
+    if (!s || !*s) /* MindSpeed tests the string's truth: "" is off */
+        return MC_OK;
+    for (const char *p = s;; p++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64], *stop;
+        snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1), p);
+        long long v = strtoll(item, &stop, 10);
+        while (*stop == ' ' || *stop == '\t')
+            stop++;
+        if (len == 0 || len >= sizeof(item) || stop == item || *stop)
+            return mc_error(MC_ERR_CONFIG, "--num-layer-list %s: invalid literal for int() with "
+                            "base 10: '%.*s'", s, (int)len, p);
+        if (cfg->n_num_layer_list == MC_GPT_MAX_PIPELINE)
+            return mc_error(MC_ERR_UNSUPPORTED, "--num-layer-list: more than %d stages",
+                            MC_GPT_MAX_PIPELINE);
+        cfg->num_layer_list[cfg->n_num_layer_list++] = v;
+        if (!end)
+            return MC_OK;
+        p = end;
+    }
 }
 
 static enum mc_activation activation(const struct mc_args *a)
@@ -221,6 +249,8 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                             i ? "last" : "first");
         *(i ? &cfg->num_layers_in_last_pipeline_stage : &cfg->num_layers_in_first_pipeline_stage) = n;
     }
+    if ((st = mc_num_layer_list_from_args(a, cfg)) != MC_OK)
+        return st;
     return recompute_from_args(a, cfg);
 }
 

@@ -23,6 +23,9 @@ MC_API mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_
  * line, no newline); layers = the layers of one model chunk. */
 MC_API void mc_recompute_describe(const struct mc_gpt_config *cfg, int64_t layers, char *buf,
                                   size_t n);
+/* MindSpeed-LLM's --num-layer-list into cfg->num_layer_list (int() of each comma-separated
+ * item, as core_transformer_config_from_args_wrapper parses it); nothing without it. */
+MC_API mc_status mc_num_layer_list_from_args(const struct mc_args *a, struct mc_gpt_config *cfg);
 MC_API void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config *cfg);
 
 #ifdef __cplusplus

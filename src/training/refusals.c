@@ -158,10 +158,44 @@ static void tokenizer(const struct mc_args *a, struct mc_refusals *r)
                    "implement yet", t);
 }
 
+/* --spec MODULE NAME (pretrain_gpt imports it instead of the local / TE spec). megatron.c
+ * builds its own layers, so it takes only MindSpeed-LLM's qwen3 spec, which builds the local
+ * spec's layers: PTNorm (torch LayerNorm, or legacy RMSNorm) for the input, pre-MLP and (with
+ * --qk-layernorm) per-head q/k norms, column/row-parallel linears, the dense MLP. */
+#define QWEN3_SPEC "mindspeed_llm.tasks.models.spec.qwen3_spec layer_spec"
+static void layer_spec(const struct mc_args *a, struct mc_refusals *r)
+{
+    const struct mc_val *v = &a->v[A(spec)];
+    if (v->kind != MC_V_LIST)
+        return;
+    char got[256] = "";
+    for (int k = 0; k < v->n; k++)
+        snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%s", k ? " " : "",
+                 v->items[k].kind == MC_V_STR ? v->items[k].s : "?");
+    if (!str_is(got, QWEN3_SPEC)) {
+        refuse(r, "--spec %s is not supported by megatron.c (it builds its own layers; the only "
+               "spec it takes is MindSpeed-LLM's " QWEN3_SPEC ")", got);
+        return;
+    }
+    /* the spec keeps its norms outside TE's fused linears: local checkpoint names */
+    if (!str_is(mc_args_str(a, A(transformer_impl)), "local"))
+        refuse(r, "--spec " QWEN3_SPEC " with --transformer-impl %s is not supported by "
+               "megatron.c yet (separate norms beside Transformer-Engine linears); add "
+               "--transformer-impl local", mc_args_str(a, A(transformer_impl)));
+    if (mc_args_bool(a, A(apply_layernorm_1p)))
+        refuse(r, "--spec " QWEN3_SPEC " with --apply-layernorm-1p is not supported by megatron.c "
+               "(the spec's PTNorm, torch's LayerNorm or the legacy RMSNorm, has no zero-centered "
+               "gamma)");
+    if (!mc_args_is_none(a, A(num_experts)) && mc_args_int(a, A(num_experts)) > 0)
+        refuse(r, "--spec " QWEN3_SPEC " with --num-experts is not supported by megatron.c yet "
+               "(only its dense MLP is checked)");
+}
+
 void mc_args_refusals(const struct mc_args *a, struct mc_refusals *out)
 {
     out->n = out->kept = 0;
     features(a, out);
+    layer_spec(a, out);
     table(a, out);
     pipeline(a, out);
     checkpoint_format(a, out);

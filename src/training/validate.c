@@ -216,6 +216,11 @@ static mc_status check_virtual_pipeline(struct vctx *c)
     bool per_stage = !NONE(num_layers_per_virtual_pipeline_stage);
     bool per_rank = !NONE(num_virtual_stages_per_pipeline_rank);
     bool uneven = !NONE(decoder_first_pipeline_num_layers) || !NONE(decoder_last_pipeline_num_layers);
+    /* MindSpeed-LLM's --num-layer-list: its pre_validate_args sets num_layers to the list's
+     * length for Megatron's checks (so they pass), its own rules follow (model config) */
+    bool layer_list = !NONE(num_layer_list) && *mc_args_str(a, V(num_layer_list));
+    if (layer_list && per_stage)
+        REQUIRE(false, "Dynamic pipeline model and virtual pipeline cannot be enabled at the same time.");
     REQUIRE(!per_stage || !per_rank, "--num-layers-per-virtual-pipeline-stage and "
             "--num-virtual-stages-per-pipeline-rank cannot be set at the same time");
     int64_t extra = (B(account_for_embedding_in_pipeline_split) ? 1 : 0) +
@@ -257,7 +262,7 @@ static mc_status check_virtual_pipeline(struct vctx *c)
             say(c, "WARNING: Setting args.overlap_p2p_comm and args.align_param_gather to False "
                    "since non-interleaved schedule does not support overlapping p2p "
                    "communication and aligned param AG");
-        if (!uneven && !NONE(num_layers))
+        if (!uneven && !layer_list && !NONE(num_layers))
             REQUIRE((I(num_layers) + extra) % I(transformer_pipeline_model_parallel_size) == 0,
                     "Number of layers should be divisible by the pipeline-model-parallel size");
     }
@@ -634,7 +639,10 @@ mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE 
         (st = check_training_and_model(c)) != MC_OK || (st = check_features(c)) != MC_OK ||
         (st = check_tail(c)) != MC_OK)
         return st;
-    if (out && mc_args_int(a, MC_A_rank) == 0)
-        return mc_args_print_dump(out, a);
+    if (out && mc_args_int(a, MC_A_rank) == 0 && (st = mc_args_print_dump(out, a)) != MC_OK)
+        return st;
+    /* MindSpeed's validate_args_wrapper, after Megatron's (so after the dump) */
+    REQUIRE(!mc_args_bool(a, MC_A_reuse_fp32_param) || mc_args_bool(a, MC_A_bf16),
+            "--reuse-fp32-param only support for `bf16`");
     return MC_OK;
 }

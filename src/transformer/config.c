@@ -106,7 +106,42 @@ static mc_status check_uneven_pipeline(const struct mc_gpt_config *c, int pp)
 
 static bool uneven(const struct mc_gpt_config *c)
 {
-    return c->num_layers_in_first_pipeline_stage || c->num_layers_in_last_pipeline_stage;
+    return c->num_layers_in_first_pipeline_stage || c->num_layers_in_last_pipeline_stage ||
+           c->n_num_layer_list;
+}
+
+/* MindSpeed-LLM's --num-layer-list rules (NumLayerListFeature.validate_args and
+ * core_transformer_config_from_args_wrapper, their ValueError texts). */
+static mc_status check_num_layer_list(const struct mc_gpt_config *c, int pp)
+{
+    int64_t sum = 0;
+    if (c->n_num_layer_list != pp)
+        return mc_error(MC_ERR_CONFIG, "len(args.num_layer_list) != args.pipeline_model_parallel_size");
+    if (pp <= 1)
+        return mc_error(MC_ERR_CONFIG, "Dynamic pipeline model should work with pipeline parallel.");
+    if (c->virtual_pipeline_model_parallel_size)
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-layer-list with virtual pipeline stages is not "
+                        "supported (MindSpeed-LLM builds each stage's whole count in every chunk)");
+    if (c->num_layers_in_first_pipeline_stage || c->num_layers_in_last_pipeline_stage)
+        return mc_error(MC_ERR_CONFIG, "--num-layer-list with --decoder-first-pipeline-num-layers "
+                        "/ --decoder-last-pipeline-num-layers: give one of them (MindSpeed-LLM "
+                        "ignores the latter)");
+    for (int r = 0; r < pp; r++) {
+        if (c->num_layer_list[r] < 0)
+            return mc_error(MC_ERR_CONFIG, "--num-layer-list: %lld layers for stage %d",
+                            (long long)c->num_layer_list[r], r);
+        /* MindSpeed builds such a stage empty; ours need its layers (buffers, schedules) */
+        if (!c->num_layer_list[r])
+            return mc_error(MC_ERR_UNSUPPORTED, "--num-layer-list: no layers for pipeline stage "
+                            "%d: megatron.c does not build a pipeline stage without transformer "
+                            "layers yet (give each stage at least one layer)", r);
+        sum += c->num_layer_list[r];
+    }
+    if (sum != c->num_layers)
+        return mc_error(MC_ERR_CONFIG, "Incorrect num_layer_list config since its sum(%lld is "
+                        "unequal to total num layers(%lld).", (long long)sum,
+                        (long long)c->num_layers);
+    return MC_OK;
 }
 
 /* Interleaved pipelining: V chunks per stage, each with an equal share of the stage's layers
@@ -120,6 +155,8 @@ static mc_status check_virtual_pipeline(const struct mc_gpt_config *c, int pp)
                         "pipeline-rank): expected 0 <= rank < size",
                         c->virtual_pipeline_model_parallel_rank,
                         c->virtual_pipeline_model_parallel_size);
+    if (c->n_num_layer_list)
+        return check_num_layer_list(c, pp);
     if (uneven(c))
         return check_uneven_pipeline(c, pp);
     if (c->num_layers % ((int64_t)pp * vp) != 0)
@@ -146,6 +183,13 @@ void mc_gpt_stage_layers(const struct mc_gpt_config *c, int pp_rank, int vp_rank
     int64_t pp = c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
     int64_t vp = c->virtual_pipeline_model_parallel_size > 1 ? c->virtual_pipeline_model_parallel_size : 1;
     int64_t first = c->num_layers_in_first_pipeline_stage, last = c->num_layers_in_last_pipeline_stage;
+    if (c->n_num_layer_list) { /* MindSpeed-LLM: the stage's entry, after the sum before it */
+        *n_layers = c->num_layer_list[pp_rank];
+        *offset = 0;
+        for (int r = 0; r < pp_rank; r++)
+            *offset += c->num_layer_list[r];
+        return;
+    }
     if (!uneven(c) || pp == 1) { /* chunk v * pp + r of pp * vp equal chunks */
         *n_layers = c->num_layers / (pp * vp);
         *offset = ((int64_t)vp_rank * pp + pp_rank) * *n_layers;

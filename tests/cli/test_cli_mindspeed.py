@@ -24,7 +24,16 @@ NOTE = {'--use-ascend-coc': 'MindSpeed compute-communication overlap',
         '--use-ascend-mc2': 'MindSpeed matmul+collective fusion'}
 
 
+# a memory layout with the same results (docs/cli-differences.md): its own note
+REUSE_NOTE = ("note: --reuse-fp32-param accepted: MindSpeed memory saving (bf16 only): shares "
+              "the bf16 weights' and fp32 main weights' storage, 2 bytes a parameter (/ DP with "
+              "the distributed optimizer); megatron.c keeps both copies, same results as "
+              "MindSpeed with --npu-deterministic (docs/cli-differences.md)")
+
+
 def note_line(opt):
+    if opt == '--reuse-fp32-param':
+        return REUSE_NOTE
     what = NOTE.get(opt, 'MindSpeed fused kernel')
     return 'note: %s accepted: %s: same results, no effect in megatron.c' % (opt, what)
 

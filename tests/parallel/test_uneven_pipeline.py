@@ -7,7 +7,10 @@ pp3 with 1 + 2 + 1 of 4 (Llama-style), pp2 x vpp2 with 2 of 6 on the first rank 
 1, 2 layers). For each: Megatron's iteration-3 checkpoint continued by megatron.c with Megatron's
 lm loss (1e-5 relative), our checkpoint with Megatron's keys, shapes and param groups per rank,
 and (MC_MEGATRON_ROOT set) Megatron continuing from ours with our losses. Also the rules of
-TransformerConfig / validate_args, with their messages."""
+TransformerConfig / validate_args, with their messages.
+MindSpeed-LLM's --num-layer-list (NumLayerListFeature: stage r builds entry r, its offset the sum
+before it; no Megatron to run it against): "1,2,1" at pp3 trains exactly as the first 1 / last 1
+split (same lines, same files), and MindSpeed's validation messages."""
 import os
 import sys
 import tempfile
@@ -72,6 +75,35 @@ def test_rules(tmp):
         check(r.returncode == 0 and want in r.stdout, f"{case} dry run: {want!r}: {r.stdout[-300:]}")
 
 
+def test_num_layer_list(tmp):
+    a = mcs.run_ours("llama_pp3_uneven", tmp, ("--save", os.path.join(tmp, "a"), "--save-interval", "3"), iters=3)
+    args = [w for w in mcs.case_args("llama_pp3_uneven", tmp, (), 3)]
+    for opt in (FIRST, LAST):
+        i = args.index(opt)
+        del args[i:i + 2]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    b = run_cmd(mcs.mpirun(3) + [mcs.EXE] + args + ["--num-layer-list", "1,2,1", "--save",
+                                                     os.path.join(tmp, "b"), "--save-interval", "3"], env, 300)
+    la, lb = mcs.train_lines(a.stdout), mcs.train_lines(b.stdout)
+    check(a.returncode == 0 and b.returncode == 0 and len(la) == 3 and
+          [mcs.numbers(x[1]) for x in la.values()] == [mcs.numbers(x[1]) for x in lb.values()],
+          f"--num-layer-list 1,2,1 == first 1 / last 1: {b.stderr[-400:]}")
+    import torch
+    for rank in RANKS["llama_pp3_uneven"]:
+        x = torch.load(os.path.join(tmp, "a", "iter_0000003", rank, "model_optim_rng.pt"))["model"]
+        y = torch.load(os.path.join(tmp, "b", "iter_0000003", rank, "model_optim_rng.pt"))["model"]
+        check(list(x) == list(y) and all(torch.equal(x[k], y[k]) for k in x if hasattr(x[k], "shape")),
+              f"--num-layer-list files equal the first/last split's: {rank}")
+    d = run_cmd(mcs.mpirun(3) + [mcs.EXE] + args + ["--num-layer-list", "1,2,1", "--dry-run"], env, 120)
+    check(d.returncode == 0 and "4 layers, 1, 2, 1 per pipeline stage" in d.stdout, f"dry run: {d.stdout[-300:]}")
+    for lst, want in (("1,2", "len(args.num_layer_list) != args.pipeline_model_parallel_size"),
+                      ("1,2,2", "Incorrect num_layer_list config since its sum(5 is unequal to total num layers(4)."),
+                      ("1,x,3", "invalid literal for int() with base 10: 'x'"),
+                      ("2,0,2", "--num-layer-list: no layers for pipeline stage 1")):
+        r = run_cmd(mcs.mpirun(3) + [mcs.EXE] + args + ["--num-layer-list", lst, "--dry-run"], env, 120)
+        check(r.returncode != 0 and want in r.stdout + r.stderr, f"--num-layer-list {lst}: {want!r}: {(r.stdout + r.stderr)[-300:]}")
+
+
 def main():
     if "--make-goldens" in sys.argv:
         if not mcs.megatron_root():
@@ -85,6 +117,7 @@ def main():
             got = layer_counts(os.path.join(tmp, f"ours_{case}"), case)
             check(got == LAYERS[case], f"{case}: layers per file {got}, expected {LAYERS[case]}")
         test_rules(tmp)
+        test_num_layer_list(tmp)
     return summary("test_uneven_pipeline")
 
 

@@ -87,10 +87,11 @@ examples/legacy/aquila2/pretrain_aquila2_7b_ptd.sh
 ACCEPTED = {'--use-fused-rmsnorm', '--use-fused-swiglu', '--use-fused-rotary-pos-emb',
             '--use-fused-ring-attention-update', '--use-mc2', '--use-ascend-mc2',
             '--use-fused-moe-token-permute-and-unpermute', '--use-ascend-coc',
-            '--coc-fused-kernel'}
+            '--coc-fused-kernel', '--reuse-fp32-param'}
 # MindSpeed-LLM options and values megatron.c implements (no note, not refused).
 IMPLEMENTED = {'--tokenizer-name-or-path', '--padded-vocab-size', '--rope-scaling-type',
-               '--low-freq-factor', '--high-freq-factor', '--original-max-position-embeddings'}
+               '--low-freq-factor', '--high-freq-factor', '--original-max-position-embeddings',
+               '--num-layer-list'}
 IMPLEMENTED_VALUES = {('--tokenizer-type', 'PretrainedFromHF')}
 VALUE_MAP = {('--tokenizer-type', 'PretrainedFromHF'): 'HuggingFaceTokenizer',
              ('--tokenizer-type', 'MagistralTokenizer'): 'HuggingFaceTokenizer',
