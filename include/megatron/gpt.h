@@ -139,6 +139,16 @@ MC_API mc_status mc_gpt_config_activation_bytes(const struct mc_gpt_config *cfg,
  * resets the micro-batch counter (training forwards within a step draw different masks). */
 MC_API void mc_gpt_set_step(mc_gpt_model *m, int64_t step);
 
+/* Mixture of experts (cfg.num_moe_experts > 0; no-ops for a dense model). The scale of the aux
+ * losses' grads in the next backwards: MoEAuxLossAutoScaler.set_loss_scale (the schedule sets
+ * loss scale / num micro-batches before each forward). The tracker: per global layer, the
+ * aux losses of this chunk's training forwards divided by their coefficients
+ * (save_to_aux_losses_tracker); which = 0 load_balancing_loss, 1 z_loss; NULL for a dense
+ * model. Cleared by mc_gpt_moe_tracker_clear (track_moe_metrics clears after each iteration). */
+MC_API void mc_gpt_set_moe_aux_loss_scale(mc_gpt_model *m, float scale);
+MC_API const float *mc_gpt_moe_tracker(const mc_gpt_model *m, int which);
+MC_API void mc_gpt_moe_tracker_clear(mc_gpt_model *m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,9 @@ enum mc_activation { MC_ACT_GELU_TANH = 0, MC_ACT_GELU_ERF, MC_ACT_SWIGLU, MC_AC
 /* Activation recompute (TransformerConfig.recompute_granularity / recompute_method). */
 enum mc_recompute { MC_RECOMPUTE_NONE = 0, MC_RECOMPUTE_FULL, MC_RECOMPUTE_SELECTIVE };
 enum mc_recompute_method { MC_RECOMPUTE_UNIFORM = 0, MC_RECOMPUTE_BLOCK };
+enum mc_moe_balancing { MC_MOE_AUX_LOSS = 0, MC_MOE_SEQ_AUX_LOSS, MC_MOE_BALANCE_NONE };
+enum mc_moe_score { MC_MOE_SOFTMAX = 0, MC_MOE_SIGMOID };
+#define MC_MOE_MAX_LAYERS 1024
 
 /* TransformerConfig + the GPTModel arguments. Field names follow Megatron's config fields.
  * Zero in a "0 = derived" field takes Megatron's default. Fill with mc_gpt_config_default(). */
@@ -124,6 +127,22 @@ struct mc_gpt_config {
      * pipeline size entries; 0 entries = not given), stage r starting at the sum before it. */
     int n_num_layer_list;
     int64_t num_layer_list[MC_GPT_MAX_PIPELINE];
+    /* Mixture of experts (--num-experts, transformer/moe/, docs/moe.md): num_moe_experts 0 =
+     * dense. A layer is a MoE layer when bit l of moe_layer_mask is set (--moe-layer-freq:
+     * every N-th from layer 0, or the given pattern). Each token goes to moe_router_topk
+     * experts (SequentialMLP of width moe_ffn_hidden_size, 0 = ffn_hidden_size). The router
+     * (TopKRouter) scores with softmax or sigmoid, before (pre_softmax) or after the top-k; the
+     * aux loss (switch, seq) and z-loss enter backward through MoEAuxLossAutoScaler. */
+    int64_t num_moe_experts;
+    int64_t moe_router_topk;
+    int64_t moe_ffn_hidden_size;
+    uint64_t moe_layer_mask[MC_MOE_MAX_LAYERS / 64];
+    enum mc_moe_balancing moe_router_load_balancing_type;
+    enum mc_moe_score moe_router_score_function;
+    bool moe_router_pre_softmax;
+    float moe_aux_loss_coeff;        /* 0 */
+    float moe_z_loss_coeff;          /* 0 = None */
+    bool calculate_per_token_loss;   /* the aux losses' grads scaled by the tokens (router.py) */
 };
 
 /* Megatron's defaults (as pretrain_gpt would fill them for a bare GPT config). */
@@ -144,6 +163,17 @@ MC_API mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg);
 /* The pipeline split rules alone (pipeline / virtual sizes, num_layers, first / last stage
  * layers): what mc_gpt_config_validate checks of them, for a dry run. */
 MC_API mc_status mc_gpt_pipeline_split_check(const struct mc_gpt_config *cfg);
+/* The MoE rules of TransformerConfig and validate_args, and what megatron.c does not do yet
+ * (transformer/moe/moe_utils.c; called by mc_gpt_config_validate). Fills moe_ffn_hidden_size. */
+mc_status mc_moe_config_check(struct mc_gpt_config *cfg);
+
+/* Global layer l is a mixture-of-experts layer. */
+static inline bool mc_gpt_moe_layer(const struct mc_gpt_config *cfg, int64_t l)
+{
+    return cfg->num_moe_experts > 0 && l >= 0 && l < MC_MOE_MAX_LAYERS &&
+           ((cfg->moe_layer_mask[l / 64] >> (l % 64)) & 1u);
+}
+
 MC_API void mc_gpt_stage_layers(const struct mc_gpt_config *cfg, int pp_rank, int vp_rank,
                                 int64_t *n_layers, int64_t *offset);
 

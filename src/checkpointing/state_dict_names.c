@@ -131,6 +131,13 @@ static const struct model_row *find_model_row(enum mc_sd_scheme s, const char *k
     return NULL;
 }
 
+/* A MoE layer's MLP entries (mlp.router.weight, mlp.experts.local_experts.<e>.linear_fc1...):
+ * SequentialMLP's names, kept as they are in the local spec. */
+static bool moe_suffix(const char *suffix)
+{
+    return !strncmp(suffix, "mlp.router.", 11) || !strncmp(suffix, "mlp.experts.", 12);
+}
+
 static mc_status set_out(char *out, size_t n, const char *key, const char *fmt, long layer, const char *s)
 {
     int len = layer >= 0 ? snprintf(out, n, fmt, layer, s) : snprintf(out, n, "%s", s);
@@ -154,6 +161,15 @@ mc_status mc_sd_name_map(enum mc_sd_scheme from, enum mc_sd_scheme to, const cha
         snprintf(norm, sizeof(norm), "%s", key);
     long layer;
     const char *suffix;
+    if (split_layer(from, norm, &layer, &suffix) && moe_suffix(suffix)) {
+        if (from != MC_SD_LOCAL || to != MC_SD_LOCAL)
+            return mc_error(MC_ERR_UNSUPPORTED, "state dict key '%s': mixture-of-experts entries "
+                            "are mapped for the local spec only (--transformer-impl local) by "
+                            "megatron.c so far", key);
+        char fmt[64];
+        snprintf(fmt, sizeof(fmt), "%s%%ld.%%s", layer_prefix[to]);
+        return set_out(out, n, key, fmt, layer, suffix);
+    }
     if (split_layer(from, norm, &layer, &suffix)) {
         const struct layer_row *r = find_layer_row(from, suffix);
         if (!r)
@@ -189,6 +205,9 @@ long mc_sd_name_order(enum mc_sd_scheme s, const char *key)
     const char *suffix;
     if (s >= MC_SD_SCHEMES)
         return -1;
+    if (split_layer(s, key, &layer, &suffix) && moe_suffix(suffix))
+        return s == MC_SD_LOCAL ? 1000000000L + layer * 100 + 14 : -1; /* after pre_mlp_layernorm,
+                                                                          * in insertion order */
     if (split_layer(s, key, &layer, &suffix)) {
         const struct layer_row *r = find_layer_row(s, suffix);
         return r ? 1000000000L + layer * 100 + r->order[s] : -1;

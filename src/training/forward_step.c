@@ -143,8 +143,14 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const v
     mc_status st = pp_get_batch(r, k);
     if (st || (st = mc_gpt_use_slot(m, slot)))
         return st;
-    if (r->training)
+    if (r->training) {
         mc_gpt_set_step(m, dropout_step(t, r->iteration, r->num_micro, k));
+        /* MoEAuxLossAutoScaler.set_loss_scale: the loss scale, over the micro-batches unless
+         * the loss is per token (schedules.py forward_step) */
+        double ls = mc_train_loss_scale(t);
+        mc_gpt_set_moe_aux_loss_scale(m, (float)(mc_args_bool(t->a, MC_A_calculate_per_token_loss)
+                                                 ? ls : ls / (double)r->num_micro));
+    }
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
                               .position_ids = mb->position_ids,

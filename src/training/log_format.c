@@ -232,6 +232,15 @@ mc_status mc_log_accum_add(struct mc_log_accum *acc, int n, const char *const *n
     return MC_OK;
 }
 
+mc_status mc_log_accum_add_extra(struct mc_log_accum *acc, const char *name, float value)
+{
+    int j = accum_key(acc, name);
+    if (j < 0)
+        return mc_error(MC_ERR_CONFIG, "training log: loss key '%s' does not fit", name);
+    acc->sums[j] = acc->sums[j] + value;
+    return MC_OK;
+}
+
 void mc_log_accum_fill(const struct mc_log_accum *acc, const char **names_buf,
                        struct mc_log_train_line *l)
 {

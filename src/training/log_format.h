@@ -54,6 +54,9 @@ struct mc_log_accum {
 };
 MC_API void mc_log_accum_init(struct mc_log_accum *acc);
 /* Adds one iteration's reduced losses. MC_ERR_CONFIG when more than MC_LOG_MAX_LOSSES keys. */
+/* total_loss_dict[name] += value for a key outside the iteration count (track_moe_metrics'
+ * aux losses, added on skipped iterations too). */
+MC_API mc_status mc_log_accum_add_extra(struct mc_log_accum *acc, const char *name, float value);
 MC_API mc_status mc_log_accum_add(struct mc_log_accum *acc, int n, const char *const *names,
                                   const float *values, bool skipped_iter);
 /* Points the line's loss/counter fields at the totals (valid while acc lives). */

@@ -173,6 +173,48 @@ void mc_recompute_describe(const struct mc_gpt_config *c, int64_t layers, char *
                  "input", c->tensor_model_parallel_size);
 }
 
+
+/* Mixture of experts (transformer/moe/, docs/moe.md): validate_args turns --num-experts 0 into
+ * None; --moe-layer-freq N makes every N-th layer from 0 a MoE layer, a list names each. */
+static mc_status moe_from_args(const struct mc_args *a, struct mc_gpt_config *cfg)
+{
+    if (mc_args_is_none(a, A(num_experts)) || mc_args_int(a, A(num_experts)) == 0)
+        return MC_OK;
+    cfg->num_moe_experts = mc_args_int(a, A(num_experts));
+    cfg->moe_router_topk = mc_args_int(a, A(moe_router_topk));
+    cfg->moe_ffn_hidden_size = mc_args_is_none(a, A(moe_ffn_hidden_size))
+                                   ? 0 : mc_args_int(a, A(moe_ffn_hidden_size));
+    const char *lb = mc_args_str(a, A(moe_router_load_balancing_type));
+    cfg->moe_router_load_balancing_type = !strcmp(lb, "seq_aux_loss") ? MC_MOE_SEQ_AUX_LOSS
+                                          : !strcmp(lb, "none")       ? MC_MOE_BALANCE_NONE
+                                                                      : MC_MOE_AUX_LOSS;
+    cfg->moe_router_score_function = !strcmp(mc_args_str(a, A(moe_router_score_function)),
+                                             "sigmoid") ? MC_MOE_SIGMOID : MC_MOE_SOFTMAX;
+    cfg->moe_router_pre_softmax = mc_args_bool(a, A(moe_router_pre_softmax));
+    cfg->moe_aux_loss_coeff = (float)mc_args_float(a, A(moe_aux_loss_coeff));
+    cfg->moe_z_loss_coeff = mc_args_is_none(a, A(moe_z_loss_coeff))
+                                ? 0.0f : (float)mc_args_float(a, A(moe_z_loss_coeff));
+    cfg->calculate_per_token_loss = mc_args_bool(a, A(calculate_per_token_loss));
+    int64_t L = cfg->num_layers;
+    if (L > MC_MOE_MAX_LAYERS)
+        return mc_error(MC_ERR_UNSUPPORTED, "--num-experts with --num-layers %lld: megatron.c "
+                        "takes at most %d layers with mixture of experts", (long long)L,
+                        MC_MOE_MAX_LAYERS);
+    const struct mc_val *f = &a->v[A(moe_layer_freq)];
+    if (f->kind == MC_V_LIST && f->n != L)
+        return mc_error(MC_ERR_CONFIG, "Invalid length of moe_layer_pattern: %d, expected %lld, "
+                        "current moe layer pattern: %s", f->n, (long long)L, "--moe-layer-freq");
+    if (f->kind != MC_V_LIST && f->i < 1)
+        return mc_error(MC_ERR_CONFIG, "--moe-layer-freq %lld: expected a positive integer "
+                        "(Megatron divides by it)", (long long)f->i);
+    for (int64_t l = 0; l < L; l++) {
+        bool moe = f->kind == MC_V_LIST ? f->items[l].i != 0 : l % f->i == 0;
+        if (moe)
+            cfg->moe_layer_mask[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+    return MC_OK;
+}
+
 mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                                   int64_t padded_vocab_size, int tp_rank, struct mc_gpt_config *cfg)
 {
@@ -250,6 +292,8 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
         *(i ? &cfg->num_layers_in_last_pipeline_stage : &cfg->num_layers_in_first_pipeline_stage) = n;
     }
     if ((st = mc_num_layer_list_from_args(a, cfg)) != MC_OK)
+        return st;
+    if ((st = moe_from_args(a, cfg)) != MC_OK)
         return st;
     return recompute_from_args(a, cfg);
 }

@@ -23,6 +23,49 @@ static void refuse(struct mc_refusals *r, const char *fmt, ...)
 
 static bool str_is(const char *s, const char *want) { return s && !strcmp(s, want); }
 
+/* Mixture of experts (transformer/moe/, docs/moe.md): expert- and tensor-parallel size 1. */
+static void moe(const struct mc_args *a, struct mc_refusals *r)
+{
+    int64_t ep = mc_args_int(a, A(expert_model_parallel_size));
+    int64_t pp = mc_args_int(a, A(pipeline_model_parallel_size));
+    int64_t etp = mc_args_is_none(a, A(expert_tensor_parallel_size))
+                      ? mc_args_int(a, A(tensor_model_parallel_size))
+                      : mc_args_int(a, A(expert_tensor_parallel_size));
+    int64_t world = mc_args_int(a, A(world_size)), etpp = etp * ep * pp;
+    /* Megatron's initialize_model_parallel raises this before any expert group is built */
+    if (ep > 1 && etpp > 0 && world % etpp != 0)
+        refuse(r, "decoder world_size (%lld) is not divisible by "
+               "expert_tensor_model_pipeline_parallel size (%lld) (Megatron's RuntimeError in "
+               "initialize_model_parallel: --expert-tensor-parallel-size %lld x "
+               "--expert-model-parallel-size %lld x --pipeline-model-parallel-size %lld)",
+               (long long)world, (long long)etpp, (long long)etp, (long long)ep, (long long)pp);
+    else if (ep > 1)
+        refuse(r, "--expert-model-parallel-size %lld is not supported by megatron.c yet (mixture "
+               "of experts runs at expert-parallel size 1)", (long long)ep);
+    if (mc_args_is_none(a, A(num_experts)))
+        return;
+    if (!mc_args_is_none(a, A(expert_tensor_parallel_size)) &&
+        mc_args_int(a, A(expert_tensor_parallel_size)) > 1)
+        refuse(r, "--expert-tensor-parallel-size %lld is not supported by megatron.c yet (mixture "
+               "of experts runs at tensor-parallel size 1)",
+               (long long)mc_args_int(a, A(expert_tensor_parallel_size)));
+    if (mc_args_int(a, A(tensor_model_parallel_size)) > 1)
+        refuse(r, "--num-experts with --tensor-model-parallel-size %lld is not supported by "
+               "megatron.c yet (mixture of experts runs at tensor-parallel size 1)",
+               (long long)mc_args_int(a, A(tensor_model_parallel_size)));
+    const char *lb = mc_args_str(a, A(moe_router_load_balancing_type));
+    if (str_is(lb, "sinkhorn"))
+        refuse(r, "--moe-router-load-balancing-type sinkhorn is not supported by megatron.c yet "
+               "(aux_loss, seq_aux_loss and none are)");
+    const char *disp = mc_args_str(a, A(moe_token_dispatcher_type));
+    if (str_is(disp, "flex") || str_is(disp, "alltoall_seq"))
+        refuse(r, "--moe-token-dispatcher-type %s is not supported by megatron.c yet (allgather "
+               "and alltoall are)", disp);
+    if (str_is(mc_args_str(a, A(recompute_granularity)), "full"))
+        refuse(r, "--recompute-granularity full with --num-experts is not supported by "
+               "megatron.c yet");
+}
+
 /* 1. Whole features, named as the feature rather than by one of its tuning options. */
 static void features(const struct mc_args *a, struct mc_refusals *r)
 {
@@ -33,12 +76,7 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
     if (mc_args_int(a, A(context_parallel_size)) > 1)
         refuse(r, "--context-parallel-size %lld is not supported by megatron.c yet (context "
                "parallelism)", (long long)mc_args_int(a, A(context_parallel_size)));
-    if (!mc_args_is_none(a, A(num_experts)) && mc_args_int(a, A(num_experts)) > 0)
-        refuse(r, "--num-experts %lld is not supported by megatron.c yet (mixture of experts)",
-               (long long)mc_args_int(a, A(num_experts)));
-    if (mc_args_int(a, A(expert_model_parallel_size)) > 1)
-        refuse(r, "--expert-model-parallel-size is not supported by megatron.c yet (mixture of "
-               "experts)");
+    moe(a, r);
     if (mc_args_int(a, A(encoder_pipeline_model_parallel_size)) > 0 ||
         mc_args_int(a, A(encoder_tensor_model_parallel_size)) > 0)
         refuse(r, "encoder model parallelism (--encoder-tensor-model-parallel-size, "
@@ -49,8 +87,6 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
                "(FSDP)", strat);
     if (mc_args_int(a, A(num_distributed_optimizer_instances)) != 1)
         refuse(r, "--num-distributed-optimizer-instances is not supported by megatron.c yet");
-    if (a->given[A(moe_layer_freq)] && !mc_args_is_none(a, A(num_experts)))
-        refuse(r, "--moe-layer-freq is not supported by megatron.c yet (mixture of experts)");
     /* Megatron takes iteration % N: 0 dies with ZeroDivisionError after the first step. */
     if (!mc_args_is_none(a, A(check_weight_hash_across_dp_replicas_interval)) &&
         mc_args_int(a, A(check_weight_hash_across_dp_replicas_interval)) <= 0)

@@ -179,6 +179,10 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
 /* --log-memory-estimate: the estimate beside the measured memory, by category (ours). */
 mc_status mc_train_log_memory_estimate(struct trainer *t);
 mc_status mc_train_tb_write_args(struct trainer *t);
+/* moe_metrics.c: track_moe_metrics after each training iteration (every rank: the tracker is
+ * summed over the pipeline group; the tensorboard rank adds the aux losses to the log line's
+ * losses and writes them). No-op for a dense model. */
+mc_status mc_train_moe_metrics(struct trainer *t, int64_t iteration);
 mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float loss,
                                    const struct mc_opt_step_result *res);
 mc_status mc_train_tb_interval_log(struct trainer *t, int64_t iteration, double interval_s);

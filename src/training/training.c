@@ -276,6 +276,8 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
             return st;
         if ((st = mc_train_tb_training_log(t, *iteration, loss, &res)))
             return st;
+        if ((st = mc_train_moe_metrics(t, *iteration)))
+            return st;
         if (*iteration % log_interval == 0) {
             double interval_s = mc_timer_elapsed(interval, true);
             if ((st = mc_train_tb_interval_log(t, *iteration, interval_s)) ||

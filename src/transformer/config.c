@@ -485,7 +485,7 @@ mc_status mc_gpt_config_validate(struct mc_gpt_config *cfg)
         (st = derive_widths(cfg)) != MC_OK || (st = derive_vocab(cfg)) != MC_OK ||
         (st = check_positions(cfg)) != MC_OK || (st = check_probabilities(cfg)) != MC_OK ||
         (st = apply_megatron_rules(cfg)) != MC_OK || (st = check_recompute(cfg)) != MC_OK ||
-        (st = check_extents(cfg)) != MC_OK)
+        (st = check_extents(cfg)) != MC_OK || (st = mc_moe_config_check(cfg)) != MC_OK)
         return st;
     return MC_OK;
 }

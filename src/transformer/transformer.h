@@ -16,6 +16,9 @@
 #include "megatron/transformer_config.h"
 #include "tensor_parallel/tensor_parallel.h"
 
+struct mc_moe_acts;  /* transformer/moe/moe.h */
+struct mc_moe_state;
+
 /* Sizes derived from a validated config; _l = this tensor-parallel rank's share. */
 struct mc_tfm_dims {
     int64_t L;                       /* layers on this pipeline stage */
@@ -32,6 +35,9 @@ struct mc_tfm_dims {
     bool gated, layernorm, qkv_bias, linear_bias;
     bool qk_layernorm;               /* q_layernorm / k_layernorm over hn (attention.c) */
     int64_t qk_rows;                 /* (np_l + ng_l) per token: the heads they normalize */
+    /* mixture of experts (0 without): experts, top-k, one expert's widths, the rows of the
+     * expert-ordered tokens (b_max s_max topk) */
+    int64_t E, topk, moe_ffn_l, moe_fc1_l, moe_rows;
 };
 
 /* Pointers into the weights the layers compute with (dt) for one layer; NULL where absent. */
@@ -44,6 +50,10 @@ struct mc_tfm_layer_weights {
     void *fc2_w, *fc2_b;   /* mlp.linear_fc2 [h, ffn_l], [h] */
     void *qln_w, *qln_b;   /* self_attention.q_layernorm [hn] (--qk-layernorm) */
     void *kln_w, *kln_b;   /* self_attention.k_layernorm [hn] */
+    /* a MoE layer (NULL otherwise; fc1/fc2 above are NULL then): mlp.router.weight [E, h] and
+     * mlp.experts.local_experts.0.linear_fc1.weight, the experts' weights following it packed
+     * (fc1 [moe_fc1_l, h], fc2 [h, moe_ffn_l] per expert: mc_moe_expert_numel) */
+    void *router_w, *experts_w;
 };
 
 /* The same layer's fp32 main grads (the grad block). */
@@ -51,6 +61,7 @@ struct mc_tfm_layer_grads {
     float *ln1_w, *ln1_b, *proj_w, *proj_b, *qkv_w, *qkv_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
     float *qln_w, *qln_b, *kln_w, *kln_b;
+    float *router_w, *experts_w;
 };
 
 /* What one layer's forward keeps for its backward (sized for b_max x s_max; the [T, h]
@@ -74,6 +85,9 @@ struct mc_tfm_layer_acts {
      * output before their norms, and the norms' statistics [T qk_rows] (NULL without) */
     void *qk_in;
     float *qk_mean, *qk_rstd;
+    /* a MoE layer: the routing (host memory, moe.h; NULL otherwise); fc1 then holds the
+     * [T k, moe_fc1_l] expert rows */
+    struct mc_moe_acts *moe;
 };
 
 /* Buffers reused by every layer (never read across layers). */
@@ -96,6 +110,10 @@ struct mc_tfm_scratch {
     void *dfc1;          /* [T, fc1_l] */
     void *dact;          /* [T, ffn_l] */
     void *qk_a, *qk_b;   /* [T qk_rows, hn] q/k norm outputs (fwd), their grads (bwd) */
+    /* MoE layers (NULL without): act, dact, dfc1 above hold max(T, T k) rows */
+    void *moe_x, *moe_y; /* [T k, h] the expert-ordered rows (input; output / grads) */
+    void *moe_logits;    /* [T, E] router logits (dt); their grad in backward */
+    float *moe_dot;      /* [T k] the probability grads (fp32) */
 };
 
 /* One forward or backward call. */
@@ -118,6 +136,8 @@ struct mc_tfm_ctx {
                                       (the layer's probs are not kept) */
     uint64_t seed;
     uint32_t step, micro;     /* Philox counter word c2 and the micro-batch in c3 (rng.h) */
+    bool training;            /* a training forward (the router's aux losses) */
+    struct mc_moe_state *moe; /* the model's MoE state (moe.h; NULL for a dense model) */
 };
 
 /* dropout.c: the Philox stream of a dropout site in this call (gpt_model.c documents the

@@ -11,6 +11,7 @@
 #include "transformer/transformer.h"
 
 #include "core/dtype.h"
+#include "transformer/moe/moe.h"
 
 float mc_tfm_dropout_scale(enum mc_dtype dt, float p)
 {
@@ -66,13 +67,18 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                               hidden_scale(c), Ts, d->h);
 
     mc_tfm_norm_forward(c, ln, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
-    if ((st = mc_tp_linear_col_forward(be, c->tp, a->fc1, ln, w->fc1_w, NULL, T, d->h,
-                                       d->fc1_l, work)) != MC_OK)
-        return st;
-    mc_tfm_mlp_act_forward(c, act, a->fc1, w->fc1_b);
-    if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, act, w->fc2_w, T, d->ffn_l, d->h,
-                                       work)) != MC_OK)
-        return st;
+    if (w->router_w) { /* a mixture-of-experts layer (transformer/moe/) */
+        if ((st = mc_moe_layer_forward(c, layer, w, a, tmp, ln)) != MC_OK)
+            return st;
+    } else {
+        if ((st = mc_tp_linear_col_forward(be, c->tp, a->fc1, ln, w->fc1_w, NULL, T, d->h,
+                                           d->fc1_l, work)) != MC_OK)
+            return st;
+        mc_tfm_mlp_act_forward(c, act, a->fc1, w->fc1_b);
+        if ((st = mc_tp_linear_row_forward(be, c->tp, tmp, act, w->fc2_w, T, d->ffn_l, d->h,
+                                           work)) != MC_OK)
+            return st;
+    }
     const uint8_t *k2 = hidden_keep(c, a->keep_mlp_out, MC_TFM_SITE_MLP_OUT(layer));
     be->ops->bias_dropout_add(be, c->dt, x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c),
                               Ts, d->h);
@@ -108,6 +114,33 @@ static void recompute_norm(const struct mc_tfm_ctx *c, const void *x, const void
     mc_tfm_norm_forward(c, c->scr->norm_out, c->scr->norm_mean, c->scr->norm_rstd, x, w, b);
 }
 
+/* The MLP (or MoE layer) from the grad dy of its output: the grad of the pre-MLP norm's output
+ * lands in scratch h2 (h1 is the dense path's column work buffer). */
+static mc_status mlp_backward(const struct mc_tfm_ctx *c, const struct mc_tfm_layer_weights *w,
+                              const struct mc_tfm_layer_grads *g,
+                              const struct mc_tfm_layer_acts *a, const void *dy)
+{
+    const struct mc_tfm_dims *d = c->d;
+    struct mc_backend *be = c->be;
+    struct mc_tfm_scratch *scr = c->scr;
+    int64_t T = c->T, Ts = c->T_sp;
+    mc_status st;
+    if (w->router_w) {
+        recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
+        return mc_moe_layer_backward(c, w, g, a, scr->h2, dy, scr->norm_out);
+    }
+    if (g->fc2_b)
+        bias_grad(c, g->fc2_b, dy, Ts, d->h);
+    mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
+    if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w,
+                                        T, d->ffn_l, d->h, scr->h2)) != MC_OK)
+        return st;
+    mc_tfm_mlp_act_backward(c, scr->dfc1, scr->dact, a->fc1, w->fc1_b);
+    recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
+    return mc_tp_linear_col_backward(be, c->tp, scr->h2, g->fc1_w, NULL, g->fc1_b, scr->dfc1,
+                                     scr->norm_out, w->fc1_w, T, d->h, d->fc1_l, scr->h1);
+}
+
 mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                 const struct mc_tfm_layer_weights *w,
                                 const struct mc_tfm_layer_grads *g,
@@ -121,17 +154,7 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
 
     /* MLP block (dy lives in h1 or dx; h2 gathers it; then h1 is the column work buffer) */
     const void *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
-    if (g->fc2_b)
-        bias_grad(c, g->fc2_b, dy, Ts, d->h);
-    mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
-    if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w,
-                                        T, d->ffn_l, d->h, scr->h2)) != MC_OK)
-        return st;
-    mc_tfm_mlp_act_backward(c, scr->dfc1, scr->dact, a->fc1, w->fc1_b);
-    recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
-    if ((st = mc_tp_linear_col_backward(be, c->tp, scr->h2, g->fc1_w, NULL, g->fc1_b, scr->dfc1,
-                                        scr->norm_out, w->fc1_w, T, d->h, d->fc1_l,
-                                        scr->h1)) != MC_OK)
+    if ((st = mlp_backward(c, w, g, a, dy)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln2_w, g->ln2_b, scr->h2, a->x_mid, w->ln2_w, a->ln2_mean,
                          a->ln2_rstd);

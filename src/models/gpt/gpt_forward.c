@@ -137,6 +137,8 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
         .seed = c->seed,
         .step = sl->step,
         .micro = sl->micro,
+        .training = sl->training,
+        .moe = m->moe,
     };
 }
 

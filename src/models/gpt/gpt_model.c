@@ -30,6 +30,7 @@
 #include "models/gpt/gpt_model.h"
 
 #include "parallel_state/parallel_state.h"
+#include "transformer/moe/moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +80,13 @@ static void derive_dims(struct mc_tfm_dims *d, const struct mc_gpt_config *c)
     d->qkv_bias = c->add_bias_linear || c->add_qkv_bias;
     d->qk_layernorm = c->qk_layernorm;
     d->qk_rows = d->np_l + d->ng_l;
+    if (c->num_moe_experts > 0) { /* mixture of experts (transformer/moe/) */
+        d->E = c->num_moe_experts;
+        d->topk = c->moe_router_topk;
+        d->moe_ffn_l = c->moe_ffn_hidden_size / d->tp;
+        d->moe_fc1_l = d->gated ? 2 * d->moe_ffn_l : d->moe_ffn_l;
+        d->moe_rows = d->b_max * d->s_max * d->topk;
+    }
 }
 
 /* ---- parameters ------------------------------------------------------------------------- */
@@ -152,6 +160,35 @@ static void walk_qk_norms(struct mc_gpt_model *m, bool assign, struct mc_tfm_lay
 #undef NAME
 }
 
+/* A MoE layer's MLP (MoELayer's state_dict: the router, then SequentialMLP's
+ * local_experts.e.linear_fc1 / linear_fc2, packed: transformer/moe/experts.c reads them at a
+ * fixed stride). Init streams: the router takes this layer's linear_fc1 ordinal 4 + 4 gl,
+ * expert e the layer's fc1 / fc2 ordinals plus (e + 1) 2^20 (spec §4's scheme, one stream per
+ * master matrix). Megatron draws the router with init_method, each expert's fc1 with
+ * init_method and fc2 with output_layer_init_method, as here. */
+static void walk_moe(struct mc_gpt_model *m, bool assign, struct mc_tfm_layer_weights *w,
+                     struct mc_tfm_layer_grads *g, int64_t l, int64_t gl)
+{
+    const struct mc_tfm_dims *d = &m->dims;
+    char nm[MC_GPT_NAME_MAX];
+    void *skip_w;
+    float *skip_g;
+    snprintf(nm, sizeof(nm), "decoder.layers.%lld.mlp.router.weight", (long long)l);
+    add_param(m, assign, &(struct mc_gpt_param_spec){nm, 2, d->E, d->h, MC_INIT_NORMAL, 4 + 4 * gl,
+                                                     -1, false, false},
+              &w->router_w, &g->router_w);
+    for (int64_t e = 0; e < d->E; e++) {
+        int64_t ord = 4 + 4 * gl + ((e + 1) << 20);
+        snprintf(nm, sizeof(nm), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc1.weight",
+                 (int)l, (int)e);
+        add_param(m, assign, COL(nm, d->moe_fc1_l, d->h, MC_INIT_NORMAL, ord, d->gated),
+                  e ? &skip_w : &w->experts_w, e ? &skip_g : &g->experts_w);
+        snprintf(nm, sizeof(nm), "decoder.layers.%d.mlp.experts.local_experts.%d.linear_fc2.weight",
+                 (int)l, (int)e);
+        add_param(m, assign, ROW(nm, d->h, d->moe_ffn_l, ord + 1), &skip_w, &skip_g);
+    }
+}
+
 static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
 {
     const struct mc_tfm_dims *d = &m->dims;
@@ -181,6 +218,10 @@ static void walk_layer(struct mc_gpt_model *m, bool assign, int64_t l)
     if (d->layernorm)
         add_param(m, assign, VEC(NAME("pre_mlp_layernorm.bias"), d->h, MC_INIT_ZERO), &w->ln2_b,
                   &g->ln2_b);
+    if (mc_gpt_moe_layer(&m->cfg, gl)) {
+        walk_moe(m, assign, w, g, l, gl);
+        return;
+    }
     add_param(m, assign, COL(NAME("mlp.linear_fc1.weight"), d->fc1_l, d->h, MC_INIT_NORMAL,
                              4 + 4 * gl, d->gated), &w->fc1_w, &g->fc1_w);
     if (d->linear_bias)
@@ -372,7 +413,7 @@ static int64_t recompute_work_layers(const struct mc_gpt_model *m)
 /* One layer's saved activations (a slot's, or one layer of the full-recompute work area).
  * With selective recompute the probabilities are the shared scratch's. */
 static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
-                        struct mc_tfm_layer_acts *a)
+                        struct mc_tfm_layer_acts *a, bool moe)
 {
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
@@ -394,7 +435,7 @@ static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
     a->x_mid = carve(cv, Ts * d->h, E);
     a->ln2_mean = carve(cv, Ts, F);
     a->ln2_rstd = carve(cv, Ts, F);
-    a->fc1 = carve(cv, T * d->fc1_l, E);
+    a->fc1 = moe ? carve(cv, d->moe_rows * d->moe_fc1_l, E) : carve(cv, T * d->fc1_l, E);
     a->keep_mlp_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
     a->qk_in = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
     a->qk_mean = d->qk_layernorm ? carve(cv, T * d->qk_rows, F) : NULL;
@@ -415,7 +456,7 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
         int64_t first = mc_gpt_recompute_group(m, l);
         sl->ckpt[l] = NULL;
         if (first < 0) {
-            carve_layer(m, cv, &sl->acts[l]);
+            carve_layer(m, cv, &sl->acts[l], mc_gpt_moe_layer(&m->cfg, d->layer_offset + l));
             continue;
         }
         sl->acts[l] = m->rc_work[l - first];
@@ -461,11 +502,20 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
                                                      : NULL;
     s->qk_a = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
     s->qk_b = d->qk_layernorm ? carve(cv, T * d->qk_rows * d->hn, E) : NULL;
-    s->act = carve(cv, T * d->ffn_l, E);
+    /* MoE layers: the expert rows need T k rows of the expert widths */
+    int64_t ffn_n = T * d->ffn_l > d->moe_rows * d->moe_ffn_l ? T * d->ffn_l : d->moe_rows * d->moe_ffn_l;
+    int64_t fc1_n = T * d->fc1_l > d->moe_rows * d->moe_fc1_l ? T * d->fc1_l : d->moe_rows * d->moe_fc1_l;
+    s->act = carve(cv, ffn_n, E);
     s->dqkv = carve(cv, T * d->qkv_l, E);
     s->dctx = carve(cv, T * d->ctx_l, E);
-    s->dfc1 = carve(cv, T * d->fc1_l, E);
-    s->dact = carve(cv, T * d->ffn_l, E);
+    s->dfc1 = carve(cv, fc1_n, E);
+    s->dact = carve(cv, ffn_n, E);
+    if (d->E > 0) {
+        s->moe_x = carve(cv, d->moe_rows * d->h, E);
+        s->moe_y = carve(cv, d->moe_rows * d->h, E);
+        s->moe_logits = carve(cv, T * d->E, E);
+        s->moe_dot = carve(cv, d->moe_rows, F);
+    }
     m->xent_target = carve(cv, T, F);
     m->loss_sf = carve(cv, T, F);
     m->dloss_sf = carve(cv, T, F);
@@ -478,7 +528,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
         m->rope_sin = carve(cv, d->s_max * d->rot_dim, F);
     }
     for (int64_t i = 0; i < m->rc_work_layers; i++)
-        carve_layer(m, cv, &m->rc_work[i]);
+        carve_layer(m, cv, &m->rc_work[i], false); /* full recompute: dense models only */
     m->rc_out = m->rc_work_layers ? carve(cv, Ts * d->h, E) : NULL;
     size_t before = cv->used;
     for (int i = 0; i < m->n_slots; i++)
@@ -523,8 +573,29 @@ static mc_status rope_tables_to_backend(struct mc_gpt_model *m)
 }
 
 /* (Re)builds the activation block for n slots; on failure the model keeps its old block. */
+/* The host routing records of every slot's MoE layers (moe.h), rebuilt with the slots. */
+static mc_status attach_moe_acts(struct mc_gpt_model *m)
+{
+    int64_t L = m->dims.L, n = (int64_t)m->n_slots * L;
+    mc_moe_acts_free(m->moe_acts, m->n_moe_acts);
+    m->moe_acts = NULL;
+    m->n_moe_acts = 0;
+    if (m->dims.E == 0)
+        return MC_OK;
+    if (!(m->moe_acts = mc_moe_acts_init(&m->dims, n)))
+        return mc_error(MC_ERR_NOMEM, "MoE routing records: no host memory for %d slots",
+                        m->n_slots);
+    m->n_moe_acts = n;
+    for (int i = 0; i < m->n_slots; i++)
+        for (int64_t l = 0; l < L; l++)
+            if (mc_gpt_moe_layer(&m->cfg, m->dims.layer_offset + l))
+                m->slots[i].acts[l].moe = &m->moe_acts[i * L + l];
+    return MC_OK;
+}
+
 static mc_status build_act_block(struct mc_gpt_model *m, int n)
 {
+    mc_status st;
     struct mc_gpt_slot *slots = alloc_slots(n, m->dims.L), *old_slots = m->slots;
     if (!slots)
         return mc_error(MC_ERR_NOMEM, "activation slots: cannot allocate %d slot records", n);
@@ -547,6 +618,8 @@ static mc_status build_act_block(struct mc_gpt_model *m, int n)
     m->act_bytes = cv.used;
     cv = (struct carver){block, 0};
     carve_all(m, &cv);
+    if ((st = attach_moe_acts(m)) != MC_OK)
+        return st;
     m->tp.red = m->tp_red;
     m->cur = 0;
     return m->dims.rot_dim > 0 ? rope_tables_to_backend(m) : MC_OK;
@@ -785,6 +858,8 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
                                   m->be->ops->alloc(m->be, (size_t)m->sp_numel * sizeof(float)))))
         goto out_free;
 
+    if (m->dims.E > 0 && !(m->moe = mc_moe_state_init(&m->cfg, &m->dims)))
+        goto out_free;
     if ((st = build_act_block(m, 1)) != MC_OK)
         goto out_free;
     *out = m;
@@ -811,6 +886,8 @@ void mc_gpt_model_free(mc_gpt_model *m)
     mc_free(m->pset_params);
     mc_free(m->params);
     free_slots(m->slots, m->n_slots);
+    mc_moe_acts_free(m->moe_acts, m->n_moe_acts);
+    mc_moe_state_free(m->moe);
     mc_free(m->rc_work);
     mc_free(m->layer_g);
     mc_free(m->layer_w);
@@ -844,6 +921,25 @@ struct mc_param_set *mc_gpt_param_set(mc_gpt_model *m) { return &m->pset; }
 void mc_gpt_zero_grad(mc_gpt_model *m)
 {
     m->be->ops->set(m->be, m->grad_block, 0, (size_t)m->n_elements * sizeof(float));
+}
+
+void mc_gpt_set_moe_aux_loss_scale(mc_gpt_model *m, float scale)
+{
+    if (m->moe)
+        m->moe->aux_scale = scale;
+}
+
+const float *mc_gpt_moe_tracker(const mc_gpt_model *m, int which)
+{
+    if (!m->moe)
+        return NULL;
+    return which == 0 ? m->moe->track_lb : m->moe->track_z;
+}
+
+void mc_gpt_moe_tracker_clear(mc_gpt_model *m)
+{
+    for (int64_t l = 0; m->moe && l < m->cfg.num_layers; l++)
+        m->moe->track_lb[l] = m->moe->track_z[l] = 0.0f;
 }
 
 void mc_gpt_set_step(mc_gpt_model *m, int64_t step)

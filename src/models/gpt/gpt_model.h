@@ -85,6 +85,11 @@ struct mc_gpt_model {
 
     int64_t step;
     uint32_t micro_next;
+    /* mixture of experts (NULL for a dense model): the tracker and host scratch, and the
+     * routing records of every slot's MoE layers ([n_slots L], transformer/moe/moe.h) */
+    struct mc_moe_state *moe;
+    struct mc_moe_acts *moe_acts;
+    int64_t n_moe_acts;
 
     /* what the optimizer and DDP see (mc_gpt_param_set): built once the params are, holds
      * the mp communicator and DDP's hooks (data-parallel overlap; all NULL = off) */
