@@ -10,7 +10,7 @@ Run it in place of pretrain_gpt.py, on every rank, with Megatron's own arguments
         [--megatron-root PATH/TO/Megatron-LM] -- <pretrain_gpt.py arguments>
 
 or import it and call install(dump_dir, iters, ranks, points) before pretrain() runs. It adds
-hooks and wrappers only (no numerics change): forward hooks and tensor grad hooks on the
+wrappers and hooks only (no numerics change): forward wrappers and tensor grad hooks on the
 embedding, every TransformerLayer, the final layernorm and the output layer; a wrapper around
 train_step (parameters before, clipped grads, optimizer state and parameters after the step,
 the loss), around the config's finalize_model_grads_func (main grads before and after the
@@ -95,40 +95,57 @@ def _grad_hook(name):
     return lambda g: record('backward', name, g)
 
 
+def _wrap(mod, before, after):
+    """Calls before(args, kwargs) and after(output) around mod.forward (a wrapper on the
+    instance rather than module hooks: TransformerBlock passes hidden_states by keyword, which
+    forward pre-hooks see only from torch 2.0 on)."""
+    inner = mod.forward
+
+    def forward(*args, **kwargs):
+        before(args, kwargs)
+        out = inner(*args, **kwargs)
+        after(out)
+        return out
+    mod.forward = forward
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
 def _hook_chunk(chunk):
     gpt = _gpt(chunk)
     if id(gpt) in _S['hooked']:
         return
     _S['hooked'].add(id(gpt))
 
-    def out_hook(name):
-        def f(mod, args, out):
-            t = out[0] if isinstance(out, tuple) else out
-            record('forward', name, t)
-        return f
+    def nothing(*_):
+        pass
+
+    def output(name):
+        return lambda out: record('forward', name, _first(out))
     if getattr(gpt, 'pre_process', False):
-        gpt.embedding.register_forward_hook(out_hook('forward.embedding.output'))
+        _wrap(gpt.embedding, nothing, output('forward.embedding.output'))
     for layer in gpt.decoder.layers:
         g = layer.layer_number - 1
 
-        def pre(mod, args, kwargs, g=g):
+        def before(args, kwargs, g=g):
             x = kwargs.get('hidden_states', args[0] if args else None)
             record('forward', 'forward.decoder.layers.%d.input' % g, x)
             if _S['rec'] is not None and x is not None and x.requires_grad:
                 x.register_hook(_grad_hook('backward.decoder.layers.%d.input' % g))
 
-        def post(mod, args, kwargs, out, g=g):
-            y = out[0] if isinstance(out, tuple) else out
+        def after(out, g=g):
+            y = _first(out)
             record('forward', 'forward.decoder.layers.%d.output' % g, y)
             if _S['rec'] is not None and y.requires_grad:
                 y.register_hook(_grad_hook('backward.decoder.layers.%d.output' % g))
-        layer.register_forward_pre_hook(pre, with_kwargs=True)
-        layer.register_forward_hook(post, with_kwargs=True)
+        _wrap(layer, before, after)
     if getattr(gpt, 'post_process', False):
         if getattr(gpt.decoder, 'final_layernorm', None) is not None:
-            gpt.decoder.final_layernorm.register_forward_hook(
-                out_hook('forward.decoder.final_layernorm.output'))
-        gpt.output_layer.register_forward_hook(out_hook('forward.output_layer.output'))
+            _wrap(gpt.decoder.final_layernorm, nothing,
+                  output('forward.decoder.final_layernorm.output'))
+        _wrap(gpt.output_layer, nothing, output('forward.output_layer.output'))
 
 
 def _optimizers(optimizer):

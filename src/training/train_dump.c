@@ -222,14 +222,17 @@ void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb)
         return;
     dump.batches++;
     int64_t shape[2] = {mb->b, mb->s};
-    const char *names[3] = {"tokens", "labels", "position_ids"};
-    const int64_t *vals[3] = {mb->tokens, mb->labels, mb->position_ids};
-    for (int i = 0; i < 3; i++)
-        if (vals[i])
-            mc_dump_point(MC_DUMP_POINT_BATCH, "batch.", names[i], MC_DTYPE_I64, 2, shape, vals[i]);
+    /* get_batch's order: tokens, labels, loss_mask, (attention_mask), position_ids */
+    if (mb->tokens)
+        mc_dump_point(MC_DUMP_POINT_BATCH, "batch.", "tokens", MC_DTYPE_I64, 2, shape, mb->tokens);
+    if (mb->labels)
+        mc_dump_point(MC_DUMP_POINT_BATCH, "batch.", "labels", MC_DTYPE_I64, 2, shape, mb->labels);
     if (mb->loss_mask)
         mc_dump_point(MC_DUMP_POINT_BATCH, "batch.", "loss_mask", MC_DTYPE_F32, 2, shape,
                       mb->loss_mask);
+    if (mb->position_ids)
+        mc_dump_point(MC_DUMP_POINT_BATCH, "batch.", "position_ids", MC_DTYPE_I64, 2, shape,
+                      mb->position_ids);
 }
 
 void mc_train_dump_grads(struct trainer *t, const char *prefix)
