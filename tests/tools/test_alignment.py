@@ -231,6 +231,31 @@ def test_compare_loss_runs(tmp, a, b, tb=None, expect_ok=None, png=None):
     return la
 
 
+def test_pipeline_layout(tmp):
+    """A 2-stage pipeline's dump (two rank files, global layer numbers) lines up with a single
+    process's from the same seed: everything within fp32 tolerance except the tied word
+    embedding's grad before finalize_model_grads, which on stage 0 lacks the output layer's part
+    until the embedding-group all-reduce (as Megatron's main_grad does)."""
+    single, pp2 = os.path.join(tmp, "seed_single"), os.path.join(tmp, "seed_pp2")
+    rc, out = ours(tmp, common(tmp, 1) + ["--dump-dir", single])
+    check(rc == 0, f"single-process seed run exits 0 ({out[-300:]})")
+    p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + common(tmp, 1) +
+                       ["--dump-dir", pp2, "--pipeline-model-parallel-size", "2"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"pp 2 seed run exits 0 ({(p.stdout + p.stderr)[-300:]})")
+    r1 = mcdump.read(os.path.join(pp2, "iter_0000001", "rank_00001.dump"))
+    check("forward.decoder.layers.3.output" in r1 and "param.decoder.layers.2.mlp.linear_fc1.weight"
+          in r1 and not any(".layers.0." in k or ".layers.1." in k for k in r1),
+          "stage 1 names its layers 2 and 3 (global numbers)")
+    check("param.embedding.word_embeddings.weight" not in r1 and "loss" in r1,
+          "stage 1 leaves out its shared embedding copy and holds the loss")
+    rc, out, _ = compare(pp2, single)
+    beyond = sorted({l.split()[1] for l in out.splitlines() if l.startswith("BEYOND")})
+    check(rc == 1 and beyond == ["grad.embedding.word_embeddings.weight"] and
+          "only in" not in out, f"pp 2 vs single: only the tied embedding's pre-reduction grad "
+          f"differs ({beyond}, rc {rc})")
+
+
 def test_option_errors(tmp):
     base = common(tmp, 1)
     for extra, want in ((["--dump-iters", "1"], "--dump-iters needs --dump-dir"),
@@ -266,10 +291,13 @@ def main():
               f"--dump-iters 1-2 writes iterations 1 and 2: {sorted(os.listdir(mine))}")
         check(not any(f.endswith(".tmp") for r, _, fs in os.walk(mine) for f in fs), "no .tmp left")
         test_option_errors(tmp)
+        test_pipeline_layout(tmp)
         test_compare_loss_synthetic(tmp)
         if not mcs.megatron_root():
             print("Megatron-LM runs skipped: set MC_MEGATRON_ROOT (and MC_TORCH2_PYTHON) to run "
-                  "the alignment against Megatron itself")
+                  "the alignment against Megatron itself; the perturbed runs are compared with "
+                  "our own unperturbed dump instead")
+            test_perturbed(tmp, mine, ckpt, 0)
             return summary("test_alignment", "(Megatron skipped)")
         ref = os.path.join(tmp, "megatron")
         megatron(tmp, "megatron", common(tmp, ITERS) + ["--load", ckpt, *LOAD], 29781,
