@@ -249,10 +249,11 @@ static mc_status make_dirs(char *path)
             continue;
         char c = *p;
         *p = 0;
-        int rc = mkdir(path, 0777);
+        int rc = mkdir(path, 0777), err = errno;
+        if (rc != 0 && err != EEXIST)
+            return mc_error(MC_ERR_IO, "--dump-dir: cannot create directory %s: %s", path,
+                            strerror(err)); /* (path ends at the failing part) */
         *p = c;
-        if (rc != 0 && errno != EEXIST)
-            return mc_error(MC_ERR_IO, "--dump-dir: cannot create directory %s", path);
         if (!c)
             return MC_OK;
     }
