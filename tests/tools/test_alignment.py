@@ -256,6 +256,32 @@ def test_pipeline_layout(tmp):
           f"differs ({beyond}, rc {rc})")
 
 
+def test_tool_errors(tmp, good):
+    """compare_dumps and the hook script on bad input: exit 2 (or a SystemExit) naming it."""
+    data = open(good, "rb").read()
+    bad = os.path.join(tmp, "truncated.dump")
+    with open(bad, "wb") as f:
+        f.write(data[:len(data) // 2])
+    rc, out, err = compare(bad, good)
+    check(rc == 2 and "truncated.dump: truncated" in err, f"a truncated dump: exit 2 ({rc}: {err})")
+    with open(bad, "wb") as f:
+        f.write(b"not a dump at all, just text")
+    rc, out, err = compare(good, bad)
+    check(rc == 2 and "bad magic" in err, f"not a dump: exit 2 ({rc}: {err})")
+    rc, out, err = compare(tmp, good)
+    check(rc == 2 and "no iter_NNNNNNN" in err, f"a directory without iterations: exit 2 ({err})")
+    rc, out, err = compare(good, good, "--precision", "fp8")
+    check(rc == 2 and "--precision" in err, f"--precision fp8: exit 2 ({err})")
+    rc, out, err = compare(good, good)
+    check(rc == 0 and last_line(out).startswith("no divergence: all"), f"a dump against itself: {last_line(out)}")
+    hooks = os.path.join(SRC, "tools", "megatron_dump_hooks.py")
+    for args, want in ((["--dump-iters", "1", "--", "--num-layers", "2"], "--dump-dir DIR is required"),
+                       (["--dump-dir", tmp, "--megatron-root", tmp, "--", "x"], "no pretrain_gpt.py in"),
+                       (["--dump-dir", tmp, "--bogus", "1", "--", "x"], "unknown option")):
+        p = subprocess.run(["/usr/bin/python3", hooks] + args, capture_output=True, text=True, timeout=60)
+        check(p.returncode != 0 and want in p.stderr, f"megatron_dump_hooks {args}: {want!r} ({p.stderr[-200:]})")
+
+
 def test_option_errors(tmp):
     base = common(tmp, 1)
     for extra, want in ((["--dump-iters", "1"], "--dump-iters needs --dump-dir"),
@@ -291,6 +317,7 @@ def main():
               f"--dump-iters 1-2 writes iterations 1 and 2: {sorted(os.listdir(mine))}")
         check(not any(f.endswith(".tmp") for r, _, fs in os.walk(mine) for f in fs), "no .tmp left")
         test_option_errors(tmp)
+        test_tool_errors(tmp, os.path.join(mine, "iter_0000001", "rank_00000.dump"))
         test_pipeline_layout(tmp)
         test_compare_loss_synthetic(tmp)
         if not mcs.megatron_root():
