@@ -166,6 +166,20 @@ EXTENSIONS = [
     ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
      'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
      'beside the measured peak, by category (docs/memory.md)'),
+    # precision alignment (docs/alignment.md): tensor dumps of chosen iterations
+    ('--dump-dir', 'dump_dir', 'str',
+     'megatron.c: write tensor dumps (docs/formats/dump.md) of the chosen iterations to '
+     'DIR/iter_NNNNNNN/rank_NNNNN.dump, named by Megatron module/parameter names '
+     '(docs/alignment.md)'),
+    ('--dump-iters', 'dump_iters', 'str',
+     'megatron.c: with --dump-dir, the iterations to dump: a list of numbers and ranges such as '
+     '"1,3" or "1-2" (default 1)'),
+    ('--dump-ranks', 'dump_ranks', 'str',
+     'megatron.c: with --dump-dir, the global ranks that write dumps, as "0,2" or "0-3" '
+     '(default all)'),
+    ('--dump-points', 'dump_points', 'str',
+     'megatron.c: with --dump-dir, a comma list of what to dump among batch, forward, backward, '
+     'params, grads, optimizer, loss (default all)'),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features

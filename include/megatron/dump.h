@@ -78,6 +78,40 @@ MC_API mc_status mc_dump_hooks_flush(void);
 /* Stops recording and drops anything not flushed. */
 MC_API void mc_dump_hooks_disable(void);
 
+/* ---- run dumps: the points of a training iteration (pretrain_gpt --dump-dir) ----------- *
+ * The trainer (src/training/train_dump.c) opens a recording for a chosen iteration with the
+ * points it wants; the model and the trainer report each point through mc_dump_point, which
+ * costs one branch while no recording is open. A name seen again in the same recording (the
+ * next micro-batch) gets "@1", "@2", ... appended, as with the debug hooks. Names and shapes of
+ * every point: docs/formats/dump.md. */
+enum mc_dump_point {
+    MC_DUMP_POINT_BATCH = 1 << 0,     /* batch.tokens, .labels, .loss_mask, .position_ids */
+    MC_DUMP_POINT_FORWARD = 1 << 1,   /* forward.<module>.input / .output */
+    MC_DUMP_POINT_BACKWARD = 1 << 2,  /* backward.<module>.output / .input: grads flowing back */
+    MC_DUMP_POINT_PARAMS = 1 << 3,    /* param.<name> before the step */
+    MC_DUMP_POINT_GRADS = 1 << 4,     /* grad., grad_reduced., grad_clipped.<name> */
+    MC_DUMP_POINT_OPTIMIZER = 1 << 5, /* optimizer.<state>.<name>, optimizer.param.<name> */
+    MC_DUMP_POINT_LOSS = 1 << 6,      /* loss */
+    MC_DUMP_POINT_ALL = (1 << 7) - 1
+};
+/* The point's name as --dump-points spells it ("batch", "forward", ...), NULL when unknown. */
+MC_API const char *mc_dump_point_name(enum mc_dump_point p);
+/* Opens a recording of the points in the mask `points` (any open one is dropped). */
+MC_API mc_status mc_dump_points_open(unsigned points);
+/* True while a recording that includes `point` is open. */
+MC_API bool mc_dump_point_on(enum mc_dump_point point);
+/* Records a copy of `data` as prefix + name (either may be ""); does nothing unless
+ * mc_dump_point_on(point). A failure stops the recording and is reported by the close. */
+MC_API void mc_dump_point(enum mc_dump_point point, const char *prefix, const char *name,
+                          enum mc_dtype dtype, int ndim, const int64_t *shape, const void *data);
+/* Closes the recording, writing it to `path` (temp name + rename) unless path is NULL. */
+MC_API mc_status mc_dump_points_close(const char *path);
+
+/* Tests of the alignment tools only: true for the global layer that the environment variable
+ * MC_TEST_PERTURB_LN_EPS=decoder.layers.<i> names (read once), whose norms the model then runs
+ * with epsilon x 1e4, a wrong-epsilon bug that tools/compare_dumps must locate. */
+MC_API bool mc_dump_test_perturbed_layer(int64_t layer);
+
 #ifdef __cplusplus
 }
 #endif

@@ -439,16 +439,24 @@ bool mc_dump_hooks_active(void)
     return hooks.active;
 }
 
+/* Adds prefix + name, or name@k for the first k >= 1 not taken (the k-th repeat). */
+static mc_status add_repeated(mc_dump *d, const char *prefix, const char *name,
+                              enum mc_dtype dtype, int ndim, const int64_t *shape,
+                              const void *data, char *key, size_t key_size)
+{
+    snprintf(key, key_size, "%s%s", prefix, name);
+    for (int k = 1; mc_dump_find(d, key); k++)
+        snprintf(key, key_size, "%s%s@%d", prefix, name, k);
+    return mc_dump_add(d, key, dtype, ndim, shape, data);
+}
+
 void mc_dump_hook(const char *name, enum mc_dtype dtype, int ndim, const int64_t *shape,
                   const void *data)
 {
     if (!mc_dump_hooks_active())
         return;
     char key[MC_DUMP_MAX_NAME];
-    snprintf(key, sizeof(key), "%s", name);
-    for (int k = 1; mc_dump_find(hooks.d, key); k++)
-        snprintf(key, sizeof(key), "%s@%d", name, k);
-    mc_status st = mc_dump_add(hooks.d, key, dtype, ndim, shape, data);
+    mc_status st = add_repeated(hooks.d, "", name, dtype, ndim, shape, data, key, sizeof(key));
     if (st != MC_OK) {
         mc_log(MC_LOG_WARN, "dump hook %s: %s; hooks stop recording", key, mc_last_error());
         hooks.failed = st;
@@ -473,4 +481,87 @@ mc_status mc_dump_hooks_flush(void)
         hooks.failed = st2;
     }
     return st != MC_OK ? st : st2;
+}
+
+/* ---- run dumps ------------------------------------------------------------------------- */
+
+static struct {
+    unsigned points; /* 0 while no recording is open (or after a failure) */
+    mc_dump *d;
+    mc_status failed;
+    char failure[2100];
+} rec;
+
+static const char *const point_names[] = {"batch", "forward", "backward", "params", "grads",
+                                          "optimizer", "loss"};
+
+const char *mc_dump_point_name(enum mc_dump_point p)
+{
+    for (int i = 0; i < (int)(sizeof(point_names) / sizeof(point_names[0])); i++)
+        if ((unsigned)p == 1u << i)
+            return point_names[i];
+    return NULL;
+}
+
+mc_status mc_dump_points_open(unsigned points)
+{
+    mc_dump_free(rec.d);
+    rec.d = NULL;
+    rec.points = 0;
+    rec.failed = MC_OK;
+    mc_status st = mc_dump_init(&rec.d);
+    if (st == MC_OK)
+        rec.points = points;
+    return st;
+}
+
+bool mc_dump_point_on(enum mc_dump_point point) { return (rec.points & (unsigned)point) != 0; }
+
+void mc_dump_point(enum mc_dump_point point, const char *prefix, const char *name,
+                   enum mc_dtype dtype, int ndim, const int64_t *shape, const void *data)
+{
+    if (!mc_dump_point_on(point))
+        return;
+    char key[MC_DUMP_MAX_NAME];
+    mc_status st = add_repeated(rec.d, prefix, name, dtype, ndim, shape, data, key, sizeof(key));
+    if (st != MC_OK) { /* kept for the close, which fails the iteration with it */
+        snprintf(rec.failure, sizeof(rec.failure), "%.1000s: %.1000s", key, mc_last_error());
+        rec.failed = st;
+        rec.points = 0;
+    }
+}
+
+mc_status mc_dump_points_close(const char *path)
+{
+    mc_status st = MC_OK;
+    if (rec.failed != MC_OK)
+        st = mc_error(rec.failed, "dump %s: recording stopped at %s", path ? path : "(dropped)",
+                      rec.failure);
+    else if (path && rec.d)
+        st = mc_dump_write(rec.d, path);
+    mc_dump_free(rec.d);
+    rec.d = NULL;
+    rec.points = 0;
+    rec.failed = MC_OK;
+    return st;
+}
+
+bool mc_dump_test_perturbed_layer(int64_t layer)
+{
+    static int checked;
+    static long long chosen = -1;
+    if (!checked) {
+        checked = 1;
+        const char *env = getenv("MC_TEST_PERTURB_LN_EPS");
+        const char *pre = "decoder.layers.";
+        char *end;
+        if (env && strncmp(env, pre, strlen(pre)) == 0) {
+            chosen = strtoll(env + strlen(pre), &end, 10);
+            if (*end || end == env + strlen(pre))
+                chosen = -1;
+        }
+        if (env && chosen < 0)
+            mc_log(MC_LOG_WARN, "MC_TEST_PERTURB_LN_EPS=%s: expected decoder.layers.<i>", env);
+    }
+    return chosen >= 0 && layer == chosen;
 }

@@ -489,6 +489,10 @@ enum mc_arg_id {
     MC_A_num_layer_list,
     MC_A_reuse_fp32_param,
     MC_A_log_memory_estimate,
+    MC_A_dump_dir,
+    MC_A_dump_iters,
+    MC_A_dump_ranks,
+    MC_A_dump_points,
     MC_A_COUNT
 };
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */

@@ -105,6 +105,8 @@ static mc_status pp_get_batch(struct pp_pass *r, int64_t k)
     mc_status st = mc_train_data_get(r->t->d.data, r->split, sample_index(r->t, r->consumed, k),
                                      &r->t->d.batch);
     mc_timer_stop(bg);
+    if (!st && r->training)
+        mc_train_dump_batch(k, &r->t->d.batch);
     if (!st)
         r->in_batch = k;
     return st;

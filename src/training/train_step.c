@@ -90,7 +90,7 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
     for (int v = 0; v < t->m.vp; v++)
         mc_gpt_zero_grad(t->m.chunks[v]);
     mc_status st = mc_train_test_mode_check(t);
-    if (st)
+    if (st || (st = mc_train_dump_begin(t, iteration + 1))) /* the 1-based step */
         return st;
     struct mc_timer *fb = timer(t, "forward-backward", 1);
     mc_timer_start(fb);
@@ -102,10 +102,14 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
     if (!st && t->par.ps.pp > 1)
         st = pp_share_loss(t, &numer, &denom);
     if (!st)
+        mc_train_dump_grads(t, "grad.");
+    if (!st)
         st = mc_train_finalize_grads(t, per_token, denom);
+    if (!st)
+        mc_train_dump_grads(t, "grad_reduced.");
     mc_timer_stop(fb);
     if (st || (st = step_optimizer(t, per_token, denom, num_micro, res)))
-        return st;
+        return mc_train_dump_end(t, st, 0);
     *lm_loss = numer / denom;
-    return MC_OK;
+    return mc_train_dump_end(t, MC_OK, *lm_loss);
 }

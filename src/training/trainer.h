@@ -148,6 +148,18 @@ mc_status mc_train_setup_parallel_state(struct trainer *t);
 mc_status mc_train_build_model_and_optimizer(struct trainer *t);
 struct mc_param_view mc_train_tied_embedding(const struct trainer *t);
 
+/* ---- train_dump.c: --dump-dir (docs/alignment.md) ---------------------------------------- */
+/* Checks the --dump-* options (before anything is built). */
+mc_status mc_train_dump_setup(const struct mc_args *a);
+/* Opens the recording of train step `iteration` when it and this rank are chosen (and records
+ * the parameters); the rest do nothing outside a recorded step. */
+mc_status mc_train_dump_begin(struct trainer *t, int64_t iteration); /* 1-based, as logged */
+void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb);
+void mc_train_dump_grads(struct trainer *t, const char *prefix);
+/* After the optimizer step: the clipped grads, optimizer state, loss; writes the file. Returns
+ * step_status when that is a failure (the recording is dropped). */
+mc_status mc_train_dump_end(struct trainer *t, mc_status step_status, float lm_loss);
+
 /* ---- train_step.c / forward_step.c / finalize_grads.c ----------------------------------- */
 mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
                         struct mc_opt_step_result *res);

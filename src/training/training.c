@@ -414,7 +414,9 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     t.d.gbs = mc_args_int(a, MC_A_global_batch_size);
     if (mc_args_bool(a, MC_A_exit_signal_handler))
         signal(SIGTERM, on_sigterm);
-    mc_status st = setup(&t);
+    mc_status st = mc_train_dump_setup(a);
+    if (!st)
+        st = setup(&t);
     if (st)
         goto out;
     int64_t iteration = t.p.start_iteration;

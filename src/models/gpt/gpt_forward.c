@@ -170,14 +170,54 @@ static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
     return MC_OK;
 }
 
-/* Debug hook point (include/megatron/dump.h): one branch when hooks are off. */
+/* Debug hook point and run-dump point (include/megatron/dump.h): forward tensors go to both
+ * under the same module name ("forward." in a run dump), backward ones to the run dump only.
+ * One branch each while neither records. */
+static void hook_point(const struct mc_gpt_model *m, enum mc_dump_point pt, const char *name,
+                       const void *x, int64_t s, int64_t b, int64_t n)
+{
+    bool debug = pt == MC_DUMP_POINT_FORWARD && mc_dump_hooks_active();
+    if (!debug && !mc_dump_point_on(pt))
+        return;
+    int64_t shape[3] = {s, b, n};
+    if (debug)
+        mc_dump_hook(name, m->dt, 3, shape, x);
+    mc_dump_point(pt, pt == MC_DUMP_POINT_FORWARD ? "forward." : "backward.", name, m->dt, 3,
+                  shape, x);
+}
+
 static void hook(const struct mc_gpt_model *m, const char *name, const void *x, int64_t s,
                  int64_t b, int64_t n)
 {
-    if (!mc_dump_hooks_active())
+    hook_point(m, MC_DUMP_POINT_FORWARD, name, x, s, b, n);
+}
+
+/* A layer's point: decoder.layers.<global index>.<what> (Megatron's module name). */
+static void layer_point(const struct mc_gpt_model *m, enum mc_dump_point pt, int64_t gl,
+                        const char *what, const void *x, int64_t s, int64_t b)
+{
+    if (!mc_dump_point_on(pt) && !(pt == MC_DUMP_POINT_FORWARD && mc_dump_hooks_active()))
         return;
-    int64_t shape[3] = {s, b, n};
-    mc_dump_hook(name, m->dt, 3, shape, x);
+    char name[64];
+    snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)gl, what);
+    if (strcmp(what, "input") == 0 && pt == MC_DUMP_POINT_FORWARD) /* not a debug hook point */
+        mc_dump_point(pt, "forward.", name, m->dt, 3, (int64_t[3]){s, b, m->dims.h}, x);
+    else
+        hook_point(m, pt, name, x, s, b, m->dims.h);
+}
+
+/* The context of global layer gl: the model's, or under MC_TEST_PERTURB_LN_EPS (tests of the
+ * alignment tools, include/megatron/dump.h) a copy whose norm epsilon is 1e4 times too large. */
+static const struct mc_tfm_ctx *layer_ctx(const struct mc_tfm_ctx *c, int64_t gl,
+                                          struct mc_tfm_ctx *pc, struct mc_gpt_config *pcfg)
+{
+    if (!mc_dump_test_perturbed_layer(gl))
+        return c;
+    *pcfg = *c->cfg;
+    pcfg->norm_epsilon *= 1e4f;
+    *pc = *c;
+    pc->cfg = pcfg;
+    return pc;
 }
 
 static const void *output_weight(const struct mc_gpt_model *m)
@@ -259,6 +299,8 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
                         "checkpointed [s, b, h] input into %d equal parts, but %lld x %lld x "
                         "%lld elements do not divide", m->tp.size, (long long)s, (long long)b,
                         (long long)d->h);
+    struct mc_tfm_ctx pc;
+    struct mc_gpt_config pcfg;
     for (int64_t l = 0; l < d->L; l++) {
         void *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
         if (sl->ckpt[l]) /* the group's input: this rank's 1/tp of it is what stays */
@@ -267,14 +309,12 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
                                                                             m->tp.size)),
                              m->esize * (size_t)(c.T_sp * d->h / m->tp.size));
         int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
+        layer_point(m, MC_DUMP_POINT_FORWARD, gl, "input", sl->acts[l].x_in, c.T_sp / b, b);
         if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, l + 1))) != MC_OK ||
-            (st = mc_tfm_layer_forward(&c, gl, &m->layer_w[l], &sl->acts[l], out)) != MC_OK)
+            (st = mc_tfm_layer_forward(layer_ctx(&c, gl, &pc, &pcfg), gl, &m->layer_w[l],
+                                       &sl->acts[l], out)) != MC_OK)
             return st;
-        if (mc_dump_hooks_active()) {
-            char name[64];
-            snprintf(name, sizeof name, "decoder.layers.%lld.output", (long long)gl);
-            hook(m, name, out, c.T_sp / b, b, d->h);
-        }
+        layer_point(m, MC_DUMP_POINT_FORWARD, gl, "output", out, c.T_sp / b, b);
     }
     if (d->last_stage && ((st = mc_gpt_hook_param_use(m, m->n_params)) != MC_OK ||
                           (st = head_forward(m, sl, &c, batch, loss)) != MC_OK))
@@ -319,10 +359,14 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot 
         if (first >= 0 && l + 1 == mc_gpt_recompute_group_end(m, first) &&
             (st = recompute_group(m, sl, c, first, l + 1)) != MC_OK)
             return st;
+        layer_point(m, MC_DUMP_POINT_BACKWARD, d->layer_offset + l, "output", m->dx, c->T_sp / c->b,
+                    c->b);
         if ((st = mc_tfm_layer_backward(c, d->layer_offset + l, &m->layer_w[l], &m->layer_g[l],
                                         &sl->acts[l], m->dx)) != MC_OK ||
             (st = mc_gpt_hook_grad_ready(m, mc_gpt_layer_first_param(m, l))) != MC_OK)
             return st;
+        layer_point(m, MC_DUMP_POINT_BACKWARD, d->layer_offset + l, "input", m->dx, c->T_sp / c->b,
+                    c->b);
     }
     if (!d->first_stage)
         return MC_OK;

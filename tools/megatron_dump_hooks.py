@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Tensor dumps of Megatron-LM core_v0.12.1's own training run, in megatron.c's dump format and
+with the names `pretrain_gpt --dump-dir` writes (docs/alignment.md, docs/formats/dump.md), so
+that tools/compare_dumps.c lines the two runs up name by name.
+
+Run it in place of pretrain_gpt.py, on every rank, with Megatron's own arguments after `--`:
+
+    torchrun ... tools/megatron_dump_hooks.py --dump-dir DIR [--dump-iters 1,3] \\
+        [--dump-ranks 0-3] [--dump-points batch,forward,...] \\
+        [--megatron-root PATH/TO/Megatron-LM] -- <pretrain_gpt.py arguments>
+
+or import it and call install(dump_dir, iters, ranks, points) before pretrain() runs. It adds
+wrappers and hooks only (no numerics change): forward wrappers and tensor grad hooks on the
+embedding, every TransformerLayer, the final layernorm and the output layer; a wrapper around
+train_step (parameters before, clipped grads, optimizer state and parameters after the step,
+the loss), around the config's finalize_model_grads_func (main grads before and after the
+data-parallel reduction) and around get_batch_on_this_tp_rank (the batch). Layers are numbered
+globally (layer_number - 1), as megatron.c does. Tensor parallelism (shards) is refused, as
+megatron.c refuses it; so are the distributed optimizer's grads and optimizer points.
+"""
+import os
+import runpy
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import mcdump  # noqa: E402
+
+POINTS = ('batch', 'forward', 'backward', 'params', 'grads', 'optimizer', 'loss')
+
+_S = {'dir': None, 'iters': None, 'ranks': None, 'points': set(POINTS), 'rec': None,
+      'hooked': set(), 'iteration': 0}
+
+
+def parse_ranges(opt, s):
+    """'1,3,5-7' -> list of (lo, hi); SystemExit naming the option otherwise."""
+    out = []
+    try:
+        for part in s.split(','):
+            lo, _, hi = part.partition('-')
+            lo, hi = int(lo), int(hi) if hi else int(lo)
+            if lo < 0 or hi < lo:
+                raise ValueError
+            out.append((lo, hi))
+    except ValueError:
+        raise SystemExit("%s '%s': expected numbers and ranges such as 1,3 or 1-2" % (opt, s))
+    return out
+
+
+def _in(ranges, v):
+    return ranges is None or any(lo <= v <= hi for lo, hi in ranges)
+
+
+def record(point, name, tensor):
+    """Adds a copy under name (name@k for its k-th repeat) when recording `point`."""
+    rec = _S['rec']
+    if rec is None or point not in _S['points'] or tensor is None:
+        return
+    key, k = name, 1
+    while key in rec:
+        key = '%s@%d' % (name, k)
+        k += 1
+    rec[key] = tensor.detach().clone().cpu()
+
+
+def _gpt(chunk):
+    """GPTModel inside DDP / Float16Module wrappers."""
+    while not hasattr(chunk, 'decoder') and hasattr(chunk, 'module'):
+        chunk = chunk.module
+    return chunk
+
+
+def _layer_map(gpt):
+    """local layer index -> global index (layer_number is 1-based and global)."""
+    return {i: layer.layer_number - 1 for i, layer in enumerate(gpt.decoder.layers)}
+
+
+def param_names(model):
+    """id(param) -> dump name, global layer numbers, the last stage's tied copy left out."""
+    out = {}
+    for chunk in model:
+        gpt = _gpt(chunk)
+        lm = _layer_map(gpt)
+        for n, p in gpt.named_parameters():
+            if getattr(p, 'shared', False):
+                continue
+            if n.startswith('decoder.layers.'):
+                idx, _, rest = n[len('decoder.layers.'):].partition('.')
+                n = 'decoder.layers.%d.%s' % (lm[int(idx)], rest)
+            out[id(p)] = (n, p)
+    return out
+
+
+def _grad_hook(name):
+    return lambda g: record('backward', name, g)
+
+
+def _wrap(mod, before, after):
+    """Calls before(args, kwargs) and after(output) around mod.forward (a wrapper on the
+    instance rather than module hooks: TransformerBlock passes hidden_states by keyword, which
+    forward pre-hooks see only from torch 2.0 on)."""
+    inner = mod.forward
+
+    def forward(*args, **kwargs):
+        before(args, kwargs)
+        out = inner(*args, **kwargs)
+        after(out)
+        return out
+    mod.forward = forward
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _hook_chunk(chunk):
+    gpt = _gpt(chunk)
+    if id(gpt) in _S['hooked']:
+        return
+    _S['hooked'].add(id(gpt))
+
+    def nothing(*_):
+        pass
+
+    def output(name):
+        return lambda out: record('forward', name, _first(out))
+    if getattr(gpt, 'pre_process', False):
+        _wrap(gpt.embedding, nothing, output('forward.embedding.output'))
+    for layer in gpt.decoder.layers:
+        g = layer.layer_number - 1
+
+        def before(args, kwargs, g=g):
+            x = kwargs.get('hidden_states', args[0] if args else None)
+            record('forward', 'forward.decoder.layers.%d.input' % g, x)
+            if _S['rec'] is not None and x is not None and x.requires_grad:
+                x.register_hook(_grad_hook('backward.decoder.layers.%d.input' % g))
+
+        def after(out, g=g):
+            y = _first(out)
+            record('forward', 'forward.decoder.layers.%d.output' % g, y)
+            if _S['rec'] is not None and y.requires_grad:
+                y.register_hook(_grad_hook('backward.decoder.layers.%d.output' % g))
+        _wrap(layer, before, after)
+    if getattr(gpt, 'post_process', False):
+        if getattr(gpt.decoder, 'final_layernorm', None) is not None:
+            _wrap(gpt.decoder.final_layernorm, nothing,
+                  output('forward.decoder.final_layernorm.output'))
+        _wrap(gpt.output_layer, nothing, output('forward.output_layer.output'))
+
+
+def _optimizers(optimizer):
+    return getattr(optimizer, 'chained_optimizers', [optimizer])
+
+
+def _main_params(optimizer, names):
+    """name -> (model param, main param the optimizer steps)."""
+    out = {}
+    for o in _optimizers(optimizer):
+        if hasattr(o, 'float16_groups'):  # Float16OptimizerWithFloat16Params
+            for mg, fg in zip(o.float16_groups, o.fp32_from_float16_groups):
+                for mp, fp in zip(mg, fg):
+                    if id(mp) in names:
+                        out[names[id(mp)][0]] = (mp, fp)
+            for g in o.fp32_from_fp32_groups:
+                for p in g:
+                    if id(p) in names:
+                        out[names[id(p)][0]] = (p, p)
+        else:
+            for g in o.optimizer.param_groups:
+                for p in g['params']:
+                    if id(p) in names:
+                        out[names[id(p)][0]] = (p, p)
+    return out
+
+
+def _ordered(names, mains):
+    """Names in the model's parameter order (state_dict order, as megatron.c writes them)."""
+    return [n for n, _ in names.values() if n in mains]
+
+
+def _record_grads(prefix, names):
+    for n, p in names.values():
+        if getattr(p, 'main_grad', None) is not None:
+            record('grads', prefix + n, p.main_grad.float())
+
+
+def _wrap_finalize(config, names):
+    inner = config.finalize_model_grads_func
+
+    def finalize(*a, **k):
+        _record_grads('grad.', names)
+        r = inner(*a, **k)
+        _record_grads('grad_reduced.', names)
+        return r
+    return inner, finalize
+
+
+def _file(iteration, rank):
+    d = os.path.join(_S['dir'], 'iter_%07d' % iteration)
+    os.makedirs(d, exist_ok=True)
+    return os.path.join(d, 'rank_%05d.dump' % rank)
+
+
+def _train_step_wrapper(inner):
+    def train_step(forward_step_func, data_iterator, model, optimizer, opt_param_scheduler,
+                   config, *a, **k):
+        import torch
+        from megatron.training import get_args
+        iteration = get_args().curr_iteration + 1
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if not (_in(_S['iters'], iteration) and _in(_S['ranks'], rank)):
+            return inner(forward_step_func, data_iterator, model, optimizer,
+                         opt_param_scheduler, config, *a, **k)
+        for chunk in model:
+            _hook_chunk(chunk)
+        names = param_names(model)
+        mains = _main_params(optimizer, names)
+        order = _ordered(names, mains)
+        _S['rec'] = {}
+        for n in order:
+            record('params', 'param.' + n, mains[n][1].float())
+        saved, config.finalize_model_grads_func = _wrap_finalize(config, names)
+        try:
+            out = inner(forward_step_func, data_iterator, model, optimizer, opt_param_scheduler,
+                        config, *a, **k)
+        finally:
+            config.finalize_model_grads_func = saved
+        for n in order:
+            if mains[n][1].grad is not None:
+                record('grads', 'grad_clipped.' + n, mains[n][1].grad.float())
+        states = {}
+        for o in _optimizers(optimizer):
+            states.update(o.optimizer.state)
+        for n in order:
+            main = mains[n][1]
+            for key in ('exp_avg', 'exp_avg_sq', 'momentum_buffer'):
+                if key in states.get(main, {}):
+                    record('optimizer', 'optimizer.%s.%s' % (key, n), states[main][key].float())
+            record('optimizer', 'optimizer.param.' + n, main.float())
+        loss = out[0].get('lm loss') if out and isinstance(out[0], dict) else None
+        if loss is not None:
+            record('loss', 'loss', torch.as_tensor(loss, dtype=torch.float32).reshape(()))
+        rec, _S['rec'] = _S['rec'], None
+        mcdump.write(_file(iteration, rank), rec)
+        return out
+    return train_step
+
+
+def _batch_wrapper(inner):
+    def get_batch_on_this_tp_rank(data_iterator):
+        batch = inner(data_iterator)
+        if _S['rec'] is not None and batch is not None:
+            for key in ('tokens', 'labels', 'loss_mask', 'position_ids'):
+                if batch.get(key) is not None:
+                    record('batch', 'batch.' + key, batch[key])
+        return batch
+    return get_batch_on_this_tp_rank
+
+
+def install(dump_dir, iters='1', ranks=None, points=None):
+    """Patches Megatron (imports megatron.training): call before pretrain_gpt.py is run."""
+    import megatron.training.training as T
+    import megatron.training.utils as U
+    _S['dir'] = dump_dir
+    _S['iters'] = parse_ranges('--dump-iters', iters)
+    _S['ranks'] = parse_ranges('--dump-ranks', ranks) if ranks else None
+    if points:
+        chosen = set(points.split(',')) if points != 'all' else set(POINTS)
+        bad = chosen - set(POINTS)
+        if bad:
+            raise SystemExit("--dump-points '%s': unknown point %s (expected %s or all)" %
+                             (points, sorted(bad)[0], ', '.join(POINTS)))
+        _S['points'] = chosen
+    T.train_step = _train_step_wrapper(T.train_step)
+    U.get_batch_on_this_tp_rank = _batch_wrapper(U.get_batch_on_this_tp_rank)
+
+
+def check_layout(margs):
+    """Refuses what megatron.c's --dump-dir refuses (the names would not line up)."""
+    def val(opt, default):
+        return margs[margs.index(opt) + 1] if opt in margs else default
+    if int(val('--tensor-model-parallel-size', '1')) > 1:
+        raise SystemExit('megatron_dump_hooks: --tensor-model-parallel-size > 1 is not '
+                         'implemented yet (the dumps would hold shards)')
+    if '--use-distributed-optimizer' in margs and _S['points'] & {'grads', 'optimizer'}:
+        raise SystemExit('megatron_dump_hooks: the grads and optimizer points are not '
+                         'implemented with --use-distributed-optimizer')
+
+
+def main(argv):
+    if '--' not in argv:
+        raise SystemExit(__doc__)
+    ours, margs = argv[:argv.index('--')], argv[argv.index('--') + 1:]
+    opts = {'--dump-dir': None, '--dump-iters': '1', '--dump-ranks': None,
+            '--dump-points': None, '--megatron-root': os.environ.get('MEGATRON_ROOT', '.')}
+    i = 0
+    while i < len(ours):
+        if ours[i] not in opts or i + 1 >= len(ours):
+            raise SystemExit('megatron_dump_hooks: unknown option or missing value: %s' % ours[i])
+        opts[ours[i]] = ours[i + 1]
+        i += 2
+    if not opts['--dump-dir']:
+        raise SystemExit('megatron_dump_hooks: --dump-dir DIR is required')
+    root = opts['--megatron-root']
+    script = os.path.join(root, 'pretrain_gpt.py')
+    if not os.path.exists(script):
+        raise SystemExit('megatron_dump_hooks: no pretrain_gpt.py in %s (--megatron-root or '
+                         'MEGATRON_ROOT: a Megatron-LM checkout)' % root)
+    sys.path.insert(0, os.path.abspath(root))
+    install(opts['--dump-dir'], opts['--dump-iters'], opts['--dump-ranks'], opts['--dump-points'])
+    check_layout(margs)
+    sys.argv = [script] + margs
+    runpy.run_path(script, run_name='__main__')
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
