@@ -50,7 +50,7 @@ static void help(void)
 "\"logprobs\": [...]} as Megatron's does; a bad request gets Megatron's message (status 400).\n"
 "docs/generation.md lists what differs.\n"
 "\nserver:\n"
-"  --port PORT           TCP port (default 5000, Megatron's)\n"
+"  --port PORT           TCP port (default 5000, Megatron's; 0: any free one, printed)\n"
 "  --host ADDR           address to listen on (default 127.0.0.1, this machine only;\n"
 "                        0.0.0.0: every interface, as Megatron's server)\n"
 "  --temperature, --top_k, --top_p, --num-tokens-to-generate, --max-batch-size,\n"
@@ -371,6 +371,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "run_text_generation_server: %s\n", mc_last_error());
     } else if ((lfd = listen_on(o.host, (int)o.port)) >= 0) {
         struct mc_inf_server s = {.model = m, .tok = tok, .seed = (uint64_t)o.cli.seed};
+        struct sockaddr_in a;
+        socklen_t al = sizeof(a);
+        if (!getsockname(lfd, (struct sockaddr *)&a, &al)) /* --port 0: the one the system chose */
+            o.port = ntohs(a.sin_port);
         printf(" * Serving megatron.c text generation on http://%s:%lld/api (PUT; %d threads)\n",
                o.host, (long long)o.port, be->n_threads);
         fflush(stdout);

@@ -205,33 +205,40 @@ static bool stop_at_eol(void *ctx, int64_t row, const int64_t *gen, int64_t n)
     return stop;
 }
 
-/* The text each token adds to the detokenized row (Megatron's segments). */
+/* Megatron's segments: the detokenized row cut at each token's start offset (offsets(): the
+ * text before token i is the detokenized first i tokens), so the pieces join to the text. The
+ * offset is the common prefix of that text with the whole row, backed up to a character
+ * boundary: a token that ends inside a multi-byte character gets the empty piece, the next one
+ * the character (as HuggingFace's token_to_chars spans make it). */
 static mc_status segments(const mc_tokenizer *tok, const int64_t *ids, int64_t n,
                           struct mc_json_buf *out)
 {
-    mc_status st = mc_json_buf_append(out, "[", 1);
-    size_t prev = 0;
+    char *full = NULL;
+    size_t len = 0;
+    size_t *off = mc_alloc(sizeof(size_t) * (size_t)(n + 1));
+    mc_status st = off ? mc_tok_decode(tok, ids, n, &full, &len) : MC_ERR_NOMEM;
     for (int64_t i = 0; i < n && !st; i++) {
-        char *full = NULL, *one = NULL;
-        size_t len = 0, one_len = 0;
-        if ((st = mc_tok_decode(tok, ids, i + 1, &full, &len)))
+        char *pre = NULL;
+        size_t pl = 0, k = 0;
+        if (i && (st = mc_tok_decode(tok, ids, i, &pre, &pl)))
             break;
-        const char *piece = full + prev;
-        size_t piece_len = len >= prev ? len - prev : 0;
-        if (len < prev) { /* not a prefix (a split character): the token alone */
-            if ((st = mc_tok_decode(tok, ids + i, 1, &one, &one_len))) {
-                mc_free(full);
-                break;
-            }
-            piece = one, piece_len = one_len;
-        }
+        while (k < pl && k < len && pre[k] == full[k])
+            k++;
+        while (k > 0 && k < len && ((unsigned char)full[k] & 0xC0) == 0x80)
+            k--; /* not inside a character */
+        off[i] = i && k < off[i - 1] ? off[i - 1] : k;
+        mc_free(pre);
+    }
+    if (!st)
+        off[n] = len;
+    st = st ? st : mc_json_buf_append(out, "[", 1);
+    for (int64_t i = 0; i < n && !st; i++) {
         if (i)
             st = mc_json_buf_append(out, ",", 1);
-        st = st ? st : mc_json_write_string(out, piece, piece_len, true);
-        prev = len;
-        mc_free(one);
-        mc_free(full);
+        st = st ? st : mc_json_write_string(out, full + off[i], off[i + 1] - off[i], true);
     }
+    mc_free(full);
+    mc_free(off);
     return st ? st : mc_json_buf_append(out, "]", 1);
 }
 
