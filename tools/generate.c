@@ -338,7 +338,13 @@ static mc_status run(struct opts *o)
             }
             t->cap = 16, t->len = 1, t->data[0] = eod;
         }
-        st = mc_tok_encode(tok, o->prompts[r], strlen(o->prompts[r]), &ids[r]);
+        if (!o->prompts[r][0] && !o->add_bos) { /* Megatron's check, on the text */
+            st = mc_error(MC_ERR_CONFIG, "prompt %lld is empty: Empty prompts require add_BOS "
+                          "(--add-BOS)", (long long)r);
+            break;
+        }
+        if (o->prompts[r][0])
+            st = mc_tok_encode(tok, o->prompts[r], strlen(o->prompts[r]), &ids[r]);
         if (!st && ids[r].len == 0)
             st = mc_error(MC_ERR_CONFIG, "prompt %lld is empty: Empty prompts require add_BOS "
                           "(--add-BOS)", (long long)r);

@@ -311,7 +311,7 @@ static mc_status tokenize(struct mc_inf_server *s, const struct req *q, struct m
                 return MC_ERR_NOMEM;
             ids[r].cap = 16, ids[r].len = 1, ids[r].data[0] = eod;
         }
-        mc_status st = mc_tok_encode(s->tok, p->str, (size_t)p->len, &ids[r]);
+        mc_status st = p->len ? mc_tok_encode(s->tok, p->str, (size_t)p->len, &ids[r]) : MC_OK;
         if (st)
             return st;
         rq[r].prompt = ids[r].data, rq[r].n_prompt = ids[r].len;

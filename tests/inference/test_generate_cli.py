@@ -1,0 +1,95 @@
+"""The command lines of build/bin/generate and run_text_generation_server: --help, and bad
+input refused with a message naming the option / file and a non-zero status (2 for
+command-line errors, 1 for failures), never a crash: no --load, a missing directory, a
+torch_dist checkpoint, tensor parallelism, model options that contradict the checkpoint
+(check_checkpoint_args's message), a tokenizer larger than the embedding, an empty prompt,
+bad sampling values, a sequence longer than the learned positions; --add-BOS makes the empty
+prompt work."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from mc_test import BUILD, Checks, gpt2, run_cmd  # noqa: E402
+
+C = Checks("test_generate_cli")
+BIN = os.path.join(BUILD, "bin")
+GEN = os.path.join(BIN, "generate")
+SRV = os.path.join(BIN, "run_text_generation_server")
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def run(cmd):
+    return run_cmd(cmd, ENV, 300)
+
+
+def refused(cmd, rc, *words):
+    p = run(cmd)
+    ok = p.returncode == rc and all(w in p.stderr for w in words)
+    C.check(ok, "%s: rc %d (want %d), stderr %r (want %s)" % (" ".join(cmd[1:]), p.returncode, rc,
+                                                              p.stderr[-600:], words))
+
+
+def main():
+    for prog in (GEN, SRV):
+        p = run([prog, "--help"])
+        C.check(p.returncode == 0 and "--load" in p.stdout and "--tokenizer-type" in p.stdout,
+                "%s --help: %s" % (prog, p.stdout[:300]))
+        refused([prog], 2, "the following arguments are required: --load")
+        refused([prog, "--load", "/nonexistent/ck"] + (["--prompt", "1"] if prog == GEN else []), 1,
+                "--load /nonexistent/ck: no such directory")
+        refused([prog, "--load", "x", "--bogus"], 2, "unrecognized arguments: --bogus")
+    p = run([GEN, "--help"])
+    for opt in ("--max-tokens", "--greedy", "--temperature", "--top-k", "--top-p", "--seed", "--no-kv-cache",
+                "--prompts-file"):
+        C.check(opt in p.stdout, "generate --help lacks %s" % opt)
+    with tempfile.TemporaryDirectory() as tmp:
+        ck = os.path.join(tmp, "ck")
+        p = run([os.path.join(BIN, "pretrain_gpt"), *gpt2(2), "--seq-length", "16",
+                 "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+                 "--train-iters", "1", "--lr", "1e-3", "--mock-data", "--tokenizer-type", "NullTokenizer",
+                 "--vocab-size", "4096", "--data-cache-path", os.path.join(tmp, "cache"),
+                 "--ckpt-format", "torch", "--transformer-impl", "local", "--eval-iters", "0",
+                 "--save", ck, "--save-interval", "1"])
+        if not C.check(p.returncode == 0, "pretrain_gpt: %s" % p.stderr[-1500:]):
+            sys.exit(C.summary())
+        base = [GEN, "--load", ck, "--prompt", "1 2 3", "--max-tokens", "4"]
+        p = run(base)
+        C.check(p.returncode == 0 and p.stdout.startswith("1 2 3"), "plain run: %s %s" % (p.stdout, p.stderr))
+        C.check("prefill" in p.stderr and "tokens/s" in p.stderr, "no speed line: %s" % p.stderr)
+        refused(base + ["--tensor-model-parallel-size", "2"], 1, "--tensor-model-parallel-size 2",
+                "not implemented")
+        refused(base + ["--num-layers", "3"], 1,
+                "num_layers value from checkpoint (2) is not equal to the input argument value (3).")
+        refused(base + ["--swiglu"], 1, "--swiglu was given but the checkpoint was trained without it")
+        refused(base + ["--num-layers", "2", "--hidden-size", "32", "--use-mcore-models", "--bf16",
+                        "--micro-batch-size", "1", "--max-tokens", "x"], 2, "--max-tokens")
+        refused(base + ["--vocab-size", "9000"], 1, "the tokenizer has 9001 tokens")
+        refused([GEN, "--load", ck, "--prompt", ""], 1, "Empty prompts require add_BOS")
+        refused(base + ["--top-k", "5", "--top-p", "0.5"], 1, "Cannot have top-p and top-k both greater than zero")
+        refused(base + ["--temperature", "0"], 1, "--temperature 0")
+        refused(base + ["--greedy", "--top-k", "3"], 2, "--greedy with")
+        refused([GEN, "--load", ck, "--prompt", "1", "--max-tokens", "20"], 1,
+                "longer than the model's learned position embeddings (--max-position-embeddings 16)")
+        p = run([GEN, "--load", ck, "--prompt", "", "--add-BOS", "--max-tokens", "3", "--output-format", "json"])
+        ok = p.returncode == 0 and json.loads(p.stdout.splitlines()[0])["prompt_tokens"] == [4096]
+        C.check(ok, "--add-BOS: %s %s" % (p.stdout, p.stderr))
+        pf = os.path.join(tmp, "prompts.txt")
+        open(pf, "w").write('1 2\n{"prompt": "3 4"}\n\n5\n')
+        p = run([GEN, "--load", ck, "--prompts-file", pf, "--max-tokens", "2", "--output-format", "json"])
+        rows = [json.loads(x)["prompt_tokens"] for x in p.stdout.splitlines() if x.startswith("{")]
+        C.check(p.returncode == 0 and rows == [[1, 2], [3, 4], [5]], "--prompts-file: %s %s" % (rows, p.stderr))
+        refused([GEN, "--load", ck, "--prompts-file", os.path.join(tmp, "none.txt")], 1, "--prompts-file")
+        # a torch_dist checkpoint: refused by name
+        dist = os.path.join(tmp, "dist")
+        os.makedirs(os.path.join(dist, "iter_0000001"))
+        open(os.path.join(dist, "latest_checkpointed_iteration.txt"), "w").write("1")
+        open(os.path.join(dist, "iter_0000001", "metadata.json"), "w").write("{}")
+        refused([GEN, "--load", dist, "--prompt", "1"], 1, "torch_dist", "--ckpt-convert-format torch")
+        refused([SRV, "--load", ck, "--host", "not-an-ip", "--port", "0"], 1, "--host not-an-ip")
+    sys.exit(C.summary())
+
+
+if __name__ == "__main__":
+    main()
