@@ -23,7 +23,7 @@ struct opts {
     int64_t n_prompts, cap_prompts;
     const char *prompts_file, *dump_logits, *output_format;
     int64_t max_tokens;
-    bool greedy, no_kv_cache, add_bos, logprobs, help;
+    bool greedy, no_kv_cache, add_bos, logprobs, warmup, help;
     float temperature, top_p;
     int64_t top_k;
 };
@@ -33,7 +33,7 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: generate --load DIR (--prompt TEXT ... | --prompts-file FILE) [--max-tokens N]\n"
 "                [--greedy | --temperature T --top-k K --top-p P] [--seed N] [--add-BOS]\n"
-"                [--logprobs] [--no-kv-cache] [--output-format {text,json}]\n"
+"                [--logprobs] [--no-kv-cache] [--output-format {text,json}] [--warmup]\n"
 "                [--dump-logits FILE.npy] [Megatron's model and tokenizer options]\n");
 }
 
@@ -65,6 +65,8 @@ static void help(void)
 "                        prompt: text, prompt and generated token ids, log probs)\n"
 "  --dump-logits FILE    write the logits of every token of the first prompt, fp32 [n, vocab]\n"
 "                        (.npy), for comparisons\n"
+"  --warmup              run the whole generation once untimed first (for benchmarks: the\n"
+"                        GEMM library picks its kernels on first use)\n"
 "\nThe prefill and decode speed (tokens/s) goes to stderr.\n\n%s", mc_inf_cli_help());
 }
 
@@ -108,7 +110,7 @@ static int parse(struct opts *o, int argc, char **argv)
         }
         bool *flag = !strcmp(a, "--greedy") ? &o->greedy : !strcmp(a, "--no-kv-cache") ? &o->no_kv_cache
                      : !strcmp(a, "--add-BOS") ? &o->add_bos : !strcmp(a, "--logprobs") ? &o->logprobs
-                                                                                    : NULL;
+                     : !strcmp(a, "--warmup") ? &o->warmup : NULL;
         if (flag) {
             *flag = true;
             continue;
@@ -366,6 +368,8 @@ static mc_status run(struct opts *o)
         .logprobs = o->logprobs,
         .no_kv_cache = o->no_kv_cache,
     };
+    if (!st && o->warmup && !(st = mc_inf_generate(m, &g, req, n)))
+        mc_inf_requests_free(req, n);
     if (!st)
         st = mc_inf_generate(m, &g, req, n);
     bool json = o->output_format && !strcmp(o->output_format, "json");

@@ -2,7 +2,7 @@
 inside build/hf-venv (scripts/setup_hf_venv.sh), never with the system Python.
 
   hf_generate.py DIR IN.json OUT.json [LOGITS.npy]
-IN.json: {"prompts": [[ids], ...], "max_new_tokens": N, "eos": ID, "threads": T}. Each prompt runs
+IN.json: {"prompts": [[ids], ...], "max_new_tokens": N, "eos": ID, "threads": T, "warmup": bool}. Each prompt runs
 alone (no padding) through GPT2LMHeadModel / LlamaForCausalLM.from_pretrained(DIR).generate
 (greedy, KV cache); OUT.json gets the new tokens (the eos that stopped a row left out) and the
 prefill / decode seconds. LOGITS.npy: the fp32 logits [n, V] of the first prompt's tokens."""
@@ -24,6 +24,9 @@ def main():
     res = {"class": type(model).__name__, "tokens": [], "prefill_s": 0.0, "decode_s": 0.0,
            "prefill_tokens": 0, "decode_tokens": 0}
     with torch.no_grad():
+        if spec.get("warmup"):  # one untimed generation first (kernel selection, allocations)
+            model.generate(torch.tensor([spec["prompts"][0]]), do_sample=False, max_new_tokens=2,
+                           eos_token_id=eos, pad_token_id=eos)
         for p in spec["prompts"]:
             ids = torch.tensor([p])
             t0 = time.perf_counter()
