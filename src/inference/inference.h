@@ -112,9 +112,11 @@ struct mc_inf_load_options {
 };
 /* Reads the checkpoint into a new converter model (freed with mc_inf_cv_free). A directory with
  * config.json is read as HuggingFace GPT2LMHeadModel / LlamaForCausalLM; one with
- * latest_checkpointed_iteration.txt as a Megatron torch checkpoint (any TP/PP); torch_dist is
- * refused by name with the command that converts it. */
+ * latest_checkpointed_iteration.txt as a Megatron torch checkpoint (any TP/PP), or torch_dist
+ * when the iteration directory has metadata.json. */
 mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_cv_model **out);
+/* load_dist.c: a torch_dist iteration directory into cv (an initialized, empty model). */
+mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log);
 void mc_inf_cv_free(struct mc_cv_model *cv);
 /* The checkpoint's saved tokenizer_type ("" when it has none, e.g. HuggingFace). */
 const char *mc_inf_cv_tokenizer_type(const struct mc_cv_model *cv);

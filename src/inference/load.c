@@ -3,7 +3,7 @@
  * any tensor / pipeline / virtual-pipeline layout, local, Transformer Engine or legacy names,
  * fp32 / bf16 / fp16), merged into full tensors, with the model arguments saved in it; or a
  * HuggingFace GPT2LMHeadModel / LlamaForCausalLM directory, read as convert_checkpoint
- * --loader hf reads it. Megatron's run_text_generation_server.py loads with load_checkpoint
+ * --loader hf reads it; or a torch_dist checkpoint (load_dist.c). Megatron's run_text_generation_server.py loads with load_checkpoint
  * into the model built from the command line; here the checkpoint's own arguments build it
  * (what --use-checkpoint-args does), so a checkpoint of any layout loads in one process. */
 #include "inference/inference.h"
@@ -22,10 +22,10 @@ static bool exists(const char *dir, const char *name)
     return access(p, F_OK) == 0;
 }
 
-/* torch_dist: metadata.json in the iteration directory the tracker names. */
-static bool is_torch_dist(const char *dir)
+/* torch_dist: metadata.json in the iteration directory the tracker names (into iter_dir). */
+static bool is_torch_dist(const char *dir, char *iter_dir, size_t cap)
 {
-    char p[4200], it[64] = "";
+    char p[4300], it[64] = "";
     snprintf(p, sizeof(p), "%s/latest_checkpointed_iteration.txt", dir);
     FILE *f = fopen(p, "r");
     if (!f)
@@ -36,9 +36,10 @@ static bool is_torch_dist(const char *dir)
         return false;
     it[strcspn(it, " \r\n")] = 0;
     if (!strcmp(it, "release"))
-        snprintf(p, sizeof(p), "%s/release/metadata.json", dir);
+        snprintf(iter_dir, cap, "%s/release", dir);
     else
-        snprintf(p, sizeof(p), "%s/iter_%07ld/metadata.json", dir, strtol(it, NULL, 10));
+        snprintf(iter_dir, cap, "%s/iter_%07ld", dir, strtol(it, NULL, 10));
+    snprintf(p, sizeof(p), "%s/metadata.json", iter_dir);
     return access(p, F_OK) == 0;
 }
 
@@ -53,11 +54,8 @@ mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_
         return mc_error(MC_ERR_IO, "--load %s: neither a Megatron checkpoint (no "
                         "latest_checkpointed_iteration.txt) nor a HuggingFace model directory "
                         "(no config.json)", o->load);
-    if (!hf && is_torch_dist(o->load))
-        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: a torch_dist checkpoint; generation reads "
-                        "--ckpt-format torch checkpoints (not implemented for torch_dist yet): "
-                        "convert it first (Megatron: --ckpt-convert-format torch "
-                        "--ckpt-convert-save DIR)", o->load);
+    char iter_dir[4200];
+    bool dist = !hf && is_torch_dist(o->load, iter_dir, sizeof(iter_dir));
     struct mc_cv_model *cv = mc_calloc(1, sizeof(*cv));
     if (!cv)
         return MC_ERR_NOMEM;
@@ -71,7 +69,9 @@ mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_
         .checking = true,
         .log = o->log,
     };
-    mc_status st = hf ? mc_cv_load_hf(cv, &co) : mc_cv_load_megatron(cv, &co);
+    mc_status st = hf     ? mc_cv_load_hf(cv, &co)
+                   : dist ? mc_inf_load_dist(o->load, iter_dir, cv, o->log)
+                          : mc_cv_load_megatron(cv, &co);
     if (st) {
         mc_inf_cv_free(cv);
         return st;

@@ -1,10 +1,10 @@
 """The command lines of build/bin/generate and run_text_generation_server: --help, and bad
 input refused with a message naming the option / file and a non-zero status (2 for
-command-line errors, 1 for failures), never a crash: no --load, a missing directory, a
+command-line errors, 1 for failures), never a crash: no --load, a missing directory, a broken
 torch_dist checkpoint, tensor parallelism, model options that contradict the checkpoint
 (check_checkpoint_args's message), a tokenizer larger than the embedding, an empty prompt,
 bad sampling values, a sequence longer than the learned positions; --add-BOS makes the empty
-prompt work."""
+prompt work; a torch_dist checkpoint generates what the torch one of the same run does."""
 import json
 import os
 import sys
@@ -81,12 +81,30 @@ def main():
         rows = [json.loads(x)["prompt_tokens"] for x in p.stdout.splitlines() if x.startswith("{")]
         C.check(p.returncode == 0 and rows == [[1, 2], [3, 4], [5]], "--prompts-file: %s %s" % (rows, p.stderr))
         refused([GEN, "--load", ck, "--prompts-file", os.path.join(tmp, "none.txt")], 1, "--prompts-file")
-        # a torch_dist checkpoint: refused by name
-        dist = os.path.join(tmp, "dist")
-        os.makedirs(os.path.join(dist, "iter_0000001"))
-        open(os.path.join(dist, "latest_checkpointed_iteration.txt"), "w").write("1")
-        open(os.path.join(dist, "iter_0000001", "metadata.json"), "w").write("{}")
-        refused([GEN, "--load", dist, "--prompt", "1"], 1, "torch_dist", "--ckpt-convert-format torch")
+        # torch_dist (Megatron's default format): the same run saved both ways generates the same
+        # tokens and the same logits
+        dist = os.path.join(tmp, "ck_dist")
+        p = run([os.path.join(BIN, "pretrain_gpt"), *gpt2(2), "--seq-length", "16",
+                 "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+                 "--train-iters", "1", "--lr", "1e-3", "--mock-data", "--tokenizer-type", "NullTokenizer",
+                 "--vocab-size", "4096", "--data-cache-path", os.path.join(tmp, "cache"),
+                 "--ckpt-format", "torch_dist", "--eval-iters", "0", "--save", dist, "--save-interval", "1"])
+        if C.check(p.returncode == 0, "pretrain_gpt torch_dist: %s" % p.stderr[-1500:]):
+            outs = []
+            for ckpt in (ck, dist):
+                lg = os.path.join(tmp, os.path.basename(ckpt) + ".npy")
+                q = run([GEN, "--load", ckpt, "--prompt", "5 6 7 8", "--max-tokens", "6", "--output-format", "json",
+                         "--dump-logits", lg])
+                C.check(q.returncode == 0, "generate %s: %s" % (ckpt, q.stderr[-1500:]))
+                outs.append((q.stdout, open(lg, "rb").read() if q.returncode == 0 else None))
+            C.check("torch_dist" in q.stderr, "torch_dist load line: %s" % q.stderr[:300])
+            C.check(outs[0] == outs[1], "torch and torch_dist checkpoints generate differently: %s / %s"
+                    % (outs[0][0], outs[1][0]))
+        broken = os.path.join(tmp, "dist_broken")
+        os.makedirs(os.path.join(broken, "iter_0000001"))
+        open(os.path.join(broken, "latest_checkpointed_iteration.txt"), "w").write("1")
+        open(os.path.join(broken, "iter_0000001", "metadata.json"), "w").write("{}")
+        refused([GEN, "--load", broken, "--prompt", "1"], 1, "common.pt")
         refused([SRV, "--load", ck, "--host", "not-an-ip", "--port", "0"], 1, "--host not-an-ip")
     sys.exit(C.summary())
 
