@@ -41,9 +41,10 @@ static void help(void)
 {
     usage(stdout);
     printf(
-"\nGenerates text from a checkpoint (megatron.c's, Megatron's --ckpt-format torch at any TP/PP\n"
-"layout, or a HuggingFace GPT-2 / Llama directory), fp32, with a KV cache; all prompts run as\n"
-"one batch. Generation stops at the tokenizer's end-of-document token or after --max-tokens.\n"
+"\nGenerates text from a checkpoint (megatron.c's or Megatron's, --ckpt-format torch or\n"
+"torch_dist at any TP/PP layout, or a HuggingFace GPT-2 / Llama directory), fp32, with a KV\n"
+"cache; all prompts run as one batch. Generation stops at the tokenizer's end-of-document\n"
+"token or after --max-tokens.\n"
 "\ngeneration:\n"
 "  --prompt TEXT         a prompt (repeat for a batch)\n"
 "  --prompts-file FILE   one prompt per line (a JSONL line {\"prompt\": ...} or {\"text\": ...}\n"

@@ -122,8 +122,9 @@ const char *mc_inf_cli_help(void)
 {
     return
 "checkpoint and model (Megatron's options; the model is built from the checkpoint's arguments):\n"
-"  --load DIR            a Megatron --ckpt-format torch checkpoint (megatron.c's or Megatron's,\n"
-"                        any TP/PP layout) or a HuggingFace GPT-2 / Llama directory\n"
+"  --load DIR            a Megatron checkpoint, --ckpt-format torch or torch_dist (megatron.c's\n"
+"                        or Megatron's, any TP/PP layout), or a HuggingFace GPT-2 / Llama\n"
+"                        directory\n"
 "  --num-layers, --hidden-size, --num-attention-heads, --ffn-hidden-size, --num-query-groups,\n"
 "  --kv-channels, --max-position-embeddings N, --normalization, --position-embedding-type X,\n"
 "  --swiglu, --untie-embeddings-and-output-weights, --disable-bias-linear,\n"
