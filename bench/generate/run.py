@@ -4,7 +4,7 @@ model and thread count, in the same run (not a test; docs/generation.md has the 
 
 A GPT-2-style model (12 layers, hidden 768, 12 heads: GPT-2 small's shape, with a 4097-token
 NullTokenizer vocabulary) and a Llama-style one (GQA, SwiGLU, RMSNorm, RoPE) are initialized
-by pretrain_gpt (1 iteration), saved, exported with convert_checkpoint --saver hf, then each
+by pretrain_gpt (Megatron's init, std 0.02; 1 iteration), saved, exported with convert_checkpoint --saver hf, then each
 side generates greedily for one prompt of --prompt-len tokens, --new-tokens new tokens, batch 1,
 both warmed up first: prefill tokens/s (the prompt's forward) and decode tokens/s (one token at a
 time with the KV cache). The CPU model, its load average and the thread count are printed.
@@ -55,7 +55,7 @@ def make_model(tmp, label, model, seq):
     sh([os.path.join(BIN, "pretrain_gpt"), *model, "--seq-length", str(seq), "--max-position-embeddings",
         str(seq), "--micro-batch-size", "1", "--global-batch-size", "1", "--train-iters", "1",
         "--lr", "1e-4", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
-        "--data-cache-path", os.path.join(tmp, "cache"), "--init-method-std", "0.3",
+        "--data-cache-path", os.path.join(tmp, "cache"),
         "--ckpt-format", "torch", "--transformer-impl", "local", "--eval-iters", "0",
         "--save", ck, "--save-interval", "1"], dict(os.environ, OMP_NUM_THREADS="2"))
     sh([os.path.join(BIN, "convert_checkpoint"), "--model-type", "GPT", "--loader", "core",

@@ -4,11 +4,15 @@ command-line errors, 1 for failures), never a crash: no --load, a missing direct
 torch_dist checkpoint, tensor parallelism, model options that contradict the checkpoint
 (check_checkpoint_args's message), a tokenizer larger than the embedding, an empty prompt,
 bad sampling values, a sequence longer than the learned positions; --add-BOS makes the empty
-prompt work; a torch_dist checkpoint generates what the torch one of the same run does."""
+prompt work; a torch_dist checkpoint generates what the torch one of the same run does; sampled
+tokens lie in Megatron's top-k / top-p sets (numpy, on the logits of each step) and top-k 1 is
+greedy."""
 import json
 import os
 import sys
 import tempfile
+
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from mc_test import BUILD, Checks, gpt2, run_cmd  # noqa: E402
@@ -29,6 +33,43 @@ def refused(cmd, rc, *words):
     ok = p.returncode == rc and all(w in p.stderr for w in words)
     C.check(ok, "%s: rc %d (want %d), stderr %r (want %s)" % (" ".join(cmd[1:]), p.returncode, rc,
                                                               p.stderr[-600:], words))
+
+
+def kept(logits, top_k, top_p, temperature):
+    """Megatron's sample_from_logits filters (numpy): the token ids that may be drawn"""
+    z = logits[:4097].astype(np.float64) / temperature
+    order = np.argsort(-z, kind="stable")
+    if top_k:
+        return set(np.nonzero(z >= z[order[top_k - 1]])[0].tolist())
+    p = np.exp(z[order] - z[order[0]])
+    cum = np.cumsum(p / p.sum())
+    drop = np.concatenate([[False], cum[:-1] > top_p])  # shifted by one: the first always kept
+    return set(order[~drop].tolist())
+
+
+def check_filters(tmp, ck):
+    """every sampled token lies in the top-k / top-p set of the logits it was drawn from (the
+    logits of prompt + tokens so far, from --dump-logits), and top-k 1 is greedy"""
+    prompt = [5, 6, 7]
+    greedy = json.loads(run([GEN, "--load", ck, "--prompt", "5 6 7", "--max-tokens", "5", "--greedy",
+                             "--output-format", "json"]).stdout.splitlines()[0])["generated_tokens"]
+    top1 = json.loads(run([GEN, "--load", ck, "--prompt", "5 6 7", "--max-tokens", "5", "--top-k", "1",
+                           "--output-format", "json"]).stdout.splitlines()[0])["generated_tokens"]
+    C.check(greedy == top1, "--top-k 1 is not greedy: %s vs %s" % (top1, greedy))
+    for opts, k, p_ in ((["--top-k", "3"], 3, 0.0), (["--top-p", "0.3", "--temperature", "0.05"], 0, 0.3)):
+        q = run([GEN, "--load", ck, "--prompt", "5 6 7", "--max-tokens", "5", "--output-format", "json",
+                 "--seed", "3", *opts])
+        gen = json.loads(q.stdout.splitlines()[0])["generated_tokens"] if q.returncode == 0 else []
+        C.check(len(gen) > 0, "%s: %s" % (opts, q.stderr[-500:]))
+        temp = float(opts[opts.index("--temperature") + 1]) if "--temperature" in opts else 1.0
+        for i, tok in enumerate(gen):
+            lg = os.path.join(tmp, "step.npy")
+            seq = prompt + gen[:i]
+            run([GEN, "--load", ck, "--prompt", " ".join(map(str, seq)), "--max-tokens", "1",
+                 "--dump-logits", lg])
+            allowed = kept(np.load(lg)[-1], k, p_, temp)
+            C.check(tok in allowed, "%s step %d: token %d outside the filtered set of %d" %
+                    (opts, i, tok, len(allowed)))
 
 
 def main():
@@ -75,6 +116,7 @@ def main():
         p = run([GEN, "--load", ck, "--prompt", "", "--add-BOS", "--max-tokens", "3", "--output-format", "json"])
         ok = p.returncode == 0 and json.loads(p.stdout.splitlines()[0])["prompt_tokens"] == [4096]
         C.check(ok, "--add-BOS: %s %s" % (p.stdout, p.stderr))
+        check_filters(tmp, ck)
         pf = os.path.join(tmp, "prompts.txt")
         open(pf, "w").write('1 2\n{"prompt": "3 4"}\n\n5\n')
         p = run([GEN, "--load", ck, "--prompts-file", pf, "--max-tokens", "2", "--output-format", "json"])

@@ -11,7 +11,8 @@ tokenizer made by train_tokenizer (GPT2BPETokenizer). Checks:
     same checkpoint and prompts (same tokens, same log probs), segments joining to the text,
     one log prob per token after the first;
   - curl gets the same body;
-  - random_seed gives the same sampled text twice;
+  - random_seed gives the same sampled text twice; add_BOS makes an empty prompt work; a
+    request past the model's positions gets Megatron's TokenOverflowError text;
   - bad requests get Megatron's messages as JSON strings with status 400 (each message is also
     found in Megatron's server source when it is present), and wrong method / path / content
     type get flask_restful's {"message": ...} with 405 / 404 / 415;
@@ -204,6 +205,12 @@ def main():
             req = {"prompts": PROMPTS, "tokens_to_generate": 8, "temperature": 0.9, "random_seed": 11}
             a, b = put(url, req), put(url, req)
             C.check(a[0] == 200 and a == b, "random_seed 11 twice: %r / %r" % (a[1][:200], b[1][:200]))
+            status, body = put(url, {"prompts": [""], "add_BOS": True, "tokens_to_generate": 3, "top_k": 1})
+            C.check(status == 200 and json.loads(body)["text"][0].startswith("<|endoftext|>"),
+                    "add_BOS with an empty prompt: %d %r" % (status, body[:200]))
+            status, body = put(url, {"prompts": ["a"], "tokens_to_generate": 5000})
+            C.check(status == 400 and b"Maximum allowed sequence length was set to 64 tokens" in body,
+                    "too long: %d %r" % (status, body))
             check_bad(url)
             C.check(srv.poll() is None, "the server died")
         finally:
