@@ -176,6 +176,8 @@ static int parse(struct opts *o, int argc, char **argv)
     return 0;
 }
 
+#define MAX_JSON_LINES 4096
+
 /* --prompts-file: one prompt a line; JSONL lines with "prompt" or "text" give that string. The
  * lines stay in *buf (and the parsed strings in *doc) until the end. */
 static mc_status read_prompts(struct opts *o, char **buf, mc_json_doc **docs, int64_t *n_docs)
@@ -183,7 +185,7 @@ static mc_status read_prompts(struct opts *o, char **buf, mc_json_doc **docs, in
     FILE *f = fopen(o->prompts_file, "rb");
     if (!f)
         return mc_error(MC_ERR_IO, "--prompts-file %s: %s", o->prompts_file, strerror(errno));
-    size_t cap = 0, len = 0;
+    size_t cap = 0;
     char *line = NULL;
     ssize_t k;
     int64_t lineno = 0;
@@ -200,17 +202,25 @@ static mc_status read_prompts(struct opts *o, char **buf, mc_json_doc **docs, in
             st = MC_ERR_NOMEM;
             break;
         }
+        if (p[0] == '{' && *n_docs >= MAX_JSON_LINES) {
+            free(p);
+            st = mc_error(MC_ERR_CONFIG, "--prompts-file %s: at most %d JSON lines",
+                          o->prompts_file, MAX_JSON_LINES);
+            break;
+        }
         if (p[0] == '{') {
-            if ((st = mc_json_doc_init(&docs[*n_docs])) ||
-                (st = mc_json_doc_parse(docs[*n_docs], p, (size_t)k, o->prompts_file, lineno))) {
+            if ((st = mc_json_doc_init(&docs[*n_docs]))) {
                 free(p);
                 break;
             }
-            const struct mc_json *r = mc_json_doc_root(docs[*n_docs]);
+            mc_json_doc *d = docs[(*n_docs)++]; /* freed by main, parsed or not */
+            st = mc_json_doc_parse(d, p, (size_t)k, o->prompts_file, lineno);
+            free(p);
+            if (st)
+                break;
+            const struct mc_json *r = mc_json_doc_root(d);
             const struct mc_json *t = mc_json_get(r, "prompt");
             t = t ? t : mc_json_get(r, "text");
-            (*n_docs)++;
-            free(p);
             if (!t || t->type != MC_JSON_STRING) {
                 st = mc_error(MC_ERR_FORMAT, "%s:%lld: a JSON line needs a \"prompt\" or \"text\" "
                               "string", o->prompts_file, (long long)lineno);
@@ -221,11 +231,6 @@ static mc_status read_prompts(struct opts *o, char **buf, mc_json_doc **docs, in
         } else if (add_prompt(o, p)) {
             st = MC_ERR_NOMEM;
         }
-        if (*n_docs >= 4096) {
-            st = mc_error(MC_ERR_CONFIG, "--prompts-file %s: at most 4096 JSON lines",
-                          o->prompts_file);
-        }
-        (void)len;
     }
     free(line);
     fclose(f);
@@ -438,7 +443,7 @@ int main(int argc, char **argv)
         return rc;
     }
     char *buf = NULL;
-    static mc_json_doc *docs[4096];
+    static mc_json_doc *docs[MAX_JSON_LINES];
     int64_t n_docs = 0;
     mc_status st = o.prompts_file ? read_prompts(&o, &buf, docs, &n_docs) : MC_OK;
     if (!st)
