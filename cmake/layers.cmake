@@ -52,6 +52,8 @@ mc_layer(checkpointing     DIRS checkpointing     HEADERS megatron/checkpoint.h 
 mc_layer(training          DIRS training          DEPS checkpointing models optimizer pipeline_parallel datasets tokenizer transformer tensor_parallel backend parallel_state debug core)
 # the libraries of the programs in tools/ (the checkpoint converter: src/tools/checkpoint/)
 mc_layer(tools             DIRS tools             DEPS training checkpointing models optimizer pipeline_parallel datasets tokenizer transformer tensor_parallel backend parallel_state debug core)
+# text generation (megatron/core/inference): reads checkpoints through the converter's loaders
+mc_layer(inference         DIRS inference         DEPS tools checkpointing models tokenizer transformer backend core)
 
 # ---- TEMPORARILY ALLOWED upward arrows -------------------------------------------------------
 # Each "<from>><to>" lets layer <from> call layer <to> until the change named beside it lands;

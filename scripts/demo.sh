@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: a corpus every Debian machine has (its license texts and
 # this project's sources), a BPE tokenizer trained on it, Megatron's preprocessing, then
-# pretrain_gpt under mpirun with a Megatron-style argument list. Takes a few minutes on 2 cores.
+# pretrain_gpt under mpirun with a Megatron-style argument list, then a few lines generated from
+# the checkpoint it saved. Takes a few minutes on 2 cores.
 # Outputs go to build/demo/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,19 +12,19 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
 rm -rf "$out/cache"   # the data is rebuilt below, so its index caches are too
-echo "== 1/4 corpus"
+echo "== 1/5 corpus"
 python3 scripts/make_corpus.py "$out/corpus.jsonl" /usr/share/common-licenses src include docs
 
-echo "== 2/4 train_tokenizer (byte-level BPE, GPT-2 format)"
+echo "== 2/5 train_tokenizer (byte-level BPE, GPT-2 format)"
 build/bin/train_tokenizer --input "$out/corpus.jsonl" --json-keys text --vocab-size 4096 \
     --output-dir "$out/tokenizer"
 
-echo "== 3/4 preprocess_data"
+echo "== 3/5 preprocess_data"
 build/bin/preprocess_data --input "$out/corpus.jsonl" --output-prefix "$out/corpus" \
     --tokenizer-type GPT2BPETokenizer --vocab-file "$out/tokenizer/vocab.json" \
     --merge-file "$out/tokenizer/merges.txt" --append-eod --workers 2
 
-echo "== 4/4 pretrain_gpt"
+echo "== 4/5 pretrain_gpt"
 mpirun=(mpirun -np 1 --bind-to none)  # Open MPI would bind the rank to one core
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 GPT_ARGS=(
@@ -40,7 +41,14 @@ DATA_ARGS=(
     --tokenizer-type GPT2BPETokenizer --vocab-file "$out/tokenizer/vocab.json"
     --merge-file "$out/tokenizer/merges.txt" --data-cache-path "$out/cache"
 )
-OUTPUT_ARGS=(--log-interval 10 --eval-interval 100 --eval-iters 5 --log-throughput)
+OUTPUT_ARGS=(--log-interval 10 --eval-interval 100 --eval-iters 5 --log-throughput
+    --save "$out/checkpoint" --save-interval ${DEMO_ITERS:-200} --ckpt-format torch)
+rm -rf "$out/checkpoint"
 "${mpirun[@]}" build/bin/pretrain_gpt "${GPT_ARGS[@]}" "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" \
     --distributed-backend gloo | tee "$out/train.log"
-echo "demo: done; log in $out/train.log"
+echo "== 5/5 generate (from the model just trained; docs/generation.md)"
+build/bin/generate --load "$out/checkpoint" --tokenizer-type GPT2BPETokenizer \
+    --vocab-file "$out/tokenizer/vocab.json" --merge-file "$out/tokenizer/merges.txt" \
+    --prompt "This program is free software" --prompt "#include" \
+    --max-tokens 48 --temperature 0.8 --top-k 40 --seed 1234
+echo "demo: done; log in $out/train.log, checkpoint in $out/checkpoint"

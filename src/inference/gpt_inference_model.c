@@ -1,0 +1,502 @@
+/* The GPT model for generation with a KV cache: mirrors megatron/core/inference's
+ * GPTInferenceWrapper over GPTModel with a StaticInferenceContext (the key/value memory of every
+ * layer, appended to at each step). fp32 throughout: 16-bit checkpoints are widened on loading.
+ *
+ * One forward step takes n packed tokens (inference.h: ragged rows) and runs the layers of the
+ * local spec on them as Megatron's forward does on [s, b, h] (input norm, fused QKV, RoPE, core
+ * attention, linear_proj + residual, pre-MLP norm, fc1, activation, fc2 + residual, final norm,
+ * output layer); the linear layers are the backend's GEMM, the norms and activations its ops.
+ * Only core attention is ours: each token's queries against its own row's cached keys
+ * [0, position], softmax in fp32 (the causal mask as a length). */
+#include "inference/inference.h"
+
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "tools/checkpoint/convert.h"
+#include "transformer/transformer.h"
+
+struct layer {
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b; /* [h], [qkv, h], [h, np hn] */
+    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;   /* [fc1, h], [h, ffn] */
+};
+
+struct mc_inf_model {
+    struct mc_gpt_config cfg;
+    struct mc_backend *be;
+    int64_t h, np, ng, hn, per_group, qkv, ffn, fc1, V, L, rot_dim, max_seq;
+    bool layernorm;
+    float *word, *pos, *lnf_w, *lnf_b, *out_w; /* out_w == word when tied */
+    struct layer *layers;
+    float *rope_cos, *rope_sin;                /* [max_seq, rot_dim] */
+    /* step scratch for up to cap tokens (grown on demand) */
+    int64_t cap;
+    float *x, *y, *qkv_buf, *ctx, *ff, *act, *mean, *rstd, *sel;
+    int64_t *pos_ids;
+    float *scores;                             /* [threads, max_seq] */
+    int n_threads;
+};
+
+struct mc_inf_cache {
+    int64_t rows, max_seq, kv;                 /* kv = ng hn floats per token and layer */
+    int64_t L;
+    float *k, *v;                              /* [L, rows, max_seq, kv] */
+    int64_t *len;                              /* [rows] */
+};
+
+/* ---- loading the weights ----------------------------------------------------------------- */
+static mc_status take(const struct mc_cv_model *cv, float **dst, int64_t want, const char *name)
+{
+    const struct mc_cv_tensor *t = mc_cv_get(cv, "%s", name);
+    if (!t)
+        return mc_error(MC_ERR_FORMAT, "the checkpoint has no tensor for '%s'", name);
+    int64_t n = t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1);
+    if (want >= 0 && n != want)
+        return mc_error(MC_ERR_SHAPE, "'%s' has %lld elements, the model's arguments need %lld",
+                        name, (long long)n, (long long)want);
+    if (!(*dst = mc_alloc(sizeof(float) * (size_t)n)))
+        return MC_ERR_NOMEM;
+    mc_dtype_to_f32(*dst, t->data, t->dtype, n); /* bf16 / fp16 widened exactly */
+    return MC_OK;
+}
+
+static mc_status take_opt(const struct mc_cv_model *cv, float **dst, int64_t want, bool present,
+                          const char *name)
+{
+    *dst = NULL;
+    return present ? take(cv, dst, want, name) : MC_OK;
+}
+
+/* The converter's metadata as Megatron's TransformerConfig fields. */
+static mc_status config_from_meta(const struct mc_cv_model *cv, struct mc_gpt_config *c)
+{
+    const struct mc_cv_meta *md = &cv->md;
+    const struct mc_cv_tensor *word = mc_cv_get(cv, "word embeddings");
+    if (!word)
+        return mc_error(MC_ERR_FORMAT, "the checkpoint has no word embeddings");
+    mc_gpt_config_default(c);
+    c->num_layers = md->num_layers;
+    c->hidden_size = md->hidden_size;
+    c->num_attention_heads = md->num_attention_heads;
+    c->num_query_groups = md->num_query_groups;
+    c->kv_channels = md->kv_channels;
+    c->ffn_hidden_size = md->ffn_hidden_size;
+    c->padded_vocab_size = word->shape[0];
+    c->vocab_size = md->true_vocab_size > 0 ? md->true_vocab_size : word->shape[0];
+    c->max_position_embeddings = md->max_position_embeddings;
+    c->seq_length = md->seq_length;
+    c->normalization = !strcmp(md->normalization, "RMSNorm") ? MC_NORM_RMSNORM : MC_NORM_LAYERNORM;
+    c->norm_epsilon = (float)md->norm_epsilon;
+    if (!strcmp(md->position_embedding_type, "rope"))
+        c->position_embedding_type = MC_POS_ROPE;
+    else if (!strcmp(md->position_embedding_type, "none"))
+        c->position_embedding_type = MC_POS_NONE;
+    else
+        c->position_embedding_type = MC_POS_LEARNED_ABSOLUTE;
+    c->rotary_percent = (float)md->rotary_percent;
+    c->rotary_base = (float)md->rotary_base;
+    c->rotary_interleaved = md->rotary_interleaved;
+    c->use_rope_scaling = md->use_rope_scaling;
+    c->rope_scaling_factor = (float)md->rope_scaling_factor;
+    c->activation = md->swiglu ? MC_ACT_SWIGLU : md->gelu_tanh ? MC_ACT_GELU_TANH : MC_ACT_GELU_ERF;
+    c->add_bias_linear = md->linear_bias;
+    c->add_qkv_bias = md->qkv_bias || md->linear_bias;
+    c->untie_embeddings_and_output_weights = md->untied;
+    c->params_dtype = MC_DTYPE_F32;
+    c->hidden_dropout = c->attention_dropout = 0.0f;
+    return MC_OK;
+}
+
+static mc_status load_layer(mc_inf_model *m, const struct mc_cv_model *cv, int64_t l)
+{
+    struct layer *w = &m->layers[l];
+    bool b = m->cfg.add_bias_linear, qb = m->cfg.add_qkv_bias, ln = m->layernorm;
+    int64_t h = m->h;
+    char n[12][64];
+    static const char *const what[12] = {"input norm weight", "input norm bias", "qkv weight",
+                                         "qkv bias", "dense weight", "dense bias",
+                                         "post norm weight", "post norm bias", "mlp l0 weight",
+                                         "mlp l0 bias", "mlp l1 weight", "mlp l1 bias"};
+    for (int k = 0; k < 12; k++)
+        snprintf(n[k], sizeof(n[k]), "layer %lld %s", (long long)l, what[k]);
+    mc_status st;
+    if ((st = take(cv, &w->ln1_w, h, n[0])) || (st = take_opt(cv, &w->ln1_b, h, ln, n[1])) ||
+        (st = take(cv, &w->qkv_w, m->qkv * h, n[2])) ||
+        (st = take_opt(cv, &w->qkv_b, m->qkv, qb, n[3])) ||
+        (st = take(cv, &w->proj_w, h * m->np * m->hn, n[4])) ||
+        (st = take_opt(cv, &w->proj_b, h, b, n[5])) || (st = take(cv, &w->ln2_w, h, n[6])) ||
+        (st = take_opt(cv, &w->ln2_b, h, ln, n[7])) ||
+        (st = take(cv, &w->fc1_w, m->fc1 * h, n[8])) ||
+        (st = take_opt(cv, &w->fc1_b, m->fc1, b, n[9])) ||
+        (st = take(cv, &w->fc2_w, h * m->ffn, n[10])) ||
+        (st = take_opt(cv, &w->fc2_b, h, b, n[11])))
+        return st;
+    return MC_OK;
+}
+
+static mc_status load_weights(mc_inf_model *m, const struct mc_cv_model *cv)
+{
+    mc_status st;
+    bool learned = m->cfg.position_embedding_type == MC_POS_LEARNED_ABSOLUTE;
+    if ((st = take(cv, &m->word, m->V * m->h, "word embeddings")) ||
+        (st = take_opt(cv, &m->pos, m->cfg.max_position_embeddings * m->h, learned,
+                       "position embeddings")))
+        return st;
+    if (!(m->layers = mc_calloc((size_t)m->L, sizeof(*m->layers))))
+        return MC_ERR_NOMEM;
+    for (int64_t l = 0; l < m->L; l++)
+        if ((st = load_layer(m, cv, l)))
+            return st;
+    if ((st = take(cv, &m->lnf_w, m->h, "final norm weight")) ||
+        (st = take_opt(cv, &m->lnf_b, m->h, m->layernorm, "final norm bias")))
+        return st;
+    if (!m->cfg.untie_embeddings_and_output_weights) {
+        m->out_w = m->word; /* tied: the output layer is the word embedding */
+        return MC_OK;
+    }
+    return take(cv, &m->out_w, m->V * m->h, "output layer weight");
+}
+
+static mc_status check_config(const mc_inf_model *m)
+{
+    const struct mc_gpt_config *c = &m->cfg;
+    if (c->num_layers <= 0 || c->hidden_size <= 0 || c->num_attention_heads <= 0 ||
+        c->num_query_groups <= 0 || c->num_attention_heads % c->num_query_groups ||
+        c->kv_channels <= 0 || c->ffn_hidden_size <= 0)
+        return mc_error(MC_ERR_FORMAT, "the checkpoint's model arguments are inconsistent "
+                        "(layers %lld, hidden %lld, heads %lld, query groups %lld, kv channels "
+                        "%lld, ffn %lld)", (long long)c->num_layers, (long long)c->hidden_size,
+                        (long long)c->num_attention_heads, (long long)c->num_query_groups,
+                        (long long)c->kv_channels, (long long)c->ffn_hidden_size);
+    if (c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE &&
+        m->max_seq > c->max_position_embeddings)
+        return mc_error(MC_ERR_CONFIG, "a sequence of %lld tokens (prompt + tokens to generate) "
+                        "is longer than the model's learned position embeddings "
+                        "(--max-position-embeddings %lld)", (long long)m->max_seq,
+                        (long long)c->max_position_embeddings);
+    return MC_OK;
+}
+
+mc_status mc_inf_model_init(const struct mc_cv_model *cv, struct mc_backend *be, int64_t max_seq,
+                            mc_inf_model **out)
+{
+    *out = NULL;
+    if (max_seq < 1)
+        return mc_error(MC_ERR_CONFIG, "the KV cache needs room for at least one token");
+    mc_inf_model *m = mc_calloc(1, sizeof(*m));
+    if (!m)
+        return MC_ERR_NOMEM;
+    m->be = be;
+    m->max_seq = max_seq;
+    m->n_threads = be->n_threads > 0 ? be->n_threads : 1;
+    mc_status st = config_from_meta(cv, &m->cfg);
+    if (st)
+        goto fail;
+    const struct mc_gpt_config *c = &m->cfg;
+    m->h = c->hidden_size, m->np = c->num_attention_heads, m->ng = c->num_query_groups;
+    m->hn = c->kv_channels, m->ffn = c->ffn_hidden_size, m->L = c->num_layers;
+    m->per_group = m->ng > 0 ? m->np / m->ng : 0;
+    m->qkv = (m->np + 2 * m->ng) * m->hn;
+    m->fc1 = c->activation == MC_ACT_SWIGLU ? 2 * m->ffn : m->ffn;
+    m->V = c->padded_vocab_size;
+    m->layernorm = c->normalization == MC_NORM_LAYERNORM;
+    if ((st = check_config(m)) || (st = load_weights(m, cv)))
+        goto fail;
+    if (c->position_embedding_type == MC_POS_ROPE) {
+        m->rot_dim = c->rotary_percent < 1.0f
+                         ? (int64_t)((double)m->hn * (double)c->rotary_percent) : m->hn;
+        m->rope_cos = mc_alloc(sizeof(float) * (size_t)(max_seq * m->rot_dim));
+        m->rope_sin = mc_alloc(sizeof(float) * (size_t)(max_seq * m->rot_dim));
+        if (!m->rope_cos || !m->rope_sin) {
+            st = MC_ERR_NOMEM;
+            goto fail;
+        }
+        mc_tfm_rope_tables(m->rope_cos, m->rope_sin, c, m->rot_dim, max_seq);
+    }
+    if (!(m->scores = mc_alloc(sizeof(float) * (size_t)(m->n_threads * max_seq)))) {
+        st = MC_ERR_NOMEM;
+        goto fail;
+    }
+    *out = m;
+    return MC_OK;
+fail:
+    mc_inf_model_free(m);
+    return st;
+}
+
+static void free_scratch(mc_inf_model *m)
+{
+    float **bufs[] = {&m->x, &m->y, &m->qkv_buf, &m->ctx, &m->ff, &m->act, &m->mean, &m->rstd,
+                      &m->sel};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        mc_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    mc_free(m->pos_ids);
+    m->pos_ids = NULL;
+    m->cap = 0;
+}
+
+void mc_inf_model_free(mc_inf_model *m)
+{
+    if (!m)
+        return;
+    free_scratch(m);
+    mc_free(m->scores);
+    mc_free(m->rope_cos);
+    mc_free(m->rope_sin);
+    if (m->out_w != m->word)
+        mc_free(m->out_w);
+    mc_free(m->lnf_b);
+    mc_free(m->lnf_w);
+    for (int64_t l = 0; m->layers && l < m->L; l++) {
+        struct layer *w = &m->layers[l];
+        float *all[] = {w->ln1_w, w->ln1_b, w->qkv_w, w->qkv_b, w->proj_w, w->proj_b,
+                        w->ln2_w, w->ln2_b, w->fc1_w, w->fc1_b, w->fc2_w, w->fc2_b};
+        for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+            mc_free(all[k]);
+    }
+    mc_free(m->layers);
+    mc_free(m->pos);
+    mc_free(m->word);
+    mc_free(m);
+}
+
+const struct mc_gpt_config *mc_inf_model_config(const mc_inf_model *m) { return &m->cfg; }
+int64_t mc_inf_model_max_seq(const mc_inf_model *m) { return m->max_seq; }
+
+/* ---- the KV cache ------------------------------------------------------------------------- */
+mc_status mc_inf_cache_init(const mc_inf_model *m, int64_t max_batch, int64_t max_len,
+                            mc_inf_cache **out)
+{
+    *out = NULL;
+    if (max_len < 1 || max_len > m->max_seq || max_batch < 1)
+        return mc_error(MC_ERR_CONFIG, "KV cache of %lld rows x %lld tokens: the model was set up "
+                        "for at most %lld tokens a row", (long long)max_batch, (long long)max_len,
+                        (long long)m->max_seq);
+    mc_inf_cache *c = mc_calloc(1, sizeof(*c));
+    if (!c)
+        return MC_ERR_NOMEM;
+    c->rows = max_batch, c->max_seq = max_len, c->kv = m->ng * m->hn, c->L = m->L;
+    size_t n = (size_t)(c->L * c->rows * c->max_seq * c->kv);
+    c->k = mc_alloc(sizeof(float) * n);
+    c->v = mc_alloc(sizeof(float) * n);
+    c->len = mc_calloc((size_t)max_batch, sizeof(int64_t));
+    if (!c->k || !c->v || !c->len) {
+        mc_inf_cache_free(c);
+        return mc_error(MC_ERR_NOMEM, "KV cache of %lld rows x %lld tokens x %lld layers: out of "
+                        "memory", (long long)max_batch, (long long)max_len, (long long)m->L);
+    }
+    *out = c;
+    return MC_OK;
+}
+
+void mc_inf_cache_free(mc_inf_cache *c)
+{
+    if (!c)
+        return;
+    mc_free(c->len);
+    mc_free(c->v);
+    mc_free(c->k);
+    mc_free(c);
+}
+
+void mc_inf_cache_reset(mc_inf_cache *c, int64_t row) { c->len[row] = 0; }
+int64_t mc_inf_cache_len(const mc_inf_cache *c, int64_t row) { return c->len[row]; }
+
+static float *kv_at(const mc_inf_cache *c, float *base, int64_t l, int64_t row, int64_t pos)
+{
+    return base + ((l * c->rows + row) * c->max_seq + pos) * c->kv;
+}
+
+/* ---- one step ----------------------------------------------------------------------------- */
+static mc_status grow(mc_inf_model *m, int64_t n)
+{
+    if (n <= m->cap)
+        return MC_OK;
+    free_scratch(m);
+    size_t t = (size_t)n, w = (size_t)(m->fc1 > m->qkv ? m->fc1 : m->qkv);
+    m->x = mc_alloc(sizeof(float) * t * (size_t)m->h);
+    m->y = mc_alloc(sizeof(float) * t * (size_t)m->h);
+    m->qkv_buf = mc_alloc(sizeof(float) * t * (size_t)m->qkv);
+    m->ctx = mc_alloc(sizeof(float) * t * (size_t)(m->np * m->hn));
+    m->ff = mc_alloc(sizeof(float) * t * w);
+    m->act = mc_alloc(sizeof(float) * t * (size_t)m->ffn);
+    m->mean = mc_alloc(sizeof(float) * t);
+    m->rstd = mc_alloc(sizeof(float) * t);
+    m->sel = mc_alloc(sizeof(float) * t * (size_t)m->h);
+    m->pos_ids = mc_alloc(sizeof(int64_t) * t);
+    if (!m->x || !m->y || !m->qkv_buf || !m->ctx || !m->ff || !m->act || !m->mean || !m->rstd ||
+        !m->sel || !m->pos_ids) {
+        free_scratch(m);
+        return MC_ERR_NOMEM;
+    }
+    m->cap = n;
+    return MC_OK;
+}
+
+static void norm(mc_inf_model *m, float *y, const float *x, const float *w, const float *b,
+                 int64_t rows)
+{
+    struct mc_backend *be = m->be;
+    if (m->layernorm)
+        be->ops->layernorm_fwd(be, MC_DTYPE_F32, y, m->mean, m->rstd, x, w, b, rows, m->h,
+                               m->cfg.norm_epsilon);
+    else
+        be->ops->rmsnorm_fwd(be, MC_DTYPE_F32, y, m->rstd, x, w, rows, m->h, m->cfg.norm_epsilon);
+}
+
+/* y [n, out] = x [n, in] @ w^T (w [out, in], torch's layout) */
+static void linear(mc_inf_model *m, float *y, const float *x, const float *w, int64_t n,
+                   int64_t out, int64_t in)
+{
+    m->be->ops->gemm(m->be, false, true, n, out, in, 1.0f, x, MC_DTYPE_F32, in, w, MC_DTYPE_F32,
+                     in, 0.0f, y, MC_DTYPE_F32, out, MC_DTYPE_F32);
+}
+
+/* DotProductAttention for one token and one query head against its row's cached keys
+ * [0, pos]: softmax(q k^T / sqrt(hn)) v, with the scores in fp32 (Megatron's causal mask is the
+ * length: a token sees its own position and the ones before). */
+static void attend(const mc_inf_model *m, const mc_inf_cache *c, int64_t l, int64_t row,
+                   int64_t pos, const float *q, int64_t group, float *out, float *s)
+{
+    int64_t hn = m->hn;
+    float alpha = 1.0f / sqrtf((float)hn), mx = -INFINITY;
+    for (int64_t j = 0; j <= pos; j++) {
+        const float *k = kv_at(c, c->k, l, row, j) + group * hn;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < hn; d++)
+            dot += q[d] * k[d];
+        s[j] = dot * alpha;
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j <= pos; j++)
+        sum += (s[j] = expf(s[j] - mx));
+    for (int64_t d = 0; d < hn; d++)
+        out[d] = 0.0f;
+    for (int64_t j = 0; j <= pos; j++) {
+        const float *v = kv_at(c, c->v, l, row, j) + group * hn;
+        float p = s[j] / sum;
+        for (int64_t d = 0; d < hn; d++)
+            out[d] += p * v[d];
+    }
+}
+
+/* The attention block of layer l on the packed tokens: QKV, RoPE, cache append, core
+ * attention, linear_proj; adds its output (with bias) to the residual stream m->x. */
+static void attention(mc_inf_model *m, mc_inf_cache *c, int64_t l, int64_t n, const int64_t *rows)
+{
+    const struct layer *w = &m->layers[l];
+    struct mc_backend *be = m->be;
+    int64_t grp = (m->per_group + 2) * m->hn;
+    norm(m, m->y, m->x, w->ln1_w, w->ln1_b, n);
+    linear(m, m->qkv_buf, m->y, w->qkv_w, n, m->qkv, m->h);
+    if (w->qkv_b)
+        be->ops->bias_dropout_add(be, MC_DTYPE_F32, m->qkv_buf, m->qkv_buf, w->qkv_b, NULL, NULL,
+                                  1.0f, n, m->qkv);
+    for (int64_t t = 0; t < n; t++) {
+        float *r = m->qkv_buf + t * m->qkv;
+        int64_t p = m->pos_ids[t];
+        for (int64_t g = 0; m->rot_dim && g < m->ng; g++) /* the group's query heads and key */
+            be->ops->rope_fwd(be, MC_DTYPE_F32, r + g * grp, m->rope_cos + p * m->rot_dim,
+                              m->rope_sin + p * m->rot_dim, 1, m->per_group + 1, m->hn,
+                              m->rot_dim, m->cfg.rotary_interleaved);
+        float *k = kv_at(c, c->k, l, rows[t], p), *v = kv_at(c, c->v, l, rows[t], p);
+        for (int64_t g = 0; g < m->ng; g++) {
+            memcpy(k + g * m->hn, r + g * grp + m->per_group * m->hn, sizeof(float) * (size_t)m->hn);
+            memcpy(v + g * m->hn, r + g * grp + (m->per_group + 1) * m->hn,
+                   sizeof(float) * (size_t)m->hn);
+        }
+    }
+    int64_t jobs = n * m->np;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(m->n_threads)
+    for (int64_t job = 0; job < jobs; job++) {
+        int64_t t = job / m->np, head = job % m->np, g = head / m->per_group;
+        const float *q = m->qkv_buf + t * m->qkv + g * grp + (head % m->per_group) * m->hn;
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        attend(m, c, l, rows[t], m->pos_ids[t], q, g, m->ctx + t * m->np * m->hn + head * m->hn,
+               m->scores + (int64_t)tid * m->max_seq);
+    }
+    linear(m, m->y, m->ctx, w->proj_w, n, m->h, m->np * m->hn);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, m->x, m->y, w->proj_b, m->x, NULL, 1.0f, n, m->h);
+}
+
+static void mlp(mc_inf_model *m, int64_t l, int64_t n)
+{
+    const struct layer *w = &m->layers[l];
+    struct mc_backend *be = m->be;
+    norm(m, m->y, m->x, w->ln2_w, w->ln2_b, n);
+    linear(m, m->ff, m->y, w->fc1_w, n, m->fc1, m->h);
+    switch (m->cfg.activation) {
+    case MC_ACT_SWIGLU:
+        be->ops->swiglu_fwd(be, MC_DTYPE_F32, m->act, m->ff, w->fc1_b, n, m->ffn);
+        break;
+    case MC_ACT_GELU_TANH:
+        be->ops->gelu_tanh_fwd(be, MC_DTYPE_F32, m->act, m->ff, w->fc1_b, n, m->ffn);
+        break;
+    case MC_ACT_SQUARED_RELU:
+        be->ops->squared_relu_fwd(be, MC_DTYPE_F32, m->act, m->ff, w->fc1_b, n, m->ffn);
+        break;
+    default:
+        be->ops->gelu_erf_fwd(be, MC_DTYPE_F32, m->act, m->ff, w->fc1_b, n, m->ffn);
+        break;
+    }
+    linear(m, m->y, m->act, w->fc2_w, n, m->h, m->ffn);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, m->x, m->y, w->fc2_b, m->x, NULL, 1.0f, n, m->h);
+}
+
+/* The positions of the packed tokens: each row continues where its cache ends. */
+static mc_status place_tokens(mc_inf_model *m, mc_inf_cache *c, int64_t n, const int64_t *tokens,
+                              const int64_t *rows)
+{
+    for (int64_t t = 0; t < n; t++) {
+        if (rows[t] < 0 || rows[t] >= c->rows)
+            return mc_error(MC_ERR_SHAPE, "token %lld: row %lld outside the cache's %lld rows",
+                            (long long)t, (long long)rows[t], (long long)c->rows);
+        if (tokens[t] < 0 || tokens[t] >= m->V)
+            return mc_error(MC_ERR_SHAPE, "token id %lld outside the model's vocabulary of %lld",
+                            (long long)tokens[t], (long long)m->V);
+        if (c->len[rows[t]] >= c->max_seq)
+            return mc_error(MC_ERR_SHAPE, "row %lld: the KV cache holds %lld tokens, no room for "
+                            "more", (long long)rows[t], (long long)c->max_seq);
+        m->pos_ids[t] = c->len[rows[t]]++;
+    }
+    return MC_OK;
+}
+
+mc_status mc_inf_forward(mc_inf_model *m, mc_inf_cache *c, int64_t n, const int64_t *tokens,
+                         const int64_t *rows, const bool *want, float *logits)
+{
+    if (n <= 0)
+        return MC_OK;
+    mc_status st = grow(m, n);
+    if (st || (st = place_tokens(m, c, n, tokens, rows)))
+        return st;
+    struct mc_backend *be = m->be;
+    be->ops->embedding_fwd(be, MC_DTYPE_F32, m->x, m->word, tokens, n, m->h, 0, m->V);
+    if (m->pos) { /* learned absolute positions: x += position_embeddings[pos] */
+        be->ops->embedding_fwd(be, MC_DTYPE_F32, m->y, m->pos, m->pos_ids, n, m->h, 0,
+                               m->cfg.max_position_embeddings);
+        be->ops->bias_dropout_add(be, MC_DTYPE_F32, m->x, m->x, NULL, m->y, NULL, 1.0f, n, m->h);
+    }
+    for (int64_t l = 0; l < m->L; l++) {
+        attention(m, c, l, n, rows);
+        mlp(m, l, n);
+    }
+    int64_t k = 0; /* the rows whose logits are wanted, then the final norm on them only */
+    for (int64_t t = 0; t < n; t++)
+        if (!want || want[t])
+            memcpy(m->sel + k++ * m->h, m->x + t * m->h, sizeof(float) * (size_t)m->h);
+    norm(m, m->y, m->sel, m->lnf_w, m->lnf_b, k);
+    linear(m, logits, m->y, m->out_w, k, m->V, m->h);
+    return MC_OK;
+}
