@@ -43,6 +43,8 @@ struct mc_ckpt_options {
     bool adam;            /* --optimizer adam (else sgd): the param_groups' keys */
     bool save_dist;       /* --ckpt-format torch_dist: Megatron's distributed checkpoint
                              (src/checkpointing/dist_checkpoint_save.c) instead of torch */
+    bool fully_parallel_save; /* --ckpt-fully-parallel-save (default on): torch_dist saves
+                                 spread over the data-parallel ranks */
     double adam_beta1, adam_beta2, adam_eps, sgd_momentum, max_lr, min_lr;
     /* --decoupled-lr: the embedding / output params form their own param groups
      * (is_decoupled_lr) with max_lr decoupled_lr, min_lr decoupled_min_lr */
@@ -83,6 +85,7 @@ struct mc_ckpt_state {
      * `write_tracker` (global rank 0) writes the tracker file. */
     int tp_rank, tp_size, pp_rank, pp_size;
     bool writer, write_tracker;
+    int dp_rank, dp_size; /* the data-parallel group (torch_dist saves share the writing) */
     mc_status (*barrier)(void *ctx);
     void *barrier_ctx;
     /* Loading: every rank's outcome is combined (*ok becomes false on every rank if any rank

@@ -800,6 +800,33 @@ static struct mc_pk *float16_common(mc_pk_doc *d, const struct mc_ckpt_state *s,
  * No rerun_state_machine (Megatron then requests no rerun_state_machine_state object) and no
  * rng_state (megatron.c has no Python/numpy/torch RNG states: Megatron loads ours with
  * --no-load-rng, as our torch-format checkpoints). */
+/* common.pt's optimizer of a --use-distributed-optimizer run (DistributedOptimizer.
+ * sharded_state_dict, 'fully_sharded_model_space'): state_dict()'s param_groups (with the step)
+ * and grad_scaler, what is left of data-parallel rank 0's 'param_state' once its tensors are
+ * sharded ({i: {'step': tensor(step)}} per parameter in its shard, Adam's step), and the
+ * sharding type. */
+static struct mc_pk *distopt_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
+{
+    struct mc_pk *o = distopt_dict(d, s), *ps = mc_pk_new(d, MC_PK_DICT);
+    struct mc_distopt_shard sh;
+    mc_distopt_shard(s->distopt, &sh);
+    float *step = mc_pk_doc_alloc(d, sizeof(float));
+    if (!o || !ps || !step)
+        return NULL;
+    *step = (float)sh.step;
+    int64_t n = mc_dist_ckpt_distopt_params(s, 0);
+    for (int64_t i = 0; i < n; i++) {
+        struct mc_pk *e = mc_pk_new(d, MC_PK_DICT);
+        if (!e || (sh.exp_avg && mc_pk_set(d, e, "step", param_tensor(d, step, 0, NULL, 1))) ||
+            mc_pk_append(d, ps, mc_pk_int(d, i)) || mc_pk_append(d, ps, e))
+            return NULL;
+    }
+    if (mc_pk_set(d, o, "param_state", ps) ||
+        mc_pk_set(d, o, "param_state_sharding_type", mc_pk_str(d, "fully_sharded_model_space")))
+        return NULL;
+    return o;
+}
+
 static struct mc_pk *dist_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
 {
     struct mc_pk *root = mc_pk_new(d, MC_PK_DICT), *args = args_value(d, s);
@@ -809,7 +836,11 @@ static struct mc_pk *dist_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
         mc_pk_set(d, root, "checkpoint_version", mc_pk_float(d, CKPT_VERSION)) ||
         mc_pk_set(d, root, "iteration", mc_pk_int(d, s->iteration)))
         return NULL;
-    if (s->opts.save_optim) {
+    if (s->opts.save_optim && s->distopt) {
+        if (mc_pk_set(d, root, "optimizer", distopt_common(d, s)) ||
+            mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched)))
+            return NULL;
+    } else if (s->opts.save_optim) {
         int64_t n = total_params(s);
         struct ckpt_groups gs;
         int64_t *order = mc_alloc((size_t)n * 2 * sizeof(int64_t));
@@ -900,6 +931,8 @@ mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
     if (log)
         fprintf(log, "saving checkpoint at iteration %7lld to %s in %s format\n",
                 (long long)s->iteration, dir, s->opts.save_dist ? "torch_dist" : "torch");
+    if (log && s->opts.save_dist && s->distopt)
+        fprintf(log, "Storing distributed optimizer sharded state of type fully_sharded_model_space\n");
     mc_status st = s->opts.save_dist ? save_dist(s) : write_files(s, dir, one || s->writer);
     /* every rank gets here, so a failed write cannot leave the others waiting */
     bool owner = one || s->write_tracker; /* writes the tracker, so cleans up after a failure */
@@ -1216,11 +1249,12 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         return sst;
     for (int c = 0; c < n_chunks(l->s); c++)
         mc_distopt_set_step(chunk_distopt(l->s, c), (int64_t)step);
+    const struct mc_pk *model_space = mc_pk_get(o, "param_state"); /* torch_dist (dist_checkpoint.c) */
     char path[4200];
     snprintf(path, sizeof(path), "%s", l->path);
     *strrchr(path, '/') = 0;
     strcat(path, "/distrib_optim.pt");
-    if (access(path, R_OK))
+    if (!model_space && access(path, R_OK))
         return mc_error(MC_ERR_IO, "%s: cannot read %s (the distributed optimizer's state that "
                         "--use-distributed-optimizer saves beside it): %s; add --no-load-optim to "
                         "start the optimizer afresh", l->path, path, strerror(errno));
@@ -1239,7 +1273,8 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         ch[c].grad_dtype = l->s->grad_dtype;
         st = ch[c].perm ? param_order(ch[c].m, l->scheme, ch[c].perm) : MC_ERR_NOMEM;
     }
-    st = st ? st : mc_ckpt_distopt_load(ch, nc, path);
+    if (!st)
+        st = model_space ? mc_ckpt_distopt_load_model_space(ch, nc, model_space) : mc_ckpt_distopt_load(ch, nc, path);
     for (int c = 0; c < nc; c++)
         mc_free(ch[c].perm);
     return st;
@@ -1642,10 +1677,6 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
 static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
                            int64_t iteration, bool release)
 {
-    if (s->distopt && !release && s->opts.load_optim && !s->opts.finetune)
-        return mc_error(MC_ERR_UNSUPPORTED, "--load %s: %s is a torch_dist checkpoint; loading its "
-                        "optimizer state with --use-distributed-optimizer is not implemented yet "
-                        "(load it without that option, or add --no-load-optim)", dir, iter_dir);
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

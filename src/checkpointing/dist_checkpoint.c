@@ -29,6 +29,7 @@
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/state_dict_names.h"
 #include "core/dtype.h"
+#include "distributed/distrib_optimizer.h"
 
 #define MAX_FILES 4096
 
@@ -43,6 +44,8 @@ struct reader {
     char meta_path[4200];
     const struct mc_pk *sdm;   /* Metadata.state_dict_metadata: key -> TensorStorageMetadata */
     const struct mc_pk *storage; /* Metadata.storage_data: MetadataIndex -> _StorageInfo */
+    const struct mc_pk *mcore; /* Metadata.mcore_data: key -> {} or the flattened tensors'
+                                  {'nd_reformulated_orig_global_shape': shape} */
     struct dfile files[MAX_FILES];
     int nfiles;
 };
@@ -189,30 +192,26 @@ static int64_t copy_intersection(int nd, const int64_t *co, const int64_t *cs, c
     return count;
 }
 
-/* One chunk's tensor from its torch.save blob: contiguous, of the chunk's sizes; float32, or the
- * bfloat16 / float16 model weights of a --bf16 / --fp16 save (widened to float32 exactly). */
-static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int64_t *co,
-                            const int64_t *cs, const int64_t *o, const int64_t *z, float *dst,
-                            int64_t *copied)
+/* One chunk's tensor from its torch.save blob as float32 (*vals): contiguous, of the chunk's
+ * sizes (cs, nd of them, as DCP has it); float32, or the bfloat16 / float16 model weights of a
+ * --bf16 / --fp16 save (widened to float32 exactly, into *wide, which the caller frees). The
+ * values live in *doc until mc_pk_doc_free. */
+static mc_status load_chunk(struct reader *r, const char *key, int nd, const int64_t *co,
+                            const int64_t *cs, mc_pk_doc **doc, const float **vals, float **wide)
 {
-    int64_t lo_ok = 1;
-    for (int k = 0; k < nd; k++)
-        lo_ok &= co[k] < o[k] + z[k] && o[k] < co[k] + cs[k];
-    if (!lo_ok && nd)
-        return MC_OK;
     const struct dfile *f = NULL;
     uint64_t off = 0, len = 0;
+    *doc = NULL, *wide = NULL;
     mc_status st = find_storage(r, key, nd, co, &f, &off, &len);
     if (st)
         return st;
     char what[4600];
     snprintf(what, sizeof(what), "%s/%s (chunk of %s at byte %llu)", r->dir, f->name, key,
              (unsigned long long)off);
-    mc_pk_doc *d;
     struct mc_pk *t;
-    if ((st = mc_pk_doc_init(&d)))
+    if ((st = mc_pk_doc_init(doc)))
         return st;
-    st = mc_torch_load_mem(d, what, f->map + off, (size_t)len, &t);
+    st = mc_torch_load_mem(*doc, what, f->map + off, (size_t)len, &t);
     int64_t numel = 1;
     for (int k = 0; k < nd; k++)
         numel *= cs[k];
@@ -225,17 +224,126 @@ static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int
     if (!st && !shape_ok)
         st = mc_error(MC_ERR_FORMAT, "%s: the tensor's shape is not the chunk's in %s", what,
                       r->meta_path);
-    float *wide = !st && dt != MC_DTYPE_F32 ? mc_alloc((size_t)numel * sizeof(float) + 1) : NULL;
-    if (!st && dt != MC_DTYPE_F32 && !wide)
+    if (!st && dt != MC_DTYPE_F32 && !(*wide = mc_alloc((size_t)numel * sizeof(float) + 1)))
         st = MC_ERR_NOMEM;
-    if (wide)
-        mc_dtype_to_f32(wide, (const char *)t->storage->data + (size_t)t->offset * mc_dtype_size(dt), dt, numel);
+    if (!st && *wide)
+        mc_dtype_to_f32(*wide, (const char *)t->storage->data + (size_t)t->offset * mc_dtype_size(dt), dt, numel);
     if (!st)
-        *copied += copy_intersection(nd, co, cs, wide ? wide : (const float *)t->storage->data + t->offset,
-                                     o, z, dst);
-    mc_free(wide);
-    mc_pk_doc_free(d);
+        *vals = *wide ? *wide : (const float *)t->storage->data + t->offset;
     return st;
+}
+
+static mc_status copy_chunk(struct reader *r, const char *key, int nd, const int64_t *co,
+                            const int64_t *cs, const int64_t *o, const int64_t *z, float *dst,
+                            int64_t *copied)
+{
+    int64_t lo_ok = 1;
+    for (int k = 0; k < nd; k++)
+        lo_ok &= co[k] < o[k] + z[k] && o[k] < co[k] + cs[k];
+    if (!lo_ok && nd)
+        return MC_OK;
+    mc_pk_doc *d;
+    const float *v;
+    float *wide;
+    mc_status st = load_chunk(r, key, nd, co, cs, &d, &v, &wide);
+    if (!st)
+        *copied += copy_intersection(nd, co, cs, v, o, z, dst);
+    mc_free(wide);
+    if (d)
+        mc_pk_doc_free(d);
+    return st;
+}
+
+/* A flattened chunk (the distributed optimizer's state, Megatron's N-D flattened tensors): the
+ * global tensor of shape g (nd dimensions) is cut into blocks of shape l, and the chunk holds
+ * elements [co[nd], co[nd] + cs[nd]) of block co[0..nd-1] in row-major order. Copies its part
+ * inside the region [o, o+z) into dst, run by run along the last dimension. */
+static mc_status copy_flat_chunk(struct reader *r, const char *key, int nd, const int64_t *l,
+                                 const int64_t *co, const int64_t *cs, const int64_t *o,
+                                 const int64_t *z, float *dst, int64_t *copied)
+{
+    for (int k = 0; k < nd; k++) /* the block misses the region */
+        if (co[k] * l[k] >= o[k] + z[k] || (co[k] + 1) * l[k] <= o[k])
+            return MC_OK;
+    mc_pk_doc *d;
+    const float *v;
+    float *wide;
+    mc_status st = load_chunk(r, key, nd + 1, co, cs, &d, &v, &wide);
+    int64_t f = co[nd], end = co[nd] + cs[nd];
+    while (!st && f < end) {
+        int64_t lc[MC_PK_MAX_DIM] = {0}, rem = f;
+        for (int k = nd - 1; k >= 0; k--)
+            lc[k] = rem % l[k], rem /= l[k];
+        int64_t run = l[nd - 1] - lc[nd - 1] < end - f ? l[nd - 1] - lc[nd - 1] : end - f;
+        int64_t di = 0;
+        bool in = true;
+        for (int k = 0; k < nd - 1; k++) {
+            int64_t gk = co[k] * l[k] + lc[k];
+            in &= gk >= o[k] && gk < o[k] + z[k];
+            di = di * z[k] + (gk - o[k]);
+        }
+        int64_t g0 = co[nd - 1] * l[nd - 1] + lc[nd - 1], last = nd - 1;
+        int64_t lo = g0 > o[last] ? g0 : o[last];
+        int64_t hi = g0 + run < o[last] + z[last] ? g0 + run : o[last] + z[last];
+        if (in && lo < hi) {
+            di = di * z[last] + (lo - o[last]);
+            memcpy(dst + di, v + (f - co[nd]) + (lo - g0), (size_t)(hi - lo) * sizeof(float));
+            *copied += hi - lo;
+        }
+        f += run;
+    }
+    mc_free(wide);
+    if (d)
+        mc_pk_doc_free(d);
+    return st;
+}
+
+/* The original global shape of a flattened tensor (mcore_data's
+ * nd_reformulated_orig_global_shape); false for a regular one. */
+static bool flat_shape(const struct reader *r, const char *key, int *nd, int64_t *g)
+{
+    const struct mc_pk *e = r->mcore ? mc_pk_get(r->mcore, key) : NULL;
+    const struct mc_pk *sh = e && mc_pk_is_map(e) ? mc_pk_get(e, "nd_reformulated_orig_global_shape") : NULL;
+    return sh && int_tuple(sh, MC_PK_MAX_DIM - 1, nd, g) && *nd > 0;
+}
+
+/* read_region of a flattened tensor: g its original global shape (nd dimensions), the chunks
+ * DCP's reformulated ones (nd + 1 dimensions: block index, then the flattened range). */
+static mc_status read_flat_region(struct reader *r, const char *key, const struct mc_pk *tm,
+                                  const struct mc_pk *chunks, int nd, const int64_t *g,
+                                  const int64_t *o, const int64_t *z, float *dst, int64_t want)
+{
+    int rn;
+    int64_t rg[MC_PK_MAX_DIM], l[MC_PK_MAX_DIM], local = 1, copied = 0;
+    bool ok = int_tuple(mc_pk_get(tm, "size"), MC_PK_MAX_DIM, &rn, rg) && rn == nd + 1;
+    for (int k = 0; ok && k < nd; k++) {
+        ok = rg[k] > 0 && g[k] % rg[k] == 0;
+        l[k] = ok ? g[k] / rg[k] : 0;
+        local *= l[k];
+    }
+    if (!ok || rg[nd] != local)
+        return mc_error(MC_ERR_FORMAT, "%s: %s is a flattened tensor whose size is not blocks of its "
+                        "original shape (mcore_data nd_reformulated_orig_global_shape)", r->meta_path, key);
+    for (int64_t c = 0; c < chunks->n; c++) {
+        int n1, n2;
+        int64_t co[MC_PK_MAX_DIM], cs[MC_PK_MAX_DIM];
+        bool good = int_tuple(mc_pk_get(chunks->items[c], "offsets"), MC_PK_MAX_DIM, &n1, co) &&
+                    int_tuple(mc_pk_get(chunks->items[c], "sizes"), MC_PK_MAX_DIM, &n2, cs) &&
+                    n1 == nd + 1 && n2 == nd + 1;
+        for (int k = 0; good && k < nd; k++)
+            good = cs[k] == 1 && co[k] < rg[k];
+        if (!good || co[nd] > rg[nd] || cs[nd] > rg[nd] - co[nd])
+            return mc_error(MC_ERR_FORMAT, "%s: a chunk of the flattened tensor %s is not a range "
+                            "inside one block of %lld elements", r->meta_path, key, (long long)local);
+        mc_status st = copy_flat_chunk(r, key, nd, l, co, cs, o, z, dst, &copied);
+        if (st)
+            return st;
+    }
+    if (copied != want)
+        return mc_error(MC_ERR_FORMAT, "%s: the chunks of %s cover %lld of the %lld elements this "
+                        "rank needs (missing or overlapping chunks)", r->meta_path, key,
+                        (long long)copied, (long long)want);
+    return MC_OK;
 }
 
 /* Reads the region [o, o+z) of the global tensor `key` into dst. */
@@ -248,6 +356,10 @@ static mc_status read_region(struct reader *r, const char *key, const struct mc_
     int64_t want = 1, copied = 0;
     for (int k = 0; k < nd; k++)
         want *= z[k];
+    int fnd;
+    int64_t fg[MC_PK_MAX_DIM];
+    if (flat_shape(r, key, &fnd, fg))
+        return read_flat_region(r, key, tm, chunks, nd, g, o, z, dst, want);
     for (int64_t c = 0; c < chunks->n; c++) {
         int n1, n2;
         int64_t co[MC_PK_MAX_DIM], cs[MC_PK_MAX_DIM];
@@ -278,6 +390,7 @@ static const struct mc_pk *tensor_meta(const struct reader *r, const char *key, 
     if (!tm || tm->kind != MC_PK_OBJECT || !strstr(tm->s, "TensorStorageMetadata") ||
         !int_tuple(mc_pk_get(tm, "size"), MC_PK_MAX_DIM, nd, size))
         return NULL;
+    flat_shape(r, key, nd, size); /* a flattened tensor: its original shape */
     return tm;
 }
 
@@ -536,6 +649,108 @@ static mc_status float16_dict(mc_pk_doc *d, struct reader *r, const struct mc_ck
     return st;
 }
 
+/* The step of a torch_dist save's optimizer: the distributed optimizer's param_groups carry it,
+ * the ordinary one's common_step (a 0-dim tensor in common.pt). */
+static bool saved_step(const struct mc_pk *groups, const struct mc_pk *torch_opt, double *step)
+{
+    if (groups && groups->kind == MC_PK_LIST && groups->n && mc_pk_number(mc_pk_get(groups->items[0], "step"), step))
+        return true;
+    const struct mc_pk *t = mc_pk_get(mc_pk_get(torch_opt, "state"), "common_step");
+    if (!t || t->kind != MC_PK_TENSOR || mc_pk_tensor_numel(t) != 1 || t->storage->dtype != MC_DTYPE_F32)
+        return false;
+    *step = ((const float *)t->storage->data)[t->offset];
+    return true;
+}
+
+/* For a --use-distributed-optimizer run: DistributedOptimizer.state_dict()'s form with the
+ * parameter state in model space, as checkpoint.c's load_distopt takes it:
+ *   {'optimizer': {'param_groups': [... each with 'step']}, 'grad_scaler' (if saved),
+ *    'param_state': {gi: {'exp_avg', 'exp_avg_sq' | 'momentum_buffer', ['fp32_param']}}}
+ * gi the parameter's index over the model chunks, each tensor this rank's whole (tensor-
+ * parallel) parameter; the loader keeps its data-parallel shard. Read from the distributed
+ * optimizer's flattened state ('fully_sharded_model_space', any data-parallel size) or the
+ * ordinary optimizer's (then fp32_param only with --bf16/--fp16: fp32 main params are the
+ * model's weights). */
+static mc_status distopt_state(mc_pk_doc *d, struct reader *r, const struct mc_ckpt_state *s,
+                               const struct mc_pk *copt, struct mc_pk **out)
+{
+    const struct mc_pk *type = mc_pk_get(copt, "param_state_sharding_type");
+    if (type && (type->kind != MC_PK_STR || strcmp(type->s, "fully_sharded_model_space")))
+        return mc_error(MC_ERR_UNSUPPORTED, "%s/common.pt: distributed optimizer state of sharding "
+                        "type '%s', which megatron.c does not read (only 'fully_sharded_model_space', "
+                        "saved with --ckpt-fully-parallel-save, Megatron's default); add --no-load-optim",
+                        r->dir, type->kind == MC_PK_STR ? type->s : "?");
+    /* the torch optimizer's dict: the distributed optimizer's and a --bf16/--fp16 save's under
+     * 'optimizer', an fp32 ordinary optimizer's the dict itself */
+    const struct mc_pk *torch = mc_pk_get(copt, "optimizer") ? mc_pk_get(copt, "optimizer") : copt;
+    struct mc_pk *groups = mc_pk_get(torch, "param_groups");
+    double step;
+    if (!groups || groups->kind != MC_PK_LIST || !saved_step(groups, torch, &step))
+        return mc_error(MC_ERR_FORMAT, "%s/common.pt: the optimizer has no param_groups with a step "
+                        "(nor optimizer.state.common_step); specify --no-load-optim", r->dir);
+    for (int64_t g = 0; g < groups->n; g++)
+        if (!mc_pk_is_map(groups->items[g]) || put(d, groups->items[g], "step", mc_pk_float(d, step)))
+            return MC_ERR_NOMEM;
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT), *inner = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *state = mc_pk_new(d, MC_PK_DICT);
+    struct mc_pk *scaler = mc_pk_get(copt, "grad_scaler");
+    mc_status st = o && inner && state ? MC_OK : MC_ERR_NOMEM;
+    st = st ? st : mc_pk_set(d, inner, "param_groups", groups);
+    st = st ? st : mc_pk_set(d, o, "optimizer", inner);
+    if (!st && scaler)
+        st = mc_pk_set(d, o, "grad_scaler", scaler);
+    struct mc_distopt_shard sh;
+    mc_distopt_shard(s->distopt, &sh);
+    const char *names[3] = {"exp_avg", "exp_avg_sq", "fp32_param"};
+    if (!sh.exp_avg)
+        names[0] = "momentum_buffer", names[1] = NULL;
+    int64_t n = mc_ckpt_total_params(s);
+    for (int64_t gi = 0; !st && gi < n; gi++) {
+        struct mc_param_view p = mc_ckpt_opt_param(s, gi);
+        const mc_gpt_model *m = mc_ckpt_opt_param_model(s, gi);
+        struct mc_dist_place pl;
+        struct mc_pk *ps = mc_pk_new(d, MC_PK_DICT);
+        if (!ps || (st = mc_dist_ckpt_place(m, p.name, &pl)))
+            st = st ? st : MC_ERR_NOMEM;
+        for (int j = 0; !st && j < 3; j++) {
+            char key[700];
+            int nd;
+            int64_t gs[MC_PK_MAX_DIM];
+            struct mc_pk *t;
+            if (!names[j])
+                continue;
+            snprintf(key, sizeof(key), "optimizer.state.%s.%s", names[j], pl.key);
+            if (!tensor_meta(r, key, &nd, gs)) {
+                if (j == 2 && !type && s->params_dtype == MC_DTYPE_F32)
+                    continue; /* an fp32 ordinary optimizer's main params are the weights */
+                st = mc_error(MC_ERR_FORMAT, "%s: the checkpoint has no %s (saved with another "
+                              "--optimizer or precision, or at iteration 0?); specify "
+                              "--no-load-optim", r->meta_path, key);
+                break;
+            }
+            st = param_pk(d, r, m, key, pl.layer, &p, &t);
+            st = st ? st : mc_pk_set(d, ps, names[j], t);
+        }
+        if (!st && (st = mc_pk_append(d, state, mc_pk_int(d, gi))) == MC_OK)
+            st = mc_pk_append(d, state, ps);
+    }
+    st = st ? st : mc_pk_set(d, o, "param_state", state);
+    if (!st)
+        *out = o;
+    return st;
+}
+
+/* A distributed optimizer's state read by the ordinary optimizer: Megatron core_v0.12.1 fails
+ * in its load planner (the optimizer.state tensors are stored flattened), and so do we. */
+static mc_status distopt_saved(const struct reader *r)
+{
+    return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with --use-distributed-optimizer "
+                    "(flattened, 'fully_sharded_model_space'), which the ordinary optimizer does not "
+                    "load (Megatron: CheckpointingException: Global shape mismatch for loaded ... and "
+                    "expected ... tensor for key optimizer.state.exp_avg...); add "
+                    "--use-distributed-optimizer to load it, or --no-load-optim", r->dir);
+}
+
 static mc_status read_metadata(mc_pk_doc *d, struct reader *r)
 {
     struct mc_pk *meta;
@@ -564,6 +779,9 @@ static mc_status read_metadata(mc_pk_doc *d, struct reader *r)
                         r->meta_path);
     r->sdm = mc_pk_get(meta, "state_dict_metadata");
     r->storage = mc_pk_get(meta, "storage_data");
+    r->mcore = mc_pk_get(meta, "mcore_data");
+    if (r->mcore && !mc_pk_is_map(r->mcore))
+        r->mcore = NULL;
     if (!mc_pk_is_map(r->sdm) || !mc_pk_is_map(r->storage))
         return mc_error(MC_ERR_FORMAT, "%s: Metadata without state_dict_metadata / storage_data "
                         "dicts", r->meta_path);
@@ -606,7 +824,14 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
         st = st ? st : mc_pk_set(d, sd, key, model);
     }
     const struct mc_pk *copt = st ? NULL : mc_pk_get(c, "optimizer");
-    if (!st && copt && s->opt && s->opts.load_optim && !s->opts.finetune) {
+    bool load = !st && copt && s->opts.load_optim && !s->opts.finetune;
+    if (load && s->distopt) {
+        struct mc_pk *o = NULL;
+        st = distopt_state(d, r, s, copt, &o);
+        st = st ? st : mc_pk_set(d, sd, "optimizer", o);
+    } else if (load && s->opt && mc_pk_get(copt, "param_state_sharding_type")) {
+        st = distopt_saved(r);
+    } else if (load && s->opt) {
         struct mc_pk *o;
         st = mc_pk_get(copt, "optimizer") ? float16_dict(d, r, s, copt, &o) : optimizer_dict(d, r, s, copt, &o);
         st = st ? st : mc_pk_set(d, sd, "optimizer", o);

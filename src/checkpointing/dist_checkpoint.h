@@ -33,4 +33,8 @@ mc_status mc_dist_ckpt_place(const mc_gpt_model *m, const char *local, struct mc
 mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
                              const char *final_dir, mc_pk_doc *d, const struct mc_pk *common);
 
+/* How many parameters (over the model chunks) reach into data-parallel rank dp_rank's shard of
+ * the distributed optimizer: the entries of common.pt's optimizer 'param_state'. */
+int64_t mc_dist_ckpt_distopt_params(const struct mc_ckpt_state *s, int dp_rank);
+
 #endif

@@ -29,6 +29,7 @@
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/torch_pickle.h"
 #include "core/dtype.h"
+#include "distributed/distrib_optimizer.h"
 
 #define BINS 2 /* FileSystemWriterAsync's thread_count in Megatron's torch_dist save strategy */
 #define META "torch.distributed.checkpoint.metadata"
@@ -43,6 +44,12 @@ struct item {
     enum mc_dtype dt;           /* its dtype: the run's params_dtype for the model, else fp32 */
     const void *data;           /* the chunk, contiguous */
     int64_t numel;
+    bool flat;                  /* a flattened range [fs, fe) of the chunk's row-major elements
+                                   (the distributed optimizer's state): g/off/sz stay the
+                                   chunk's own, DCP sees it reformulated (dcp_geom) */
+    int64_t fs, fe;
+    int holder;                 /* the data-parallel rank holding it, -1: every one (replicas) */
+    int saver;                  /* the data-parallel rank that writes it (distribute) */
     int bucket;
     int file;                   /* k of __<rank>_<k>.distcp */
     uint64_t at, len;           /* where its torch.save archive lies in that file */
@@ -111,12 +118,12 @@ static bool swiglu_fc1(const struct mc_gpt_config *c, const char *key)
     return c->activation == MC_ACT_SWIGLU && strstr(key, "mlp.linear_fc1.") && !strstr(key, "layer_norm");
 }
 
-/* Whether this rank writes the parameter: Megatron's main replica (replica_id all zeros). */
-static bool main_replica(const struct mc_ckpt_state *s, const mc_gpt_model *m, const struct mc_param_view *p)
+/* Whether the parameter has a main replica in this data-parallel group (replica_id (0, 0, *)):
+ * not the last stage's copy of tied embeddings, and a tensor replicated across tensor-parallel
+ * ranks only on tensor-parallel rank 0. Which data-parallel rank writes it is distribute()'s. */
+static bool main_replica(const mc_gpt_model *m, const struct mc_param_view *p)
 {
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
-    if (!(s->writer || !s->barrier))
-        return false; /* data-parallel ranks > 0 hold replicas */
     if (p->shared)
         return false; /* the last stage's copy of tied embeddings: replica_id (1, ...) */
     if (!c->untie_embeddings_and_output_weights && !strcmp(p->name, "output_layer.weight"))
@@ -124,40 +131,82 @@ static bool main_replica(const struct mc_ckpt_state *s, const mc_gpt_model *m, c
     return p->partition_dim >= 0 || tp_of(c) == 1 || c->tensor_model_parallel_rank == 0;
 }
 
-/* The chunk(s) of a parameter-shaped tensor `data` under key `key`. */
+/* Where a chunk goes: held by data-parallel rank `holder` (-1: by every one) and, for the
+ * distributed optimizer's state, the flattened range [fs, fe) of the chunk (fs < 0: all of it). */
+struct span {
+    int holder;
+    int64_t fs, fe;
+};
+#define EVERY ((struct span){-1, -1, 0})
+
+static mc_status add_item(struct plan *pl, const char *key, int nd, const int64_t *g, const int64_t *off,
+                          const int64_t *sz, const void *data, enum mc_dtype dt, struct span sp)
+{
+    struct item *x = new_item(pl);
+    if (!x)
+        return MC_ERR_NOMEM;
+    snprintf(x->fqn, sizeof(x->fqn), "%s", key);
+    x->nd = nd;
+    memcpy(x->g, g, (size_t)nd * sizeof(*g));
+    memcpy(x->off, off, (size_t)nd * sizeof(*off));
+    memcpy(x->sz, sz, (size_t)nd * sizeof(*sz));
+    x->numel = 1;
+    for (int k = 0; k < nd; k++)
+        x->numel *= sz[k];
+    x->flat = sp.fs >= 0;
+    if (x->flat) {
+        x->fs = sp.fs, x->fe = sp.fe;
+        x->numel = sp.fe - sp.fs;
+    }
+    x->dt = dt;
+    x->data = data;
+    x->holder = sp.holder;
+    return MC_OK;
+}
+
+/* The chunk(s) of a parameter-shaped tensor `data` under key `key` (with a flattened range:
+ * `data` holds elements [fs, fe) of this rank's parameter). SwiGLU's fc1 goes as its two halves
+ * (Megatron's apply_swiglu_sharded_factory; a flattened range is cut at the halves' border). */
 static mc_status add_tensor(struct plan *pl, const mc_gpt_model *m, const char *key, long layer,
-                            const struct mc_param_view *p, const void *data, enum mc_dtype dt)
+                            const struct mc_param_view *p, const void *data, enum mc_dtype dt,
+                            struct span sp)
 {
     const struct mc_gpt_config *c = mc_gpt_model_config(m);
     int pre = layer >= 0, tp = tp_of(c), tr = c->tensor_model_parallel_rank;
     int split = p->partition_dim >= 0 && tp > 1 ? p->partition_dim : -1;
-    if (p->ndim + pre > MC_PK_MAX_DIM || strlen(key) >= sizeof(pl->it[0].fqn))
+    if (p->ndim + pre + 1 > MC_PK_MAX_DIM || strlen(key) >= sizeof(pl->it[0].fqn))
         return mc_error(MC_ERR_UNSUPPORTED, "torch_dist save: %s: key or rank too large", key);
     int halves = split == 0 && swiglu_fc1(c, key) ? 2 : 1;
     if (halves == 2 && p->shape[0] % 2)
         return mc_error(MC_ERR_INTERNAL, "torch_dist save: %s: SwiGLU fc1 with %lld rows",
                         key, (long long)p->shape[0]);
+    int64_t half = p->numel / halves, done = 0;
     for (int h = 0; h < halves; h++) {
-        struct item *x = new_item(pl);
-        if (!x)
-            return MC_ERR_NOMEM;
-        snprintf(x->fqn, sizeof(x->fqn), "%s", key);
-        x->nd = p->ndim + pre;
-        if (pre) {
-            x->g[0] = c->num_layers;
-            x->off[0] = layer;
-            x->sz[0] = 1;
-        }
-        x->numel = p->numel / halves;
-        x->dt = dt;
-        x->data = (const char *)data + (size_t)(h * x->numel) * mc_dtype_size(dt);
+        int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
+        int nd = p->ndim + pre;
+        if (pre)
+            g[0] = c->num_layers, off[0] = layer, sz[0] = 1;
         for (int k = 0; k < p->ndim; k++) {
             int64_t local = k == 0 ? p->shape[0] / halves : p->shape[k];
-            x->sz[pre + k] = local;
-            x->g[pre + k] = k == split ? p->shape[k] * tp : p->shape[k];
-            x->off[pre + k] = k != split ? 0 : halves == 2 ? h * (p->shape[0] * tp / 2) + tr * local
-                                                            : tr * local;
+            sz[pre + k] = local;
+            g[pre + k] = k == split ? p->shape[k] * tp : p->shape[k];
+            off[pre + k] = k != split ? 0 : halves == 2 ? h * (p->shape[0] * tp / 2) + tr * local
+                                                         : tr * local;
         }
+        struct span hs = sp;
+        const char *at = (const char *)data + (size_t)(h * half) * mc_dtype_size(dt);
+        if (sp.fs >= 0) { /* this half's part of the range, in the half's own elements */
+            int64_t lo = sp.fs > h * half ? sp.fs : h * half;
+            int64_t hi = sp.fe < (h + 1) * half ? sp.fe : (h + 1) * half;
+            if (lo >= hi)
+                continue;
+            hs.fs = lo - h * half, hs.fe = hi - h * half;
+            at = (const char *)data + (size_t)done * mc_dtype_size(dt);
+            done += hi - lo;
+        }
+        mc_status st = add_item(pl, key, nd, g, off, sz, at, dt, hs);
+        if (st)
+            return st;
     }
     return MC_OK;
 }
@@ -169,6 +218,7 @@ static mc_status add_object(struct plan *pl, const char *fqn)
         return MC_ERR_NOMEM;
     snprintf(x->fqn, sizeof(x->fqn), "%.600s", fqn);
     x->bytes = true;
+    x->holder = -1; /* only data-parallel rank 0 adds its objects */
     return MC_OK;
 }
 
@@ -213,10 +263,10 @@ static mc_status plan_model(struct plan *pl, const struct mc_ckpt_state *s, cons
         struct mc_param_view p = mc_gpt_param(m, i);
         struct mc_dist_place pl_;
         mc_status st = mc_dist_ckpt_place(m, p.name, &pl_);
-        if (!st && main_replica(s, m, &p)) {
+        if (!st && main_replica(m, &p)) {
             const void *w = s->params_dtype == MC_DTYPE_F32 ? (const void *)p.data
                                                             : weights_16(pl, s->params_dtype, p.data, p.numel);
-            st = w ? add_tensor(pl, m, pl_.key, pl_.layer, &p, w, s->params_dtype) : MC_ERR_NOMEM;
+            st = w ? add_tensor(pl, m, pl_.key, pl_.layer, &p, w, s->params_dtype, EVERY) : MC_ERR_NOMEM;
         }
         if (!st && objects)
             st = add_extra_state(pl, m, p.name, i + 1 < n ? mc_gpt_param(m, i + 1).name : NULL);
@@ -246,7 +296,7 @@ static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
         const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
         struct mc_opt_param_state ps = mc_opt_param_state(s->opt, order[k]);
         struct mc_dist_place where;
-        if ((st = mc_dist_ckpt_place(m, p.name, &where)) || !main_replica(s, m, &p))
+        if ((st = mc_dist_ckpt_place(m, p.name, &where)) || !main_replica(m, &p))
             continue;
         const char *names[2] = {"exp_avg", "exp_avg_sq"};
         const float *data[2] = {ps.exp_avg, ps.exp_avg_sq};
@@ -259,7 +309,7 @@ static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
         for (int j = 0; j < nn && !st; j++) {
             char key[600];
             snprintf(key, sizeof(key), "optimizer.state.%.16s.%.512s", names[j], where.key);
-            st = add_tensor(pl, m, key, where.layer, &p, data[j], MC_DTYPE_F32);
+            st = add_tensor(pl, m, key, where.layer, &p, data[j], MC_DTYPE_F32, EVERY);
         }
     }
     /* Float16OptimizerWithFloat16Params: then its fp32 main params (fp32_from_fp16_params, group
@@ -268,14 +318,189 @@ static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
         struct mc_param_view p = mc_ckpt_opt_param(s, order[k]);
         const mc_gpt_model *m = mc_ckpt_opt_param_model(s, order[k]);
         struct mc_dist_place where;
-        if ((st = mc_dist_ckpt_place(m, p.name, &where)) || !main_replica(s, m, &p))
+        if ((st = mc_dist_ckpt_place(m, p.name, &where)) || !main_replica(m, &p))
             continue;
         char key[600];
         snprintf(key, sizeof(key), "optimizer.state.fp32_param.%.512s", where.key);
-        st = add_tensor(pl, m, key, where.layer, &p, p.data, MC_DTYPE_F32);
+        st = add_tensor(pl, m, key, where.layer, &p, p.data, MC_DTYPE_F32, EVERY);
     }
     mc_free(order);
     return st;
+}
+
+/* The distributed optimizer's state as DistributedOptimizer.sharded_param_state_fs_model_space
+ * gives it (sharding_type 'fully_sharded_model_space'): per model chunk, per parameter in its grad
+ * buffer's order (buckets in order, each bucket's parameters by their place in it), the part of
+ * the parameter inside a data-parallel rank's shard as a flattened range of the parameter's
+ * chunk: exp_avg, exp_avg_sq (Adam) or momentum_buffer (SGD), then fp32_param (the main param),
+ * "optimizer.state.<name>.<key>". Every rank's parts are planned (distribute() weighs them);
+ * only this rank's carry data. */
+static const struct mc_pgb_map *order_map;
+static int by_start(const void *a, const void *b)
+{
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    int64_t x = order_map->param[i].start, y = order_map->param[j].start;
+    return x < y ? -1 : x > y;
+}
+
+static mc_status distopt_param(struct plan *pl, const mc_gpt_model *m, const struct mc_pgb_map *mp,
+                               const struct mc_distopt_shard *sh, int64_t i)
+{
+    struct mc_param_view p = mc_gpt_param(m, i);
+    struct mc_dist_place where;
+    mc_status st = mc_dist_ckpt_place(m, p.name, &where);
+    if (st || !main_replica(m, &p))
+        return st;
+    const struct mc_pgb_range *r = &mp->param[i];
+    const struct mc_pgb_bucket *b = &mp->bucket[r->bucket];
+    int64_t per = (b->end - b->start) / sh->dp;
+    for (int d = 0; d < sh->dp && !st; d++) {
+        int64_t lo = r->start > b->start + d * per ? r->start : b->start + d * per;
+        int64_t hi = r->end < b->start + (d + 1) * per ? r->end : b->start + (d + 1) * per;
+        if (lo >= hi)
+            continue;
+        struct span sp = {d, lo - r->start, hi - r->start};
+        int64_t at = sh->shard_off[r->bucket] + (lo - (b->start + d * per)); /* in our shard */
+        bool mine = d == sh->dp_rank;
+        const char *names[3] = {"exp_avg", "exp_avg_sq", "fp32_param"};
+        const float *data[3] = {mine ? sh->exp_avg + at : NULL, mine ? sh->exp_avg_sq + at : NULL,
+                                p.data + sp.fs};
+        int first = 0;
+        if (!sh->exp_avg) {
+            names[1] = "momentum_buffer";
+            data[1] = mine ? sh->momentum + at : NULL;
+            first = 1;
+        }
+        for (int j = first; j < 3 && !st; j++) {
+            char key[600];
+            snprintf(key, sizeof(key), "optimizer.state.%s.%.512s", names[j], where.key);
+            st = add_tensor(pl, m, key, where.layer, &p, data[j], MC_DTYPE_F32, sp);
+        }
+    }
+    return st;
+}
+
+static mc_status plan_distopt(struct plan *pl, const struct mc_ckpt_state *s)
+{
+    if (!s->opts.save_optim || !s->distopt)
+        return MC_OK;
+    int nc = s->n_chunks > 1 ? s->n_chunks : 1;
+    mc_status st = MC_OK;
+    for (int c = 0; c < nc && !st; c++) {
+        mc_distopt *o = nc > 1 ? s->distopts[c] : s->distopt;
+        const mc_gpt_model *m = nc > 1 ? s->chunks[c] : s->model;
+        const struct mc_pgb_map *mp = mc_distopt_map(o);
+        struct mc_distopt_shard sh;
+        mc_distopt_shard(o, &sh);
+        int64_t n = mp->n_params, *idx = mc_alloc((size_t)(n + 1) * sizeof(int64_t));
+        if (!idx)
+            return MC_ERR_NOMEM;
+        for (int64_t i = 0; i < n; i++)
+            idx[i] = i;
+        order_map = mp;
+        qsort(idx, (size_t)n, sizeof(*idx), by_start);
+        for (int64_t k = 0; k < n && !st; k++)
+            st = distopt_param(pl, m, mp, &sh, idx[k]);
+        mc_free(idx);
+    }
+    return st;
+}
+
+int64_t mc_dist_ckpt_distopt_params(const struct mc_ckpt_state *s, int dp_rank)
+{
+    int nc = s->n_chunks > 1 ? s->n_chunks : 1;
+    int64_t count = 0;
+    for (int c = 0; c < nc; c++) {
+        mc_distopt *o = nc > 1 ? s->distopts[c] : s->distopt;
+        const struct mc_pgb_map *mp = mc_distopt_map(o);
+        struct mc_distopt_shard sh;
+        mc_distopt_shard(o, &sh);
+        for (int64_t i = 0; i < mp->n_params; i++) {
+            const struct mc_pgb_range *r = &mp->param[i];
+            const struct mc_pgb_bucket *b = &mp->bucket[r->bucket];
+            int64_t per = (b->end - b->start) / sh.dp, lo = b->start + dp_rank * per;
+            count += r->start < lo + per && r->end > lo;
+        }
+    }
+    return count;
+}
+
+/* ---- who writes what: FullyParallelSaveStrategyWrapper (--ckpt-fully-parallel-save) --------- */
+/* Megatron's distribute_shards_to_ranks over the data-parallel group: the chunks with a main
+ * replica in the group, those held by fewer ranks first, then the larger (bytes), then by shard
+ * id (key, global offset, flattened range); each goes to the rank holding it that has the fewest
+ * bytes so far (the lower rank on a tie). Every rank computes the same assignment from the same
+ * plan, as Megatron's ranks do after exchanging their metadata. Without the wrapper
+ * (--no-ckpt-fully-parallel-save) data-parallel rank 0 writes the replicas. */
+static const struct item *dist_base;
+static int dist_dp;
+static int cmp_offsets(const struct item *x, const struct item *y)
+{
+    for (int k = 0; k < x->nd && k < y->nd; k++)
+        if (x->off[k] != y->off[k])
+            return x->off[k] < y->off[k] ? -1 : 1;
+    return x->nd < y->nd ? -1 : x->nd > y->nd;
+}
+static int by_coverage(const void *a, const void *b)
+{
+    const struct item *x = &dist_base[*(const int64_t *)a], *y = &dist_base[*(const int64_t *)b];
+    int cx = x->holder < 0 ? dist_dp : 1, cy = y->holder < 0 ? dist_dp : 1;
+    int64_t bx = x->numel * (int64_t)mc_dtype_size(x->dt), by = y->numel * (int64_t)mc_dtype_size(y->dt);
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    if (bx != by)
+        return bx > by ? -1 : 1;
+    int c = strcmp(x->fqn, y->fqn);
+    if (c)
+        return c;
+    if ((c = cmp_offsets(x, y)))
+        return c;
+    if (x->fs != y->fs)
+        return x->fs < y->fs ? -1 : 1;
+    return x->fe < y->fe ? -1 : x->fe > y->fe;
+}
+
+static mc_status distribute(struct plan *pl, int dp, bool parallel)
+{
+    int64_t *idx = mc_alloc((size_t)(pl->n + 1) * sizeof(int64_t)), nt = 0;
+    int64_t *load = mc_calloc((size_t)dp, sizeof(int64_t));
+    if (!idx || !load) {
+        mc_free(idx), mc_free(load);
+        return MC_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < pl->n; i++) {
+        struct item *x = &pl->it[i];
+        x->saver = x->holder >= 0 ? x->holder : 0;
+        if (!x->bytes && parallel && dp > 1)
+            idx[nt++] = i;
+    }
+    dist_base = pl->it, dist_dp = dp;
+    qsort(idx, (size_t)nt, sizeof(*idx), by_coverage);
+    for (int64_t k = 0; k < nt; k++) {
+        struct item *x = &pl->it[idx[k]];
+        int best = x->holder;
+        for (int d = 0; best < 0 && d < dp; d++)
+            best = d;
+        for (int d = 1; x->holder < 0 && d < dp; d++)
+            if (load[d] < load[best])
+                best = d;
+        x->saver = best;
+        load[best] += x->numel * (int64_t)mc_dtype_size(x->dt);
+    }
+    mc_free(idx), mc_free(load);
+    return MC_OK;
+}
+
+/* Keeps the items that data-parallel rank `me` holds (held) or writes (!held), in order. */
+static void keep(struct plan *pl, int me, bool held)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < pl->n; i++) {
+        const struct item *x = &pl->it[i];
+        if (held ? x->holder < 0 || x->holder == me : x->saver == me)
+            pl->it[n++] = *x;
+    }
+    pl->n = n;
 }
 
 /* Megatron's plan lists a key's chunks together, keys in the order they first appear (the
@@ -376,6 +601,28 @@ static mc_status split(struct plan *pl, int64_t *seq, int *files)
     return MC_OK;
 }
 
+/* The chunk as DCP sees it. A flattened range is reformulated as Megatron's torch strategy does
+ * (nd_flattened_tensor_reformulated_global_shape): a global [g0/s0, ..., prod(s)] of which the
+ * chunk is [1, ..., 1, fe - fs] at [off0/s0, ..., fs]. Returns the dimensions. */
+static int dcp_geom(const struct item *x, int64_t *g, int64_t *off, int64_t *sz)
+{
+    if (!x->flat) {
+        memcpy(g, x->g, (size_t)x->nd * sizeof(*g));
+        memcpy(off, x->off, (size_t)x->nd * sizeof(*off));
+        memcpy(sz, x->sz, (size_t)x->nd * sizeof(*sz));
+        return x->nd;
+    }
+    int64_t local = 1;
+    for (int k = 0; k < x->nd; k++) {
+        g[k] = x->g[k] / x->sz[k];
+        off[k] = x->off[k] / x->sz[k];
+        sz[k] = 1;
+        local *= x->sz[k];
+    }
+    g[x->nd] = local, off[x->nd] = x->fs, sz[x->nd] = x->fe - x->fs;
+    return x->nd + 1;
+}
+
 static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item *x)
 {
     struct mc_pk *v;
@@ -384,8 +631,10 @@ static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item
         if (!v || mc_pk_append(d, v, mc_pk_none(d)))
             return MC_ERR_NOMEM;
     } else {
+        int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
+        int nd = dcp_geom(x, g, off, sz);
         struct mc_pk *stg = mc_pk_storage(d, x->dt, x->numel, x->data);
-        v = stg ? mc_pk_tensor(d, stg, 0, x->nd, x->sz, NULL) : NULL;
+        v = stg ? mc_pk_tensor(d, stg, 0, nd, sz, NULL) : NULL;
         if (!v)
             return MC_ERR_NOMEM;
     }
@@ -425,7 +674,7 @@ static mc_status write_files(struct plan *pl, const char *dir, int rank)
 
 /* ---- every rank's items onto rank 0 --------------------------------------------------------- */
 /* Record: ok byte first; then per item: bytes flag, dtype, fqn length (u16) + fqn, nd, nd x (g, off,
- * sz), file, at, len. */
+ * sz), flat flag, fs, fe, file, at, len. */
 struct buf {
     uint8_t *p;
     size_t n, cap;
@@ -469,6 +718,10 @@ static mc_status encode(const struct plan *pl, bool ok, struct buf *b)
             st = st ? st : put(b, &x->off[k], 8);
             st = st ? st : put(b, &x->sz[k], 8);
         }
+        uint8_t flat = x->flat;
+        st = st ? st : put(b, &flat, 1);
+        st = st ? st : put(b, &x->fs, 8);
+        st = st ? st : put(b, &x->fe, 8);
         st = st ? st : put(b, &file, 1);
         st = st ? st : put(b, &x->at, 8);
         st = st ? st : put(b, &x->len, 8);
@@ -508,6 +761,11 @@ static mc_status decode(const uint8_t *p, const uint8_t *end, struct plan *pl, b
             take(&p, &x->off[k], 8);
             take(&p, &x->sz[k], 8);
         }
+        uint8_t flat;
+        take(&p, &flat, 1);
+        x->flat = flat;
+        take(&p, &x->fs, 8);
+        take(&p, &x->fe, 8);
         take(&p, &file, 1);
         x->file = file;
         take(&p, &x->at, 8);
@@ -547,18 +805,20 @@ static struct mc_pk *properties(mc_pk_doc *d, enum mc_dtype dt)
 
 static mc_status add_chunk(mc_pk_doc *d, struct mc_pk *sdm, const struct item *x)
 {
+    int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
+    int nd = dcp_geom(x, g, off, sz);
     struct mc_pk *tm = mc_pk_get(sdm, x->fqn);
     if (!tm) {
         tm = mc_pk_object(d, META, "TensorStorageMetadata");
         struct mc_pk *chunks = mc_pk_new(d, MC_PK_LIST);
         if (!tm || !chunks || mc_pk_set(d, tm, "properties", properties(d, x->dt)) ||
-            mc_pk_set(d, tm, "size", torch_size(d, x->nd, x->g)) || mc_pk_set(d, tm, "chunks", chunks) ||
+            mc_pk_set(d, tm, "size", torch_size(d, nd, g)) || mc_pk_set(d, tm, "chunks", chunks) ||
             mc_pk_set(d, sdm, x->fqn, tm))
             return MC_ERR_NOMEM;
     }
     struct mc_pk *c = mc_pk_object(d, META, "ChunkStorageMetadata");
-    if (!c || mc_pk_set(d, c, "offsets", torch_size(d, x->nd, x->off)) ||
-        mc_pk_set(d, c, "sizes", torch_size(d, x->nd, x->sz)))
+    if (!c || mc_pk_set(d, c, "offsets", torch_size(d, nd, off)) ||
+        mc_pk_set(d, c, "sizes", torch_size(d, nd, sz)))
         return MC_ERR_NOMEM;
     return mc_pk_append(d, mc_pk_get(tm, "chunks"), c);
 }
@@ -569,10 +829,12 @@ static mc_status add_storage(mc_pk_doc *d, struct mc_pk *storage, const struct i
     struct mc_pk *info = mc_pk_object(d, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
     char file[64];
     snprintf(file, sizeof(file), "__%d_%d.distcp", rank, x->file);
+    int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
+    int nd = dcp_geom(x, g, off, sz);
     /* MetadataIndex.__init__ sets fqn, index, then offset (tensors only) */
     if (!idx || !info || mc_pk_set(d, idx, "fqn", mc_pk_str(d, x->fqn)) ||
         mc_pk_set(d, idx, "index", mc_pk_none(d)) ||
-        (!x->bytes && mc_pk_set(d, idx, "offset", torch_size(d, x->nd, x->off))) ||
+        (!x->bytes && mc_pk_set(d, idx, "offset", torch_size(d, nd, off))) ||
         mc_pk_set(d, info, "relative_path", mc_pk_str(d, file)) ||
         mc_pk_set(d, info, "offset", mc_pk_int(d, (int64_t)x->at)) ||
         mc_pk_set(d, info, "length", mc_pk_int(d, (int64_t)x->len)))
@@ -604,6 +866,16 @@ static void save_id(char *out, size_t n, const char *dir, const struct plan *all
              (unsigned long long)(h[1] & 0xffffffffffffull));
 }
 
+/* Megatron's mcore_data of a tensor: {} or, for a flattened one, the shape it had before the
+ * reformulation, {'nd_reformulated_orig_global_shape': (g0, g1, ...)}. */
+static struct mc_pk *mcore_entry(mc_pk_doc *d, const struct item *x)
+{
+    struct mc_pk *e = mc_pk_new(d, MC_PK_DICT);
+    if (e && x->flat && mc_pk_set(d, e, "nd_reformulated_orig_global_shape", int_tuple(d, x->nd, x->g)))
+        return NULL;
+    return e;
+}
+
 static struct mc_pk *metadata(mc_pk_doc *d, struct plan *all, int world, const char *final_dir)
 {
     struct mc_pk *m = mc_pk_object(d, META, "Metadata"), *sdm = mc_pk_new(d, MC_PK_DICT);
@@ -618,7 +890,7 @@ static struct mc_pk *metadata(mc_pk_doc *d, struct plan *all, int world, const c
             mc_status st = x->bytes ? mc_pk_set(d, sdm, x->fqn, mc_pk_object(d, META, "BytesStorageMetadata"))
                                     : add_chunk(d, sdm, x);
             if (!st && !x->bytes && !mc_pk_get(mcore, x->fqn))
-                st = mc_pk_set(d, mcore, x->fqn, mc_pk_new(d, MC_PK_DICT));
+                st = mc_pk_set(d, mcore, x->fqn, mcore_entry(d, x));
             if (st)
                 return NULL;
         }
@@ -681,7 +953,15 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
     for (int c = 0; c < nc && !st; c++)
         st = plan_model(&pl, s, nc > 1 ? s->chunks[c] : s->model);
     st = st ? st : plan_optimizer(&pl, s);
+    st = st ? st : plan_distopt(&pl, s);
+    /* Megatron's plan order is that of the chunks this rank holds; then it writes its share */
+    int dp = s->dp_size > 1 ? s->dp_size : 1, me = dp > 1 ? s->dp_rank : 0;
+    st = st ? st : distribute(&pl, dp, s->opts.fully_parallel_save);
+    if (!st)
+        keep(&pl, me, true);
     st = st ? st : group_by_key(&pl);
+    if (!st)
+        keep(&pl, me, false);
     st = st ? st : write_files(&pl, tmp_dir, s->rank);
     /* every rank's items (or its failure: a single 0 byte) onto every rank; a rank that failed
      * still joins, so that no rank waits for it */

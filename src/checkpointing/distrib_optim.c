@@ -278,3 +278,68 @@ mc_status mc_ckpt_distopt_load(const struct mc_ckpt_distopt_chunk *ch, int n, co
     mc_pk_doc_free(d);
     return st;
 }
+
+/* ---- torch_dist: the state in model space ---------------------------------------------------- */
+/* A float32 tensor of exactly n elements, or NULL. */
+static const float *model_space_tensor(const struct mc_pk *t, int64_t n)
+{
+    if (!t || t->kind != MC_PK_TENSOR || t->storage->dtype != MC_DTYPE_F32 ||
+        !mc_pk_tensor_contiguous(t) || mc_pk_tensor_numel(t) != n)
+        return NULL;
+    return (const float *)t->storage->data + t->offset;
+}
+
+/* Parameter i of chunk `ch`: its whole fp32_param (if given) into the model's fp32 params, and
+ * the part of each moment inside this rank's shard into the optimizer state. */
+static mc_status load_param_space(const struct mc_ckpt_distopt_chunk *ch, const struct mc_distopt_shard *sh,
+                                  int64_t i, const struct mc_pk *e, int64_t gi)
+{
+    const struct mc_pgb_map *mp = mc_distopt_map(ch->o);
+    struct mc_param_view p = mc_gpt_param(ch->m, i);
+    const struct mc_pgb_range *r = &mp->param[i];
+    const struct mc_pgb_bucket *b = &mp->bucket[r->bucket];
+    int64_t per = (b->end - b->start) / sh->dp, s0 = b->start + sh->dp_rank * per;
+    int64_t lo = r->start > s0 ? r->start : s0, hi = r->end < s0 + per ? r->end : s0 + per;
+    const char *names[3] = {"exp_avg", "exp_avg_sq", "fp32_param"};
+    float *dst[3] = {sh->exp_avg, sh->exp_avg_sq, NULL};
+    if (!sh->exp_avg)
+        names[0] = "momentum_buffer", dst[0] = sh->momentum, names[1] = NULL;
+    for (int j = 0; j < 3; j++) {
+        const struct mc_pk *t = names[j] ? mc_pk_get(e, names[j]) : NULL;
+        if (!names[j] || (j == 2 && !t))
+            continue; /* no fp32_param: the main params are the weights already loaded */
+        const float *v = model_space_tensor(t, p.numel);
+        if (!v)
+            return mc_error(MC_ERR_FORMAT, "torch_dist optimizer state of %s (parameter %lld): "
+                            "no float32 %s of its %lld elements", p.name, (long long)gi, names[j],
+                            (long long)p.numel);
+        if (j == 2)
+            memcpy(p.data, v, (size_t)p.numel * sizeof(float));
+        else if (lo < hi)
+            memcpy(dst[j] + sh->shard_off[r->bucket] + (lo - s0), v + (lo - r->start),
+                   (size_t)(hi - lo) * sizeof(float));
+    }
+    return MC_OK;
+}
+
+mc_status mc_ckpt_distopt_load_model_space(const struct mc_ckpt_distopt_chunk *ch, int n,
+                                           const struct mc_pk *param_state)
+{
+    int64_t gi = 0;
+    for (int c = 0; c < n; c++) {
+        struct mc_distopt_shard sh;
+        mc_distopt_shard(ch[c].o, &sh);
+        for (int64_t i = 0; i < mc_gpt_num_params(ch[c].m); i++, gi++) {
+            const struct mc_pk *e = NULL;
+            for (int64_t k = 0; k + 1 < param_state->n && !e; k += 2)
+                if (param_state->items[k]->kind == MC_PK_INT && param_state->items[k]->i == gi)
+                    e = param_state->items[k + 1];
+            mc_status st = e ? load_param_space(&ch[c], &sh, i, e, gi)
+                             : mc_error(MC_ERR_FORMAT, "torch_dist optimizer state: no entry for "
+                                        "parameter %lld", (long long)gi);
+            if (st)
+                return st;
+        }
+    }
+    return MC_OK;
+}

@@ -35,4 +35,12 @@ mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, co
  * file must hold exactly n buffers. */
 mc_status mc_ckpt_distopt_load(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path);
 
+/* A torch_dist checkpoint's optimizer state in model space (dist_checkpoint.c's 'param_state':
+ * parameter index over the chunks -> {exp_avg, exp_avg_sq | momentum_buffer, [fp32_param]},
+ * each the rank's whole parameter): this rank's shard of the moments into the optimizers, the
+ * fp32 main params (when given) into the chunks' parameters. Any saved data-parallel size. */
+struct mc_pk;
+mc_status mc_ckpt_distopt_load_model_space(const struct mc_ckpt_distopt_chunk *ch, int n,
+                                           const struct mc_pk *param_state);
+
 #endif /* MC_CHECKPOINTING_DISTRIB_OPTIM_H */

@@ -57,6 +57,7 @@ void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_
         o->decoupled_min_lr = mc_args_is_none(a, MC_A_decoupled_min_lr)
                                   ? o->min_lr : mc_args_float(a, MC_A_decoupled_min_lr);
         o->save_dist = !strcmp(mc_args_str(a, MC_A_ckpt_format), "torch_dist");
+        o->fully_parallel_save = mc_args_bool(a, MC_A_ckpt_fully_parallel_save);
         return;
     }
     o->dir = mc_args_str(a, MC_A_load);

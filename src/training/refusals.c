@@ -134,8 +134,9 @@ static void pipeline(const struct mc_args *a, struct mc_refusals *r)
 
 /* The checkpoint formats this build writes and reads: torch, and torch_dist (Megatron's default;
  * the loader reads what the directory holds, as Megatron does with torch_dist or
- * --auto-detect-ckpt-format). torch_dist saves are written with the ordinary optimizer (fp32,
- * --bf16 and --fp16: dist_checkpoint_save.c); the rest is refused by name below. */
+ * --auto-detect-ckpt-format). torch_dist saves are written with the ordinary and the
+ * distributed optimizer (fp32, --bf16 and --fp16: dist_checkpoint_save.c); the rest is refused
+ * by name below. */
 static bool ckpt_format_writable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
 static bool ckpt_format_readable(const char *fmt) { return str_is(fmt, "torch") || str_is(fmt, "torch_dist"); }
 
@@ -143,10 +144,11 @@ static bool ckpt_format_readable(const char *fmt) { return str_is(fmt, "torch") 
 static void dist_save(const struct mc_args *a, struct mc_refusals *r)
 {
     const char *how = a->given[A(ckpt_format)] ? "" : " (the default --ckpt-format)";
-    if (mc_args_bool(a, A(use_distributed_optimizer)))
-        refuse(r, "--save with --ckpt-format torch_dist%s and --use-distributed-optimizer: megatron.c "
-               "does not write the distributed optimizer's torch_dist state yet; use --ckpt-format "
-               "torch, or drop --use-distributed-optimizer", how);
+    if (mc_args_bool(a, A(use_distributed_optimizer)) && !mc_args_bool(a, A(ckpt_fully_parallel_save)))
+        refuse(r, "--save with --ckpt-format torch_dist%s, --use-distributed-optimizer and "
+               "--no-ckpt-fully-parallel-save: megatron.c does not write the distributed optimizer's "
+               "'dp_zero_gather_scatter' state yet; drop --no-ckpt-fully-parallel-save (Megatron's "
+               "default 'fully_sharded_model_space' is written)", how);
     else if (mc_args_bool(a, A(use_legacy_models)))
         refuse(r, "--save with --ckpt-format torch_dist%s and --use-legacy-models: Megatron's legacy "
                "models have no sharded state dict; use --ckpt-format torch", how);

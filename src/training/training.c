@@ -101,6 +101,8 @@ static void ckpt_layout(const struct trainer *t, struct mc_ckpt_state *s)
     s->pp_rank = mc_ps_rank(&t->par.ps, MC_PS_PP);
     s->pp_size = mc_ps_size(&t->par.ps, MC_PS_PP);
     s->writer = t->par.dp_rank == 0;
+    s->dp_rank = t->par.dp_rank;
+    s->dp_size = mc_ps_size(&t->par.ps, MC_PS_DP);
     s->write_tracker = t->par.ps.rank == 0;
     s->barrier = t->par.ps.world > 1 ? ckpt_barrier : NULL;
     s->all_ok = t->par.ps.world > 1 ? ckpt_all_ok : NULL;
