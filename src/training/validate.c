@@ -544,8 +544,9 @@ static mc_status check_features(struct vctx *c)
 }
 
 /* OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py), which Megatron
- * runs when get_megatron_optimizer builds the config: the storage dtypes other than fp32 need
- * the precision-aware optimizer, which needs adam and the distributed optimizer. */
+ * runs when get_megatron_optimizer builds the config, after validate_args and the arguments
+ * dump: the storage dtypes other than fp32 need the precision-aware optimizer, which needs adam
+ * and the distributed optimizer. */
 static mc_status optimizer_config_rules(struct vctx *c)
 {
     if (B(use_precision_aware_optimizer)) {
@@ -622,7 +623,7 @@ static mc_status check_tail(struct vctx *c)
                 "supported with %s position embedding type. The supported position embedding "
                 "types are rope and none.", pe);
     }
-    return optimizer_config_rules(c);
+    return MC_OK;
 }
 
 mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE *out, FILE *warn)
@@ -634,7 +635,7 @@ mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE 
         (st = check_training_and_model(c)) != MC_OK || (st = check_features(c)) != MC_OK ||
         (st = check_tail(c)) != MC_OK)
         return st;
-    if (out && mc_args_int(a, MC_A_rank) == 0)
-        return mc_args_print_dump(out, a);
-    return MC_OK;
+    if (out && mc_args_int(a, MC_A_rank) == 0 && (st = mc_args_print_dump(out, a)) != MC_OK)
+        return st;
+    return optimizer_config_rules(c); /* after the dump, as Megatron checks it later */
 }
