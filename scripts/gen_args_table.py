@@ -39,7 +39,7 @@ exit_on_missing_checkpoint ckpt_format use_dist_ckpt_deprecated dist_ckpt_format
 ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_step perform_initialization
 fp16 bf16 loss_scale initial_loss_scale min_loss_scale loss_scale_window hysteresis
 fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32 apply_layernorm_1p
-accumulate_allreduce_grads_in_fp32 grad_reduce_in_bf16 fp16_lm_cross_entropy
+accumulate_allreduce_grads_in_fp32 grad_reduce_in_bf16 fp16_lm_cross_entropy use_precision_aware_optimizer
 tensor_model_parallel_size encoder_tensor_model_parallel_size pipeline_model_parallel_size
 encoder_pipeline_model_parallel_size model_parallel_size use_distributed_optimizer
 num_layers_per_virtual_pipeline_stage num_virtual_stages_per_pipeline_rank
@@ -215,7 +215,8 @@ MINDSPEED_REFUSED_VALUES = [
 # Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
-    'fp32_residual_connection': 'refused: not implemented yet',
+    'fp32_residual_connection': 'refused with --bf16/--fp16: not implemented yet',
+    'use_precision_aware_optimizer': 'refused: not implemented yet (Transformer Engine FusedAdam state precisions)',
     'fp16_lm_cross_entropy': 'needs --fp16; no numeric effect, as in Megatron core_v0.12.1 (its cross entropy widens the logits to fp32 either way)',
     'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer (refused), as in Megatron',
     'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16 runs without --use-distributed-optimizer so far; the rest is refused by name); --load reads torch and torch_dist',

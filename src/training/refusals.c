@@ -175,8 +175,16 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
 {
     bool bf16 = mc_args_bool(a, A(bf16)), fp16 = mc_args_bool(a, A(fp16));
     /* --grad-reduce-in-bf16 trains: a bf16 grad buffer (mc_param_set.grad_dtype). A non-fp32
-     * --main-grads-dtype acts only with --use-precision-aware-optimizer, as in Megatron
-     * (validate.c's OptimizerConfig rules refuse it otherwise). */
+     * --main-grads-dtype etc. act only with --use-precision-aware-optimizer, as in Megatron
+     * (validate.c's OptimizerConfig rules stop them otherwise). That optimizer is Transformer
+     * Engine's FusedAdam: bf16 states rounded after each step, fp16/fp8 states with a
+     * per-tensor scale, fp32 masters kept as the bf16 param plus an int16 remainder (the param
+     * rounded half up, not to even). None of it is emulated. */
+    if (mc_args_bool(a, A(use_precision_aware_optimizer)))
+        refuse(r, "--use-precision-aware-optimizer is not implemented in megatron.c yet "
+               "(Transformer Engine FusedAdam's reduced-precision main params, grads and Adam "
+               "states are not emulated): drop it and the --main-grads-dtype, "
+               "--main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype options");
     if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection)))
         refuse(r, "--fp32-residual-connection is not implemented in megatron.c yet (the "
                "residual stream is in the 16-bit params dtype)");

@@ -549,8 +549,9 @@ static mc_status check_features(struct vctx *c)
 }
 
 /* OptimizerConfig.__post_init__ (megatron/core/optimizer/optimizer_config.py), which Megatron
- * runs when get_megatron_optimizer builds the config: the storage dtypes other than fp32 need
- * the precision-aware optimizer, which needs adam and the distributed optimizer. */
+ * runs when get_megatron_optimizer builds the config, after validate_args and the arguments
+ * dump: the storage dtypes other than fp32 need the precision-aware optimizer, which needs adam
+ * and the distributed optimizer. */
 static mc_status optimizer_config_rules(struct vctx *c)
 {
     if (B(use_precision_aware_optimizer)) {
@@ -627,7 +628,7 @@ static mc_status check_tail(struct vctx *c)
                 "supported with %s position embedding type. The supported position embedding "
                 "types are rope and none.", pe);
     }
-    return optimizer_config_rules(c);
+    return MC_OK;
 }
 
 mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE *out, FILE *warn)
@@ -644,5 +645,5 @@ mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE 
     /* MindSpeed's validate_args_wrapper, after Megatron's (so after the dump) */
     REQUIRE(!mc_args_bool(a, MC_A_reuse_fp32_param) || mc_args_bool(a, MC_A_bf16),
             "--reuse-fp32-param only support for `bf16`");
-    return MC_OK;
+    return optimizer_config_rules(c); /* after the dump, as Megatron checks it later */
 }

@@ -93,6 +93,9 @@ def check_values(c, tmp):
     cases = [
         ('fp32 residual', ['--bf16', '--fp32-residual-connection'],
          ['--fp32-residual-connection is not implemented in megatron.c yet']),
+        ('precision-aware optimizer', ['--bf16', '--use-distributed-optimizer',
+                                       '--use-precision-aware-optimizer', '--exp-avg-dtype', 'fp16'],
+         ['--use-precision-aware-optimizer is not implemented in megatron.c yet']),
         ('default ckpt format bf16 distopt', save + ['--bf16', '--use-distributed-optimizer'],
          ['--save with --ckpt-format torch_dist (the default --ckpt-format) and '
           '--use-distributed-optimizer: megatron.c does not write the distributed optimizer\'s '

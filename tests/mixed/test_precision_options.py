@@ -8,7 +8,9 @@ its last printed decimal, the same learning rate, loss scale, skipped and nan it
 - --grad-reduce-in-bf16 (bf16 DDP grad buffer), one process and dp 2 with the distributed
   optimizer (the bf16 reduce-scatter). At this size the bf16 buffer moves Megatron's own lm loss by
   under 2e-5 relative, below these bounds, so this shows the option trains as Megatron's does;
-  tests/mpi/test_bf16_grad_buffer.c checks every rounding point on values where it shows.
+  tests/mpi/test_bf16_grad_buffer.c checks every rounding point on values where it shows. Live
+  (MC_MEGATRON_ROOT, MC_TORCH2_PYTHON): Megatron continues megatron.c's dp2 distributed-optimizer
+  checkpoint with the bf16 buffer (its distrib_optim.pt keyed by the bf16 grad dtype).
 - --fp16-lm-cross-entropy: Megatron 0.12.1's cross entropy widens the logits to fp32 whatever
   the flag (its mcore GPT model stores the flag and never reads it), so Megatron's continuation
   equals its golden without the flag to the printed digit, and megatron.c's run with the flag
@@ -87,6 +89,22 @@ def test_against_megatron(tmp):
         compare(case, mx.train_lines(r.stdout), theirs, "Megatron -> megatron.c")
 
 
+def test_megatron_continues_ours(tmp, case="gpt_dp2_distopt_bf16_grad_reduce_bf16", port=29870):
+    """Live (MC_MEGATRON_ROOT and PyPI torch 2.x): Megatron loads megatron.c's iteration-3
+    checkpoint with the bf16 grad buffer (distrib_optim.pt keyed by the bf16 grad dtype) and its
+    iterations 4-6 match megatron.c's own 6-iteration run."""
+    base, extra = CASES[case]
+    mine = os.path.join(tmp, f"ours_{case}")
+    r1 = mx.run_ours(base, tmp, LOCAL + extra + ("--save", mine, "--save-interval", "3", "--exit-interval", "3"))
+    r2 = mx.run_ours(base, tmp, LOCAL + extra)
+    check(r1.returncode == 0 and r2.returncode == 0, f"{case}: our runs: {r1.stderr[-400:]} {r2.stderr[-400:]}")
+    if r1.returncode or r2.returncode:
+        return
+    rcs, out = mx.run_megatron(base, tmp, extra + ("--load", mine, "--ckpt-step", "3", "--no-load-rng"), port=port)
+    check(not any(rcs), f"{case}: Megatron from megatron.c's checkpoint {rcs}: {out[-1000:]}")
+    compare(case, mx.train_lines(out), mx.train_lines(r2.stdout), "megatron.c -> Megatron")
+
+
 def test_fp16_lm_cross_entropy(tmp):
     """Megatron's flag changes none of its numbers, nor ours."""
     theirs = mx.train_lines(open(os.path.join(GOLDEN, "gpt_fp16_static_fp16_lm_cross_entropy",
@@ -156,6 +174,10 @@ def main():
         test_against_megatron(tmp)
         test_fp16_lm_cross_entropy(tmp)
         test_layouts(tmp)
+        if mcs.megatron_root() and mx.torch2_python():
+            test_megatron_continues_ours(tmp)
+        else:
+            print("megatron.c -> Megatron: skipped (set MC_MEGATRON_ROOT, and MC_TORCH2_PYTHON for PyPI torch 2.x)")
     return summary("test_precision_options")
 
 
