@@ -531,6 +531,7 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_original_max_position_embeddings] = {"--original-max-position-embeddings", NULL, "original_max_position_embeddings", "megatron.c extensions", MC_ARGT_FLOAT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)", "MindSpeed-LLM: llama3 RoPE scaling, pretraining context length (Megatron fixes 8192)", NULL},
     [MC_A_num_layer_list] = {"--num-layer-list", NULL, "num_layer_list", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: transformer layers of each pipeline stage, comma separated (e.g. 4,4,4,4; one per stage, summing to --num-layers)", "MindSpeed-LLM: transformer layers of each pipeline stage, comma separated (e.g. 4,4,4,4; one per stage, summing to --num-layers)", NULL},
     [MC_A_reuse_fp32_param] = {"--reuse-fp32-param", NULL, "reuse_fp32_param", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed memory saving (bf16 only): shares the bf16 weights' and fp32 main weights' storage, 2 bytes a parameter (/ DP with the distributed optimizer); megatron.c keeps both copies, same results as MindSpeed with --npu-deterministic (docs/cli-differences.md)", "MindSpeed memory saving (bf16 only): shares the bf16 weights' and fp32 main weights' storage, 2 bytes a parameter (/ DP with the distributed optimizer); megatron.c keeps both copies, same results as MindSpeed with --npu-deterministic (docs/cli-differences.md)", NULL},
+    [MC_A_sliding_window] = {"--sliding-window", NULL, "sliding_window", "megatron.c extensions", MC_ARGT_INT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: sliding-window attention, each query sees itself and the W keys before it (Mistral)", "MindSpeed-LLM: sliding-window attention, each query sees itself and the W keys before it (Mistral)", NULL},
     [MC_A_log_memory_estimate] = {"--log-memory-estimate", NULL, "log_memory_estimate", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) beside the measured peak, by category (docs/memory.md)", "megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) beside the measured peak, by category (docs/memory.md)", NULL},
     [MC_A_rank] = {NULL, NULL, "rank", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},
     [MC_A_world_size] = {NULL, NULL, "world_size", NULL, MC_ARGT_DERIVED, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, NULL, NULL},
@@ -605,7 +606,6 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--longrope-freqs-type",
     "--long-factor",
     "--short-factor",
-    "--sliding-window",
     "--tokenizer-kwargs",
 };
 /* MindSpeed-LLM values of Megatron options, refused by name: {option, value}. */
