@@ -163,6 +163,10 @@ EXTENSIONS = [
      'MindSpeed memory saving (bf16 only): shares the bf16 weights\' and fp32 main weights\' '
      'storage, 2 bytes a parameter (/ DP with the distributed optimizer); megatron.c keeps both '
      'copies, same results as MindSpeed with --npu-deterministic (docs/cli-differences.md)'),
+    # mindspeed_llm/training/arguments.py (legacy, Mistral): npu_fusion_attention's band
+    ('--sliding-window', 'sliding_window', 'int',
+     'MindSpeed-LLM: sliding-window attention, each query sees itself and the W keys before it '
+     '(Mistral)'),
     ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
      'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
      'beside the measured peak, by category (docs/memory.md)'),
@@ -202,7 +206,7 @@ MINDSPEED_REFUSED = '''
 --norm-topk-prob --square-alibi-mask
 --fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
---longrope-freqs-type --long-factor --short-factor --sliding-window --tokenizer-kwargs
+--longrope-freqs-type --long-factor --short-factor --tokenizer-kwargs
 '''.split()
 
 # Values that MindSpeed-LLM adds to the choices of Megatron options: refused by name (exit 2)

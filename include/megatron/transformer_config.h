@@ -67,6 +67,9 @@ struct mc_gpt_config {
      * backend's flash_attention op pair, which keeps ctx and the row log-sum-exp instead of the
      * [b, heads, s, s] probabilities; false: the unfused DotProductAttention op pair. */
     bool flash_attention;
+    /* MindSpeed-LLM's --sliding-window W (Mistral): query i sees keys i - W .. i (the band of
+     * npu_fusion_attention's sparse_mode 4 with pre_tokens W, next_tokens 0); 0 = plain causal. */
+    int64_t sliding_window;
     bool untie_embeddings_and_output_weights;
     bool fp32_residual_connection;
     float hidden_dropout;            /* 0.1 */

@@ -98,6 +98,9 @@ struct mc_attention_desc {
     float alpha;                     /* 1 / norm_factor on the scores */
     float mult;                      /* softmax input scale (query-key layer scaling), else 1 */
     const uint8_t *mask;             /* [b, s, s] 1 = masked; NULL = causal */
+    int64_t window;                  /* flash ops only: query i also masks keys before i - window
+                                      * (sliding window); 0 = none. The unfused ops take a
+                                      * window in mask. */
     float dropout;                   /* attention-dropout probability; 0 = none */
     struct mc_dropout_stream rng;    /* the site's stream; element (b_index, global head,
                                       * query, key) of the [b, heads_total, s, s] probs */

@@ -488,6 +488,7 @@ enum mc_arg_id {
     MC_A_original_max_position_embeddings,
     MC_A_num_layer_list,
     MC_A_reuse_fp32_param,
+    MC_A_sliding_window,
     MC_A_log_memory_estimate,
     MC_A_dump_dir,
     MC_A_dump_iters,
@@ -498,6 +499,6 @@ enum mc_arg_id {
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */
 #define MC_A_FIRST_DERIVED MC_A_rank
 #define MC_A_FIRST_EXTENSION MC_A_dry_run
-#define MC_NUM_MINDSPEED_REFUSED 60
+#define MC_NUM_MINDSPEED_REFUSED 59
 #define MC_NUM_MINDSPEED_REFUSED_VALUES 2
 #endif

@@ -235,6 +235,11 @@ static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t 
     mc_gpt_stage_layers(&c, 0, 0, &layers, &offset);
     mc_recompute_describe(&c, layers, what, sizeof(what));
     fprintf(out, "megatron.c dry run: activation recompute: %s\n", what);
+    if (c.sliding_window)
+        fprintf(out, "megatron.c dry run: sliding-window attention: each query sees itself and "
+                     "the %lld keys before it%s\n", (long long)c.sliding_window,
+                c.seq_length - 1 <= c.sliding_window ? " (all of a sequence's: plain causal "
+                                                       "attention)" : "");
     if (mc_gpt_config_activation_bytes(&c, &shared, &per) != MC_OK) {
         fprintf(out, "megatron.c dry run: %s\n", mc_last_error());
         return;

@@ -261,6 +261,10 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     const char *attn_backend = mc_args_str(a, A(attention_backend));
     cfg->flash_attention = mc_args_bool(a, A(use_flash_attn)) ||
                            (attn_backend && !strcmp(attn_backend, "AttnBackend.flash"));
+    cfg->sliding_window = mc_args_is_none(a, A(sliding_window)) ? 0 : mc_args_int(a, A(sliding_window));
+    if (!mc_args_is_none(a, A(sliding_window)) && cfg->sliding_window <= 0)
+        return mc_error(MC_ERR_CONFIG, "--sliding-window %lld: expected a positive number of keys",
+                        (long long)cfg->sliding_window);
     cfg->untie_embeddings_and_output_weights = mc_args_bool(a, A(untie_embeddings_and_output_weights));
     cfg->fp32_residual_connection = mc_args_bool(a, A(fp32_residual_connection));
     cfg->hidden_dropout = (float)mc_args_float(a, A(hidden_dropout));

@@ -101,6 +101,9 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
         refuse(r, "--decoupled-lr with --ckpt-format torch_dist (or --auto-detect-ckpt-format) is "
                "not supported by megatron.c yet (torch format checkpoints carry its param groups)");
     /* MindSpeed-LLM's RoPE variants: llama3 is implemented (model_config.c), not the others */
+    if (!mc_args_is_none(a, A(sliding_window)) && mc_args_int(a, A(sliding_window)) <= 0)
+        refuse(r, "--sliding-window %lld: expected a positive number of keys",
+               (long long)mc_args_int(a, A(sliding_window)));
     const char *rope = mc_args_str(a, A(rope_scaling_type));
     if (rope && !str_is(rope, "llama3"))
         refuse(r, "--rope-scaling-type %s is not supported by megatron.c yet (only llama3)", rope);

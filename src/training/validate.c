@@ -645,5 +645,7 @@ mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE 
     /* MindSpeed's validate_args_wrapper, after Megatron's (so after the dump) */
     REQUIRE(!mc_args_bool(a, MC_A_reuse_fp32_param) || mc_args_bool(a, MC_A_bf16),
             "--reuse-fp32-param only support for `bf16`");
+    REQUIRE(mc_args_is_none(a, MC_A_sliding_window) || mc_args_int(a, MC_A_context_parallel_size) == 1,
+            "sliding window is not supported in context parallel.");
     return optimizer_config_rules(c); /* after the dump, as Megatron checks it later */
 }

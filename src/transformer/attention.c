@@ -11,6 +11,8 @@
 #include "transformer/transformer.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* inv_freq in fp32 as RotaryEmbedding computes it, with Llama 3 scaling (_apply_scaling, or
  * MindSpeed-LLM's apply_llama3_scaling with its own constants: the same bands). The constants
@@ -157,16 +159,52 @@ static struct mc_attention_desc attention_desc(const struct mc_tfm_ctx *c, int64
     return a;
 }
 
+/* --sliding-window W for the unfused ops: the causal (or the given) mask with every key before
+ * i - W masked too, as MindSpeed's band (npu_fusion_attention sparse_mode 4, pre_tokens W,
+ * next_tokens 0; its unfused fallback masks tril(diagonal=-(W+1))). [b, s, s] in backend memory,
+ * freed by the caller; NULL when no key is that far back (s - 1 <= W: the band is causal). The
+ * flash ops take W itself (desc.window) and skip the tiles outside it. */
+static uint8_t *window_mask(const struct mc_tfm_ctx *c)
+{
+    int64_t W = c->cfg->sliding_window, s = c->s, b = c->b;
+    if (!W || s - 1 <= W)
+        return NULL;
+    size_t n = (size_t)(b * s * s);
+    uint8_t *h = mc_calloc(n, 1), *m = c->be->ops->alloc(c->be, n);
+    if (!h || !m) {
+        mc_log(MC_LOG_ERROR, "attention: no memory for the --sliding-window mask (%zu bytes)", n);
+        abort();
+    }
+    if (c->attn_mask)
+        c->be->ops->copy_to_host(c->be, h, c->attn_mask, n);
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t i = 0; i < s; i++) {
+            uint8_t *row = h + (bi * s + i) * s;
+            if (!c->attn_mask)
+                memset(row + i + 1, 1, (size_t)(s - i - 1));
+            if (i > W)
+                memset(row, 1, (size_t)(i - W));
+        }
+    c->be->ops->copy_to_backend(c->be, m, h, n);
+    mc_free(h);
+    return m;
+}
+
 void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                    struct mc_tfm_layer_acts *a)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
     if (c->cfg->flash_attention) {
+        ad.window = c->cfg->sliding_window;
         c->be->ops->flash_attention_fwd(c->be, &ad, a->qkv, a->ctx, a->lse);
         return;
     }
+    uint8_t *wm = window_mask(c);
+    if (wm)
+        ad.mask = wm;
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_fwd(c->be, &ad, a->qkv, a->probs, a->ctx, &w);
+    c->be->ops->free(c->be, wm);
 }
 
 void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
@@ -175,9 +213,14 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
     if (c->cfg->flash_attention) {
+        ad.window = c->cfg->sliding_window;
         c->be->ops->flash_attention_bwd(c->be, &ad, a->qkv, a->ctx, a->lse, dctx, dqkv);
         return;
     }
+    uint8_t *wm = window_mask(c);
+    if (wm)
+        ad.mask = wm;
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_bwd(c->be, &ad, a->qkv, a->probs, dctx, dqkv, &w);
+    c->be->ops->free(c->be, wm);
 }

@@ -3,7 +3,8 @@
  * usage: flash_driver DTYPE DIR key=value...; inputs DIR/qkv.bin [s, b, qkv_ld], DIR/dctx.bin
  * [s, b, ctx_ld] (DTYPE), DIR/mask.bin [b, s, s] u8 when causal=0; outputs DIR/out_<name>.bin:
  * ctx, lse (fp32 [b, heads, s]), dqkv, and u_ctx, u_dqkv from the unfused op. threads=N sets
- * the OpenMP thread count; MC_KERNELS=ref selects the reference tile kernels. */
+ * the OpenMP thread count; MC_KERNELS=ref selects the reference tile kernels; window=W (optional)
+ * the flash ops' sliding window (the unfused ops get it as mask.bin). */
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "megatron.h"
@@ -21,14 +22,23 @@ static char **params;
 static struct mc_backend *be;
 static const struct mc_backend_ops *o;
 
-static double P(const char *key)
+static const char *find(const char *key)
 {
     size_t n = strlen(key);
     for (int i = 0; i < nparam; i++)
         if (!strncmp(params[i], key, n) && params[i][n] == '=')
-            return atof(params[i] + n + 1);
-    fprintf(stderr, "flash_driver: parameter %s= missing\n", key);
-    exit(2);
+            return params[i] + n + 1;
+    return NULL;
+}
+
+static double P(const char *key)
+{
+    const char *v = find(key);
+    if (!v) {
+        fprintf(stderr, "flash_driver: parameter %s= missing\n", key);
+        exit(2);
+    }
+    return atof(v);
 }
 #define I(k) ((int64_t)P(k))
 
@@ -103,6 +113,7 @@ int main(int argc, char **argv)
     d.qkv_ld = (d.heads + 2 * d.groups) * d.hn;
     d.ctx_ld = d.heads * d.hn;
     d.heads_total = d.heads;
+    d.window = find("window") ? I("window") : 0; /* sliding window: flash ops only */
     int64_t T = d.b * d.s, nl = d.b * d.heads * d.s;
     void *qkv = in("qkv", E * (size_t)(T * d.qkv_ld)), *dctx = in("dctx", E * (size_t)(T * d.ctx_ld));
     if (!I("causal"))

@@ -47,6 +47,9 @@ CONFIGS = {
                                        rope_low_freq_factor=2.0, rope_high_freq_factor=8.0,
                                        rope_original_max_position=16384.0), {}),
     'rmsnorm': (variant(GPT2, normalization=NORM_RMSNORM, norm_epsilon=1e-3), {}),
+    # MindSpeed-LLM's --sliding-window (Mistral): keys i - 5 .. i of 16 (and with documents)
+    'sliding_window': (variant(LLAMA, sliding_window=5), {}),
+    'sliding_window_docs': (variant(LLAMA, sliding_window=5), {'mask': True}),
     'layernorm_eps': (variant(GPT2, norm_epsilon=1e-2), {}),
     # --apply-layernorm-1p: zero-centered norm weights (LayerNorm, and TENorm's RMSNorm)
     'layernorm_1p': (variant(GPT2, layernorm_zero_centered_gamma=1), {}),

@@ -38,7 +38,7 @@ DEFAULTS = dict(
     rope_original_max_position=0.0, activation=ACT_GELU_TANH, add_bias_linear=1, add_qkv_bias=0,
     apply_query_key_layer_scaling=0, attention_softmax_in_fp32=0,
     untie_embeddings_and_output_weights=0, fp32_residual_connection=0, hidden_dropout=0.0,
-    attention_dropout=0.0, init_method_std=0.02, seed=1234,
+    attention_dropout=0.0, init_method_std=0.02, seed=1234, sliding_window=0,
 )
 FLOAT_FIELDS = {'norm_epsilon', 'rotary_percent', 'rotary_base', 'rope_scaling_factor',
                 'rope_low_freq_factor', 'rope_high_freq_factor', 'rope_original_max_position',
@@ -803,6 +803,9 @@ class GPTTwin(torch.nn.Module):
         self._hook('embedding.output', x)
         if attention_mask is None:
             attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
+        if c['sliding_window']:  # MindSpeed's band: keys before i - W masked too
+            attention_mask = attention_mask | torch.tril(
+                torch.ones(s, s, dtype=torch.bool), diagonal=-(c['sliding_window'] + 1))[None, None]
         freqs = rope_freqs(c, s) if c['position_embedding_type'] == POS_ROPE else None
         for i, layer in enumerate(self.decoder.layers):
             x = layer(x, attention_mask, freqs)

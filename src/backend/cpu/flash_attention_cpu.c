@@ -18,6 +18,10 @@
  * masks ([b, s, s], --reset-attention-mask documents): fully masked tiles are skipped, others
  * masked elementwise. A query row with every key masked (the unfused op's uniform row) stops
  * the process with a message: Megatron's masks always leave a row its own position.
+ * Sliding window (desc->window W > 0, --sliding-window): query i also masks the keys before
+ * i - W; key tiles wholly before the window of a query tile's first row are never visited
+ * (forward: keys from the tile holding q0 - W; backward: query tiles after the last query
+ * that sees the key tile), the tiles across the window's edge get -10000 elementwise.
  * GQA/MQA: a query head reads its group's K and V rows in place (no repeated copies).
  * Dropout: the keep flag of element (batch row, global head, query, key) of the unfused op's
  * [b, heads_total, s, s] stream (core/rng.h), drawn per tile row in forward and again in
@@ -146,6 +150,20 @@ static int mask_state(const uint8_t *mb, int64_t s, int64_t q0, int64_t nq, int6
     return masked == 0 ? 0 : masked == nq * nk ? 2 : 1;
 }
 
+/* Keys 0 .. n - 1 of the tile from key k0 that query q sees no more (before q - window). */
+static int64_t window_lo(const struct mc_attention_desc *d, int64_t q, int64_t k0, int64_t nk)
+{
+    if (!d->window || q - d->window <= k0)
+        return 0;
+    return q - d->window - k0 < nk ? q - d->window - k0 : nk;
+}
+
+/* First key tile (a multiple of BC) that any of the query rows from q0 sees. */
+static int64_t window_first_tile(const struct mc_attention_desc *d, int64_t q0)
+{
+    return d->window && q0 > d->window ? (q0 - d->window) / BC * BC : 0;
+}
+
 /* The scores of a tile in place on S [nq, BC]: (dot * alpha) * mult, masked -10000 (the unfused
  * op's masked_fill). mb: this batch row's explicit mask, or NULL for causal. */
 static void tile_scores(const struct fa *f, float *S, const uint8_t *mb, int mstate, int64_t q0,
@@ -159,6 +177,8 @@ static void tile_scores(const struct fa *f, float *S, const uint8_t *mb, int mst
         if (diag)
             for (int64_t j = q0 + i + 1 - k0 < 0 ? 0 : q0 + i + 1 - k0; j < nk; j++)
                 row[j] = -10000.0f;
+        for (int64_t j = 0; j < window_lo(d, q0 + i, k0, nk); j++)
+            row[j] = -10000.0f;
         if (mb && mstate == 1) {
             const uint8_t *mr = mb + (q0 + i) * d->s + k0;
             for (int64_t j = 0; j < nk; j++)
@@ -227,7 +247,7 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
         b->l[i] = 0.0f;
     }
     memset(b->O, 0, sizeof(float) * (size_t)(nq * hn));
-    for (int64_t k0 = 0; k0 < kend; k0 += BC) {
+    for (int64_t k0 = window_first_tile(d, q0); k0 < kend; k0 += BC) {
         int64_t nk = kend - k0 < BC ? kend - k0 : BC;
         int ms = mb ? mask_state(mb, s, q0, nq, k0, nk) : 0;
         if (ms == 2)
@@ -382,6 +402,8 @@ static void bwd_pair(const struct fa *f, const void *qkv, const void *dctx, cons
         if (diag)
             for (int64_t j = q0 + i + 1 - k0 < 0 ? 0 : q0 + i + 1 - k0; j < nk; j++)
                 g[j] = 0.0f;
+        for (int64_t j = 0; j < window_lo(d, q0 + i, k0, nk); j++)
+            g[j] = 0.0f;
         if (ms == 1) {
             const uint8_t *mr = mb + (q0 + i) * s + k0;
             for (int64_t j = 0; j < nk; j++)
@@ -413,8 +435,10 @@ static void bwd_group(const struct fa *f, const void *qkv, const void *ctx, cons
         memset(b->dV, 0, sizeof(float) * (size_t)(nk * hn));
         /* causal: the query tiles before the one holding query k0 see none of these keys */
         int64_t qstart = d->mask ? 0 : k0 / BR * BR;
+        /* window: queries after k0 + nk - 1 + W see none of them either */
+        int64_t qend = d->window && k0 + nk + d->window < s ? k0 + nk + d->window : s;
         for (int64_t h = 0; h < pg; h++)
-            for (int64_t q0 = qstart; q0 < s; q0 += BR)
+            for (int64_t q0 = qstart; q0 < qend; q0 += BR)
                 bwd_pair(f, qkv, dctx, lse, bi, h0 + h, k0, nk, K, kld, q0,
                          s - q0 < BR ? s - q0 : BR, b->D + h * s, b->dQ + h * s * hn, b);
         store_rows(f, dqkv, ko + k0 * f->qld, f->qld, b->dK, nk, d->alpha, b->tmp);

@@ -91,7 +91,7 @@ ACCEPTED = {'--use-fused-rmsnorm', '--use-fused-swiglu', '--use-fused-rotary-pos
 # MindSpeed-LLM options and values megatron.c implements (no note, not refused).
 IMPLEMENTED = {'--tokenizer-name-or-path', '--padded-vocab-size', '--rope-scaling-type',
                '--low-freq-factor', '--high-freq-factor', '--original-max-position-embeddings',
-               '--num-layer-list'}
+               '--num-layer-list', '--sliding-window'}
 IMPLEMENTED_VALUES = {('--tokenizer-type', 'PretrainedFromHF')}
 VALUE_MAP = {('--tokenizer-type', 'PretrainedFromHF'): 'HuggingFaceTokenizer',
              ('--tokenizer-type', 'MagistralTokenizer'): 'HuggingFaceTokenizer',
