@@ -67,7 +67,7 @@ qk_layernorm decoupled_lr decoupled_min_lr
 decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
 spec
 moe_router_topk moe_router_load_balancing_type moe_router_score_function moe_router_pre_softmax
-moe_aux_loss_coeff moe_z_loss_coeff moe_token_dispatcher_type moe_per_layer_logging
+moe_aux_loss_coeff moe_z_loss_coeff moe_token_dispatcher_type moe_per_layer_logging moe_grouped_gemm
 '''.split())
 
 # CUDA / performance knobs that do not change results on a CPU: accepted, no effect.
@@ -228,6 +228,7 @@ LIMITS = {
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'expert-parallel size 1, tensor-parallel size 1, no biases (docs/moe.md)',
     'moe_router_load_balancing_type': 'sinkhorn refused',
+    'moe_grouped_gemm': 'refused: GroupedMLP / TEGroupedMLP checkpoint names (the experts run as SequentialMLP)',
     'moe_token_dispatcher_type': 'allgather and alltoall (the same at expert-parallel size 1); flex and alltoall_seq refused',
     'expert_model_parallel_size': 'values above 1 refused',
     'encoder_tensor_model_parallel_size': 'values above 0 refused',

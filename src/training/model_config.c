@@ -201,9 +201,16 @@ static mc_status moe_from_args(const struct mc_args *a, struct mc_gpt_config *cf
                         "takes at most %d layers with mixture of experts", (long long)L,
                         MC_MOE_MAX_LAYERS);
     const struct mc_val *f = &a->v[A(moe_layer_freq)];
-    if (f->kind == MC_V_LIST && f->n != L)
+    if (f->kind == MC_V_LIST && f->n != L) { /* gpt_layer_specs.py's assertion, list as Python prints it */
+        char pat[512];
+        size_t len = 0;
+        for (int k = 0; k < f->n && len + 24 < sizeof(pat); k++)
+            len += (size_t)snprintf(pat + len, sizeof(pat) - len, "%s%lld", k ? ", " : "[",
+                                    (long long)f->items[k].i);
+        snprintf(pat + len, sizeof(pat) - len, "%s", f->n ? "]" : "[]");
         return mc_error(MC_ERR_CONFIG, "Invalid length of moe_layer_pattern: %d, expected %lld, "
-                        "current moe layer pattern: %s", f->n, (long long)L, "--moe-layer-freq");
+                        "current moe layer pattern: %s", f->n, (long long)L, pat);
+    }
     if (f->kind != MC_V_LIST && f->i < 1)
         return mc_error(MC_ERR_CONFIG, "--moe-layer-freq %lld: expected a positive integer "
                         "(Megatron divides by it)", (long long)f->i);

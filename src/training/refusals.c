@@ -36,9 +36,9 @@ static void moe(const struct mc_args *a, struct mc_refusals *r)
     if (ep > 1 && etpp > 0 && world % etpp != 0)
         refuse(r, "decoder world_size (%lld) is not divisible by "
                "expert_tensor_model_pipeline_parallel size (%lld) (Megatron's RuntimeError in "
-               "initialize_model_parallel: --expert-tensor-parallel-size %lld x "
-               "--expert-model-parallel-size %lld x --pipeline-model-parallel-size %lld)",
-               (long long)world, (long long)etpp, (long long)etp, (long long)ep, (long long)pp);
+               "initialize_model_parallel: --expert-model-parallel-size %lld x "
+               "--expert-tensor-parallel-size %lld x --pipeline-model-parallel-size %lld)",
+               (long long)world, (long long)etpp, (long long)ep, (long long)etp, (long long)pp);
     else if (ep > 1)
         refuse(r, "--expert-model-parallel-size %lld is not supported by megatron.c yet (mixture "
                "of experts runs at expert-parallel size 1)", (long long)ep);
@@ -64,6 +64,27 @@ static void moe(const struct mc_args *a, struct mc_refusals *r)
     if (str_is(mc_args_str(a, A(recompute_granularity)), "full"))
         refuse(r, "--recompute-granularity full with --num-experts is not supported by "
                "megatron.c yet");
+    if (mc_args_bool(a, A(moe_grouped_gemm)))
+        refuse(r, "--moe-grouped-gemm is not supported by megatron.c yet (its checkpoints name the "
+               "experts as GroupedMLP / TEGroupedMLP do; megatron.c has SequentialMLP's "
+               "local_experts.E.linear_fc1.weight: drop the option, the numbers are the same)");
+    if (mc_args_bool(a, A(use_legacy_models)))
+        refuse(r, "--num-experts with --use-legacy-models is not supported by megatron.c");
+    /* checkpoints: SequentialMLP's names in the torch format of the local spec so far */
+    const char *opt = !mc_args_is_none(a, A(save)) ? "--save" : !mc_args_is_none(a, A(load)) ? "--load" : NULL;
+    const char *fmt = mc_args_str(a, A(ckpt_format)), *impl = mc_args_str(a, A(transformer_impl));
+    if (opt && !str_is(fmt, "torch"))
+        refuse(r, "%s with --num-experts and --ckpt-format %s%s is not supported by megatron.c yet "
+               "(MoE checkpoints are written and read in the torch format: add --ckpt-format "
+               "torch)", opt, fmt, a->given[A(ckpt_format)] ? "" : " (the default)");
+    if (opt && !str_is(impl, "local"))
+        refuse(r, "%s with --num-experts and --transformer-impl %s is not supported by megatron.c "
+               "yet (MoE layers are named as the local spec names them: add --transformer-impl "
+               "local)", opt, impl);
+    if (opt && mc_args_bool(a, A(use_distributed_optimizer)))
+        refuse(r, "%s with --num-experts and --use-distributed-optimizer is not supported by "
+               "megatron.c yet (Megatron keeps the experts' grads in a buffer of their own, which "
+               "distrib_optim.pt follows)", opt);
 }
 
 /* 1. Whole features, named as the feature rather than by one of its tuning options. */
