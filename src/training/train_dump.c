@@ -167,6 +167,10 @@ static void global_name(const mc_gpt_model *m, const char *name, char *out, size
  * embedding is left out: it is the first stage's parameter (Megatron's shared flag). */
 static void record_params(struct trainer *t, const char *prefix, int which)
 {
+    static const enum mc_dump_point point[3] = {MC_DUMP_POINT_PARAMS, MC_DUMP_POINT_GRADS,
+                                                MC_DUMP_POINT_OPTIMIZER};
+    if (!mc_dump_point_on(point[which])) /* (no optimizer state to read with the distributed one) */
+        return;
     char name[MC_DUMP_MAX_NAME];
     int64_t index = 0;
     for (int v = 0; v < t->m.vp; v++) {

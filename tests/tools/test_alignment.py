@@ -5,9 +5,9 @@ and read the same batches with dropout off; both dump every point of iterations 
 build/bin/compare_dumps finds the same names on both sides and every tensor within fp32
 tolerance; a megatron.c run with a wrong layer-norm epsilon in one layer
 (MC_TEST_PERTURB_LN_EPS) is reported as first diverging exactly at that layer's output.
-tools/compare_loss.py on Megatron's log, ours and our TensorBoard directory, on a second
-Megatron run with another learning rate and on hand-made logs at the criteria's edges; its PNG
-is read back. Without MC_MEGATRON_ROOT the Megatron runs are skipped (said so); the rest runs.
+Both again with 2 pipeline stages (the checkpoint resharded by convert_checkpoint): the same
+names and agreement. tools/compare_loss.py on Megatron's logs (1 and 2 stages), ours and our
+TensorBoard directory, and on hand-made logs at the criteria's edges; its PNG is read back. Without MC_MEGATRON_ROOT the Megatron runs are skipped (said so); the rest runs.
 Also: the --dump-* options' errors."""
 import math
 import os
@@ -52,23 +52,31 @@ def ours(tmp, args, env=None, timeout=300):
     return p.returncode, p.stdout + p.stderr
 
 
-def megatron(tmp, name, args, port, hooks=None):
-    """Megatron's pretrain_gpt.py, one rank; with hooks (the hook script's options) through
-    tests/tools/megatron_cpu_dump.py. Returns its output (the training lines)."""
-    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), MEGATRON_ROOT=mcs.megatron_root(), OMP_NUM_THREADS="1",
-               CUDA_DEVICE_MAX_CONNECTIONS="1")
+def megatron_start(name, args, port, hooks, world=1):
+    """Starts Megatron's pretrain_gpt.py with the hook script (its options: hooks) through
+    tests/tools/megatron_cpu_dump.py, `world` ranks; megatron_wait collects it (two runs go
+    side by side: most of their time is Python's start-up)."""
     py = mcs.megatron_python(True) or "/usr/bin/python3"
-    margs = list(args) + list(mcs.MEGATRON_ONLY)
-    if hooks is None:
-        cmd = [py, mcs.RUN_PRETRAIN, os.path.join(tmp, name + ".json")] + margs
-    else:
-        cmd = [py, os.path.join(HERE, "megatron_cpu_dump.py")] + list(hooks) + ["--"] + margs
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
+    cmd = ([py, os.path.join(HERE, "megatron_cpu_dump.py")] + list(hooks) + ["--"] + list(args) +
+           list(mcs.MEGATRON_ONLY))
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
+                                       WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), MEGATRON_ROOT=mcs.megatron_root(),
+                                       OMP_NUM_THREADS="1", CUDA_DEVICE_MAX_CONNECTIONS="1"))
+             for r in range(world)]
+    return name, procs
+
+
+def megatron_wait(tmp, run):
+    """The ranks' output joined (the last rank prints the training lines), also written to
+    tmp/name.log."""
+    name, procs = run
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    out = "\n".join(outs)
+    if any(p.returncode for p in procs):
         print(out[-3000:])
-    check(p.returncode == 0, f"Megatron {name} exits 0")
+    check(not any(p.returncode for p in procs), f"Megatron {name} exits 0")
     with open(os.path.join(tmp, name + ".log"), "w") as f:
         f.write(out)
     return out
@@ -282,6 +290,39 @@ def test_tool_errors(tmp, good):
         check(p.returncode != 0 and want in p.stderr, f"megatron_dump_hooks {args}: {want!r} ({p.stderr[-200:]})")
 
 
+def test_pipeline_megatron(tmp, ckpt):
+    """Megatron and megatron.c both with 2 pipeline stages, from the checkpoint resharded by
+    convert_checkpoint: the hook script renumbers stage 1's layers 2 and 3 and leaves out its
+    shared embedding copy, as ours does, and every tensor agrees within fp32."""
+    ck2 = os.path.join(tmp, "ckpt_pp2")
+    p = subprocess.run([os.path.join(BUILD, "bin", "convert_checkpoint"), "--model-type", "GPT",
+                        "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
+                        "--load-dir", ckpt, "--save-dir", ck2, "--target-tensor-parallel-size",
+                        "1", "--target-pipeline-parallel-size", "2"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, f"convert_checkpoint to pp 2 ({p.stdout[-300:]}{p.stderr[-300:]})")
+    args = common(tmp, ITERS) + ["--load", ck2, *LOAD, "--pipeline-model-parallel-size", "2"]
+    mine, ref = os.path.join(tmp, "ours_pp2"), os.path.join(tmp, "megatron_pp2")
+    p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + args + ["--dump-dir", mine, "--dump-iters", "1"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"our pp 2 run ({(p.stdout + p.stderr)[-300:]})")
+    return megatron_start("megatron_pp2", args, 29784, ["--dump-dir", ref, "--dump-iters", "1"],
+                          world=2), mine, ref
+
+
+def test_pipeline_megatron_check(tmp, run, mine, ref):
+    megatron_wait(tmp, run)
+    r1 = mcdump.read(os.path.join(ref, "iter_0000001", "rank_00001.dump"))
+    check("forward.decoder.layers.3.output" in r1 and
+          not any(".layers.0." in k or ".layers.1." in k for k in r1) and
+          "param.embedding.word_embeddings.weight" not in r1,
+          "Megatron's stage 1 dump: layers 2 and 3 by global number, no shared embedding copy")
+    rc, out, err = compare(mine, ref)
+    print(last_line(out))
+    check(rc == 0 and "within what fp32 explains" in last_line(out) and "0 of 411" in last_line(out),
+          f"ours vs Megatron, both pp 2: every tensor within fp32 ({last_line(out)} {err})")
+
+
 def test_option_errors(tmp):
     base = common(tmp, 1)
     for extra, want in ((["--dump-iters", "1"], "--dump-iters needs --dump-dir"),
@@ -327,21 +368,23 @@ def main():
             test_perturbed(tmp, mine, ckpt, 0)
             return summary("test_alignment", "(Megatron skipped)")
         ref = os.path.join(tmp, "megatron")
-        megatron(tmp, "megatron", common(tmp, ITERS) + ["--load", ckpt, *LOAD], 29781,
-                 hooks=["--dump-dir", ref, "--dump-iters", "1-2"])
+        run = megatron_start("megatron", common(tmp, ITERS) + ["--load", ckpt, *LOAD], 29781,
+                             hooks=["--dump-dir", ref, "--dump-iters", "1-2"])
+        pp2 = test_pipeline_megatron(tmp, ckpt)
+        megatron_wait(tmp, run)
         test_dumps_line_up(tmp, ref, mine)
         test_perturbed(tmp, ref, ckpt, 29782)
-        megatron(tmp, "megatron_lr", common(tmp, ITERS) + ["--load", ckpt, *LOAD, "--lr", "5e-2"],
-                 29783)
+        test_pipeline_megatron_check(tmp, *pp2)
         a, b = os.path.join(tmp, "ours.log"), os.path.join(tmp, "megatron.log")
         test_compare_loss_runs(tmp, a, b, expect_ok=True, png=os.path.join(tmp, "loss.png"))
         la = test_compare_loss_runs(tmp, tb, b, tb=True, expect_ok=True)
         lo = parse_losses(a)
         check(all(math.isclose(la[i], lo[i], rel_tol=1e-6) for i in lo),
               f"our TensorBoard losses are our log's: {la} {lo}")
-        png2 = os.path.join(SRC, "build", "alignment_loss_lr.png") if os.environ.get(
-            "MC_KEEP_PNG") else os.path.join(tmp, "loss_lr.png")
-        test_compare_loss_runs(tmp, os.path.join(tmp, "megatron_lr.log"), b, png=png2)
+        png2 = os.path.join(SRC, "build", "alignment_loss_pp2.png") if os.environ.get(
+            "MC_KEEP_PNG") else os.path.join(tmp, "loss_pp2.png")
+        test_compare_loss_runs(tmp, os.path.join(tmp, "megatron_pp2.log"), b, expect_ok=True,
+                               png=png2)
         if os.environ.get("MC_KEEP_PNG"):
             import shutil
             shutil.copy(os.path.join(tmp, "loss.png"), os.path.join(SRC, "build", "alignment_loss.png"))
