@@ -46,17 +46,17 @@ static void help(void)
 "cache; all prompts run as one batch. Generation stops at the tokenizer's end-of-document\n"
 "token or after --max-tokens.\n"
 "\ngeneration:\n"
-"  --prompt TEXT         a prompt (repeat for a batch)\n"
+"  --prompt TEXT         a prompt (repeat for a batch); --prompts TEXT... as Megatron's\n"
 "  --prompts-file FILE   one prompt per line (a JSONL line {\"prompt\": ...} or {\"text\": ...}\n"
 "                        is read as that string)\n"
-"  --max-tokens N        tokens to generate per prompt (Megatron: tokens_to_generate,\n"
-"                        --num-tokens-to-generate); default 30\n"
+"  --max-tokens N        tokens to generate per prompt (Megatron: tokens_to_generate;\n"
+"                        --num-tokens-to-generate is the same option); default 30\n"
 "  --greedy              argmax (Megatron: top_k 1); the default when no sampling option is\n"
 "                        given\n"
 "  --temperature T       divide the logits by T (> 0, default 1.0)\n"
-"  --top-k K             sample among the K most likely tokens (0 = all)\n"
+"  --top-k K             sample among the K most likely tokens (0 = all; also --top_k)\n"
 "  --top-p P             sample among the smallest set of tokens whose probability passes P\n"
-"                        (not with --top-k)\n"
+"                        (not with --top-k; also --top_p)\n"
 "  --seed N              the sampling stream (default 1234): same seed, same tokens\n"
 "  --add-BOS             prepend the end-of-document token to every prompt (Megatron's add_BOS)\n"
 "  --logprobs            print the log probability of every prompt and generated token\n"
@@ -97,8 +97,19 @@ static int parse(struct opts *o, int argc, char **argv)
     bool sampling = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        /* the spellings of Megatron's run_text_generation_server.py offline mode */
+        a = !strcmp(a, "--num-tokens-to-generate") ? "--max-tokens"
+            : !strcmp(a, "--top_k") ? "--top-k" : !strcmp(a, "--top_p") ? "--top-p" : a;
+        if (!strcmp(a, "--prompts")) { /* nargs='+' */
+            if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
+                return bad("generate", "argument --prompts: expected at least one argument");
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+                if (add_prompt(o, argv[++i]))
+                    return bad("generate", "out of memory");
+            continue;
+        }
         mc_status st;
-        int used = mc_inf_cli_parse(&o->cli, argc, argv, i, &st);
+        int used = a != argv[i] ? 0 : mc_inf_cli_parse(&o->cli, argc, argv, i, &st);
         if (used < 0)
             return bad("generate", mc_last_error());
         if (used > 0) {

@@ -458,18 +458,20 @@ static void mlp(mc_inf_model *m, int64_t l, int64_t n)
 static mc_status place_tokens(mc_inf_model *m, mc_inf_cache *c, int64_t n, const int64_t *tokens,
                               const int64_t *rows)
 {
-    for (int64_t t = 0; t < n; t++) {
-        if (rows[t] < 0 || rows[t] >= c->rows)
-            return mc_error(MC_ERR_SHAPE, "token %lld: row %lld outside the cache's %lld rows",
-                            (long long)t, (long long)rows[t], (long long)c->rows);
-        if (tokens[t] < 0 || tokens[t] >= m->V)
-            return mc_error(MC_ERR_SHAPE, "token id %lld outside the model's vocabulary of %lld",
-                            (long long)tokens[t], (long long)m->V);
-        if (c->len[rows[t]] >= c->max_seq)
+    for (int64_t t = 0; t < n; t++) /* ids and rows first: nothing changes when one is bad */
+        if (rows[t] < 0 || rows[t] >= c->rows || tokens[t] < 0 || tokens[t] >= m->V)
+            return mc_error(MC_ERR_SHAPE, "token %lld: id %lld (vocabulary %lld), row %lld (cache "
+                            "rows %lld): out of range", (long long)t, (long long)tokens[t],
+                            (long long)m->V, (long long)rows[t], (long long)c->rows);
+    for (int64_t t = 0; t < n; t++)
+        m->pos_ids[t] = c->len[rows[t]]++;
+    for (int64_t t = 0; t < n; t++)
+        if (m->pos_ids[t] >= c->max_seq) {
+            for (int64_t u = 0; u < n; u++) /* a refused step leaves the cache as it was */
+                c->len[rows[u]]--;
             return mc_error(MC_ERR_SHAPE, "row %lld: the KV cache holds %lld tokens, no room for "
                             "more", (long long)rows[t], (long long)c->max_seq);
-        m->pos_ids[t] = c->len[rows[t]]++;
-    }
+        }
     return MC_OK;
 }
 

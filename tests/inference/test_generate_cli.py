@@ -123,6 +123,11 @@ def main():
         rows = [json.loads(x)["prompt_tokens"] for x in p.stdout.splitlines() if x.startswith("{")]
         C.check(p.returncode == 0 and rows == [[1, 2], [3, 4], [5]], "--prompts-file: %s %s" % (rows, p.stderr))
         refused([GEN, "--load", ck, "--prompts-file", os.path.join(tmp, "none.txt")], 1, "--prompts-file")
+        p = run([GEN, "--load", ck, "--prompts", "1 2", "3", "--num-tokens-to-generate", "2", "--top_k", "1",
+                 "--output-format", "json"])  # Megatron's offline-mode spellings
+        rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+        C.check(p.returncode == 0 and [r["prompt_tokens"] for r in rows] == [[1, 2], [3]] and
+                all(len(r["generated_tokens"]) == 2 for r in rows), "--prompts: %s %s" % (p.stdout, p.stderr))
         # torch_dist (Megatron's default format): the same run saved both ways generates the same
         # tokens and the same logits
         dist = os.path.join(tmp, "ck_dist")
