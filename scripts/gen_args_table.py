@@ -191,7 +191,7 @@ LIMITS = {
     'grad_reduce_in_bf16': 'refused: not implemented yet',
     'fp32_residual_connection': 'refused: not implemented yet',
     'main_grads_dtype': 'bf16 refused with --bf16 (bf16 gradient buffers)',
-    'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16 runs without --use-distributed-optimizer so far; the rest is refused by name); --load reads torch and torch_dist',
+    'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16, the ordinary or the distributed optimizer; the distributed optimizer with --no-ckpt-fully-parallel-save is refused by name); --load reads torch and torch_dist',
     'use_dist_ckpt_deprecated': 'deprecated, no effect (--ckpt-format chooses the format)',
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'refused: mixture of experts',
