@@ -195,8 +195,8 @@ static mc_status load_vocab(struct gpt2 *g, const struct mc_json *root, const ch
     g->dec_bytes = mc_alloc(total + 1);
     if (!g->dec_off || !g->dec_len || !g->dec_bytes)
         return MC_ERR_NOMEM;
-    for (int64_t i = 0; i < g->n_ids; i++)
-        g->dec_off[i] = -1;
+    /* all-ones bytes are -1: a sparse vocab (one id near 2^31) is filled at memset speed */
+    memset(g->dec_off, 0xff, (size_t)(g->n_ids ? g->n_ids : 1) * sizeof(int64_t));
     /* Python dict semantics: a repeated key keeps its first position and its last id; the
      * decoder {v: k} is built in key order, so the last key per id wins. A temporary string set
      * (a BPE symbol table) finds the repeats without quadratic lookups. */
