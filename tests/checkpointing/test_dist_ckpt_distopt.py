@@ -10,7 +10,8 @@ torch_dist, Megatron-LM core_v0.12.1's 'fully_sharded_model_space' state of the 
 - ours resumes from Megatron's save at dp2 and dp1 with Megatron's own next losses (its logged
   run, megatron_train.json) within 1e-5 relative;
 - ours resumes from our dp2 save at dp2, dp1 and dp4 with the uninterrupted run's losses
-  (1e-6 relative: the state reshards over the data-parallel ranks);
+  (1e-6 relative: the state reshards over the data-parallel ranks), and from our tp2 x dp2 and
+  pp2 x vpp2 x dp2 saves at tp1 x dp1 (1e-5);
 - the ordinary optimizer refuses the distributed optimizer's state (as Megatron does);
 - Megatron loads our save and continues with our losses (live with MC_MEGATRON_ROOT and
   MC_TORCH2_PYTHON, with the megatron-cpu shim's fixload workaround for Megatron's own failure
@@ -194,6 +195,14 @@ def main():
         lo = losses(ours)
         for n in (2, 1, 4):
             resume(f"gpt_dp{n}", save, lo, tmp, f"our dp2 save at dp{n}", 1e-6)
+        # other tensor x pipeline layouts: tp2 x dp2 and pp2 x vpp2 x dp2 saves load at tp1 x dp1
+        for case, extra in (("gpt_tp2dp2_distopt", ("--make-vocab-size-divisible-by", "128")),
+                            ("gpt_dp2pp2vpp2_distopt", ())):
+            other = os.path.join(tmp, case)
+            r = mcs.run_ours(case, tmp, DIST + ("--save", other, "--save-interval", "3"))
+            check(r.returncode == 0, f"{case}: our run: {r.stderr[-600:]}")
+            resume("gpt_dp1", other, losses(mcs.train_lines(r.stdout)), tmp, f"our {case} save at tp1 x dp1",
+                   1e-5, ("--data-path", mcs.ALL_CASES[case][2][1]) + extra)
         # the ordinary optimizer refuses it, as Megatron does
         r = mcs.run_ours("gpt_dp1", tmp, DIST + ("--load", save, "--ckpt-step", "3"))
         check(r.returncode != 0 and "saved with --use-distributed-optimizer" in r.stderr and
