@@ -223,7 +223,7 @@ LIMITS = {
     'use_precision_aware_optimizer': 'refused: not implemented yet (Transformer Engine FusedAdam state precisions)',
     'fp16_lm_cross_entropy': 'needs --fp16; no numeric effect, as in Megatron core_v0.12.1 (its cross entropy widens the logits to fp32 either way)',
     'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer (refused), as in Megatron',
-    'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16 runs without --use-distributed-optimizer so far; the rest is refused by name); --load reads torch and torch_dist',
+    'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16, the ordinary or the distributed optimizer; the distributed optimizer with --no-ckpt-fully-parallel-save is refused by name); --load reads torch and torch_dist',
     'use_dist_ckpt_deprecated': 'deprecated, no effect (--ckpt-format chooses the format)',
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'expert-parallel size 1, tensor-parallel size 1, no biases (docs/moe.md)',

@@ -332,7 +332,7 @@ static mc_status plan_optimizer(struct plan *pl, const struct mc_ckpt_state *s)
  * gives it (sharding_type 'fully_sharded_model_space'): per model chunk, per parameter in its grad
  * buffer's order (buckets in order, each bucket's parameters by their place in it), the part of
  * the parameter inside a data-parallel rank's shard as a flattened range of the parameter's
- * chunk: exp_avg, exp_avg_sq (Adam) or momentum_buffer (SGD), then fp32_param (the main param),
+ * chunk: exp_avg, exp_avg_sq (Adam), then fp32_param (the main param),
  * "optimizer.state.<name>.<key>". Every rank's parts are planned (distribute() weighs them);
  * only this rank's carry data. */
 static const struct mc_pgb_map *order_map;
@@ -365,13 +365,7 @@ static mc_status distopt_param(struct plan *pl, const mc_gpt_model *m, const str
         const char *names[3] = {"exp_avg", "exp_avg_sq", "fp32_param"};
         const float *data[3] = {mine ? sh->exp_avg + at : NULL, mine ? sh->exp_avg_sq + at : NULL,
                                 p.data + sp.fs};
-        int first = 0;
-        if (!sh->exp_avg) {
-            names[1] = "momentum_buffer";
-            data[1] = mine ? sh->momentum + at : NULL;
-            first = 1;
-        }
-        for (int j = first; j < 3 && !st; j++) {
+        for (int j = 0; j < 3 && !st; j++) {
             char key[600];
             snprintf(key, sizeof(key), "optimizer.state.%s.%.512s", names[j], where.key);
             st = add_tensor(pl, m, key, where.layer, &p, data[j], MC_DTYPE_F32, sp);
@@ -392,6 +386,11 @@ static mc_status plan_distopt(struct plan *pl, const struct mc_ckpt_state *s)
         const struct mc_pgb_map *mp = mc_distopt_map(o);
         struct mc_distopt_shard sh;
         mc_distopt_shard(o, &sh);
+        if (!sh.exp_avg) /* DistributedOptimizer.state_dict() reads Adam's 'step' */
+            return mc_error(MC_ERR_UNSUPPORTED, "--save: --optimizer sgd with --use-distributed-optimizer: "
+                            "Megatron core_v0.12.1 checkpoints the distributed optimizer's Adam state "
+                            "only (its state_dict() reads each parameter's Adam 'step'); checkpoint SGD "
+                            "without the distributed optimizer");
         int64_t n = mp->n_params, *idx = mc_alloc((size_t)(n + 1) * sizeof(int64_t));
         if (!idx)
             return MC_ERR_NOMEM;

@@ -9,8 +9,11 @@
   the same losses; the Llama tp2 save loads at tp1 and pp2.
 - Broken input: a truncated .distcp, a missing rank file, a .metadata naming a class outside the
   whitelist, a padded vocabulary of another size: a clear error naming the file, on every rank.
-- Saving with --ckpt-format torch_dist works (test_dist_ckpt_save.py); with the distributed
-  optimizer (not written yet) it is refused, naming what is missing."""
+- The ordinary optimizer's state loads into a --use-distributed-optimizer dp2 run with the same
+  losses (its own torch_dist state: test_dist_ckpt_distopt.py).
+- Saving with --ckpt-format torch_dist works (test_dist_ckpt_save.py, test_dist_ckpt_distopt.py);
+  the distributed optimizer's 'dp_zero_gather_scatter' (--no-ckpt-fully-parallel-save) is refused,
+  naming what is missing."""
 import os
 import pickletools
 import shutil
@@ -135,21 +138,29 @@ def test_broken(save, tmp):
     r = mcs.run_ours("gpt_tp1", tmp, ("--load", save, "--ckpt-format", "torch", "--auto-detect-ckpt-format"))
     check(r.returncode == 0 and sorted(mcs.train_lines(r.stdout)) == [4, 5, 6],
           f"--auto-detect-ckpt-format loads torch_dist: {r.stderr[-300:]}")
-    # the distributed optimizer's state from torch_dist: not implemented, refused by name; the
-    # weights alone (--no-load-optim) load
+    # the ordinary optimizer's state loads into a distributed-optimizer run (each rank keeps its
+    # shard; Megatron core_v0.12.1 cannot load torch_dist with the distributed optimizer at all):
+    # the same losses as the ordinary optimizer's resume; the weights alone (--no-load-optim) too
     mcs.ALL_CASES.setdefault("gpt_dp2", (2, mcs.GPT2, ("--data-path", mcs.CORPUS_A)))
-    expect_error("gpt_dp2", save, tmp, ["--use-distributed-optimizer", "--no-load-optim", "torch_dist"],
-                 "distributed optimizer", extra=("--use-distributed-optimizer",))
+    ref = mcs.train_lines(mcs.run_ours("gpt_tp1", tmp, ("--load", save) + DIST).stdout)
+    r = mcs.run_ours("gpt_dp2", tmp, ("--load", save, "--use-distributed-optimizer") + DIST)
+    ours = mcs.train_lines(r.stdout)
+    check(r.returncode == 0 and sorted(ours) == [4, 5, 6] and sorted(ref) == [4, 5, 6],
+          f"distopt loads the ordinary optimizer's state: {r.stderr[-300:]}")
+    for it in sorted(ours):
+        a, b = mcs.numbers(ours[it][1])["lm loss"], mcs.numbers(ref[it][1])["lm loss"]
+        check(abs(a - b) <= 1e-6 * abs(b), f"distopt from the ordinary optimizer's state {it}: {a} vs {b}")
     r = mcs.run_ours("gpt_dp2", tmp, ("--load", save, "--use-distributed-optimizer", "--no-load-optim") + DIST)
     ours = mcs.train_lines(r.stdout)
     check(r.returncode == 0 and sorted(ours) == [4, 5, 6], f"distopt --no-load-optim: {r.stderr[-300:]}")
-    # saving torch_dist: written (test_dist_ckpt_save.py), but not yet with the distributed
-    # optimizer's state, which is refused by name before training starts
+    # saving the distributed optimizer's state (test_dist_ckpt_distopt.py) as Megatron's default
+    # 'fully_sharded_model_space'; its 'dp_zero_gather_scatter' (--no-ckpt-fully-parallel-save) is
+    # refused by name before training starts
     r = mcs.run_ours("gpt_dp2", tmp, DIST + ("--save", os.path.join(tmp, "s"), "--save-interval", "3",
-                                             "--use-distributed-optimizer"), timeout=120)
-    check(r.returncode != 0 and "--ckpt-format torch_dist" in r.stderr and "--use-distributed-optimizer" in r.stderr
-          and "--ckpt-format torch" in r.stderr and not os.path.exists(os.path.join(tmp, "s")),
-          f"torch_dist save with the distributed optimizer refused: {r.stderr[-300:]}")
+                                             "--use-distributed-optimizer", "--no-ckpt-fully-parallel-save"), timeout=120)
+    check(r.returncode != 0 and "--no-ckpt-fully-parallel-save" in r.stderr and "dp_zero_gather_scatter" in r.stderr
+          and not os.path.exists(os.path.join(tmp, "s")),
+          f"torch_dist save of dp_zero_gather_scatter refused: {r.stderr[-300:]}")
     r = mcs.run_ours("gpt_tp1", tmp, DIST + ("--save", os.path.join(tmp, "s1"), "--save-interval", "3"),
                      iters=3, timeout=120)
     check(r.returncode == 0 and os.path.exists(os.path.join(tmp, "s1", "iter_0000003", ".metadata")),

@@ -96,13 +96,14 @@ def check_values(c, tmp):
         ('precision-aware optimizer', ['--bf16', '--use-distributed-optimizer',
                                        '--use-precision-aware-optimizer', '--exp-avg-dtype', 'fp16'],
          ['--use-precision-aware-optimizer is not implemented in megatron.c yet']),
-        ('default ckpt format bf16 distopt', save + ['--bf16', '--use-distributed-optimizer'],
-         ['--save with --ckpt-format torch_dist (the default --ckpt-format) and '
-          '--use-distributed-optimizer: megatron.c does not write the distributed optimizer\'s '
-          'torch_dist state yet']),
-        ('torch_dist distopt', save + ['--ckpt-format', 'torch_dist', '--use-distributed-optimizer'],
-         ['--save with --ckpt-format torch_dist and --use-distributed-optimizer: megatron.c does not '
-          'write the distributed optimizer\'s torch_dist state yet']),
+        ('default ckpt format distopt dp_zero', save + ['--use-distributed-optimizer', '--no-ckpt-fully-parallel-save'],
+         ['--save with --ckpt-format torch_dist (the default --ckpt-format), --use-distributed-optimizer '
+          'and --no-ckpt-fully-parallel-save: megatron.c does not write the distributed optimizer\'s '
+          '\'dp_zero_gather_scatter\' state yet']),
+        ('torch_dist distopt dp_zero', save + ['--ckpt-format', 'torch_dist', '--use-distributed-optimizer',
+                                               '--no-ckpt-fully-parallel-save'],
+         ['--save with --ckpt-format torch_dist, --use-distributed-optimizer and '
+          '--no-ckpt-fully-parallel-save: megatron.c does not write']),
         ('load zarr', ['--load', os.path.join(tmp, 'ck'), '--ckpt-format', 'zarr'],
          ['--ckpt-format zarr is not supported by megatron.c yet (--load)']),
         ('straggler detector', ['--log-straggler'], ['--log-straggler']),
@@ -129,6 +130,10 @@ def check_values(c, tmp):
     for label, extra in (('default format save', []), ('torch_dist save', ['--ckpt-format', 'torch_dist'])):
         rc, msgs = both_ways(c, label, TINY + save + extra)
         c.check(not msgs, 'fp32 torch_dist saves accepted (%s): %s' % (label, msgs))
+    # with the distributed optimizer (tests/checkpointing/test_dist_ckpt_distopt.py)
+    rc, msgs = both_ways(c, 'distopt torch_dist save', TINY + ['--save', os.path.join(tmp, 'ckd'), '--save-interval', '2',
+                                                               '--use-distributed-optimizer'])
+    c.check(not msgs, 'distributed-optimizer torch_dist saves accepted: %s' % msgs)
     # --bf16 / --fp16 torch_dist saves with the ordinary optimizer (tests/checkpointing/test_dist_ckpt_mixed.py)
     for label, extra in (('bf16 default format save', ['--bf16']), ('fp16 torch_dist save', ['--fp16', '--ckpt-format', 'torch_dist'])):
         rc, msgs = both_ways(c, label, TINY + ['--save', os.path.join(tmp, 'ck16'), '--save-interval', '2'] + extra)
@@ -156,7 +161,8 @@ def check_values(c, tmp):
     rc, msgs = both_ways(c, 'load default format', TINY + ['--load', os.path.join(tmp, 'ck')])
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
-    many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--fp32-residual-connection', '--log-straggler',
+    many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--no-ckpt-fully-parallel-save',
+                          '--fp32-residual-connection', '--log-straggler',
                           '--apply-residual-connection-post-layernorm', '--num-experts', '4',
                           '--moe-router-load-balancing-type', 'sinkhorn', '--openai-gelu']
     rc, msgs = both_ways(c, 'all at once', many, ['--fp32-residual-connection', '--log-straggler',
