@@ -245,6 +245,14 @@ def shrink(opts):
         # an uneven split as written, with one layer on each other stage: shrinking to one layer
         # per stage would leave those stages empty, which the real script's never are
         layers = first + last + (pp - (first > 0) - (last > 0))
+    lst = get(opts, '--num-layer-list')
+    if lst and pp > 1:
+        # MindSpeed-LLM's per-stage list: one layer a stage, two on the stage the script gives
+        # the most (still uneven, summing to --num-layers)
+        counts = [int(x) for x in lst.split(',')]
+        counts = [2 if k == counts.index(max(counts)) else 1 for k in range(len(counts))]
+        layers = sum(counts)
+        opts = setv(opts, '--num-layer-list', ','.join(map(str, counts)))
     o = setv(opts, '--num-layers', str(layers))
     o = setv(o, '--hidden-size', str(hidden))
     o = setv(o, '--num-attention-heads', str(heads))
