@@ -163,12 +163,11 @@ def check_values(c, tmp):
     # Every refusal of one command line, in one run.
     many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--no-ckpt-fully-parallel-save',
                           '--fp32-residual-connection', '--log-straggler',
-                          '--apply-residual-connection-post-layernorm', '--num-experts', '4',
-                          '--moe-router-load-balancing-type', 'sinkhorn', '--openai-gelu']
+                          '--apply-residual-connection-post-layernorm', '--moe-input-jitter-eps', '0.1',
+                          '--openai-gelu']
     rc, msgs = both_ways(c, 'all at once', many, ['--fp32-residual-connection', '--log-straggler',
                                                   '--apply-residual-connection-post-layernorm',
-                                                  '--moe-router-load-balancing-type sinkhorn',
-                                                  '--openai-gelu',
+                                                  '--moe-input-jitter-eps', '--openai-gelu',
                                                   '--save with --ckpt-format torch_dist (the default'])
     c.check(len(msgs) == 6, 'six refusals in one run: %s' % msgs)
     # Megatron's own checks come first and keep their text (a bare assert here).
