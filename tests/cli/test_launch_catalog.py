@@ -117,8 +117,8 @@ def gpt2_dir():
 
 
 def make_data(tmp):
-    """Tiny preprocessed datasets (GPT-2 BPE and a Llama-style sentencepiece model) of the same
-    deterministic corpus; returns {tokenizer kind: prefix}."""
+    """Tiny preprocessed datasets (GPT-2 BPE, a Llama-style sentencepiece model and a HuggingFace
+    tokenizer.json) of the same deterministic corpus; returns {tokenizer kind: prefix}."""
     words = ('the model trains on small local data made by the test while every launch script '
              'keeps its own options layout and world size one two three four five six seven').split()
     corpus = os.path.join(tmp, 'corpus.jsonl')
@@ -136,7 +136,9 @@ def make_data(tmp):
                                 os.path.join(g, 'vocab.json'), '--merge-file',
                                 os.path.join(g, 'merges.txt')]),
                       ('spm', ['--tokenizer-type', 'Llama2Tokenizer', '--tokenizer-model',
-                               SPM_MODEL])]:
+                               SPM_MODEL]),
+                      ('hf', ['--tokenizer-type', 'HuggingFaceTokenizer', '--tokenizer-model',
+                              HF_DIR])]:
         prefix = os.path.join(tmp, 'data_' + kind)
         p = subprocess.run([PREPROCESS, '--input', corpus, '--output-prefix', prefix,
                             '--append-eod', '--workers', '1', *tok],
@@ -151,7 +153,10 @@ def localize(opts, data, tmp):
     """The script's paths pointed at the local data, tokenizer files and fresh directories."""
     g = gpt2_dir()
     tok = get(opts, '--tokenizer-type', 'GPT2BPETokenizer')
-    repl = {'--data-path': [data['spm' if tok == 'Llama2Tokenizer' else 'gpt2']],
+    # the data is tokenized as the script's tokenizer reads it (ids past a small HF vocab fail
+    # the out-of-vocabulary check)
+    kind = {'Llama2Tokenizer': 'spm', 'PretrainedFromHF': 'hf', 'HuggingFaceTokenizer': 'hf'}
+    repl = {'--data-path': [data[kind.get(tok, 'gpt2')]],
             '--vocab-file': [os.path.join(g, 'vocab.json')],
             '--merge-file': [os.path.join(g, 'merges.txt')],
             '--tokenizer-model': [SPM_MODEL if tok == 'Llama2Tokenizer' else HF_DIR],
