@@ -12,6 +12,7 @@
 #include "tokenizer/unicode.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -189,6 +190,13 @@ static mc_status load_vocab(struct gpt2 *g, const struct mc_json *root, const ch
             max_id = m->inum;
         total += m->key_len;
     }
+    /* The decode table is dense in the ids. A real vocab's ids are 0..n-1; ids far past the
+     * entry count would make it huge (5 GB for one id near 2^29), and Megatron sizes the
+     * embedding from len(vocab) (plus padding), so such ids could not train anyway. */
+    if (max_id >= 4 * root->len + 1024)
+        return mc_error(MC_ERR_FORMAT, "%s: the vocab's largest id is %" PRId64 " but it has only %"
+                        PRId64 " entries: expected ids 0..n-1 (Megatron's GPT2BPETokenizer sizes "
+                        "the vocabulary from the entry count)", path, max_id, (int64_t)root->len);
     g->n_ids = max_id + 1;
     g->dec_off = mc_alloc((size_t)(g->n_ids ? g->n_ids : 1) * sizeof(int64_t));
     g->dec_len = mc_calloc((size_t)(g->n_ids ? g->n_ids : 1), sizeof(uint32_t));

@@ -57,8 +57,10 @@ def check_cli(c):
     rc, out, err = run([PRETRAIN] + TINY + ['--init-method-xavier-uniform'])
     c.check(rc == 1 and last(err) == 'NotImplementedError: --init-method-xavier-uniform is not '
             'supported by megatron.c yet', 'unsupported flag refused: %s' % err)
-    rc, out, err = run([PRETRAIN] + TINY + ['--num-experts', '8'])
-    c.check(rc == 1 and '--num-experts 8 is not supported' in err, 'MoE refused: %s' % err)
+    # MoE trains (tests/moe/); its grouped-GEMM checkpoint naming is still refused
+    rc, out, err = run([PRETRAIN] + TINY + ['--bf16', '--num-experts', '8', '--moe-grouped-gemm'])
+    c.check(rc == 1 and last(err).startswith('NotImplementedError: --moe-grouped-gemm is not '
+            'supported by megatron.c yet'), 'MoE grouped GEMM refused: %s' % err)
     rc, out, err = run([PRETRAIN] + TINY + ['--yaml-cfg', 'x.yaml'])
     c.check(rc == 1 and last(err).startswith('FileNotFoundError: --yaml-cfg x.yaml'),
             'missing yaml file named: %s' % err)

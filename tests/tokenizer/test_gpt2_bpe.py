@@ -106,7 +106,10 @@ with tempfile.TemporaryDirectory() as d:
     refusals = [("#version: 0.2\na a\nc c\n", vocab, '"cc", the product of the merge "c c" (line 3'),
                 ("#version: 0.2\naa xy\n", vocab, '"xy", the second part of the merge "aa xy" (line 2'),
                 ("#version: 0.2\na a\n", dict((k, v) for k, v in vocab.items() if k != "Ġ"),
-                 '"Ġ" for the byte 0x20')]
+                 '"Ġ" for the byte 0x20'),
+                # ids far past the entry count (a fuzz input asked for a 5 GB decode table)
+                ("#version: 0.2\na a\n", dict(vocab, zz=666666668),
+                 "largest id is 666666668 but it has only %d entries" % (len(vocab) + 1))]
     for merges, voc, needle in refusals:
         open(mp, "w", encoding="utf-8").write(merges)
         json.dump(voc, open(vp, "w"))
