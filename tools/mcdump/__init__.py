@@ -1,6 +1,5 @@
 """Reader/writer for megatron.c tensor dumps (docs/formats/dump.md; C side: src/debug/dump.c),
-for users' scripts and tools/megatron_dump_hooks.py. (tests/reference/mcdump.py is the tests'
-copy of the same reader and writer.)
+for users' scripts, tools/megatron_dump_hooks.py and the tests (tests/reference/mcdump.py loads it).
 
 A dump is an ordered mapping name -> tensor. Here it is a dict of numpy arrays (insertion order
 kept); bf16 tensors read back as uint16 bit patterns (to_float32 widens them). Standard library
