@@ -35,7 +35,9 @@ static const char *const HELP =
     "the data-parallel reduction, after clipping), the optimizer state and the parameters after\n"
     "the step. Per tensor: max abs error, max relative error (to max|B|), cosine similarity and\n"
     "a verdict: within tolerance 8 * u * sqrt(K) (u the unit roundoff of the precision, K the\n"
-    "reduction length), or beyond. The last line names the first divergence.\n\n"
+    "reduction length), or beyond. The last line names the first divergence. Logits\n"
+    "(forward.output_layer.output) whose vocabularies differ in size, Megatron's padded one\n"
+    "against a HuggingFace model's, are compared over the columns both hold.\n\n"
     "  --precision P         fp32, bf16 or fp16 for every tensor (default: the coarser dtype\n"
     "                        of the two tensors)\n"
     "  --reduction-length K  the K of the tolerance (default: each tensor's last dimension)\n"
@@ -292,6 +294,7 @@ struct result {
     bool beyond, exact;
     double max_abs, max_rel, cos, tol;
     int64_t at, left_out, adam_beyond;
+    int64_t cols, padded; /* logits of a padded vocabulary: the first cols of padded compared */
     enum mc_dtype prec;
     const char *why; /* a shape or dtype mismatch */
 };
@@ -315,13 +318,36 @@ static bool adam_sources(const mc_dump *ref, const struct mc_dump_tensor *b,
     return *m && *before && (*m)->numel == b->numel && (*before)->numel == b->numel;
 }
 
+/* forward.output_layer.output[@k]: logits, whose last dimension Megatron pads (the padded
+ * vocabulary of --make-vocab-size-divisible-by) and a HuggingFace model does not. */
+static bool is_logits(const char *name)
+{
+    const char *p = "forward.output_layer.output";
+    size_t n = strlen(p);
+    return strncmp(name, p, n) == 0 && (name[n] == 0 || name[n] == '@');
+}
+
+/* Index into t of element i of the compared part: the first cols columns when cols > 0. */
+static int64_t at_of(const struct mc_dump_tensor *t, int64_t cols, int64_t i)
+{
+    if (!cols)
+        return i;
+    return i / cols * t->shape[t->ndim - 1] + i % cols;
+}
+
 static struct result compare(const struct opts *o, const mc_dump *ref,
                              const struct mc_dump_tensor *a, const struct mc_dump_tensor *b)
 {
     struct result r = {.cos = 1};
     bool same_shape = a->ndim == b->ndim;
-    for (int i = 0; same_shape && i < a->ndim; i++)
+    for (int i = 0; same_shape && i < a->ndim - 1; i++)
         same_shape = a->shape[i] == b->shape[i];
+    int64_t ca = a->ndim ? a->shape[a->ndim - 1] : 1, cb = b->ndim ? b->shape[b->ndim - 1] : 1;
+    if (same_shape && ca != cb) { /* only the logits, over the vocabulary both sides hold */
+        same_shape = is_logits(b->name) && ca > 0 && cb > 0;
+        r.cols = ca < cb ? ca : cb;
+        r.padded = ca < cb ? cb : ca;
+    }
     if (!same_shape || is_float(a->dtype) != is_float(b->dtype)) {
         r.beyond = true;
         r.why = !same_shape ? "shapes differ" : "one side is integer, the other float";
@@ -340,11 +366,13 @@ static struct result compare(const struct opts *o, const mc_dump *ref,
     double mmax = 0, bmax = 0, dot = 0, na = 0, nb = 0;
     for (int64_t i = 0; adam && i < m->numel; i++)
         mmax = fmax(mmax, fabs(mc_dtype_get_f64(m->data, m->dtype, i)));
-    for (int64_t i = 0; i < b->numel; i++)
-        bmax = fmax(bmax, fabs(mc_dtype_get_f64(b->data, b->dtype, i)));
+    int64_t numel = r.cols ? b->numel / cb * r.cols : b->numel;
+    for (int64_t i = 0; i < numel; i++)
+        bmax = fmax(bmax, fabs(mc_dtype_get_f64(b->data, b->dtype, at_of(b, r.cols, i))));
     r.exact = true;
-    for (int64_t i = 0; i < b->numel; i++) {
-        double x = mc_dtype_get_f64(a->data, a->dtype, i), y = mc_dtype_get_f64(b->data, b->dtype, i);
+    for (int64_t i = 0; i < numel; i++) {
+        double x = mc_dtype_get_f64(a->data, a->dtype, at_of(a, r.cols, i));
+        double y = mc_dtype_get_f64(b->data, b->dtype, at_of(b, r.cols, i));
         if (x != y && !(isnan(x) && isnan(y)))
             r.exact = false;
         double d = fabs(x - y);
@@ -454,10 +482,13 @@ static void compare_iteration(const struct opts *o, int64_t iter, bool dirs, con
         if (r.left_out)
             printf(" (Adam rule: %lld elements judged by their update, %lld beyond)",
                    (long long)r.left_out, (long long)r.adam_beyond);
+        if (r.cols)
+            printf(" (the first %lld of %lld vocabulary columns: the other side's are padding)",
+                   (long long)r.cols, (long long)r.padded);
         if (r.beyond)
             printf(" worst at %lld: %.9g vs %.9g", (long long)r.at,
-                   mc_dtype_get_f64(e[i].a->data, e[i].a->dtype, r.at),
-                   mc_dtype_get_f64(e[i].b->data, e[i].b->dtype, r.at));
+                   mc_dtype_get_f64(e[i].a->data, e[i].a->dtype, at_of(e[i].a, r.cols, r.at)),
+                   mc_dtype_get_f64(e[i].b->data, e[i].b->dtype, at_of(e[i].b, r.cols, r.at)));
         printf("\n");
     }
     free(e);
