@@ -104,6 +104,12 @@ MC_API bool mc_dump_point_on(enum mc_dump_point point);
  * mc_dump_point_on(point). A failure stops the recording and is reported by the close. */
 MC_API void mc_dump_point(enum mc_dump_point point, const char *prefix, const char *name,
                           enum mc_dtype dtype, int ndim, const int64_t *shape, const void *data);
+/* The open recording (borrowed: valid until the next open, replace or close); NULL when none
+ * is open or a failure stopped it. */
+MC_API const mc_dump *mc_dump_points_recording(void);
+/* Replaces the open recording with d (taken: the close writes and frees it); the old one is
+ * freed. The trainer puts the tensor-parallel shards of its points together this way. */
+MC_API void mc_dump_points_replace(mc_dump *d);
 /* Closes the recording, writing it to `path` (temp name + rename) unless path is NULL. */
 MC_API mc_status mc_dump_points_close(const char *path);
 

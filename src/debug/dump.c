@@ -531,6 +531,17 @@ void mc_dump_point(enum mc_dump_point point, const char *prefix, const char *nam
     }
 }
 
+const mc_dump *mc_dump_points_recording(void)
+{
+    return rec.failed == MC_OK ? rec.d : NULL;
+}
+
+void mc_dump_points_replace(mc_dump *d)
+{
+    mc_dump_free(rec.d);
+    rec.d = d;
+}
+
 mc_status mc_dump_points_close(const char *path)
 {
     mc_status st = MC_OK;

@@ -4,7 +4,11 @@
  * layout lines up name by name (tools/compare_dumps.c). The model reports its forward and
  * backward points through mc_dump_point (src/debug/dump.c); this file opens the recording for
  * an iteration, adds the batch, the parameters, their grads at three moments, the optimizer
- * state and the loss, and writes DIR/iter_NNNNNNN/rank_NNNNN.dump (temp name + rename). */
+ * state and the loss, and writes DIR/iter_NNNNNNN/rank_NNNNN.dump (temp name + rename).
+ * With tensor parallelism every tensor is dumped whole, as a tp 1 run holds it: the shards are
+ * all-gathered over the tensor-parallel group (parameters by their partition dim, SwiGLU's
+ * [gate; up] halves each; activations along the sequence under --sequence-parallel; logits
+ * along the vocabulary), so the names and shapes line up with a tp 1 dump. */
 #include "training/trainer.h"
 
 #include <errno.h>
@@ -13,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/dtype.h"
 #include "megatron/dump.h"
 
 enum { MAX_RANGES = 64 };
@@ -25,6 +30,8 @@ struct ranges {
 static struct {
     bool on;         /* --dump-dir given */
     bool recording;  /* inside a dumped train step */
+    bool write;      /* this rank is among --dump-ranks (with tp > 1 every rank records:
+                        the shards are gathered by the whole tensor-parallel group) */
     char dir[4096];
     struct ranges iters, ranks;
     unsigned points;
@@ -116,10 +123,11 @@ mc_status mc_train_dump_setup(const struct mc_args *a)
     if (!*dir || strlen(dir) >= sizeof dump.dir - 64)
         return mc_error(MC_ERR_CONFIG, "--dump-dir '%s': expected a directory path", dir);
     /* what the dump names cannot express yet: refused rather than dumped half */
-    if (mc_args_int(a, MC_A_tensor_model_parallel_size) > 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--dump-dir with --tensor-model-parallel-size %lld: "
-                        "not implemented yet (the dumps would hold tensor-parallel shards); run "
-                        "the alignment at tensor parallel size 1",
+    if (mc_args_int(a, MC_A_tensor_model_parallel_size) > 1 && !mc_args_is_none(a, MC_A_num_experts) &&
+        mc_args_int(a, MC_A_num_experts) > 0)
+        return mc_error(MC_ERR_UNSUPPORTED, "--dump-dir with --tensor-model-parallel-size %lld "
+                        "and --num-experts: not implemented yet (the experts' shards are not "
+                        "gathered); run the alignment of an MoE model at tensor parallel size 1",
                         (long long)mc_args_int(a, MC_A_tensor_model_parallel_size));
     if (mc_args_int(a, MC_A_context_parallel_size) > 1)
         return mc_error(MC_ERR_UNSUPPORTED, "--dump-dir with --context-parallel-size > 1: not "
@@ -162,44 +170,164 @@ static void global_name(const mc_gpt_model *m, const char *name, char *out, size
     snprintf(out, size, "%s%lld%s", pre, l + (long long)offset, rest);
 }
 
+/* ---- tensor parallelism: the shards put together ------------------------------------------ */
+
+/* full = the tp ranks' x, each viewed as [outer, local, inner] elements of esize bytes,
+ * concatenated along the middle dimension in rank order: [outer, tp * local, inner]. tmp holds
+ * tp * outer * local * inner elements. Collective over the tensor-parallel group. */
+static mc_status gather_mid(struct trainer *t, void *full, const void *x, int64_t outer,
+                            int64_t local, int64_t inner, size_t esize, void *tmp)
+{
+    int tp = t->par.ps.tp;
+    int64_t n = outer * local * inner;
+    mc_status st = mc_comm_all_gather(t->par.ps.group[MC_PS_TP].comm, tmp, x, n * (int64_t)esize,
+                                      MC_DTYPE_U8, "dump: tensor-parallel gather");
+    if (st)
+        return st;
+    size_t row = (size_t)(local * inner) * esize;
+    for (int r = 0; r < tp; r++)
+        for (int64_t o = 0; o < outer; o++)
+            memcpy((char *)full + (size_t)(o * tp + r) * row,
+                   (const char *)tmp + (size_t)(r * outer + o) * row, row);
+    return MC_OK;
+}
+
+/* Records one f32 parameter-shaped tensor x of p (its data, grad or optimizer state) whole.
+ * Sharded: gathered along its partition dim (SwiGLU's fc1 rows [gate_r; up_r] per rank: the
+ * gate halves, then the up halves, as tp 1 holds them). Replicated: this rank's copy, except a
+ * sequence-parallel parameter's grad before finalize_model_grads (sum_partial), which holds
+ * this rank's sequence shard's part only: the sum over the group, as tp 1 computes it. */
+static mc_status record_whole(struct trainer *t, const mc_gpt_model *m, enum mc_dump_point pt,
+                              const char *prefix, const char *name,
+                              const struct mc_param_view *p, const float *x, bool sum_partial)
+{
+    int tp = t->par.ps.tp;
+    bool split = tp > 1 && p->partition_dim >= 0 && p->partition_dim < p->ndim;
+    if (!split && !(tp > 1 && sum_partial && p->sequence_parallel)) {
+        mc_dump_point(pt, prefix, name, MC_DTYPE_F32, p->ndim, p->shape, x);
+        return MC_OK;
+    }
+    size_t n = (size_t)p->numel;
+    float *full = mc_alloc(n * (size_t)tp * sizeof(float));
+    float *tmp = full ? mc_alloc(n * (size_t)tp * sizeof(float)) : NULL;
+    if (!tmp) {
+        mc_free(full);
+        return mc_error(MC_ERR_NOMEM, "dump %s%s: out of memory gathering its shards", prefix, name);
+    }
+    int64_t shape[2] = {p->shape[0], p->ndim > 1 ? p->shape[1] : 1};
+    mc_status st;
+    if (!split) {
+        memcpy(full, x, n * sizeof(float));
+        st = mc_comm_all_reduce(t->par.ps.group[MC_PS_TP].comm, full, (int64_t)n, MC_DTYPE_F32,
+                                MC_COMM_SUM, "dump: sequence-parallel grad sum");
+    } else {
+        bool gated = p->partition_dim == 0 && mc_gpt_model_config(m)->activation == MC_ACT_SWIGLU &&
+                     strstr(p->name, ".mlp.linear_fc1.") != NULL;
+        int64_t outer = p->partition_dim == 0 ? (gated ? 2 : 1) : shape[0];
+        int64_t local = p->partition_dim == 0 ? shape[0] / outer : shape[1];
+        int64_t inner = p->partition_dim == 0 ? shape[1] : 1;
+        st = gather_mid(t, full, x, outer, local, inner, sizeof(float), tmp);
+        shape[p->partition_dim] *= tp;
+    }
+    if (!st)
+        mc_dump_point(pt, prefix, name, MC_DTYPE_F32, p->ndim, shape, full);
+    mc_free(tmp);
+    mc_free(full);
+    return st;
+}
+
+/* The recorded forward and backward activations of this step whole (the rest is recorded
+ * whole already): under --sequence-parallel every [s/tp, b, h] point gathered along the
+ * sequence, and the logits [s, b, V/tp] along the vocabulary. Every rank of the group recorded
+ * the same names in the same order (the same code ran); a rank whose recording failed makes
+ * all of them skip the gathers (agreed first), and its close reports the failure. */
+static mc_status gather_activations(struct trainer *t)
+{
+    int tp = t->par.ps.tp;
+    const mc_dump *d = mc_dump_points_recording();
+    float ok = d ? 0.0f : 1.0f;
+    mc_status st = mc_comm_all_reduce(t->par.ps.group[MC_PS_TP].comm, &ok, 1, MC_DTYPE_F32,
+                                      MC_COMM_MAX, "dump: recording state");
+    if (st || ok != 0.0f)
+        return st;
+    bool sp = mc_gpt_model_config(t->m.chunks[0])->sequence_parallel;
+    mc_dump *out;
+    if ((st = mc_dump_init(&out)))
+        return st;
+    for (int64_t i = 0; !st && i < mc_dump_count(d); i++) {
+        const struct mc_dump_tensor *x = mc_dump_get(d, i);
+        bool act = x->ndim == 3 && (!strncmp(x->name, "forward.", 8) ||
+                                    !strncmp(x->name, "backward.", 9));
+        bool logits = act && !strncmp(x->name, "forward.output_layer.output", 27);
+        if (!act || (!sp && !logits)) {
+            st = mc_dump_add(out, x->name, x->dtype, x->ndim, x->shape, x->data);
+            continue;
+        }
+        size_t es = mc_dtype_size(x->dtype), n = (size_t)x->numel * (size_t)tp * es;
+        void *full = mc_alloc(n), *tmp = full ? mc_alloc(n) : NULL;
+        int64_t shape[3] = {x->shape[0], x->shape[1], x->shape[2]};
+        if (!tmp)
+            st = mc_error(MC_ERR_NOMEM, "dump %s: out of memory gathering its shards", x->name);
+        else if (logits) /* [s, b, V/tp]: the vocabulary shards */
+            st = gather_mid(t, full, x->data, shape[0] * shape[1], shape[2], 1, es, tmp);
+        else /* [s/tp, b, h]: the sequence shards */
+            st = gather_mid(t, full, x->data, 1, shape[0], shape[1] * shape[2], es, tmp);
+        shape[logits ? 2 : 0] *= tp;
+        if (!st)
+            st = mc_dump_add(out, x->name, x->dtype, 3, shape, full);
+        mc_free(tmp);
+        mc_free(full);
+    }
+    if (st)
+        mc_dump_free(out);
+    else
+        mc_dump_points_replace(out);
+    return st;
+}
+
 /* Every parameter of every chunk under prefix: its data (which = 0), its main grad (1), or the
  * optimizer state (2: each state tensor the optimizer keeps). The last stage's copy of a tied
- * embedding is left out: it is the first stage's parameter (Megatron's shared flag). */
-static void record_params(struct trainer *t, const char *prefix, int which)
+ * embedding is left out: it is the first stage's parameter (Megatron's shared flag). The
+ * condition is the configured points, not the recording's state: with tp > 1 every rank of the
+ * group must take part in each gather. */
+static mc_status record_params(struct trainer *t, const char *prefix, int which)
 {
     static const enum mc_dump_point point[3] = {MC_DUMP_POINT_PARAMS, MC_DUMP_POINT_GRADS,
                                                 MC_DUMP_POINT_OPTIMIZER};
-    if (!mc_dump_point_on(point[which])) /* (no optimizer state to read with the distributed one) */
-        return;
+    if (!(dump.points & (unsigned)point[which])) /* (none of them with the distributed optimizer) */
+        return MC_OK;
+    bool partial = which == 1 && strcmp(prefix, "grad.") == 0; /* before finalize_model_grads */
     char name[MC_DUMP_MAX_NAME];
     int64_t index = 0;
+    mc_status st = MC_OK;
     for (int v = 0; v < t->m.vp; v++) {
         mc_gpt_model *m = t->m.chunks[v];
-        for (int64_t i = 0; i < mc_gpt_num_params(m); i++, index++) {
+        for (int64_t i = 0; !st && i < mc_gpt_num_params(m); i++, index++) {
             struct mc_param_view p = mc_gpt_param(m, i);
             if (p.shared)
                 continue;
             global_name(m, p.name, name, sizeof name);
             if (which < 2) {
-                mc_dump_point(which ? MC_DUMP_POINT_GRADS : MC_DUMP_POINT_PARAMS, prefix, name,
-                              MC_DTYPE_F32, p.ndim, p.shape, which ? p.grad : p.data);
+                st = record_whole(t, m, point[which], prefix, name, &p, which ? p.grad : p.data,
+                                  partial);
                 continue;
             }
             struct mc_opt_param_state s = mc_opt_param_state(t->o.opt, index);
             const char *key[3] = {"exp_avg.", "exp_avg_sq.", "momentum_buffer."};
             float *val[3] = {s.exp_avg, s.exp_avg_sq, s.momentum_buffer};
             char full[MC_DUMP_MAX_NAME];
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; !st && k < 3; k++) {
                 if (!val[k])
                     continue;
                 snprintf(full, sizeof full, "%s%s", key[k], name);
-                mc_dump_point(MC_DUMP_POINT_OPTIMIZER, prefix, full, MC_DTYPE_F32, p.ndim, p.shape,
-                              val[k]);
+                st = record_whole(t, m, MC_DUMP_POINT_OPTIMIZER, prefix, full, &p, val[k], false);
             }
-            mc_dump_point(MC_DUMP_POINT_OPTIMIZER, "optimizer.param.", name, MC_DTYPE_F32, p.ndim,
-                          p.shape, p.data);
+            if (!st)
+                st = record_whole(t, m, MC_DUMP_POINT_OPTIMIZER, "optimizer.param.", name, &p,
+                                  p.data, false);
         }
     }
+    return st;
 }
 
 mc_status mc_train_dump_begin(struct trainer *t, int64_t iteration)
@@ -209,15 +337,15 @@ mc_status mc_train_dump_begin(struct trainer *t, int64_t iteration)
     int size = 1, rank = 0;
     mc_status st = mc_train_world_comm ? mc_comm_size_rank(mc_train_world_comm, &size, &rank)
                                        : MC_OK;
-    if (st || !in_ranges(&dump.ranks, rank))
+    dump.write = in_ranges(&dump.ranks, rank);
+    if (st || (!dump.write && t->par.ps.tp == 1))
         return st;
     if ((st = mc_dump_points_open(dump.points)))
         return st;
     dump.recording = true;
     dump.iteration = iteration;
     dump.batches = 0;
-    record_params(t, "param.", 0);
-    return MC_OK;
+    return record_params(t, "param.", 0);
 }
 
 void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb)
@@ -239,10 +367,9 @@ void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb)
                       mb->position_ids);
 }
 
-void mc_train_dump_grads(struct trainer *t, const char *prefix)
+mc_status mc_train_dump_grads(struct trainer *t, const char *prefix)
 {
-    if (dump.recording)
-        record_params(t, prefix, 1);
+    return dump.recording ? record_params(t, prefix, 1) : MC_OK;
 }
 
 /* Creates dir and its parents (mkdir -p). */
@@ -272,13 +399,19 @@ mc_status mc_train_dump_end(struct trainer *t, mc_status step_status, float lm_l
         mc_dump_points_close(NULL);
         return step_status;
     }
-    record_params(t, "grad_clipped.", 1); /* the step clips the main grads in place */
-    record_params(t, "optimizer.", 2);
-    if (mc_ps_is_pipeline_last_stage(&t->par.ps))
+    mc_status st = record_params(t, "grad_clipped.", 1); /* the step clips them in place */
+    if (!st)
+        st = record_params(t, "optimizer.", 2);
+    if (!st && t->par.ps.tp > 1)
+        st = gather_activations(t);
+    if (!st && mc_ps_is_pipeline_last_stage(&t->par.ps))
         mc_dump_point(MC_DUMP_POINT_LOSS, "", "loss", MC_DTYPE_F32, 0, NULL, &lm_loss);
+    if (st || !dump.write) {
+        mc_dump_points_close(NULL);
+        return st;
+    }
     int size = 1, rank = 0;
-    mc_status st = mc_train_world_comm ? mc_comm_size_rank(mc_train_world_comm, &size, &rank)
-                                       : MC_OK;
+    st = mc_train_world_comm ? mc_comm_size_rank(mc_train_world_comm, &size, &rank) : MC_OK;
     char path[sizeof dump.dir + 64];
     snprintf(path, sizeof path, "%s/iter_%07lld", dump.dir, (long long)dump.iteration);
     if (!st)

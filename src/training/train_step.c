@@ -102,11 +102,11 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
     if (!st && t->par.ps.pp > 1)
         st = pp_share_loss(t, &numer, &denom);
     if (!st)
-        mc_train_dump_grads(t, "grad.");
+        st = mc_train_dump_grads(t, "grad.");
     if (!st)
         st = mc_train_finalize_grads(t, per_token, denom);
     if (!st)
-        mc_train_dump_grads(t, "grad_reduced.");
+        st = mc_train_dump_grads(t, "grad_reduced.");
     mc_timer_stop(fb);
     if (st || (st = step_optimizer(t, per_token, denom, num_micro, res)))
         return mc_train_dump_end(t, st, 0);
