@@ -15,8 +15,15 @@ embedding, every TransformerLayer, the final layernorm and the output layer; a w
 train_step (parameters before, clipped grads, optimizer state and parameters after the step,
 the loss), around the config's finalize_model_grads_func (main grads before and after the
 data-parallel reduction) and around get_batch_on_this_tp_rank (the batch). Layers are numbered
-globally (layer_number - 1), as megatron.c does. Tensor parallelism (shards) is refused, as
-megatron.c refuses it; so are the distributed optimizer's grads and optimizer points.
+globally (layer_number - 1), as megatron.c does. With tensor parallelism every tensor is
+written whole, as a tp 1 run holds it (as megatron.c writes them): at the end of the step the
+shards are all-gathered over the tensor-parallel group (parameters, grads and optimizer state
+along their partition_dim, a gated fc1's gate and up halves each; activations along the
+sequence with sequence parallelism; logits along the vocabulary), and a sequence-parallel
+parameter's grad before finalize_model_grads (this rank's sequence shard's part) is summed over
+the group. Every rank of the group records (the gathers are collective); --dump-ranks chooses
+which write. The distributed optimizer's grads and optimizer points are refused, as megatron.c
+refuses them.
 """
 import os
 import runpy
@@ -29,7 +36,7 @@ import mcdump  # noqa: E402
 POINTS = ('batch', 'forward', 'backward', 'params', 'grads', 'optimizer', 'loss')
 
 _S = {'dir': None, 'iters': None, 'ranks': None, 'points': set(POINTS), 'rec': None,
-      'hooked': set(), 'iteration': 0}
+      'hooked': set(), 'iteration': 0, 'how': {}}
 
 
 def parse_ranges(opt, s):
@@ -51,8 +58,9 @@ def _in(ranges, v):
     return ranges is None or any(lo <= v <= hi for lo, hi in ranges)
 
 
-def record(point, name, tensor):
-    """Adds a copy under name (name@k for its k-th repeat) when recording `point`."""
+def record(point, name, tensor, how=None):
+    """Adds a copy under name (name@k for its k-th repeat) when recording `point`. how: how
+    the tensor-parallel shards make the whole tensor (see _whole), None for a replicated one."""
     rec = _S['rec']
     if rec is None or point not in _S['points'] or tensor is None:
         return
@@ -61,6 +69,66 @@ def record(point, name, tensor):
         key = '%s@%d' % (name, k)
         k += 1
     rec[key] = tensor.detach().clone().cpu()
+    if how is not None:
+        _S['how'][key] = how
+
+
+def _tp():
+    """(tensor-parallel size, its process group)."""
+    from megatron.core import parallel_state as ps
+    return ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_group()
+
+
+def _param_how(p, name, grad_before_finalize=False):
+    """How the shards of a parameter-shaped tensor of p make the whole one."""
+    if getattr(p, 'tensor_model_parallel', False):
+        from megatron.training import get_args
+        gated = ('.mlp.linear_fc1.' in name and p.partition_dim == 0 and
+                 get_args().swiglu)  # [gate_r; up_r] on each rank
+        return ('gated', 0) if gated else ('cat', p.partition_dim)
+    if grad_before_finalize and getattr(p, 'sequence_parallel', False):
+        return ('sum', None)  # this rank's sequence shard's part; finalize all-reduces it
+    return None
+
+
+def _activation_how(name, sequence_parallel):
+    if name.startswith('forward.output_layer.output'):
+        return ('cat', 2)  # [s, b, V/tp]
+    if sequence_parallel and name.split('.')[0] in ('forward', 'backward'):
+        return ('cat', 0)  # [s/tp, b, h]
+    return None
+
+
+def _whole(x, how, size, group):
+    """The whole tensor from every tensor-parallel rank's x (collective over group)."""
+    import torch
+    kind, dim = how
+    x = x.contiguous()
+    if kind == 'sum':
+        y = x.clone()
+        torch.distributed.all_reduce(y, group=group)
+        return y
+    parts = [torch.empty_like(x) for _ in range(size)]
+    torch.distributed.all_gather(parts, x, group=group)
+    if kind == 'gated':
+        halves = [q.chunk(2, dim=0) for q in parts]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    return torch.cat(parts, dim=dim)
+
+
+def _gather_all(rec):
+    """Every recorded tensor whole (every rank of the group recorded the same names in the
+    same order: the same code ran on each)."""
+    size, group = _tp()
+    if size == 1:
+        return rec
+    from megatron.training import get_args
+    sp = get_args().sequence_parallel
+    out = {}
+    for key, x in rec.items():
+        how = _S['how'].get(key) or _activation_how(key, sp)
+        out[key] = _whole(x, how, size, group) if how else x
+    return out
 
 
 def _gpt(chunk):
@@ -181,7 +249,8 @@ def _ordered(names, mains):
 def _record_grads(prefix, names):
     for n, p in names.values():
         if getattr(p, 'main_grad', None) is not None:
-            record('grads', prefix + n, p.main_grad.float())
+            record('grads', prefix + n, p.main_grad.float(),
+                   _param_how(p, n, grad_before_finalize=prefix == 'grad.'))
 
 
 def _wrap_finalize(config, names):
@@ -208,7 +277,8 @@ def _train_step_wrapper(inner):
         from megatron.training import get_args
         iteration = get_args().curr_iteration + 1
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        if not (_in(_S['iters'], iteration) and _in(_S['ranks'], rank)):
+        write = _in(_S['ranks'], rank)
+        if not (_in(_S['iters'], iteration) and (write or _tp()[0] > 1)):
             return inner(forward_step_func, data_iterator, model, optimizer,
                          opt_param_scheduler, config, *a, **k)
         for chunk in model:
@@ -216,9 +286,9 @@ def _train_step_wrapper(inner):
         names = param_names(model)
         mains = _main_params(optimizer, names)
         order = _ordered(names, mains)
-        _S['rec'] = {}
+        _S['rec'], _S['how'] = {}, {}
         for n in order:
-            record('params', 'param.' + n, mains[n][1].float())
+            record('params', 'param.' + n, mains[n][1].float(), _param_how(mains[n][0], n))
         saved, config.finalize_model_grads_func = _wrap_finalize(config, names)
         try:
             out = inner(forward_step_func, data_iterator, model, optimizer, opt_param_scheduler,
@@ -227,7 +297,8 @@ def _train_step_wrapper(inner):
             config.finalize_model_grads_func = saved
         for n in order:
             if mains[n][1].grad is not None:
-                record('grads', 'grad_clipped.' + n, mains[n][1].grad.float())
+                record('grads', 'grad_clipped.' + n, mains[n][1].grad.float(),
+                       _param_how(mains[n][0], n))
         states = {}
         for o in _optimizers(optimizer):
             states.update(o.optimizer.state)
@@ -235,13 +306,16 @@ def _train_step_wrapper(inner):
             main = mains[n][1]
             for key in ('exp_avg', 'exp_avg_sq', 'momentum_buffer'):
                 if key in states.get(main, {}):
-                    record('optimizer', 'optimizer.%s.%s' % (key, n), states[main][key].float())
-            record('optimizer', 'optimizer.param.' + n, main.float())
+                    record('optimizer', 'optimizer.%s.%s' % (key, n), states[main][key].float(),
+                           _param_how(mains[n][0], n))
+            record('optimizer', 'optimizer.param.' + n, main.float(), _param_how(mains[n][0], n))
         loss = out[0].get('lm loss') if out and isinstance(out[0], dict) else None
         if loss is not None:
             record('loss', 'loss', torch.as_tensor(loss, dtype=torch.float32).reshape(()))
         rec, _S['rec'] = _S['rec'], None
-        mcdump.write(_file(iteration, rank), rec)
+        rec = _gather_all(rec)
+        if write:
+            mcdump.write(_file(iteration, rank), rec)
         return out
     return train_step
 
@@ -279,9 +353,13 @@ def check_layout(margs):
     """Refuses what megatron.c's --dump-dir refuses (the names would not line up)."""
     def val(opt, default):
         return margs[margs.index(opt) + 1] if opt in margs else default
-    if int(val('--tensor-model-parallel-size', '1')) > 1:
-        raise SystemExit('megatron_dump_hooks: --tensor-model-parallel-size > 1 is not '
-                         'implemented yet (the dumps would hold shards)')
+    if int(val('--tensor-model-parallel-size', '1')) > 1 and '--num-experts' in margs:
+        raise SystemExit('megatron_dump_hooks: --tensor-model-parallel-size > 1 with '
+                         '--num-experts is not implemented yet (the experts\' shards are not '
+                         'gathered)')
+    if int(val('--context-parallel-size', '1')) > 1:
+        raise SystemExit('megatron_dump_hooks: --context-parallel-size > 1 is not implemented '
+                         'yet')
     if '--use-distributed-optimizer' in margs and _S['points'] & {'grads', 'optimizer'}:
         raise SystemExit('megatron_dump_hooks: the grads and optimizer points are not '
                          'implemented with --use-distributed-optimizer')

@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "checkpointing"))
 import megatron_cases as mcs  # noqa: E402
-from mc_test import check, summary  # noqa: E402
+from mc_test import check, llama, summary  # noqa: E402
 
 SRC, BUILD = mcs.SRC, mcs.BUILD
 COMPARE = os.path.join(BUILD, "bin", "compare_dumps")
@@ -264,6 +264,89 @@ def test_pipeline_layout(tmp):
           f"differs ({beyond}, rc {rc})")
 
 
+def test_tensor_parallel(tmp, ckpt, single):
+    """tp 2, and tp 2 with sequence parallelism, from the checkpoint resharded by
+    convert_checkpoint: each rank's dump holds every tensor whole, the names and shapes of the
+    single-process dump, and every tensor of iteration 1 within fp32 of it (the grads before
+    finalize_model_grads too: under sequence parallelism a norm's grad is summed over the
+    group). The vocabulary is padded to a multiple of 32 x 2, tp 1's 64 (576). Starts Megatron's tp 2
+    run (without sequence parallelism: it does not run on a CPU); test_tensor_parallel_check
+    compares it."""
+    ck2 = os.path.join(tmp, "ckpt_tp2")
+    p = subprocess.run([os.path.join(BUILD, "bin", "convert_checkpoint"), "--model-type", "GPT",
+                        "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
+                        "--load-dir", ckpt, "--save-dir", ck2, "--target-tensor-parallel-size",
+                        "2", "--target-pipeline-parallel-size", "1"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, f"convert_checkpoint to tp 2 ({p.stdout[-300:]}{p.stderr[-300:]})")
+    args = common(tmp, ITERS) + ["--load", ck2, *LOAD, "--tensor-model-parallel-size", "2",
+                                 "--make-vocab-size-divisible-by", "32"]
+    ref1 = os.path.join(single, "iter_0000001", "rank_00000.dump")
+    for sp in ([], ["--sequence-parallel"]):
+        mine = os.path.join(tmp, "ours_tp2" + ("_sp" if sp else ""))
+        p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + args + sp +
+                           ["--dump-dir", mine, "--dump-iters", "1"],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"our tp 2 {sp} run ({(p.stdout + p.stderr)[-300:]})")
+        r0, r1 = (mcdump.read(os.path.join(mine, "iter_0000001", "rank_%05d.dump" % r))
+                  for r in (0, 1))
+        one = mcdump.read(ref1)
+        check(list(r0) == list(r1) and sorted(r0) == sorted(one) and
+              all(r0[k].shape == one[k].shape for k in one),
+              f"tp 2 {sp}: both ranks hold every tensor whole, with tp 1's names and shapes")
+        rc, out, err = compare(os.path.join(mine, "iter_0000001", "rank_00000.dump"), ref1)
+        print("tp 2 %s vs tp 1: %s" % (sp, last_line(out)))
+        check(rc == 0 and "within what fp32 explains" in last_line(out) and
+              " 0 of 411 " in last_line(out), f"tp 2 {sp} vs tp 1: every tensor within fp32 "
+              f"({[l for l in out.splitlines() if l.startswith('BEYOND')][:3]} {err})")
+    if not mcs.megatron_root():
+        return None
+    ref = os.path.join(tmp, "megatron_tp2")
+    return megatron_start("megatron_tp2", args, 29785, ["--dump-dir", ref, "--dump-iters", "1"],
+                          world=2), os.path.join(tmp, "ours_tp2"), ref
+
+
+def test_tensor_parallel_swiglu(tmp):
+    """A Llama-shaped model (SwiGLU: each rank's fc1 rows are [gate_r; up_r]; GQA; RMSNorm;
+    untied) at tp 2 with sequence parallelism, from its tp 1 checkpoint resharded: every point
+    of iteration 1 within fp32 of the tp 1 run's."""
+    args = llama(2) + ["--data-path", mcs.CORPUS_A, "--transformer-impl", "local"] + \
+        list(mcs.common(tmp, 1)) + ["--global-batch-size", "4"]
+    ck, ck2 = os.path.join(tmp, "llama_ckpt"), os.path.join(tmp, "llama_ckpt_tp2")
+    rc, out = ours(tmp, args + ["--save", ck, "--save-interval", "1"])
+    check(rc == 0, f"llama checkpoint saved ({out[-300:]})")
+    p = subprocess.run([os.path.join(BUILD, "bin", "convert_checkpoint"), "--model-type", "GPT",
+                        "--loader", "core", "--saver", "core", "--saver-transformer-impl", "local",
+                        "--load-dir", ck, "--save-dir", ck2, "--target-tensor-parallel-size", "2"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, f"llama checkpoint to tp 2 ({p.stdout[-300:]}{p.stderr[-300:]})")
+    one, two = os.path.join(tmp, "llama_tp1"), os.path.join(tmp, "llama_tp2_sp")
+    rc, out = ours(tmp, args + ["--load", ck, *LOAD, "--dump-dir", one])
+    check(rc == 0, f"llama tp 1 dump ({out[-300:]})")
+    p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + args +
+                       ["--load", ck2, *LOAD, "--dump-dir", two, "--tensor-model-parallel-size",
+                        "2", "--sequence-parallel", "--make-vocab-size-divisible-by", "32"],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"llama tp 2 dump ({(p.stdout + p.stderr)[-300:]})")
+    rc, out, err = compare(two, one)
+    print("llama tp 2 (sequence parallel) vs tp 1: " + last_line(out))
+    check(rc == 0 and "within what fp32 explains" in last_line(out) and "only in" not in out,
+          f"llama tp 2 vs tp 1: every tensor within fp32 "
+          f"({[l for l in out.splitlines() if l.startswith('BEYOND')][:3]} {err})")
+
+
+def test_tensor_parallel_check(tmp, run, mine, ref):
+    megatron_wait(tmp, run)
+    b = mcdump.read(os.path.join(ref, "iter_0000001", "rank_00001.dump"))
+    check(b["param.decoder.layers.0.self_attention.linear_qkv.weight"].shape == (48, 16) and
+          b["forward.output_layer.output"].shape[2] == 576,
+          "Megatron's tp 2 dump holds whole tensors (qkv [48, 16], logits over 576)")
+    rc, out, err = compare(mine, ref)
+    print("ours vs Megatron, tp 2: " + last_line(out))
+    check(rc == 0 and "within what fp32 explains" in last_line(out) and " 0 of 411 " in last_line(out),
+          f"ours vs Megatron, both tp 2: every tensor within fp32 ({last_line(out)} {err})")
+
+
 def test_tool_errors(tmp, good):
     """compare_dumps and the hook script on bad input: exit 2 (or a SystemExit) naming it."""
     data = open(good, "rb").read()
@@ -332,12 +415,10 @@ def test_option_errors(tmp):
                          "unknown point 'weights'")):
         rc, out = ours(tmp, base + extra)
         check(rc != 0 and want in out, f"{extra}: refused with {want!r} (rc {rc}: {out[-300:]})")
-    want = "--dump-dir with --tensor-model-parallel-size 2: not implemented yet"
-    p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + base + ["--dump-dir", tmp,
-                                                            "--tensor-model-parallel-size", "2"],
-                       capture_output=True, text=True, timeout=120)
-    check(p.returncode != 0 and want in p.stdout + p.stderr,
-          f"tp 2 refused with {want!r} (rc {p.returncode}: {(p.stdout + p.stderr)[-300:]})")
+    want = "--dump-dir with --use-distributed-optimizer: the"
+    rc, out = ours(tmp, base + ["--dump-dir", tmp, "--use-distributed-optimizer"])
+    check(rc != 0 and want in out, f"the distributed optimizer's grads refused with {want!r} "
+          f"(rc {rc}: {out[-300:]})")
     rc, out = ours(tmp, ["--help"])
     check("--dump-dir" in out and "--dump-points" in out, "--help lists the --dump-* options")
 
@@ -360,6 +441,8 @@ def main():
         test_option_errors(tmp)
         test_tool_errors(tmp, os.path.join(mine, "iter_0000001", "rank_00000.dump"))
         test_pipeline_layout(tmp)
+        tp2 = test_tensor_parallel(tmp, ckpt, mine)
+        test_tensor_parallel_swiglu(tmp)
         test_compare_loss_synthetic(tmp)
         if not mcs.megatron_root():
             print("Megatron-LM runs skipped: set MC_MEGATRON_ROOT (and MC_TORCH2_PYTHON) to run "
@@ -375,6 +458,7 @@ def main():
         test_dumps_line_up(tmp, ref, mine)
         test_perturbed(tmp, ref, ckpt, 29782)
         test_pipeline_megatron_check(tmp, *pp2)
+        test_tensor_parallel_check(tmp, *tp2)
         a, b = os.path.join(tmp, "ours.log"), os.path.join(tmp, "megatron.log")
         test_compare_loss_runs(tmp, a, b, expect_ok=True, png=os.path.join(tmp, "loss.png"))
         la = test_compare_loss_runs(tmp, tb, b, tb=True, expect_ok=True)
