@@ -309,7 +309,8 @@ def test_tensor_parallel(tmp, ckpt, single):
 def test_tensor_parallel_swiglu(tmp):
     """A Llama-shaped model (SwiGLU: each rank's fc1 rows are [gate_r; up_r]; GQA; RMSNorm;
     untied) at tp 2 with sequence parallelism, from its tp 1 checkpoint resharded: every point
-    of iteration 1 within fp32 of the tp 1 run's."""
+    of iteration 1 within fp32 of the tp 1 run's; --dump-ranks 1: rank 0 gathers with rank 1
+    but writes nothing."""
     args = llama(2) + ["--data-path", mcs.CORPUS_A, "--transformer-impl", "local"] + \
         list(mcs.common(tmp, 1)) + ["--global-batch-size", "4"]
     ck, ck2 = os.path.join(tmp, "llama_ckpt"), os.path.join(tmp, "llama_ckpt_tp2")
@@ -325,9 +326,12 @@ def test_tensor_parallel_swiglu(tmp):
     check(rc == 0, f"llama tp 1 dump ({out[-300:]})")
     p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + args +
                        ["--load", ck2, *LOAD, "--dump-dir", two, "--tensor-model-parallel-size",
-                        "2", "--sequence-parallel", "--make-vocab-size-divisible-by", "32"],
+                        "2", "--sequence-parallel", "--make-vocab-size-divisible-by", "32",
+                        "--dump-ranks", "1"],
                        capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"llama tp 2 dump ({(p.stdout + p.stderr)[-300:]})")
+    files = sorted(os.listdir(os.path.join(two, "iter_0000001")))
+    check(files == ["rank_00001.dump"], f"--dump-ranks 1: rank 1 alone writes ({files})")
     rc, out, err = compare(two, one)
     print("llama tp 2 (sequence parallel) vs tp 1: " + last_line(out))
     check(rc == 0 and "within what fp32 explains" in last_line(out) and "only in" not in out,
