@@ -239,8 +239,9 @@ static mc_status record_whole(struct trainer *t, const mc_gpt_model *m, enum mc_
 /* The recorded forward and backward activations of this step whole (the rest is recorded
  * whole already): under --sequence-parallel every [s/tp, b, h] point gathered along the
  * sequence, and the logits [s, b, V/tp] along the vocabulary. Every rank of the group recorded
- * the same names in the same order (the same code ran); a rank whose recording failed makes
- * all of them skip the gathers (agreed first), and its close reports the failure. */
+ * the same names in the same order (the same code ran). A rank whose recording failed makes
+ * all of them skip the gathers (agreed first): its close reports its failure, the others fail
+ * with this one rather than write shards under whole names. */
 static mc_status gather_activations(struct trainer *t)
 {
     int tp = t->par.ps.tp;
@@ -248,8 +249,11 @@ static mc_status gather_activations(struct trainer *t)
     float ok = d ? 0.0f : 1.0f;
     mc_status st = mc_comm_all_reduce(t->par.ps.group[MC_PS_TP].comm, &ok, 1, MC_DTYPE_F32,
                                       MC_COMM_MAX, "dump: recording state");
-    if (st || ok != 0.0f)
+    if (st || !d)
         return st;
+    if (ok != 0.0f)
+        return mc_error(MC_ERR_INTERNAL, "dump: the recording of another tensor-parallel rank "
+                        "failed (its message says why); this rank's is dropped");
     bool sp = mc_gpt_model_config(t->m.chunks[0])->sequence_parallel;
     mc_dump *out;
     if ((st = mc_dump_init(&out)))
