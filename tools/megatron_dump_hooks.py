@@ -224,7 +224,12 @@ def _main_params(optimizer, names):
     """name -> (model param, main param the optimizer steps)."""
     out = {}
     for o in _optimizers(optimizer):
-        if hasattr(o, 'float16_groups'):  # Float16OptimizerWithFloat16Params
+        if hasattr(o, 'model_fp32_groups'):  # DistributedOptimizer: its param_groups hold
+            for g in o.model_fp32_groups:    # shards; fp32 model params are their own mains
+                for p in g:
+                    if id(p) in names:
+                        out[names[id(p)][0]] = (p, p)
+        elif hasattr(o, 'float16_groups'):  # Float16OptimizerWithFloat16Params
             for mg, fg in zip(o.float16_groups, o.fp32_from_float16_groups):
                 for mp, fp in zip(mg, fg):
                     if id(mp) in names:
@@ -363,6 +368,11 @@ def check_layout(margs):
     if '--use-distributed-optimizer' in margs and _S['points'] & {'grads', 'optimizer'}:
         raise SystemExit('megatron_dump_hooks: the grads and optimizer points are not '
                          'implemented with --use-distributed-optimizer')
+    if ('--use-distributed-optimizer' in margs and 'params' in _S['points'] and
+            ('--bf16' in margs or '--fp16' in margs)):
+        raise SystemExit('megatron_dump_hooks: the params point with --use-distributed-optimizer '
+                         'and --bf16/--fp16 is not implemented (the fp32 main parameters are '
+                         'sharded over the data-parallel group)')
 
 
 def main(argv):

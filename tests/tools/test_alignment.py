@@ -351,6 +351,28 @@ def test_tensor_parallel_check(tmp, run, mine, ref):
           f"ours vs Megatron, both tp 2: every tensor within fp32 ({last_line(out)} {err})")
 
 
+def test_distributed_optimizer(tmp, ckpt):
+    """--use-distributed-optimizer: the params, forward and loss points (grads and optimizer are
+    refused on both sides). Its param_groups hold shards, not the model's parameters: the hook
+    script takes the fp32 model parameters themselves. Starts Megatron's run; ours runs here."""
+    args = common(tmp, ITERS) + ["--load", ckpt, *LOAD, "--use-distributed-optimizer"]
+    hooks = ["--dump-dir", os.path.join(tmp, "megatron_distopt"), "--dump-points",
+             "params,forward,loss"]
+    mine = os.path.join(tmp, "ours_distopt")
+    rc, out = ours(tmp, args + hooks[2:] + ["--dump-dir", mine])
+    check(rc == 0, f"our distributed-optimizer run ({out[-300:]})")
+    return megatron_start("megatron_distopt", args, 29786, hooks), mine, hooks[1]
+
+
+def test_distributed_optimizer_check(tmp, run, mine, ref):
+    megatron_wait(tmp, run)
+    rc, out, err = compare(mine, ref)
+    n = len(mcdump.read(os.path.join(mine, "iter_0000001", "rank_00000.dump")))
+    print("ours vs Megatron, distributed optimizer: " + last_line(out))
+    check(rc == 0 and "only in" not in out and f" 0 of {n} " in last_line(out),
+          f"distributed optimizer: the parameters on both sides, within fp32 ({last_line(out)})")
+
+
 def test_tool_errors(tmp, good):
     """compare_dumps and the hook script on bad input: exit 2 (or a SystemExit) naming it."""
     data = open(good, "rb").read()
@@ -458,11 +480,13 @@ def main():
         run = megatron_start("megatron", common(tmp, ITERS) + ["--load", ckpt, *LOAD], 29781,
                              hooks=["--dump-dir", ref, "--dump-iters", "1-2"])
         pp2 = test_pipeline_megatron(tmp, ckpt)
+        distopt = test_distributed_optimizer(tmp, ckpt)
         megatron_wait(tmp, run)
         test_dumps_line_up(tmp, ref, mine)
         test_perturbed(tmp, ref, ckpt, 29782)
         test_pipeline_megatron_check(tmp, *pp2)
         test_tensor_parallel_check(tmp, *tp2)
+        test_distributed_optimizer_check(tmp, *distopt)
         a, b = os.path.join(tmp, "ours.log"), os.path.join(tmp, "megatron.log")
         test_compare_loss_runs(tmp, a, b, expect_ok=True, png=os.path.join(tmp, "loss.png"))
         la = test_compare_loss_runs(tmp, tb, b, tb=True, expect_ok=True)
