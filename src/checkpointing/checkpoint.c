@@ -1324,6 +1324,10 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
                                                              : MC_SD_TE;
         st = ch[c].perm ? param_order(ch[c].m, scheme, ch[c].perm) : MC_ERR_NOMEM;
     }
+    const struct mc_pk *type = mc_pk_get(o, "param_state_sharding_type");
+    if (!st && model_space && type && type->kind == MC_PK_STR && l->log)
+        fprintf(l->log, "INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed "
+                "optimizer sharded state of type %s\n", type->s);
     if (!st)
         st = !model_space ? mc_ckpt_distopt_load(ch, nc, path)
              : dp_zero(o)   ? mc_ckpt_distopt_load_state(ch, nc, model_space, l->path)
@@ -1727,11 +1731,59 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
     return MC_OK;
 }
 
+/* load_checkpoint's torch_dist branch before it loads: at another (TP, PP) than the saving run's
+ * Megatron says the RNG and rerun states are ignored, and refuses a distributed optimizer state
+ * of sharding type 'dp_zero_gather_scatter' (its buffers are the saving layout's). The encoder
+ * sizes are 0 (no encoder here; absent from a saved args: getattr's default). */
+static mc_status dist_layout(const struct mc_ckpt_state *s, FILE *log, const char *iter_dir)
+{
+    char path[4200], msg[256];
+    snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
+    mc_pk_doc *d;
+    struct mc_pk *c;
+    mc_status st = mc_pk_doc_init(&d);
+    if (st || (st = mc_torch_load(d, path, &c))) { /* mc_dist_ckpt_read reports it */
+        if (!st)
+            mc_pk_doc_free(d);
+        return MC_OK;
+    }
+    const struct mc_pk *ck = mc_pk_is_map(c) ? mc_pk_get(c, "args") : NULL;
+    const struct mc_pk *type = mc_pk_get(mc_pk_is_map(c) ? mc_pk_get(c, "optimizer") : NULL,
+                                         "param_state_sharding_type");
+    int tp, pp;
+    double etp = 0, epp = 0;
+    saved_layout(ck, &tp, &pp);
+    if (!mc_pk_number(mc_pk_get(ck, "encoder_tensor_model_parallel_size"), &etp))
+        etp = 0;
+    if (!mc_pk_number(mc_pk_get(ck, "encoder_pipeline_model_parallel_size"), &epp))
+        epp = 0;
+    bool dp_zero_state = type && type->kind == MC_PK_STR && !strcmp(type->s, "dp_zero_gather_scatter");
+    mc_pk_doc_free(d);
+    if (!ck || (tp == tp_size(s) && pp == pp_size(s) && etp == 0 && epp == 0))
+        return MC_OK;
+    snprintf(msg, sizeof(msg), "(TP, PP, encoder TP, encoder PP) mismatch after resume ((%d, %d, 0, 0) "
+             "vs (%d, %d, %lld, %lld) from checkpoint)", tp_size(s), pp_size(s), tp, pp,
+             (long long)etp, (long long)epp);
+    if (log)
+        fprintf(log, "%s: RNG state will be ignored\n", msg);
+    if (s->distopt && dp_zero_state && s->opts.load_optim && !s->opts.finetune)
+        return mc_error(MC_ERR_CONFIG, "%s: %s: not supported for DistributedOptimizer with sharding "
+                        "type dp_zero_gather_scatter. Please use `--ckpt-fully-parallel-save` flag "
+                        "during checkpoint saving. (Add --no-load-optim to load only the weights at "
+                        "this layout.)", iter_dir, msg);
+    if (log)
+        fprintf(log, "%s: Rerun state will be ignored\n", msg);
+    return MC_OK;
+}
+
 /* A torch_dist checkpoint (any layout): this rank's state dict from dist_checkpoint.c, then the
  * same loading as the torch format's. */
 static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
                            int64_t iteration, bool release)
 {
+    mc_status lst = release ? MC_OK : dist_layout(s, log, iter_dir);
+    if (lst)
+        return lst;
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

@@ -735,14 +735,9 @@ static mc_status dp_zero_state(mc_pk_doc *d, struct reader *r, const struct mc_c
 {
     const struct mc_gpt_config *mc = mc_gpt_model_config(s->model);
     int64_t tp = mc->tensor_model_parallel_size > 1 ? mc->tensor_model_parallel_size : 1;
-    int64_t pp = mc->pipeline_model_parallel_size > 1 ? mc->pipeline_model_parallel_size : 1;
-    if (tp != r->saved_tp || pp != r->saved_pp)
-        return mc_error(MC_ERR_CONFIG, "%s: (TP, PP, encoder TP, encoder PP) mismatch after resume "
-                        "((%lld, %lld, 0, 0) vs (%lld, %lld, 0, 0) from checkpoint): not supported for "
-                        "DistributedOptimizer with sharding type dp_zero_gather_scatter. Please use "
-                        "`--ckpt-fully-parallel-save` flag during checkpoint saving. (Add "
-                        "--no-load-optim to load only the weights at this layout.)", r->dir,
-                        (long long)tp, (long long)pp, (long long)r->saved_tp, (long long)r->saved_pp);
+    if (tp != r->saved_tp || (mc->pipeline_model_parallel_size > 1 ? mc->pipeline_model_parallel_size : 1) != r->saved_pp)
+        return mc_error(MC_ERR_INTERNAL, "%s: dp_zero_gather_scatter state at another layout "
+                        "(checkpoint.c refuses it first)", r->dir);
     char key[160];
     long group = (long)(s->pp_rank * tp + s->tp_rank);
     struct mc_pk *opt, *scaler, *state, *o = mc_pk_new(d, MC_PK_DICT);
@@ -933,6 +928,10 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
     if (load && s->distopt) {
         struct mc_pk *o = NULL;
         st = distopt_state(d, r, s, copt, &o);
+        /* the sharding type for the loader's log line (Megatron's load_state_dict logs it) */
+        const struct mc_pk *type = mc_pk_get(copt, "param_state_sharding_type");
+        if (!st && type && !mc_pk_get(o, "param_state_sharding_type"))
+            st = mc_pk_set(d, o, "param_state_sharding_type", (struct mc_pk *)type);
         st = st ? st : mc_pk_set(d, sd, "optimizer", o);
     } else if (load && s->opt && mc_pk_get(copt, "param_state_sharding_type")) {
         st = distopt_saved(r);

@@ -59,11 +59,22 @@ def megatron_at(case, save, extra, port, gold_log, tmp):
     return mcs.train_lines(out), "live"
 
 
-def ours_at(case, save, extra, tmp):
+MISMATCH = "mismatch after resume"
+
+
+def ours_at(case, save, extra, tmp, gold_log):
+    """Our training lines after loading `save` at `case`'s layout; our lines saying what is
+    ignored at another layout (and the loading line) as Megatron's, in its order."""
     r = mcs.run_ours(case, tmp, DIST + PAD + ("--load", save, "--ckpt-step", "3") + tuple(extra))
     mine = mcs.train_lines(r.stdout)
     check(r.returncode == 0 and sorted(mine) == [4, 5, 6], f"ours loading {save} at {case}: {r.stderr[-600:]}")
-    check(" loading distributed checkpoint from %s at iteration 3" % save in r.stdout, "Megatron's loading line")
+    want = [l for l in open(gold_log).read().splitlines() if MISMATCH in l]
+    got = [l for l in r.stdout.splitlines() if MISMATCH in l or l.startswith(" loading distributed checkpoint")]
+    check(len(want) == 2 and got == want + [" loading distributed checkpoint from %s at iteration 3" % save],
+          f"{case}: Megatron's lines before loading: {got} vs {want}")
+    if "--use-distributed-optimizer" in extra:
+        check("INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type "
+              "fully_sharded_model_space" in r.stdout, "Megatron's 'Loading distributed optimizer' line")
     return mine
 
 
@@ -91,13 +102,15 @@ def main():
             if not os.path.exists(save):
                 shutil.copytree(os.path.join(gold, "save"), save)
             theirs, how = megatron_at(case, save, extra, port, os.path.join(gold, log), tmp)
-            compare(f"Megatron's tp2 x pp2 save at {tag}", ours_at(case, save, extra, tmp), theirs, how)
+            mine = ours_at(case, save, extra, tmp, os.path.join(gold, log))
+            compare(f"Megatron's tp2 x pp2 save at {tag}", mine, theirs, how)
         # our tp2 x pp2 save, loaded at tp1 by Megatron and by us
         ours_save = os.path.join(tmp, "ours_tp2pp2")
         r = mcs.run_ours("gpt_tp2pp2", tmp, ("--ckpt-format", "torch_dist", "--save", ours_save, "--save-interval", "3"))
         check(r.returncode == 0, f"our tp2 x pp2 save: {r.stderr[-600:]}")
-        theirs, how = megatron_at("gpt_tp1", ours_save, (), 29967, os.path.join(TP2PP2, "megatron_at_tp1_loads_ours_log.txt"), tmp)
-        compare("our tp2 x pp2 save at tp1", ours_at("gpt_tp1", ours_save, (), tmp), theirs, how)
+        gold_log = os.path.join(TP2PP2, "megatron_at_tp1_loads_ours_log.txt")
+        theirs, how = megatron_at("gpt_tp1", ours_save, (), 29967, gold_log, tmp)
+        compare("our tp2 x pp2 save at tp1", ours_at("gpt_tp1", ours_save, (), tmp, gold_log), theirs, how)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary("test_dist_ckpt_relayout")
