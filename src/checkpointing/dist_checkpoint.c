@@ -663,15 +663,6 @@ static bool saved_step(const struct mc_pk *groups, const struct mc_pk *torch_opt
     return true;
 }
 
-/* For a --use-distributed-optimizer run: DistributedOptimizer.state_dict()'s form with the
- * parameter state in model space, as checkpoint.c's load_distopt takes it:
- *   {'optimizer': {'param_groups': [... each with 'step']}, 'grad_scaler' (if saved),
- *    'param_state': {gi: {'exp_avg', 'exp_avg_sq' | 'momentum_buffer', ['fp32_param']}}}
- * gi the parameter's index over the model chunks, each tensor this rank's whole (tensor-
- * parallel) parameter; the loader keeps its data-parallel shard. Read from the distributed
- * optimizer's flattened state ('fully_sharded_model_space', any data-parallel size) or the
- * ordinary optimizer's (then fp32_param only with --bf16/--fp16: fp32 main params are the
- * model's weights). */
 /* The value of sharded object `fqn` (torch.save of [value] in a .distcp file), read into the
  * doc (the bytes are copied: the file mappings close before the state dict is used). NULL
  * *out when the checkpoint has no such object and !required. */
@@ -762,6 +753,15 @@ static mc_status dp_zero_state(mc_pk_doc *d, struct reader *r, const struct mc_c
     return st;
 }
 
+/* For a --use-distributed-optimizer run: DistributedOptimizer.state_dict()'s form with the
+ * parameter state in model space, as checkpoint.c's load_distopt takes it:
+ *   {'optimizer': {'param_groups': [... each with 'step']}, 'grad_scaler' (if saved),
+ *    'param_state': {gi: {'exp_avg', 'exp_avg_sq' | 'momentum_buffer', ['fp32_param']}}}
+ * gi the parameter's index over the model chunks, each tensor this rank's whole (tensor-
+ * parallel) parameter; the loader keeps its data-parallel shard. Read from the distributed
+ * optimizer's flattened state ('fully_sharded_model_space', any data-parallel size) or the
+ * ordinary optimizer's (then fp32_param only with --bf16/--fp16: fp32 main params are the
+ * model's weights). */
 static mc_status distopt_state(mc_pk_doc *d, struct reader *r, const struct mc_ckpt_state *s,
                                const struct mc_pk *copt, struct mc_pk **out)
 {

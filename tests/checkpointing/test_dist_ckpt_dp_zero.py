@@ -11,6 +11,9 @@ sharded_param_state_dp_zero), GPT-2 style, dp2, fp32:
   places); common.pt's optimizer {'param_state_sharding_type': 'dp_zero_gather_scatter'} and
   args.ckpt_fully_parallel_save False (which Megatron's loader reads the sharding type from);
   Megatron's 'Storing distributed optimizer sharded state of type dp_zero_gather_scatter' line;
+  and the keys, file places and common.pt of Megatron's tp2 x dp2 (dp_group_idx_0 and _1) and
+  --fp16 (grad_scaler object) saves (layout_tp2dp2/, layout_fp16/: .metadata and common.pt);
+- a missing object and a truncated data file: errors naming them;
 - ours resumes from Megatron's save at dp2 and dp1 with Megatron's own next losses
   (megatron_train.json) within 1e-5 relative;
 - ours resumes from our save at dp2, dp1 and dp4 with the uninterrupted run's losses (1e-6);
@@ -102,6 +105,43 @@ def check_layout(save, tmp):
     print("layout as Megatron's save:", out.replace("\n", "; "))
 
 
+# .metadata and common.pt of Megatron's saves of two more cases (3 iterations, layout only):
+# tp2 x dp2 (two model-parallel groups, dp_group_idx_0 and _1, in __0_* and __1_*) and --fp16
+# (a grad_scaler object; the buffers keyed (torch.float16, torch.float32))
+LAYOUT_CASES = {
+    "tp2dp2": ("gpt_tp2dp2", ()),
+    "fp16": ("gpt_dp2", ("--fp16", "--no-masked-softmax-fusion", "--loss-scale", "4096")),
+}
+mcs.ALL_CASES.setdefault("gpt_tp2dp2", (4, mcs.GPT2 + ("--tensor-model-parallel-size", "2"), ("--data-path", mcs.CORPUS_A)))
+TORCH2_KEYS = TORCH2_LAYOUT.split("ours, theirs =")[0].replace(
+    'raw = open(d + "/" + v.relative_path, "rb").read()[v.offset:v.offset + v.length]', 'pass').replace(
+    'objs[k.fqn] = torch.load(io.BytesIO(raw), weights_only=False)', 'pass') + r'''
+ours, theirs = load(sys.argv[1]), load(sys.argv[2])
+bad = [k for k in set(ours[0]) | set(theirs[0]) if ours[0].get(k) != theirs[0].get(k)]
+print("keys", len(ours[0]), "differ", sorted(bad)[:5], "files", ours[1] == theirs[1], "common", ours[3] == theirs[3],
+      sorted(ours[1]))
+'''
+
+
+def check_more_layouts(tmp):
+    py = mcs.megatron_python(torch2=True)
+    if not py:
+        print("tp2 x dp2 and fp16 layouts skipped (no torch 2 python)")
+        return
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
+    for tag, (case, extra) in LAYOUT_CASES.items():
+        save = os.path.join(tmp, f"layout_{tag}")
+        r = mcs.run_ours(case, tmp, DIST + DISTOPT + NOFPS + LOCAL + extra + ("--save", save, "--save-interval", "3"),
+                         iters=3)
+        check(r.returncode == 0, f"{tag}: our save: {r.stderr[-400:]}")
+        r = subprocess.run([py, "-W", "ignore", "-c", "import torch_stubs; torch_stubs.install(); exec(%r)" % TORCH2_KEYS,
+                            os.path.join(save, "iter_0000003"), os.path.join(GOLD, f"layout_{tag}")],
+                           capture_output=True, text=True, timeout=300, env=env)
+        check(r.returncode == 0 and "differ [] files True common True" in r.stdout,
+              f"{tag}: layout as Megatron's: {r.stdout} {r.stderr[-600:]}")
+        print(f"{tag}: layout as Megatron's save:", r.stdout.strip())
+
+
 def megatron_continues(save, ours, tmp):
     py = mcs.megatron_python(torch2=True)
     if mcs.megatron_root() and py:
@@ -142,6 +182,7 @@ def main():
         check(sorted(n for n in os.listdir(it3) if n.endswith(".distcp")) == ["__0_0.distcp", "__0_1.distcp"],
               f"data-parallel rank 0 alone writes: {sorted(os.listdir(it3))}")
         check_layout(save, tmp)
+        check_more_layouts(tmp)
         # ours from Megatron's save: Megatron's own next losses
         theirs = {t["iteration"]: t["loss"]["lm loss"]
                   for t in json.load(open(os.path.join(GOLD, "megatron_train.json")))["train"]}
@@ -149,6 +190,24 @@ def main():
         shutil.copytree(os.path.join(GOLD, "save"), gold)
         for n in (2, 1):
             resume(f"gpt_dp{n}", gold, theirs, tmp, f"Megatron's dp2 dp_zero_gather_scatter save at dp{n}", 1e-5)
+        # broken input: the object missing from .metadata, a truncated data file
+        bad = os.path.join(tmp, "noobject")
+        shutil.copytree(gold, bad)
+        m = os.path.join(bad, "iter_0000003", ".metadata")
+        data = open(m, "rb").read()
+        check(data.count(b"param_state/shard_0_1") == 2, ".metadata names the param_state object")
+        open(m, "wb").write(data.replace(b"param_state/shard_0_1", b"param_statX/shard_0_1"))
+        r = mcs.run_ours("gpt_dp2", tmp, DIST + DISTOPT + ("--load", bad, "--ckpt-step", "3"), timeout=120)
+        check(r.returncode != 0 and "no sharded object optimizer.distributed.dp_group_idx_0.param_state/shard_0_1"
+              in r.stderr, f"a missing param_state object is named: {r.stderr[-400:]}")
+        bad = os.path.join(tmp, "truncated")
+        shutil.copytree(gold, bad)
+        f = os.path.join(bad, "iter_0000003", "__0_1.distcp")
+        with open(f, "r+b") as fh:
+            fh.truncate(os.path.getsize(f) // 2)
+        r = mcs.run_ours("gpt_dp2", tmp, DIST + DISTOPT + ("--load", bad, "--ckpt-step", "3"), timeout=120)
+        check(r.returncode != 0 and "__0_1.distcp" in r.stderr and "outside the file" in r.stderr,
+              f"a truncated data file is named: {r.stderr[-400:]}")
         # ours from ours, over other data-parallel sizes
         lo = losses(ours)
         for n in (2, 1, 4):
