@@ -836,8 +836,14 @@ static mc_status distopt_state(mc_pk_doc *d, struct reader *r, const struct mc_c
 
 /* A distributed optimizer's state read by the ordinary optimizer: Megatron core_v0.12.1 fails
  * in its load planner (the optimizer.state tensors are stored flattened), and so do we. */
-static mc_status distopt_saved(const struct reader *r)
+static mc_status distopt_saved(const struct reader *r, const struct mc_pk *type)
 {
+    if (type && type->kind == MC_PK_STR && !strcmp(type->s, "dp_zero_gather_scatter"))
+        return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with "
+                        "--use-distributed-optimizer --no-ckpt-fully-parallel-save (sharding type "
+                        "'dp_zero_gather_scatter': no optimizer.state tensors, which the ordinary "
+                        "optimizer loads); add --use-distributed-optimizer to load it, or "
+                        "--no-load-optim", r->dir);
     return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with --use-distributed-optimizer "
                     "(flattened, 'fully_sharded_model_space'), which the ordinary optimizer does not "
                     "load (Megatron: CheckpointingException: Global shape mismatch for loaded ... and "
@@ -934,7 +940,7 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
             st = mc_pk_set(d, o, "param_state_sharding_type", (struct mc_pk *)type);
         st = st ? st : mc_pk_set(d, sd, "optimizer", o);
     } else if (load && s->opt && mc_pk_get(copt, "param_state_sharding_type")) {
-        st = distopt_saved(r);
+        st = distopt_saved(r, mc_pk_get(copt, "param_state_sharding_type"));
     } else if (load && s->opt) {
         struct mc_pk *o;
         st = mc_pk_get(copt, "optimizer") ? float16_dict(d, r, s, copt, &o) : optimizer_dict(d, r, s, copt, &o);

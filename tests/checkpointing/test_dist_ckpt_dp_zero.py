@@ -221,6 +221,10 @@ def main():
         resume("gpt_dp2", te, lo, tmp, "our transformer_engine-impl dp_zero_gather_scatter save at dp2 (local impl)",
                1e-6, LOCAL)
         resume("gpt_dp1", te, lo, tmp, "our transformer_engine-impl dp_zero_gather_scatter save at dp1", 1e-6)
+        # the ordinary optimizer: refused, naming the option that loads it
+        r = mcs.run_ours("gpt_dp1", tmp, DIST + ("--load", save, "--ckpt-step", "3"), timeout=120)
+        check(r.returncode != 0 and "'dp_zero_gather_scatter'" in r.stderr and "add --use-distributed-optimizer"
+              in r.stderr, f"the ordinary optimizer refuses it: {r.stderr[-400:]}")
         # another tensor-parallel layout: Megatron's refusal; the weights alone load
         r = mcs.run_ours("gpt_tp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3",
                                                            "--make-vocab-size-divisible-by", "32"), timeout=120)
