@@ -696,6 +696,37 @@ static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, b
     return st;
 }
 
+struct mc_pk *mc_ckpt_distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s)
+{
+    return distopt_dict(d, s);
+}
+
+mc_status mc_ckpt_distopt_gather_state(const struct mc_ckpt_state *s, mc_pk_doc *d, bool writer,
+                                       struct mc_pk **out)
+{
+    int nc = n_chunks(s);
+    struct mc_ckpt_distopt_chunk ch[MC_CKPT_MAX_CHUNKS];
+    mc_status st = MC_OK;
+    if (nc > MC_CKPT_MAX_CHUNKS)
+        return mc_error(MC_ERR_UNSUPPORTED, "--save: %d model chunks; the distributed optimizer's "
+                        "state is gathered for at most %d", nc, MC_CKPT_MAX_CHUNKS);
+    memset(ch, 0, sizeof(ch));
+    for (int c = 0; c < nc && !st; c++) {
+        ch[c].o = chunk_distopt(s, c);
+        ch[c].m = chunk(s, c);
+        ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
+        ch[c].param_dtype = s->params_dtype;
+        ch[c].grad_dtype = s->grad_dtype;
+        st = ch[c].perm ? param_order(ch[c].m, save_scheme(&s->opts), ch[c].perm) : MC_ERR_NOMEM;
+    }
+    /* the gather joins even after a failure here (d NULL): the other ranks wait in it */
+    mc_status gst = mc_ckpt_distopt_gather(ch, nc, st ? NULL : d, s->opts.dir, writer, out);
+    st = st ? st : gst;
+    for (int c = 0; c < nc; c++)
+        mc_free(ch[c].perm);
+    return st;
+}
+
 /* This rank's files: model_optim_rng.pt (writer only) and distrib_optim.pt (gathered over the
  * data-parallel group by every rank, written by the writer). */
 static mc_status write_files(const struct mc_ckpt_state *s, const char *dir, bool writer)
@@ -807,6 +838,11 @@ static struct mc_pk *float16_common(mc_pk_doc *d, const struct mc_ckpt_state *s,
  * sharding type. */
 static struct mc_pk *distopt_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
 {
+    if (!s->opts.fully_parallel_save) { /* 'dp_zero_gather_scatter': the rest is sharded objects */
+        struct mc_pk *z = mc_pk_new(d, MC_PK_DICT);
+        return z && !mc_pk_set(d, z, "param_state_sharding_type", mc_pk_str(d, "dp_zero_gather_scatter"))
+                   ? z : NULL;
+    }
     struct mc_pk *o = distopt_dict(d, s), *ps = mc_pk_new(d, MC_PK_DICT);
     struct mc_distopt_shard sh;
     mc_distopt_shard(s->distopt, &sh);
@@ -932,7 +968,8 @@ mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
         fprintf(log, "saving checkpoint at iteration %7lld to %s in %s format\n",
                 (long long)s->iteration, dir, s->opts.save_dist ? "torch_dist" : "torch");
     if (log && s->opts.save_dist && s->distopt)
-        fprintf(log, "Storing distributed optimizer sharded state of type fully_sharded_model_space\n");
+        fprintf(log, "Storing distributed optimizer sharded state of type %s\n",
+                s->opts.fully_parallel_save ? "fully_sharded_model_space" : "dp_zero_gather_scatter");
     mc_status st = s->opts.save_dist ? save_dist(s) : write_files(s, dir, one || s->writer);
     /* every rank gets here, so a failed write cannot leave the others waiting */
     bool owner = one || s->write_tracker; /* writes the tracker, so cleans up after a failure */
@@ -957,6 +994,7 @@ struct loader {
     FILE *log;
     enum mc_sd_scheme scheme; /* the names the checkpoint's model uses */
     const char *saved_precision; /* "--bf16", "--fp16" or "fp32", from the saved args */
+    bool saved_local;            /* the saved args' --transformer-impl local */
 };
 
 /* The precision of a run or a checkpoint as its options name it. */
@@ -1221,6 +1259,14 @@ static mc_status load_scaler(const struct loader *l, const struct mc_pk *o, cons
     return MC_OK;
 }
 
+/* A torch_dist state of sharding type 'dp_zero_gather_scatter' (dist_checkpoint.c): its
+ * param_state is the gathered buffers, as distrib_optim.pt holds them. */
+static bool dp_zero(const struct mc_pk *o)
+{
+    const struct mc_pk *t = mc_pk_get(o, "param_state_sharding_type");
+    return t && t->kind == MC_PK_STR && !strcmp(t->s, "dp_zero_gather_scatter");
+}
+
 /* DistributedOptimizer.load_state_dict + load_parameter_state: the step from param_groups,
  * the moments (and params) from distrib_optim.pt beside model_optim_rng.pt. */
 static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
@@ -1271,10 +1317,21 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
         ch[c].param_dtype = l->s->params_dtype;
         ch[c].grad_dtype = l->s->grad_dtype;
-        st = ch[c].perm ? param_order(ch[c].m, l->scheme, ch[c].perm) : MC_ERR_NOMEM;
+        /* the gathered buffers follow the saving model's named_parameters(): a torch_dist
+         * model's names do not tell the transformer impl (norms fused or not), its args do */
+        enum mc_sd_scheme scheme = !model_space || !dp_zero(o) ? l->scheme
+                                   : l->saved_local          ? MC_SD_LOCAL
+                                                             : MC_SD_TE;
+        st = ch[c].perm ? param_order(ch[c].m, scheme, ch[c].perm) : MC_ERR_NOMEM;
     }
+    const struct mc_pk *type = mc_pk_get(o, "param_state_sharding_type");
+    if (!st && model_space && type && type->kind == MC_PK_STR && l->log)
+        fprintf(l->log, "INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed "
+                "optimizer sharded state of type %s\n", type->s);
     if (!st)
-        st = model_space ? mc_ckpt_distopt_load_model_space(ch, nc, model_space) : mc_ckpt_distopt_load(ch, nc, path);
+        st = !model_space ? mc_ckpt_distopt_load(ch, nc, path)
+             : dp_zero(o)   ? mc_ckpt_distopt_load_state(ch, nc, model_space, l->path)
+                            : mc_ckpt_distopt_load_model_space(ch, nc, model_space);
     for (int c = 0; c < nc; c++)
         mc_free(ch[c].perm);
     return st;
@@ -1595,6 +1652,8 @@ static mc_status load_state(struct loader *l, const struct mc_pk *sd, bool relea
     const struct mc_pk *ck = mc_pk_get(sd, "args");
     mc_status st;
     l->saved_precision = saved_precision(ck);
+    const struct mc_pk *impl = mc_pk_get(ck, "transformer_impl");
+    l->saved_local = impl && impl->kind == MC_PK_STR && !strcmp(impl->s, "local");
     if (ck && !finetune) {
         if (s->opts.load_args && (st = s->opts.load_args(s->opts.args_ctx, ck, l->path)))
             return st;
@@ -1672,11 +1731,59 @@ static mc_status explain_missing(const struct mc_ckpt_state *s, const char *dir,
     return MC_OK;
 }
 
+/* load_checkpoint's torch_dist branch before it loads: at another (TP, PP) than the saving run's
+ * Megatron says the RNG and rerun states are ignored, and refuses a distributed optimizer state
+ * of sharding type 'dp_zero_gather_scatter' (its buffers are the saving layout's). The encoder
+ * sizes are 0 (no encoder here; absent from a saved args: getattr's default). */
+static mc_status dist_layout(const struct mc_ckpt_state *s, FILE *log, const char *iter_dir)
+{
+    char path[4200], msg[256];
+    snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
+    mc_pk_doc *d;
+    struct mc_pk *c;
+    mc_status st = mc_pk_doc_init(&d);
+    if (st || (st = mc_torch_load(d, path, &c))) { /* mc_dist_ckpt_read reports it */
+        if (!st)
+            mc_pk_doc_free(d);
+        return MC_OK;
+    }
+    const struct mc_pk *ck = mc_pk_is_map(c) ? mc_pk_get(c, "args") : NULL;
+    const struct mc_pk *type = mc_pk_get(mc_pk_is_map(c) ? mc_pk_get(c, "optimizer") : NULL,
+                                         "param_state_sharding_type");
+    int tp, pp;
+    double etp = 0, epp = 0;
+    saved_layout(ck, &tp, &pp);
+    if (!mc_pk_number(mc_pk_get(ck, "encoder_tensor_model_parallel_size"), &etp))
+        etp = 0;
+    if (!mc_pk_number(mc_pk_get(ck, "encoder_pipeline_model_parallel_size"), &epp))
+        epp = 0;
+    bool dp_zero_state = type && type->kind == MC_PK_STR && !strcmp(type->s, "dp_zero_gather_scatter");
+    mc_pk_doc_free(d);
+    if (!ck || (tp == tp_size(s) && pp == pp_size(s) && etp == 0 && epp == 0))
+        return MC_OK;
+    snprintf(msg, sizeof(msg), "(TP, PP, encoder TP, encoder PP) mismatch after resume ((%d, %d, 0, 0) "
+             "vs (%d, %d, %lld, %lld) from checkpoint)", tp_size(s), pp_size(s), tp, pp,
+             (long long)etp, (long long)epp);
+    if (log)
+        fprintf(log, "%s: RNG state will be ignored\n", msg);
+    if (s->distopt && dp_zero_state && s->opts.load_optim && !s->opts.finetune)
+        return mc_error(MC_ERR_CONFIG, "%s: %s: not supported for DistributedOptimizer with sharding "
+                        "type dp_zero_gather_scatter. Please use `--ckpt-fully-parallel-save` flag "
+                        "during checkpoint saving. (Add --no-load-optim to load only the weights at "
+                        "this layout.)", iter_dir, msg);
+    if (log)
+        fprintf(log, "%s: Rerun state will be ignored\n", msg);
+    return MC_OK;
+}
+
 /* A torch_dist checkpoint (any layout): this rank's state dict from dist_checkpoint.c, then the
  * same loading as the torch format's. */
 static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, const char *iter_dir,
                            int64_t iteration, bool release)
 {
+    mc_status lst = release ? MC_OK : dist_layout(s, log, iter_dir);
+    if (lst)
+        return lst;
     if (log) {
         if (release)
             fprintf(log, " loading release distributed checkpoint from %s\n", dir);

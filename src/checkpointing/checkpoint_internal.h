@@ -27,4 +27,12 @@ const mc_gpt_model *mc_ckpt_opt_param_model(const struct mc_ckpt_state *s, int64
 void mc_ckpt_group_order(const struct mc_ckpt_state *s, enum mc_sd_scheme scheme, int64_t *order,
                          int64_t *n_first, bool *first_decay);
 
+/* torch_dist with the distributed optimizer and --no-ckpt-fully-parallel-save (sharding type
+ * 'dp_zero_gather_scatter', dist_checkpoint_save.c): DistributedOptimizer.state_dict()
+ * ({'optimizer': {'param_groups': [...]}, 'grad_scaler'}) and the parameter state gathered over
+ * the data-parallel group (collective; the tree on `writer`, as distrib_optim.pt holds it). */
+struct mc_pk *mc_ckpt_distopt_dict(mc_pk_doc *d, const struct mc_ckpt_state *s);
+mc_status mc_ckpt_distopt_gather_state(const struct mc_ckpt_state *s, mc_pk_doc *d, bool writer,
+                                       struct mc_pk **out);
+
 #endif

@@ -48,6 +48,7 @@ struct reader {
                                   {'nd_reformulated_orig_global_shape': shape} */
     struct dfile files[MAX_FILES];
     int nfiles;
+    int64_t saved_tp, saved_pp; /* the saving run's tensor / pipeline sizes (common.pt's args) */
 };
 
 bool mc_dist_ckpt_is(const char *iter_dir)
@@ -662,6 +663,96 @@ static bool saved_step(const struct mc_pk *groups, const struct mc_pk *torch_opt
     return true;
 }
 
+/* The value of sharded object `fqn` (torch.save of [value] in a .distcp file), read into the
+ * doc (the bytes are copied: the file mappings close before the state dict is used). NULL
+ * *out when the checkpoint has no such object and !required. */
+static mc_status read_object(mc_pk_doc *d, struct reader *r, const char *fqn, bool required,
+                             struct mc_pk **out)
+{
+    *out = NULL;
+    for (int64_t i = 0; i + 1 < r->storage->n; i += 2) {
+        const struct mc_pk *f = mc_pk_get(r->storage->items[i], "fqn");
+        if (!f || f->kind != MC_PK_STR || strcmp(f->s, fqn))
+            continue;
+        /* (find_storage matches chunk offsets; an object's MetadataIndex has offset None) */
+        const struct dfile *df;
+        uint64_t off, len;
+        mc_status st;
+        const struct mc_pk *info = r->storage->items[i + 1];
+        const struct mc_pk *path = mc_pk_get(info, "relative_path");
+        const struct mc_pk *bo = mc_pk_get(info, "offset"), *bl = mc_pk_get(info, "length");
+        if (!path || path->kind != MC_PK_STR || !bo || bo->kind != MC_PK_INT || bo->i < 0 || !bl ||
+            bl->kind != MC_PK_INT || bl->i < 0)
+            return mc_error(MC_ERR_FORMAT, "%s: storage_data of %s is not (relative_path, offset, "
+                            "length)", r->meta_path, fqn);
+        if ((st = data_file(r, path->s, &df)))
+            return st;
+        off = (uint64_t)bo->i, len = (uint64_t)bl->i;
+        if (off > df->size || len > df->size - off)
+            return mc_error(MC_ERR_FORMAT, "%s/%s: the object %s at bytes [%llu, %llu) lies outside "
+                            "the file (%zu bytes): truncated or not this checkpoint's file", r->dir,
+                            path->s, fqn, (unsigned long long)off, (unsigned long long)(off + len),
+                            df->size);
+        uint8_t *copy = mc_pk_doc_alloc(d, len ? len : 1);
+        struct mc_pk *list;
+        char what[800];
+        snprintf(what, sizeof(what), "%s/%s (object %s)", r->dir, path->s, fqn);
+        if (!copy)
+            return MC_ERR_NOMEM;
+        memcpy(copy, df->map + off, len);
+        if ((st = mc_torch_load_mem(d, what, copy, len, &list)))
+            return st;
+        if (list->kind != MC_PK_LIST || list->n != 1)
+            return mc_error(MC_ERR_FORMAT, "%s: expected torch.save([value]) as Megatron's torch "
+                            "strategy stores a sharded object", what);
+        *out = list->items[0];
+        return MC_OK;
+    }
+    if (required)
+        return mc_error(MC_ERR_FORMAT, "%s: no sharded object %s (the distributed optimizer's "
+                        "'dp_zero_gather_scatter' state of this model-parallel rank)", r->meta_path, fqn);
+    return MC_OK;
+}
+
+/* Sharding type 'dp_zero_gather_scatter' (saved with --no-ckpt-fully-parallel-save): the
+ * objects of this rank's model-parallel group (dp_group_idx = pp_rank * tp + tp_rank), as
+ * DistributedOptimizer.load_state_dict takes them: {'optimizer': {'param_groups'}, 'grad_scaler',
+ * 'param_state': the gathered buffers, 'param_state_sharding_type'}. Megatron scatters them from
+ * data-parallel rank 0; here every rank reads them (the same values) and keeps its shard, so any
+ * data-parallel size loads. Another tensor / pipeline layout cannot: the buffers are those of
+ * the saving ranks' model chunks (Megatron refuses it, and so do we, with its message). */
+static mc_status dp_zero_state(mc_pk_doc *d, struct reader *r, const struct mc_ckpt_state *s,
+                               struct mc_pk **out)
+{
+    const struct mc_gpt_config *mc = mc_gpt_model_config(s->model);
+    int64_t tp = mc->tensor_model_parallel_size > 1 ? mc->tensor_model_parallel_size : 1;
+    if (tp != r->saved_tp || (mc->pipeline_model_parallel_size > 1 ? mc->pipeline_model_parallel_size : 1) != r->saved_pp)
+        return mc_error(MC_ERR_INTERNAL, "%s: dp_zero_gather_scatter state at another layout "
+                        "(checkpoint.c refuses it first)", r->dir);
+    char key[160];
+    long group = (long)(s->pp_rank * tp + s->tp_rank);
+    struct mc_pk *opt, *scaler, *state, *o = mc_pk_new(d, MC_PK_DICT);
+    if (!o)
+        return MC_ERR_NOMEM;
+    snprintf(key, sizeof(key), "optimizer.distributed.dp_group_idx_%ld.optimizer/shard_0_1", group);
+    mc_status st = read_object(d, r, key, true, &opt);
+    snprintf(key, sizeof(key), "optimizer.distributed.dp_group_idx_%ld.grad_scaler/shard_0_1", group);
+    st = st ? st : read_object(d, r, key, false, &scaler);
+    snprintf(key, sizeof(key), "optimizer.distributed.dp_group_idx_%ld.param_state/shard_0_1", group);
+    st = st ? st : read_object(d, r, key, true, &state);
+    if (!st && (!mc_pk_is_map(opt) || !mc_pk_get(opt, "param_groups")))
+        st = mc_error(MC_ERR_FORMAT, "%s: optimizer.distributed.dp_group_idx_%ld.optimizer is not "
+                      "{'param_groups': [...]}", r->meta_path, group);
+    st = st ? st : mc_pk_set(d, o, "optimizer", opt);
+    if (!st && scaler)
+        st = mc_pk_set(d, o, "grad_scaler", scaler);
+    st = st ? st : mc_pk_set(d, o, "param_state", state);
+    st = st ? st : mc_pk_set(d, o, "param_state_sharding_type", mc_pk_str(d, "dp_zero_gather_scatter"));
+    if (!st)
+        *out = o;
+    return st;
+}
+
 /* For a --use-distributed-optimizer run: DistributedOptimizer.state_dict()'s form with the
  * parameter state in model space, as checkpoint.c's load_distopt takes it:
  *   {'optimizer': {'param_groups': [... each with 'step']}, 'grad_scaler' (if saved),
@@ -675,10 +766,13 @@ static mc_status distopt_state(mc_pk_doc *d, struct reader *r, const struct mc_c
                                const struct mc_pk *copt, struct mc_pk **out)
 {
     const struct mc_pk *type = mc_pk_get(copt, "param_state_sharding_type");
+    if (type && type->kind == MC_PK_STR && !strcmp(type->s, "dp_zero_gather_scatter"))
+        return dp_zero_state(d, r, s, out);
     if (type && (type->kind != MC_PK_STR || strcmp(type->s, "fully_sharded_model_space")))
         return mc_error(MC_ERR_UNSUPPORTED, "%s/common.pt: distributed optimizer state of sharding "
                         "type '%s', which megatron.c does not read (only 'fully_sharded_model_space', "
-                        "saved with --ckpt-fully-parallel-save, Megatron's default); add --no-load-optim",
+                        "Megatron's default, and 'dp_zero_gather_scatter', of "
+                        "--no-ckpt-fully-parallel-save); add --no-load-optim",
                         r->dir, type->kind == MC_PK_STR ? type->s : "?");
     /* the torch optimizer's dict: the distributed optimizer's and a --bf16/--fp16 save's under
      * 'optimizer', an fp32 ordinary optimizer's the dict itself */
@@ -742,8 +836,14 @@ static mc_status distopt_state(mc_pk_doc *d, struct reader *r, const struct mc_c
 
 /* A distributed optimizer's state read by the ordinary optimizer: Megatron core_v0.12.1 fails
  * in its load planner (the optimizer.state tensors are stored flattened), and so do we. */
-static mc_status distopt_saved(const struct reader *r)
+static mc_status distopt_saved(const struct reader *r, const struct mc_pk *type)
 {
+    if (type && type->kind == MC_PK_STR && !strcmp(type->s, "dp_zero_gather_scatter"))
+        return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with "
+                        "--use-distributed-optimizer --no-ckpt-fully-parallel-save (sharding type "
+                        "'dp_zero_gather_scatter': no optimizer.state tensors, which the ordinary "
+                        "optimizer loads); add --use-distributed-optimizer to load it, or "
+                        "--no-load-optim", r->dir);
     return mc_error(MC_ERR_CONFIG, "%s: the optimizer state was saved with --use-distributed-optimizer "
                     "(flattened, 'fully_sharded_model_space'), which the ordinary optimizer does not "
                     "load (Megatron: CheckpointingException: Global shape mismatch for loaded ... and "
@@ -809,6 +909,12 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
             st = mc_pk_set(d, sd, c->items[i]->s, c->items[i + 1]);
     /* layout-free: Megatron's check_checkpoint_args compares no parallel sizes with use_dist_ckpt */
     struct mc_pk *args = st ? NULL : mc_pk_get(sd, "args");
+    r->saved_tp = r->saved_pp = 1;
+    double sz;
+    if (!st && args && mc_pk_number(mc_pk_get(args, "tensor_model_parallel_size"), &sz))
+        r->saved_tp = (int64_t)sz;
+    if (!st && args && mc_pk_number(mc_pk_get(args, "pipeline_model_parallel_size"), &sz))
+        r->saved_pp = (int64_t)sz;
     if (!st && args && args->kind == MC_PK_NAMESPACE) {
         const struct mc_gpt_config *mc = mc_gpt_model_config(s->model);
         st = put(d, args, "tensor_model_parallel_size", mc_pk_int(d, mc->tensor_model_parallel_size > 1 ? mc->tensor_model_parallel_size : 1));
@@ -828,9 +934,13 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
     if (load && s->distopt) {
         struct mc_pk *o = NULL;
         st = distopt_state(d, r, s, copt, &o);
+        /* the sharding type for the loader's log line (Megatron's load_state_dict logs it) */
+        const struct mc_pk *type = mc_pk_get(copt, "param_state_sharding_type");
+        if (!st && type && !mc_pk_get(o, "param_state_sharding_type"))
+            st = mc_pk_set(d, o, "param_state_sharding_type", (struct mc_pk *)type);
         st = st ? st : mc_pk_set(d, sd, "optimizer", o);
     } else if (load && s->opt && mc_pk_get(copt, "param_state_sharding_type")) {
-        st = distopt_saved(r);
+        st = distopt_saved(r, mc_pk_get(copt, "param_state_sharding_type"));
     } else if (load && s->opt) {
         struct mc_pk *o;
         st = mc_pk_get(copt, "optimizer") ? float16_dict(d, r, s, copt, &o) : optimizer_dict(d, r, s, copt, &o);

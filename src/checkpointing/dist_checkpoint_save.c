@@ -37,6 +37,7 @@
 struct item {
     char fqn[640];
     bool bytes;                 /* a sharded object (BYTE_IO), else a tensor chunk */
+    const struct mc_pk *obj;    /* the object's value (NULL: None), in plan.objs */
     int nd;
     int64_t g[MC_PK_MAX_DIM];   /* the global shape */
     int64_t off[MC_PK_MAX_DIM]; /* the chunk's offsets and sizes */
@@ -60,6 +61,7 @@ struct plan {
     int64_t n, cap;
     void **owned; /* the 16-bit copies of the model weights (a --bf16/--fp16 run) */
     int64_t n_owned;
+    mc_pk_doc *objs; /* the values of the distributed optimizer's sharded objects */
 };
 
 static void plan_free(struct plan *pl)
@@ -68,6 +70,8 @@ static void plan_free(struct plan *pl)
         mc_free(pl->owned[k]);
     mc_free(pl->owned);
     mc_free(pl->it);
+    if (pl->objs)
+        mc_pk_doc_free(pl->objs);
 }
 
 /* A 16-bit run's model weight as the model computes with it: round(main param) in params_dtype
@@ -405,6 +409,46 @@ static mc_status plan_distopt(struct plan *pl, const struct mc_ckpt_state *s)
     return st;
 }
 
+/* DistributedOptimizer.sharded_state_dict(sharding_type='dp_zero_gather_scatter'), written
+ * without --ckpt-fully-parallel-save: state_dict()'s entries as sharded objects of the
+ * model-parallel group (data_parallel_group_idx: the rank in it, pp_rank * tp + tp_rank),
+ * "optimizer.distributed.dp_group_idx_<i>.optimizer/shard_0_1" (the torch optimizer's
+ * param_groups, each with the step), ".grad_scaler/shard_0_1" (with a loss scaler), then
+ * ".param_state/shard_0_1": the state gathered on data-parallel rank 0 as
+ * get_parameter_state_dp_zero gives it (the grad buffers' param, exp_avg, exp_avg_sq, as
+ * distrib_optim.pt holds them). Only data-parallel rank 0 has them (Megatron's other ranks hold a
+ * LocalNonpersistentObject), so it alone writes them. The gather is collective: every rank runs
+ * it, `failed` ones too (they join and add nothing). */
+static mc_status add_payload(struct plan *pl, int group, const char *name, const struct mc_pk *v)
+{
+    char fqn[160];
+    snprintf(fqn, sizeof(fqn), "optimizer.distributed.dp_group_idx_%d.%s/shard_0_1", group, name);
+    mc_status st = add_object(pl, fqn);
+    if (!st) {
+        pl->it[pl->n - 1].obj = v;
+        pl->it[pl->n - 1].holder = 0;
+    }
+    return st;
+}
+
+static mc_status plan_distopt_dp_zero(struct plan *pl, const struct mc_ckpt_state *s, bool failed)
+{
+    bool first = s->dp_size <= 1 || s->dp_rank == 0;
+    struct mc_pk *state = NULL;
+    mc_status st = failed ? MC_ERR_INTERNAL : pl->objs ? MC_OK : mc_pk_doc_init(&pl->objs);
+    mc_status gst = mc_ckpt_distopt_gather_state(s, st ? NULL : pl->objs, first && !st, &state);
+    if (st || (st = gst) || !first)
+        return st;
+    struct mc_pk *o = mc_ckpt_distopt_dict(pl->objs, s);
+    int group = s->pp_rank * (s->tp_size > 1 ? s->tp_size : 1) + s->tp_rank;
+    if (!o || !state)
+        return MC_ERR_NOMEM;
+    st = add_payload(pl, group, "optimizer", mc_pk_get(o, "optimizer"));
+    if (!st && mc_pk_get(o, "grad_scaler"))
+        st = add_payload(pl, group, "grad_scaler", mc_pk_get(o, "grad_scaler"));
+    return st ? st : add_payload(pl, group, "param_state", state);
+}
+
 int64_t mc_dist_ckpt_distopt_params(const struct mc_ckpt_state *s, int dp_rank)
 {
     int nc = s->n_chunks > 1 ? s->n_chunks : 1;
@@ -625,9 +669,9 @@ static int dcp_geom(const struct item *x, int64_t *g, int64_t *off, int64_t *sz)
 static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item *x)
 {
     struct mc_pk *v;
-    if (x->bytes) { /* torch.save of the object's data: [None] for the local spec's extra state */
+    if (x->bytes) { /* torch.save of [the object's data]: [None] for the local spec's extra state */
         v = mc_pk_new(d, MC_PK_LIST);
-        if (!v || mc_pk_append(d, v, mc_pk_none(d)))
+        if (!v || mc_pk_append(d, v, x->obj ? (struct mc_pk *)x->obj : mc_pk_none(d)))
             return MC_ERR_NOMEM;
     } else {
         int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
@@ -952,7 +996,12 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
     for (int c = 0; c < nc && !st; c++)
         st = plan_model(&pl, s, nc > 1 ? s->chunks[c] : s->model);
     st = st ? st : plan_optimizer(&pl, s);
-    st = st ? st : plan_distopt(&pl, s);
+    if (s->opts.save_optim && s->distopt && !s->opts.fully_parallel_save) {
+        mc_status zst = plan_distopt_dp_zero(&pl, s, st != MC_OK); /* collective */
+        st = st ? st : zst;
+    } else {
+        st = st ? st : plan_distopt(&pl, s);
+    }
     /* Megatron's plan order is that of the chunks this rank holds; then it writes its share */
     int dp = s->dp_size > 1 ? s->dp_size : 1, me = dp > 1 ? s->dp_rank : 0;
     st = st ? st : distribute(&pl, dp, s->opts.fully_parallel_save);

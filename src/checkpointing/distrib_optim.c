@@ -112,9 +112,9 @@ static mc_status add_state(mc_pk_doc *d, struct mc_pk *root, int index, float *w
 }
 
 /* Chunk `index`'s buffer: gathered over the data-parallel group, added to root on the writer
- * (the tensors' memory then belongs to the doc's storage until it is freed). */
+ * (the world tensors are allocated in the doc, so they live as long as the tree). */
 static mc_status save_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, mc_pk_doc *d,
-                            struct mc_pk *root, float **keep, const char *path, bool writer)
+                            struct mc_pk *root, const char *path, bool writer)
 {
     struct mc_distopt_shard sh;
     mc_distopt_shard(ch->o, &sh);
@@ -136,8 +136,8 @@ static mc_status save_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, m
         goto cleanup;
     if (!writer)
         goto cleanup;
-    for (int k = 0; k < N_KEYS; k++) /* kept until the file is written */
-        if (!(world[k] = keep[k] = mc_calloc((size_t)(n ? n : 1), sizeof(float)))) {
+    for (int k = 0; k < N_KEYS; k++) /* zeroed: the gaps between parameters stay 0 */
+        if (!(world[k] = mc_pk_doc_alloc(d, (size_t)(n ? n : 1) * sizeof(float)))) {
             st = MC_ERR_NOMEM;
             goto cleanup;
         }
@@ -150,28 +150,33 @@ cleanup:
     return st;
 }
 
+mc_status mc_ckpt_distopt_gather(const struct mc_ckpt_distopt_chunk *ch, int n, mc_pk_doc *d,
+                                 const char *what, bool writer, struct mc_pk **out)
+{
+    struct mc_pk *root = d ? mc_pk_new(d, MC_PK_DICT) : NULL;
+    mc_status st = root ? mc_pk_set(d, root, "buckets_coalesced", mc_pk_bool(d, true)) : MC_ERR_NOMEM;
+    /* every chunk's gather runs on every rank even after a failure: the others wait in it */
+    for (int c = 0; c < n; c++) {
+        mc_status cst = save_chunk(&ch[c], c, d, root, what, writer && !st);
+        st = st ? st : cst;
+    }
+    if (!st)
+        *out = writer ? root : NULL;
+    return st;
+}
+
 mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path,
                                bool writer)
 {
     mc_pk_doc *d = NULL;
     struct mc_pk *root = NULL;
-    float **keep = mc_calloc((size_t)(n * N_KEYS), sizeof(float *));
-    mc_status st = keep ? mc_pk_doc_init(&d) : MC_ERR_NOMEM;
-    if (!st && !(root = mc_pk_new(d, MC_PK_DICT)))
-        st = MC_ERR_NOMEM;
-    st = st ? st : mc_pk_set(d, root, "buckets_coalesced", mc_pk_bool(d, true));
-    /* every chunk's gather runs on every rank even after a failure: the others wait in it */
-    for (int c = 0; c < n; c++) {
-        mc_status cst = save_chunk(&ch[c], c, d, root, keep ? keep + c * N_KEYS : NULL, path,
-                                   writer && !st && keep);
-        st = st ? st : cst;
-    }
+    mc_status st = mc_pk_doc_init(&d);
+    /* the gather runs even when the doc could not be made (d NULL): the other ranks wait in it */
+    mc_status gst = mc_ckpt_distopt_gather(ch, n, st ? NULL : d, path, writer, &root);
+    st = st ? st : gst;
     if (!st && writer)
         st = mc_torch_save(d, root, path);
     mc_pk_doc_free(d);
-    for (int k = 0; keep && k < n * N_KEYS; k++)
-        mc_free(keep[k]);
-    mc_free(keep);
     return st;
 }
 
@@ -267,14 +272,22 @@ static mc_status load_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, i
     return st;
 }
 
+mc_status mc_ckpt_distopt_load_state(const struct mc_ckpt_distopt_chunk *ch, int n,
+                                     const struct mc_pk *root, const char *what)
+{
+    mc_status st = MC_OK;
+    for (int c = 0; !st && c < n; c++)
+        st = load_chunk(&ch[c], c, n, root, what);
+    return st;
+}
+
 mc_status mc_ckpt_distopt_load(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path)
 {
     mc_pk_doc *d = NULL;
     struct mc_pk *root;
     mc_status st = mc_pk_doc_init(&d);
     st = st ? st : mc_torch_load(d, path, &root);
-    for (int c = 0; !st && c < n; c++)
-        st = load_chunk(&ch[c], c, n, root, path);
+    st = st ? st : mc_ckpt_distopt_load_state(ch, n, root, path);
     mc_pk_doc_free(d);
     return st;
 }

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "checkpointing/torch_pickle.h"
 #include "distributed/distrib_optimizer.h"
 #include "megatron/gpt.h"
 
@@ -27,6 +28,15 @@ struct mc_ckpt_distopt_chunk {
 /* Gathers every data-parallel rank's Adam moments of each chunk (collective over the
  * data-parallel group: every rank calls it) and, on `writer` (data-parallel rank 0), writes
  * `path` through a temporary name, with buffers 0 .. n-1. */
+/* The same gathered state as a tree in `d` (*out, on `writer`; NULL elsewhere): the
+ * {'buckets_coalesced': True, 0: {...}, ...} of get_parameter_state_dp_zero, which a torch_dist
+ * save of sharding type 'dp_zero_gather_scatter' stores as the sharded object
+ * optimizer.distributed.dp_group_idx_<i>.param_state. Collective over the data-parallel group;
+ * `what` names the checkpoint in errors; d NULL: joins the gather and fails. */
+struct mc_pk;
+mc_status mc_ckpt_distopt_gather(const struct mc_ckpt_distopt_chunk *ch, int n, mc_pk_doc *d,
+                                 const char *what, bool writer, struct mc_pk **out);
+
 mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path,
                                bool writer);
 
@@ -35,11 +45,15 @@ mc_status mc_ckpt_distopt_save(const struct mc_ckpt_distopt_chunk *ch, int n, co
  * file must hold exactly n buffers. */
 mc_status mc_ckpt_distopt_load(const struct mc_ckpt_distopt_chunk *ch, int n, const char *path);
 
+/* The same from a tree already read (a torch_dist 'dp_zero_gather_scatter' param_state object);
+ * `what` names it in errors. */
+mc_status mc_ckpt_distopt_load_state(const struct mc_ckpt_distopt_chunk *ch, int n,
+                                     const struct mc_pk *root, const char *what);
+
 /* A torch_dist checkpoint's optimizer state in model space (dist_checkpoint.c's 'param_state':
  * parameter index over the chunks -> {exp_avg, exp_avg_sq | momentum_buffer, [fp32_param]},
  * each the rank's whole parameter): this rank's shard of the moments into the optimizers, the
  * fp32 main params (when given) into the chunks' parameters. Any saved data-parallel size. */
-struct mc_pk;
 mc_status mc_ckpt_distopt_load_model_space(const struct mc_ckpt_distopt_chunk *ch, int n,
                                            const struct mc_pk *param_state);
 

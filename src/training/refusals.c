@@ -168,12 +168,7 @@ static bool ckpt_format_readable(const char *fmt) { return str_is(fmt, "torch") 
 static void dist_save(const struct mc_args *a, struct mc_refusals *r)
 {
     const char *how = a->given[A(ckpt_format)] ? "" : " (the default --ckpt-format)";
-    if (mc_args_bool(a, A(use_distributed_optimizer)) && !mc_args_bool(a, A(ckpt_fully_parallel_save)))
-        refuse(r, "--save with --ckpt-format torch_dist%s, --use-distributed-optimizer and "
-               "--no-ckpt-fully-parallel-save: megatron.c does not write the distributed optimizer's "
-               "'dp_zero_gather_scatter' state yet; drop --no-ckpt-fully-parallel-save (Megatron's "
-               "default 'fully_sharded_model_space' is written)", how);
-    else if (mc_args_bool(a, A(use_legacy_models)))
+    if (mc_args_bool(a, A(use_legacy_models)))
         refuse(r, "--save with --ckpt-format torch_dist%s and --use-legacy-models: Megatron's legacy "
                "models have no sharded state dict; use --ckpt-format torch", how);
 }

@@ -11,9 +11,9 @@
   whitelist, a padded vocabulary of another size: a clear error naming the file, on every rank.
 - The ordinary optimizer's state loads into a --use-distributed-optimizer dp2 run with the same
   losses (its own torch_dist state: test_dist_ckpt_distopt.py).
-- Saving with --ckpt-format torch_dist works (test_dist_ckpt_save.py, test_dist_ckpt_distopt.py);
-  the distributed optimizer's 'dp_zero_gather_scatter' (--no-ckpt-fully-parallel-save) is refused,
-  naming what is missing."""
+- Saving with --ckpt-format torch_dist works (test_dist_ckpt_save.py, test_dist_ckpt_distopt.py,
+  and the distributed optimizer's 'dp_zero_gather_scatter' of --no-ckpt-fully-parallel-save:
+  test_dist_ckpt_dp_zero.py)."""
 import os
 import pickletools
 import shutil
@@ -153,14 +153,8 @@ def test_broken(save, tmp):
     r = mcs.run_ours("gpt_dp2", tmp, ("--load", save, "--use-distributed-optimizer", "--no-load-optim") + DIST)
     ours = mcs.train_lines(r.stdout)
     check(r.returncode == 0 and sorted(ours) == [4, 5, 6], f"distopt --no-load-optim: {r.stderr[-300:]}")
-    # saving the distributed optimizer's state (test_dist_ckpt_distopt.py) as Megatron's default
-    # 'fully_sharded_model_space'; its 'dp_zero_gather_scatter' (--no-ckpt-fully-parallel-save) is
-    # refused by name before training starts
-    r = mcs.run_ours("gpt_dp2", tmp, DIST + ("--save", os.path.join(tmp, "s"), "--save-interval", "3",
-                                             "--use-distributed-optimizer", "--no-ckpt-fully-parallel-save"), timeout=120)
-    check(r.returncode != 0 and "--no-ckpt-fully-parallel-save" in r.stderr and "dp_zero_gather_scatter" in r.stderr
-          and not os.path.exists(os.path.join(tmp, "s")),
-          f"torch_dist save of dp_zero_gather_scatter refused: {r.stderr[-300:]}")
+    # saving the distributed optimizer's state: test_dist_ckpt_distopt.py (Megatron's default
+    # 'fully_sharded_model_space') and test_dist_ckpt_dp_zero.py ('dp_zero_gather_scatter')
     r = mcs.run_ours("gpt_tp1", tmp, DIST + ("--save", os.path.join(tmp, "s1"), "--save-interval", "3"),
                      iters=3, timeout=120)
     check(r.returncode == 0 and os.path.exists(os.path.join(tmp, "s1", "iter_0000003", ".metadata")),
