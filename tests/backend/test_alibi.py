@@ -22,7 +22,9 @@ Checked: fp32 ctx, lse and dqkv of both op pairs within 1e-5 relative; flash = u
 1e-6 / 4e-6 (sum orders; 5e-6 / 8e-6 for the row form, whose scores carry slope * j); --fill-neg-inf on and off bit for bit the same; the row and square
 forms within 1e-5 of each other (softmax ignores a row's constant); causal, documents, GQA,
 dropout, query-key layer scaling, head counts that are not powers of two, heads of a
-tensor-parallel rank (head_first > 0), tiles crossing (s 150, 64-wide tiles)."""
+tensor-parallel rank (head_first > 0), tiles crossing (s 150, 64-wide tiles). bf16 (Baichuan2's
+dtype): both op pairs within 2e-2 (max error over max |value|) of the float64 formula on the
+rounded inputs with the bias rounded to bf16 as MindSpeed's tensor."""
 import math
 import os
 import sys
@@ -164,6 +166,53 @@ def one_case(tmp, gen, kernel_sets, heads, groups, total, first, kind, square, p
             check(diff > 1e-3, "%s: ctx without ALiBi differs (%.2e)" % (what, diff))
 
 
+def bf16_case(tmp, gen):
+    """bf16 (Baichuan2's --bf16): both op pairs against the float64 formula on the rounded
+    inputs with the bias rounded to bf16 (MindSpeed's alibi.to(params_dtype)): max error over
+    max |value| within 2e-2 (bf16's 8 bits, rounded scores and probabilities), and flash within
+    2e-2 of unfused."""
+    heads, groups, s = 5, 5, 70
+    c = F.make_case(heads, groups, "causal", 0.0, 1.0, s=s)
+    b, hn = c["b"], c["hn"]
+    qkv, dctx = F.inputs(gen, c)
+    qkv, dctx = qkv.bfloat16().float(), dctx.bfloat16().float()
+    F.put(tmp, "qkv", qkv, "bfloat16")
+    F.put(tmp, "dctx", dctx, "bfloat16")
+    shp_ctx, shp_qkv = (s, b, heads * hn), (s, b, (heads + 2 * groups) * hn)
+    ok = F.run(tmp, "bfloat16", dict(c, alibi=2, heads_total=40, head_first=35), 2, unfused=1)
+    check(ok, "flash_driver bf16 failed")
+    if not ok:
+        return
+    slopes = slopes_ref(40)[35:40]
+    sl = torch.tensor(slopes, dtype=torch.float32).view(heads, 1, 1)
+    ar = torch.arange(s)
+    bias16 = (sl * (ar.view(1, s) - ar.view(s, 1))).bfloat16().double()
+    mask = F.mask_of("causal", c, gen)
+    ref = reference_bias(qkv, dctx, c, mask, bias16)
+    print("bf16 h5/40 from 35 causal square s70")
+    for name, got, want in (("ctx", F.get(tmp, "ctx", shp_ctx, "bfloat16"), ref[0]),
+                            ("dqkv", F.get(tmp, "dqkv", shp_qkv, "bfloat16"), ref[1]),
+                            ("unfused ctx", F.get(tmp, "u_ctx", shp_ctx, "bfloat16"), ref[0]),
+                            ("unfused dqkv", F.get(tmp, "u_dqkv", shp_qkv, "bfloat16"), ref[1])):
+        F.normwise("bf16 %s vs torch float64" % name, got, want, 2e-2)
+
+
+def reference_bias(qkv, dctx, c, mask, bias):
+    """ctx and dqkv in float64 with a given [heads, s, s] bias (causal masked_fill -10000)."""
+    b, s, heads, groups, hn = c["b"], c["s"], c["heads"], c["groups"], c["hn"]
+    pg = heads // groups
+    x = qkv.double().requires_grad_(True)
+    q, k, v = torch.split(x.view(s, b, groups, (pg + 2) * hn), [pg * hn, hn, hn], dim=3)
+    q = q.reshape(s, b, heads, hn).permute(1, 2, 0, 3)
+    k = k.repeat_interleave(pg, dim=2).permute(1, 2, 0, 3)
+    v = v.repeat_interleave(pg, dim=2).permute(1, 2, 0, 3)
+    sc = (q @ k.transpose(-1, -2)) * c["alpha"] + bias[None]
+    p = torch.softmax(sc.masked_fill(mask[:, None], -10000.0), dim=-1)
+    ctx = (p @ v).permute(2, 0, 1, 3).reshape(s, b, heads * hn)
+    ctx.backward(dctx.double())
+    return ctx.detach(), x.grad
+
+
 def main():
     print("seed %d (MC_FLASH_SEED=%d repeats this run)" % (F.SEED, F.SEED))
     gen = torch.Generator().manual_seed(F.SEED)
@@ -173,6 +222,7 @@ def main():
         check_slopes(tmp)
         for i, case in enumerate(CASES):
             one_case(tmp, gen, kernel_sets if i % 2 == 0 else kernel_sets[-1:], *case)
+        bf16_case(tmp, gen)
     return summary("test_alibi")
 
 
