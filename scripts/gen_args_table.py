@@ -167,6 +167,13 @@ EXTENSIONS = [
     ('--sliding-window', 'sliding_window', 'int',
      'MindSpeed-LLM: sliding-window attention, each query sees itself and the W keys before it '
      '(Mistral)'),
+    # mindspeed_llm/features_manager/transformer/flash_attention/alibi_feature.py
+    ('--square-alibi-mask', 'square_alibi_mask', 'flag(store_true)',
+     'MindSpeed-LLM: with --position-embedding-type alibi, the [s, s] bias slope * (j - i) '
+     'instead of the [1, s] row slope * j (the same softmax up to rounding)'),
+    ('--fill-neg-inf', 'fill_neg_inf', 'flag(store_true)',
+     'MindSpeed-LLM: with --position-embedding-type alibi, fill the future keys of the bias with '
+     '-inf; the same results as the causal mask alone (both give those keys probability 0)'),
     ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
      'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
      'beside the measured peak, by category (docs/memory.md)'),
@@ -203,8 +210,8 @@ MINDSPEED_REFUSED = '''
 --o2-gradient --lora-r --lora-alpha --lora-target-modules --dataset-additional-keys
 --overlap-param-gather-with-optimizer-step-mindspeed --load-checkpoint-loosely
 --jit-compile --use-flash-attn-mindspeed
---norm-topk-prob --square-alibi-mask
---fill-neg-inf --gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
+--norm-topk-prob
+--gelu-tanh --post-norm --query-pre-attn-scalar --output-logit-softcapping
 --interleave-sliding-window --add-rmsnorm-offset --input-embeds-norm --tokenizer-padding-side
 --longrope-freqs-type --long-factor --short-factor --tokenizer-kwargs
 '''.split()
@@ -213,7 +220,6 @@ MINDSPEED_REFUSED = '''
 # instead of argparse's "invalid choice" (option and value as the user wrote them).
 MINDSPEED_REFUSED_VALUES = [
     ('--tokenizer-type', 'MagistralTokenizer'),
-    ('--position-embedding-type', 'alibi'),
 ]
 
 # Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
@@ -235,7 +241,7 @@ LIMITS = {
     'encoder_pipeline_model_parallel_size': 'values above 0 refused',
     'data_parallel_sharding_strategy': 'only no_shard and optim',
     'num_distributed_optimizer_instances': 'only 1',
-    'position_embedding_type': 'mrope and relative refused',
+    'position_embedding_type': 'mrope and relative refused; alibi is MindSpeed-LLM\'s ALiBi (COMPATIBILITY.md)',
     'tokenizer_type': 'BertWordPiece* and *MultimodalTokenizer refused',
     'num_layers_per_virtual_pipeline_stage': 'at most 64 chunks; 1 chunk refused',
     'num_virtual_stages_per_pipeline_rank': 'at most 64; 1 refused',
@@ -304,6 +310,8 @@ def choices_of(a):
     ch = ['None' if x is None else x for x in (a['choices'] or [])]
     if a['dest'] == 'distributed_backend':
         ch += ['hccl', 'mpi']
+    if a['dest'] == 'position_embedding_type':
+        ch += ['alibi']  # MindSpeed-LLM's AlibiFeature (Baichuan2)
     if a['dest'] == 'tokenizer_type':
         ch += ['PretrainedFromHF']  # MindSpeed-LLM's AutoTokenizer over a local directory
     return ch

@@ -13,6 +13,9 @@ extern "C" {
 enum { MC_GPT_MAX_PIPELINE = 256 }; /* --num-layer-list entries */
 enum mc_normalization { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM };
 enum mc_position_embedding { MC_POS_LEARNED_ABSOLUTE = 0, MC_POS_ROPE, MC_POS_NONE };
+/* MindSpeed-LLM's ALiBi bias forms (struct mc_gpt_config.alibi): the [1, s] row slope * j, or
+ * the [s, s] slope * (j - i) of --square-alibi-mask. */
+enum mc_alibi { MC_ALIBI_NONE = 0, MC_ALIBI_ROW, MC_ALIBI_SQUARE };
 /* Non-gated MLP activation. MC_ACT_GELU_TANH is Megatron's default fused bias-GELU (tanh
  * approximation, constant 0.79788456); MC_ACT_GELU_ERF is --no-bias-gelu-fusion. SwiGLU is
  * MC_ACT_SWIGLU (gated: fc1 is [gate; up], output silu(gate) * up). */
@@ -70,6 +73,14 @@ struct mc_gpt_config {
     /* MindSpeed-LLM's --sliding-window W (Mistral): query i sees keys i - W .. i (the band of
      * npu_fusion_attention's sparse_mode 4 with pre_tokens W, next_tokens 0); 0 = plain causal. */
     int64_t sliding_window;
+    /* MindSpeed-LLM's ALiBi (--position-embedding-type alibi, here MC_POS_NONE plus this): head
+     * h of the num_attention_heads (global; a tensor-parallel rank takes its heads' slopes) adds
+     * slope_h times the key's distance to its attention scores before the softmax, with
+     * MindSpeed's get_slopes (2^(-8 (k + 1) / n) for n a power of two, interleaved otherwise).
+     * enum mc_alibi; alibi_fill_neg_inf (--fill-neg-inf) is MindSpeed's -inf fill of the
+     * future keys, the same probabilities as the causal mask's -10000 (both exp to 0). */
+    int alibi;
+    bool alibi_fill_neg_inf;
     bool untie_embeddings_and_output_weights;
     bool fp32_residual_connection;
     float hidden_dropout;            /* 0.1 */

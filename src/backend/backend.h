@@ -105,6 +105,15 @@ struct mc_attention_desc {
     struct mc_dropout_stream rng;    /* the site's stream; element (b_index, global head,
                                       * query, key) of the [b, heads_total, s, s] probs */
     int64_t heads_total, head_first; /* global head count; this rank's first head */
+    /* MindSpeed-LLM's ALiBi (--position-embedding-type alibi): NULL = none; else the fp32
+     * slopes of this rank's heads [heads] (host memory, like the descriptor). Score (i, j) of
+     * head h gets bias / mult added before the softmax's scaling by mult (so the softmax input
+     * is q k^T / sqrt(hn) + bias), bias = slope_h * (j - i) with alibi_square (the [s, s] form
+     * of --square-alibi-mask), else slope_h * j (the [1, s] row form: the same softmax up to
+     * rounding, as softmax ignores a row's constant). 16-bit dt: the bias rounded to dt first
+     * (MindSpeed casts its alibi tensor to params_dtype). Masked scores still get -10000. */
+    const float *alibi_slopes;
+    bool alibi_square;
     bool softmax_in_fp32;            /* 16-bit dt only: Megatron's --attention-softmax-in-fp32
                                       * (forced by query-key layer scaling): the softmax backward
                                       * reads the fp32 probs (recomputed) instead of the 16-bit

@@ -79,6 +79,10 @@ static mc_status config_from_meta(const struct mc_cv_model *cv, struct mc_gpt_co
     const struct mc_cv_tensor *word = mc_cv_get(cv, "word embeddings");
     if (!word)
         return mc_error(MC_ERR_FORMAT, "the checkpoint has no word embeddings");
+    if (!strcmp(md->position_embedding_type, "alibi")) /* the KV-cache attention has no bias */
+        return mc_error(MC_ERR_UNSUPPORTED, "text generation of an ALiBi model "
+                        "(position_embedding_type alibi in the checkpoint) is not supported by "
+                        "megatron.c yet");
     mc_gpt_config_default(c);
     c->num_layers = md->num_layers;
     c->hidden_size = md->hidden_size;

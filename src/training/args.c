@@ -861,8 +861,10 @@ mc_status mc_args_parse(struct mc_args *a, int argc, char **argv)
         st = take_option(a, id, eq ? eq + 1 : NULL, argc, argv, &i);
         if (st != MC_OK)
             goto done;
-        /* flags accepted for a fused kernel get a note; implemented value options do not */
+        /* flags accepted for a fused kernel get a note; implemented value options (and the
+         * implemented ALiBi flags) do not */
         if (mc_arg_defs[id].support == MC_ARG_EXTENSION && id != MC_A_dry_run &&
+            id != MC_A_square_alibi_mask && id != MC_A_fill_neg_inf &&
             mc_arg_defs[id].type == MC_ARGT_STORE_TRUE)
             add_note(a, &mc_arg_defs[id]);
     }

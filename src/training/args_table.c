@@ -7,7 +7,7 @@
 #include "training/args.h"
 
 static const char *const ch_attention_backend[] = {"AttnBackend.flash", "AttnBackend.fused", "AttnBackend.unfused", "AttnBackend.local", "AttnBackend.auto", NULL};
-static const char *const ch_position_embedding_type[] = {"learned_absolute", "rope", "mrope", "relative", "none", NULL};
+static const char *const ch_position_embedding_type[] = {"learned_absolute", "rope", "mrope", "relative", "none", "alibi", NULL};
 static const char *const ch_normalization[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const ch_weight_decay_incr_style[] = {"constant", "linear", "cosine", NULL};
 static const char *const ch_recompute_granularity[] = {"full", "selective", NULL};
@@ -68,7 +68,7 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_group_query_attention] = {"--group-query-attention", NULL, "group_query_attention", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "share key/value heads between query heads (GQA)", NULL},
     [MC_A_num_query_groups] = {"--num-query-groups", NULL, "num_query_groups", "network size", MC_ARGT_INT, 0, NULL, {MC_V_INT, 1, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "number of key/value head groups with GQA", NULL},
     [MC_A_max_position_embeddings] = {"--max-position-embeddings", NULL, "max_position_embeddings", "network size", MC_ARGT_INT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "longest sequence the position table covers", NULL},
-    [MC_A_position_embedding_type] = {"--position-embedding-type", NULL, "position_embedding_type", "network size", MC_ARGT_STR, 0, ch_position_embedding_type, {MC_V_STR, 0, 0.0, "learned_absolute", NULL, 0}, MC_ARG_SUPPORTED, NULL, "how positions enter the model: learned table, rotary, none", "mrope and relative refused"},
+    [MC_A_position_embedding_type] = {"--position-embedding-type", NULL, "position_embedding_type", "network size", MC_ARGT_STR, 0, ch_position_embedding_type, {MC_V_STR, 0, 0.0, "learned_absolute", NULL, 0}, MC_ARG_SUPPORTED, NULL, "how positions enter the model: learned table, rotary, none, or alibi (MindSpeed-LLM: per-head linear biases on the attention scores)", "mrope and relative refused; alibi is MindSpeed-LLM's ALiBi (COMPATIBILITY.md)"},
     [MC_A_relative_attention_num_buckets] = {"--relative-attention-num-buckets", NULL, "relative_attention_num_buckets", "network size", MC_ARGT_INT, 0, NULL, {MC_V_INT, 32, 0.0, NULL, NULL, 0}, MC_ARG_UNUSED, NULL, "buckets of relative position attention (T5)", NULL},
     [MC_A_relative_attention_max_distance] = {"--relative-attention-max-distance", NULL, "relative_attention_max_distance", "network size", MC_ARGT_INT, 0, NULL, {MC_V_INT, 128, 0.0, NULL, NULL, 0}, MC_ARG_UNUSED, NULL, "largest distance relative attention distinguishes (T5)", NULL},
     [MC_A_use_rotary_position_embeddings] = {"--use-rotary-position-embeddings", NULL, "use_rotary_position_embeddings", "network size", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_SUPPORTED, NULL, "old spelling of --position-embedding-type rope", NULL},
@@ -532,6 +532,8 @@ const struct mc_arg_def mc_arg_defs[MC_A_COUNT] = {
     [MC_A_num_layer_list] = {"--num-layer-list", NULL, "num_layer_list", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: transformer layers of each pipeline stage, comma separated (e.g. 4,4,4,4; one per stage, summing to --num-layers)", "MindSpeed-LLM: transformer layers of each pipeline stage, comma separated (e.g. 4,4,4,4; one per stage, summing to --num-layers)", NULL},
     [MC_A_reuse_fp32_param] = {"--reuse-fp32-param", NULL, "reuse_fp32_param", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed memory saving (bf16 only): shares the bf16 weights' and fp32 main weights' storage, 2 bytes a parameter (/ DP with the distributed optimizer); megatron.c keeps both copies, same results as MindSpeed with --npu-deterministic (docs/cli-differences.md)", "MindSpeed memory saving (bf16 only): shares the bf16 weights' and fp32 main weights' storage, 2 bytes a parameter (/ DP with the distributed optimizer); megatron.c keeps both copies, same results as MindSpeed with --npu-deterministic (docs/cli-differences.md)", NULL},
     [MC_A_sliding_window] = {"--sliding-window", NULL, "sliding_window", "megatron.c extensions", MC_ARGT_INT, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: sliding-window attention, each query sees itself and the W keys before it (Mistral)", "MindSpeed-LLM: sliding-window attention, each query sees itself and the W keys before it (Mistral)", NULL},
+    [MC_A_square_alibi_mask] = {"--square-alibi-mask", NULL, "square_alibi_mask", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: with --position-embedding-type alibi, the [s, s] bias slope * (j - i) instead of the [1, s] row slope * j (the same softmax up to rounding)", "MindSpeed-LLM: with --position-embedding-type alibi, the [s, s] bias slope * (j - i) instead of the [1, s] row slope * j (the same softmax up to rounding)", NULL},
+    [MC_A_fill_neg_inf] = {"--fill-neg-inf", NULL, "fill_neg_inf", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "MindSpeed-LLM: with --position-embedding-type alibi, fill the future keys of the bias with -inf; the same results as the causal mask alone (both give those keys probability 0)", "MindSpeed-LLM: with --position-embedding-type alibi, fill the future keys of the bias with -inf; the same results as the causal mask alone (both give those keys probability 0)", NULL},
     [MC_A_log_memory_estimate] = {"--log-memory-estimate", NULL, "log_memory_estimate", "megatron.c extensions", MC_ARGT_STORE_TRUE, 0, NULL, {MC_V_BOOL, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) beside the measured peak, by category (docs/memory.md)", "megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) beside the measured peak, by category (docs/memory.md)", NULL},
     [MC_A_dump_dir] = {"--dump-dir", NULL, "dump_dir", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "megatron.c: write tensor dumps (docs/formats/dump.md) of the chosen iterations to DIR/iter_NNNNNNN/rank_NNNNN.dump, named by Megatron module/parameter names (docs/alignment.md)", "megatron.c: write tensor dumps (docs/formats/dump.md) of the chosen iterations to DIR/iter_NNNNNNN/rank_NNNNN.dump, named by Megatron module/parameter names (docs/alignment.md)", NULL},
     [MC_A_dump_iters] = {"--dump-iters", NULL, "dump_iters", "megatron.c extensions", MC_ARGT_STR, 0, NULL, {MC_V_NONE, 0, 0.0, NULL, NULL, 0}, MC_ARG_EXTENSION, "megatron.c: with --dump-dir, the iterations to dump: a list of numbers and ranges such as \"1,3\" or \"1-2\" (default 1)", "megatron.c: with --dump-dir, the iterations to dump: a list of numbers and ranges such as \"1,3\" or \"1-2\" (default 1)", NULL},
@@ -597,8 +599,6 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
     "--jit-compile",
     "--use-flash-attn-mindspeed",
     "--norm-topk-prob",
-    "--square-alibi-mask",
-    "--fill-neg-inf",
     "--gelu-tanh",
     "--post-norm",
     "--query-pre-attn-scalar",
@@ -615,5 +615,4 @@ const char *const mc_mindspeed_refused[MC_NUM_MINDSPEED_REFUSED] = {
 /* MindSpeed-LLM values of Megatron options, refused by name: {option, value}. */
 const char *const mc_mindspeed_refused_values[MC_NUM_MINDSPEED_REFUSED_VALUES][2] = {
     {"--tokenizer-type", "MagistralTokenizer"},
-    {"--position-embedding-type", "alibi"},
 };

@@ -489,6 +489,8 @@ enum mc_arg_id {
     MC_A_num_layer_list,
     MC_A_reuse_fp32_param,
     MC_A_sliding_window,
+    MC_A_square_alibi_mask,
+    MC_A_fill_neg_inf,
     MC_A_log_memory_estimate,
     MC_A_dump_dir,
     MC_A_dump_iters,
@@ -499,6 +501,6 @@ enum mc_arg_id {
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */
 #define MC_A_FIRST_DERIVED MC_A_rank
 #define MC_A_FIRST_EXTENSION MC_A_dry_run
-#define MC_NUM_MINDSPEED_REFUSED 59
-#define MC_NUM_MINDSPEED_REFUSED_VALUES 2
+#define MC_NUM_MINDSPEED_REFUSED 57
+#define MC_NUM_MINDSPEED_REFUSED_VALUES 1
 #endif

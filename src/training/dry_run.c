@@ -240,6 +240,14 @@ static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t 
                      "the %lld keys before it%s\n", (long long)c.sliding_window,
                 c.seq_length - 1 <= c.sliding_window ? " (all of a sequence's: plain causal "
                                                        "attention)" : "");
+    if (c.alibi)
+        fprintf(out, "megatron.c dry run: ALiBi attention (MindSpeed-LLM): no position embedding, "
+                     "each of the %lld heads adds slope x %s to its scores (%s form)%s\n",
+                (long long)c.num_attention_heads,
+                c.alibi == MC_ALIBI_SQUARE ? "(key - query)" : "key position",
+                c.alibi == MC_ALIBI_SQUARE ? "--square-alibi-mask [s, s]" : "[1, s] row",
+                c.alibi_fill_neg_inf ? "; --fill-neg-inf: future keys -inf, the same "
+                                       "probabilities as the causal mask" : "");
     if (mc_gpt_config_activation_bytes(&c, &shared, &per) != MC_OK) {
         fprintf(out, "megatron.c dry run: %s\n", mc_last_error());
         return;

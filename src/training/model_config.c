@@ -18,7 +18,7 @@ static mc_status position_type(const struct mc_args *a, enum mc_position_embeddi
         *out = MC_POS_LEARNED_ABSOLUTE;
     else if (!strcmp(pe, "rope"))
         *out = MC_POS_ROPE;
-    else if (!strcmp(pe, "none"))
+    else if (!strcmp(pe, "none") || !strcmp(pe, "alibi")) /* alibi: no embedding-level positions */
         *out = MC_POS_NONE;
     else
         return mc_error(MC_ERR_UNSUPPORTED, "--position-embedding-type %s is not supported by "
@@ -272,6 +272,11 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     if (!mc_args_is_none(a, A(sliding_window)) && cfg->sliding_window <= 0)
         return mc_error(MC_ERR_CONFIG, "--sliding-window %lld: expected a positive number of keys",
                         (long long)cfg->sliding_window);
+    /* MindSpeed-LLM's ALiBi; --square-alibi-mask / --fill-neg-inf mean nothing without it */
+    if (!strcmp(mc_args_str(a, A(position_embedding_type)), "alibi")) {
+        cfg->alibi = mc_args_bool(a, A(square_alibi_mask)) ? MC_ALIBI_SQUARE : MC_ALIBI_ROW;
+        cfg->alibi_fill_neg_inf = mc_args_bool(a, A(fill_neg_inf));
+    }
     cfg->untie_embeddings_and_output_weights = mc_args_bool(a, A(untie_embeddings_and_output_weights));
     cfg->fp32_residual_connection = mc_args_bool(a, A(fp32_residual_connection));
     cfg->hidden_dropout = (float)mc_args_float(a, A(hidden_dropout));

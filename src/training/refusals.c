@@ -125,6 +125,10 @@ static void features(const struct mc_args *a, struct mc_refusals *r)
     if (!mc_args_is_none(a, A(sliding_window)) && mc_args_int(a, A(sliding_window)) <= 0)
         refuse(r, "--sliding-window %lld: expected a positive number of keys",
                (long long)mc_args_int(a, A(sliding_window)));
+    if (!mc_args_is_none(a, A(sliding_window)) &&
+        str_is(mc_args_str(a, A(position_embedding_type)), "alibi"))
+        refuse(r, "--sliding-window with --position-embedding-type alibi is not supported by "
+               "megatron.c (MindSpeed-LLM drops the window under ALiBi: give one of them)");
     const char *rope = mc_args_str(a, A(rope_scaling_type));
     if (rope && !str_is(rope, "llama3"))
         refuse(r, "--rope-scaling-type %s is not supported by megatron.c yet (only llama3)", rope);

@@ -7,7 +7,8 @@
  * reference), or with --use-flash-attn / --attention-backend flash (cfg->flash_attention) as
  * the flash attention op pair (backend/cpu/flash_attention_cpu.c): the same attention without
  * the [b, heads, s, s] probabilities, keeping ctx and the row log-sum-exp for backward. GQA: query head i of a group uses that group's key and value head, read in place
- * from the fused QKV output laid out per query group [q heads of g | k_g | v_g]. */
+ * from the fused QKV output laid out per query group [q heads of g | k_g | v_g]. MindSpeed-LLM's
+ * ALiBi (cfg->alibi) passes its heads' slopes to either op pair (desc.alibi_slopes). */
 #include "transformer/transformer.h"
 
 #include <math.h>
@@ -122,6 +123,26 @@ void mc_tfm_qk_norm_backward(const struct mc_tfm_ctx *c, const struct mc_tfm_lay
     qk_move(c, dx, dqkv, false);
 }
 
+/* Slope k of MindSpeed's get_slopes_power_of_2(p): start * ratio ** k, start = ratio =
+ * 2 ** (-2 ** -(log2(p) - 3)), in double as Python computes it. */
+static double alibi_slope_pow2(int64_t p, int64_t k)
+{
+    double start = pow(2.0, -pow(2.0, -(log2((double)p) - 3.0)));
+    return start * pow(start, (double)k);
+}
+
+void mc_tfm_alibi_slopes(float *out, int64_t heads_total, int64_t first, int64_t n)
+{
+    int64_t p = 1;
+    while (p * 2 <= heads_total)
+        p *= 2; /* 2 ** floor(log2(heads)) */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t h = first + i;
+        /* the first p heads take the p slopes; the rest take slopes 0, 2, 4, ... of 2p */
+        out[i] = (float)(h < p ? alibi_slope_pow2(p, h) : alibi_slope_pow2(2 * p, 2 * (h - p)));
+    }
+}
+
 static float score_alpha(const struct mc_tfm_ctx *c, int64_t layer, float *mult)
 {
     /* as DotProductAttention: norm_factor = sqrt(hn) * coeff, alpha = 1 / norm_factor */
@@ -190,13 +211,33 @@ static uint8_t *window_mask(const struct mc_tfm_ctx *c)
     return m;
 }
 
+/* --position-embedding-type alibi: the slopes of this rank's heads (host memory, freed by the
+ * caller), taken from the slopes of all the model's heads as MindSpeed's tensor-parallel
+ * split does (alibi.reshape(tp, -1, ...)[tp_rank]); NULL without ALiBi. */
+static float *alibi_slopes(const struct mc_tfm_ctx *c, struct mc_attention_desc *ad)
+{
+    if (!c->cfg->alibi)
+        return NULL;
+    float *sl = mc_alloc(sizeof(float) * (size_t)ad->heads);
+    if (!sl) {
+        mc_log(MC_LOG_ERROR, "attention: no memory for the ALiBi slopes");
+        abort();
+    }
+    mc_tfm_alibi_slopes(sl, ad->heads_total, ad->head_first, ad->heads);
+    ad->alibi_slopes = sl;
+    ad->alibi_square = c->cfg->alibi == MC_ALIBI_SQUARE;
+    return sl;
+}
+
 void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                    struct mc_tfm_layer_acts *a)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
+    float *slopes = alibi_slopes(c, &ad);
     if (c->cfg->flash_attention) {
         ad.window = c->cfg->sliding_window;
         c->be->ops->flash_attention_fwd(c->be, &ad, a->qkv, a->ctx, a->lse);
+        mc_free(slopes);
         return;
     }
     uint8_t *wm = window_mask(c);
@@ -205,6 +246,7 @@ void mc_tfm_core_attention_forward(const struct mc_tfm_ctx *c, int64_t layer,
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_fwd(c->be, &ad, a->qkv, a->probs, a->ctx, &w);
     c->be->ops->free(c->be, wm);
+    mc_free(slopes);
 }
 
 void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
@@ -212,9 +254,11 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
                                     void *dqkv)
 {
     struct mc_attention_desc ad = attention_desc(c, layer);
+    float *slopes = alibi_slopes(c, &ad);
     if (c->cfg->flash_attention) {
         ad.window = c->cfg->sliding_window;
         c->be->ops->flash_attention_bwd(c->be, &ad, a->qkv, a->ctx, a->lse, dctx, dqkv);
+        mc_free(slopes);
         return;
     }
     uint8_t *wm = window_mask(c);
@@ -223,4 +267,5 @@ void mc_tfm_core_attention_backward(const struct mc_tfm_ctx *c, int64_t layer,
     struct mc_attention_work w = {c->scr->attn_a, c->scr->attn_b, c->scr->attn_keep};
     c->be->ops->attention_bwd(c->be, &ad, a->qkv, a->probs, dctx, dqkv, &w);
     c->be->ops->free(c->be, wm);
+    mc_free(slopes);
 }

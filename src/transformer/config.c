@@ -368,6 +368,17 @@ static mc_status check_positions(struct mc_gpt_config *c)
         return mc_error(MC_ERR_CONFIG, "--max-position-embeddings (%lld) must be greater than or "
                         "equal to --seq-length (%lld)", (long long)c->max_position_embeddings,
                         (long long)c->seq_length);
+    if ((unsigned)c->alibi > MC_ALIBI_SQUARE)
+        return mc_error(MC_ERR_CONFIG, "alibi: invalid value %d (expected 0 none, 1 row form, "
+                        "2 square form)", c->alibi);
+    if (c->alibi && c->position_embedding_type != MC_POS_NONE)
+        return mc_error(MC_ERR_CONFIG, "ALiBi attention adds no position embedding: expected "
+                        "position_embedding_type none with it, got %d",
+                        (int)c->position_embedding_type);
+    if (c->alibi && c->sliding_window)
+        return mc_error(MC_ERR_UNSUPPORTED, "--sliding-window with --position-embedding-type "
+                        "alibi is not supported by megatron.c (MindSpeed-LLM drops the window "
+                        "under ALiBi: give one of them)");
     if (c->position_embedding_type != MC_POS_ROPE)
         return MC_OK;
     if (!(c->rotary_percent > 0.0f && c->rotary_percent <= 1.0f))

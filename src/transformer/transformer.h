@@ -153,6 +153,11 @@ void mc_tfm_dropout_mask(const struct mc_tfm_ctx *c, uint8_t *keep, uint32_t sit
 #define MC_TFM_SITE_MLP_OUT(l) (3u + 3u * (uint32_t)(l))
 
 /* attention.c: RoPE tables and core attention (DotProductAttention, local spec). */
+/* MindSpeed-LLM's ALiBi slopes (get_slopes of mindspeed_llm/tasks/models/common/alibi.py) of
+ * heads first .. first + n - 1 of heads_total, as fp32: for a power of two p,
+ * 2^(-8 / p) ^ (k + 1); otherwise the p = 2^floor(log2 heads) ones, then every other one of
+ * the 2p ones. The arithmetic in double (Python floats), rounded once. */
+void mc_tfm_alibi_slopes(float *out, int64_t heads_total, int64_t first, int64_t n);
 void mc_tfm_rope_tables(float *cos, float *sin, const struct mc_gpt_config *cfg, int64_t rot_dim,
                         int64_t s_max);
 void mc_tfm_rope_apply(const struct mc_tfm_ctx *c, void *qkv, bool backward);

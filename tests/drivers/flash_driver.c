@@ -4,10 +4,14 @@
  * [s, b, ctx_ld] (DTYPE), DIR/mask.bin [b, s, s] u8 when causal=0; outputs DIR/out_<name>.bin:
  * ctx, lse (fp32 [b, heads, s]), dqkv, and u_ctx, u_dqkv from the unfused op. threads=N sets
  * the OpenMP thread count; MC_KERNELS=ref selects the reference tile kernels; window=W (optional)
- * the flash ops' sliding window (the unfused ops get it as mask.bin). */
+ * the flash ops' sliding window (the unfused ops get it as mask.bin); alibi=1 (row form) or 2
+ * (square form) adds MindSpeed-LLM's ALiBi bias to both, with the slopes of heads head_first ..
+ * of heads_total (mc_tfm_alibi_slopes; defaults: this call's heads); the slopes are written to
+ * out_slopes.bin. */
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "megatron.h"
+#include "transformer/transformer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +118,14 @@ int main(int argc, char **argv)
     d.ctx_ld = d.heads * d.hn;
     d.heads_total = d.heads;
     d.window = find("window") ? I("window") : 0; /* sliding window: flash ops only */
+    float *slopes = calloc((size_t)d.heads, sizeof(float));
+    if (find("alibi") && I("alibi")) {
+        d.heads_total = find("heads_total") ? I("heads_total") : d.heads;
+        d.head_first = find("head_first") ? I("head_first") : 0;
+        mc_tfm_alibi_slopes(slopes, d.heads_total, d.head_first, d.heads);
+        d.alibi_slopes = slopes;
+        d.alibi_square = I("alibi") == 2;
+    }
     int64_t T = d.b * d.s, nl = d.b * d.heads * d.s;
     void *qkv = in("qkv", E * (size_t)(T * d.qkv_ld)), *dctx = in("dctx", E * (size_t)(T * d.ctx_ld));
     if (!I("causal"))
@@ -125,6 +137,15 @@ int main(int argc, char **argv)
     out("ctx", ctx, E * (size_t)(T * d.ctx_ld));
     out("lse", lse, sizeof(float) * (size_t)nl);
     out("dqkv", dqkv, E * (size_t)(T * d.qkv_ld));
+    if (d.alibi_slopes) { /* host floats: written directly */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/out_slopes.bin", dir);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(slopes, sizeof(float), (size_t)d.heads, f) != (size_t)d.heads || fclose(f)) {
+            fprintf(stderr, "flash_driver: cannot write %s\n", path);
+            return 1;
+        }
+    }
     if (I("unfused")) {
         size_t np = (size_t)(d.b * d.heads * d.s * d.s);
         void *probs = zeros(E * np), *uctx = zeros(E * (size_t)(T * d.ctx_ld));
@@ -137,5 +158,6 @@ int main(int argc, char **argv)
         out("u_keep", w.keep, np);
     }
     mc_backend_free(be);
+    free(slopes);
     return 0;
 }

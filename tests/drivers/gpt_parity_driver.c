@@ -132,6 +132,9 @@ static void read_config(const mc_dump *in, struct mc_gpt_config *c)
     get_f32(in, "attention_dropout", &c->attention_dropout);
     get_f32(in, "init_method_std", &c->init_method_std);
     get_i64(in, "sliding_window", &c->sliding_window);
+    get_int(in, "alibi", &c->alibi);
+    get_bool(in, "alibi_fill_neg_inf", &c->alibi_fill_neg_inf);
+    get_bool(in, "flash_attention", &c->flash_attention);
     int64_t seed = (int64_t)c->seed;
     get_i64(in, "seed", &seed);
     c->seed = (uint64_t)seed;

@@ -50,6 +50,19 @@ CONFIGS = {
     # MindSpeed-LLM's --sliding-window (Mistral): keys i - 5 .. i of 16 (and with documents)
     'sliding_window': (variant(LLAMA, sliding_window=5), {}),
     'sliding_window_docs': (variant(LLAMA, sliding_window=5), {'mask': True}),
+    # MindSpeed-LLM's ALiBi: square form with -inf fill (Baichuan2's), row form, documents,
+    # flash attention, layer scaling; 6 and 5 heads are not powers of two
+    'alibi_square': (variant(LLAMA, position_embedding_type=POS_NONE, alibi=2,
+                             alibi_fill_neg_inf=1), {}),
+    'alibi_row': (variant(GPT2, position_embedding_type=POS_NONE, alibi=1, hidden_size=40,
+                          num_attention_heads=5), {}),
+    'alibi_docs': (variant(LLAMA, position_embedding_type=POS_NONE, alibi=2), {'mask': True}),
+    'alibi_flash': (variant(LLAMA, position_embedding_type=POS_NONE, alibi=2, alibi_fill_neg_inf=1,
+                            flash_attention=1), {}),
+    'alibi_row_flash': (variant(GPT2, position_embedding_type=POS_NONE, alibi=1,
+                                alibi_fill_neg_inf=1, flash_attention=1), {}),
+    'alibi_layer_scaling': (variant(GPT2, num_layers=3, position_embedding_type=POS_NONE, alibi=2,
+                                    apply_query_key_layer_scaling=1), {}),
     'layernorm_eps': (variant(GPT2, norm_epsilon=1e-2), {}),
     # --apply-layernorm-1p: zero-centered norm weights (LayerNorm, and TENorm's RMSNorm)
     'layernorm_1p': (variant(GPT2, layernorm_zero_centered_gamma=1), {}),

@@ -212,6 +212,10 @@ def main():
             print('%-28s skipped: --sliding-window is MindSpeed-LLM\'s (Megatron core_v0.12.1 has no '
                   'local-spec window; tests/backend/test_sliding_window.py checks it against PyTorch)' % name)
             continue
+        if c.get('alibi'):
+            print('%-28s skipped: ALiBi is MindSpeed-LLM\'s (Megatron core_v0.12.1 has none; '
+                  'tests/backend/test_alibi.py checks it against PyTorch)' % name)
+            continue
         meg = megatron_model(c)
         if c['layernorm_zero_centered_gamma']:  # FusedLayerNorm.reset_parameters: zeros
             z = [k for k, v in meg.state_dict().items() if 'layernorm.weight' in k and v.abs().max() == 0]

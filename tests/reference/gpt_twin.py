@@ -39,7 +39,9 @@ DEFAULTS = dict(
     apply_query_key_layer_scaling=0, attention_softmax_in_fp32=0,
     untie_embeddings_and_output_weights=0, fp32_residual_connection=0, hidden_dropout=0.0,
     attention_dropout=0.0, init_method_std=0.02, seed=1234, sliding_window=0,
+    alibi=0, alibi_fill_neg_inf=0, flash_attention=0,
 )
+ALIBI_ROW, ALIBI_SQUARE = 1, 2  # enum mc_alibi
 FLOAT_FIELDS = {'norm_epsilon', 'rotary_percent', 'rotary_base', 'rope_scaling_factor',
                 'rope_low_freq_factor', 'rope_high_freq_factor', 'rope_original_max_position',
                 'hidden_dropout', 'attention_dropout', 'init_method_std'}
@@ -558,6 +560,26 @@ class Norm(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
 
 
+def alibi_slopes(n):
+    """MindSpeed-LLM's ALiBi slopes of n heads (its get_slopes, in closed form): with
+    p = 2^floor(log2 n), 2^(-8 (k + 1) / p) for the first p heads, then the odd-numbered slopes
+    of the 2p set, 2^(-8 (2m + 1) / (2p)); fp32 as torch.Tensor(list) makes them."""
+    p = 2 ** int(math.floor(math.log2(n)))
+    out = [2.0 ** (-8.0 * (k + 1) / p) for k in range(p)]
+    out += [2.0 ** (-8.0 * (2 * m + 1) / (2 * p)) for m in range(n - p)]
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def alibi_bias(c, s):
+    """[heads, s, s] fp32 bias of MindSpeed's _build_alibi_tensor: slope * (j - i) with
+    --square-alibi-mask, else the [heads, 1, s] row slope * j (broadcast)."""
+    sl = alibi_slopes(c['num_attention_heads']).view(-1, 1, 1)
+    j = torch.arange(s).view(1, 1, s)
+    if c['alibi'] == ALIBI_SQUARE:
+        return sl * (j - torch.arange(s).view(1, s, 1))
+    return sl * j
+
+
 class SelfAttention(torch.nn.Module):
     prec = FP32
 
@@ -596,6 +618,8 @@ class SelfAttention(torch.nn.Module):
             scale /= coeff
         # [b, np, sq, sk]
         scores = torch.einsum('sbnd,tbnd->bnst', q, k) * scale
+        if c['alibi']:
+            return self.linear_proj(self.alibi_attention(scores, mask, coeff, v))
         if coeff is not None:
             scores = scores * coeff
         scores = scores.masked_fill(mask, -10000.0)
@@ -604,12 +628,43 @@ class SelfAttention(torch.nn.Module):
         ctx = torch.einsum('bnst,tbnd->sbnd', probs, v).reshape(s, b, np_ * hn)
         return self.linear_proj(ctx)
 
+    def alibi_attention(self, scores, mask, coeff, v):
+        """MindSpeed-LLM's AlibiAttention on scores = q k^T / norm_factor [b, np, s, s]:
+        + beta * bias (beta = 1 / coeff), then the square form with --fill-neg-inf: the mask
+        as -inf inside the bias, clamped at finfo.min, softmax of (x coeff: Megatron's scaling
+        back, which MindSpeed's square path skips: COMPATIBILITY.md); otherwise
+        FusedScaleMaskSoftmax (x coeff, masked_fill -10000) with the row bias (-inf on the
+        future keys with --fill-neg-inf, overwritten by the fill)."""
+        c = self.c
+        b, np_, s, _ = scores.shape
+        bias = alibi_bias(c, s).expand(np_, s, s)
+        beta = 1.0 / coeff if coeff is not None else 1.0
+        future = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+        full = mask.expand(b, 1, s, s)
+        if c['alibi'] == ALIBI_SQUARE and c['alibi_fill_neg_inf']:
+            pse = bias[None].masked_fill(full, float('-inf'))
+            sc = (scores + beta * pse) * (coeff or 1.0)
+            sc = torch.max(sc, torch.tensor(torch.finfo(sc.dtype).min))
+        else:
+            if c['alibi_fill_neg_inf']:
+                bias = bias.masked_fill(future, float('-inf'))
+            sc = scores + beta * bias[None]
+            if coeff is not None:
+                sc = sc * coeff
+            sc = sc.masked_fill(full, -10000.0)
+        probs = torch.softmax(sc, dim=-1)
+        probs = self.drop(probs, c['attention_dropout'], 1 + 3 * (self.layer_number - 1), self.training)
+        s_, b_ = v.shape[0], v.shape[1]
+        return torch.einsum('bnst,tbnd->sbnd', probs, v).reshape(s_, b_, -1)
+
     def forward16(self, x, mask, freqs):
         """Megatron's 16-bit rounding points: linear_qkv round(round(x W^T) + b); RoPE with cos and
         sin rounded, each product and the sum rounded; scores = round(alpha q k^T) (baddbmm);
         softmax fp32 inside (or of the widened scores with --attention-softmax-in-fp32), probs
         rounded; ctx = round(probs v) (bmm)."""
         c, p = self.c, self.prec
+        if c['alibi']:
+            raise NotImplementedError('gpt_twin: ALiBi in the 16-bit modes')
         s, b, _ = x.shape
         np_, ng, hn = c['num_attention_heads'], c['num_query_groups'], c['kv_channels']
         qkv, qkv_b = self.linear_qkv(x)

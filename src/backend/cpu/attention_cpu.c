@@ -53,6 +53,38 @@ static void attention_keep(const struct mc_attention_desc *d, uint8_t *keep)
     }
 }
 
+static float round_to(enum mc_dtype dt, float x);
+
+float mc_cpu_alibi_bias(const struct mc_attention_desc *d, int64_t hl, int64_t i, int64_t j)
+{
+    float bias = d->alibi_slopes[hl] * (float)(d->alibi_square ? j - i : j);
+    return d->dt == MC_DTYPE_F32 ? bias : round_to(d->dt, bias);
+}
+
+/* scores += bias / mult over [b, heads, s, s] (MindSpeed's beta * pse with beta = 1 / layer
+ * under query-key layer scaling; the softmax multiplies mult back). 16-bit: the scaled bias
+ * and the sum each rounded, as torch's 16-bit mul and add round. Masked positions get theirs
+ * too: the softmax replaces them with -10000. */
+static void add_alibi(const struct mc_attention_desc *d, float *scores)
+{
+    int64_t s = d->s, ss = s * s;
+    float inv = 1.0f / d->mult;
+    bool half = d->dt != MC_DTYPE_F32;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < d->b * d->heads; i++) {
+        int64_t hl = i % d->heads;
+        float *sc = scores + i * ss;
+        for (int64_t q = 0; q < s; q++)
+            for (int64_t k = 0; k < s; k++) {
+                float bias = mc_cpu_alibi_bias(d, hl, q, k);
+                if (inv != 1.0f)
+                    bias = half ? round_to(d->dt, bias * inv) : bias * inv;
+                float v = sc[q * s + k] + bias;
+                sc[q * s + k] = half ? round_to(d->dt, v) : v;
+            }
+    }
+}
+
 static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
                                const void *qkv, void *probs, void *ctx,
                                struct mc_attention_work *w);
@@ -79,6 +111,8 @@ void mc_cpu_attention_fwd(struct mc_backend *be, const struct mc_attention_desc 
         k->gemm(false, true, s, s, d->hn, d->alpha, hp.q, hp.ld, hp.k, hp.ld, 0.0f,
                 probs + i * ss, s);
     }
+    if (d->alibi_slopes)
+        add_alibi(d, probs);
     if (d->mask) {
         for (int64_t bi = 0; bi < d->b; bi++)
             k->masked_softmax_fwd(probs + bi * d->heads * ss, d->heads, s, s, d->mult,
@@ -212,6 +246,8 @@ static void half_probs(const struct mc_cpu_kernels *k, const struct mc_attention
                 s);
     }
     round_inplace(d->dt, sf, nbh * ss);
+    if (d->alibi_slopes)
+        add_alibi(d, sf);
     if (d->mask) {
         for (int64_t bi = 0; bi < d->b; bi++)
             k->masked_softmax_fwd(sf + bi * d->heads * ss, d->heads, s, s, d->mult,

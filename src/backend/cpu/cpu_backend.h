@@ -24,6 +24,10 @@ void mc_cpu_attention_bwd(struct mc_backend *be, const struct mc_attention_desc 
                           const void *qkv, const void *probs, const void *dctx, void *dqkv,
                           struct mc_attention_work *w);
 
+/* The ALiBi bias of score (query i, key j) of local head hl (backend.h, alibi_slopes): slope
+ * times (j - i) or j, in fp32, rounded to d->dt for 16-bit ops. attention_cpu.c. */
+float mc_cpu_alibi_bias(const struct mc_attention_desc *d, int64_t hl, int64_t i, int64_t j);
+
 /* flash_attention_cpu.c: the flash attention op pair, and which tile kernels it runs on be
  * ("ref", "avx2"). */
 void mc_cpu_flash_attention_fwd(struct mc_backend *be, const struct mc_attention_desc *d,

@@ -22,6 +22,8 @@
  * i - W; key tiles wholly before the window of a query tile's first row are never visited
  * (forward: keys from the tile holding q0 - W; backward: query tiles after the last query
  * that sees the key tile), the tiles across the window's edge get -10000 elementwise.
+ * ALiBi (desc->alibi_slopes): each score gets its head's bias before the online softmax (the
+ * causal and window skips stay: the bias does not unmask anything).
  * GQA/MQA: a query head reads its group's K and V rows in place (no repeated copies).
  * Dropout: the keep flag of element (batch row, global head, query, key) of the unfused op's
  * [b, heads_total, s, s] stream (core/rng.h), drawn per tile row in forward and again in
@@ -164,16 +166,20 @@ static int64_t window_first_tile(const struct mc_attention_desc *d, int64_t q0)
     return d->window && q0 > d->window ? (q0 - d->window) / BC * BC : 0;
 }
 
-/* The scores of a tile in place on S [nq, BC]: (dot * alpha) * mult, masked -10000 (the unfused
- * op's masked_fill). mb: this batch row's explicit mask, or NULL for causal. */
-static void tile_scores(const struct fa *f, float *S, const uint8_t *mb, int mstate, int64_t q0,
-                        int64_t nq, int64_t k0, int64_t nk)
+/* The scores of a tile of head hl in place on S [nq, BC]: (dot * alpha) * mult (+ the ALiBi
+ * bias), masked -10000 (the unfused op's masked_fill). mb: this batch row's explicit mask, or
+ * NULL for causal. */
+static void tile_scores(const struct fa *f, float *S, const uint8_t *mb, int mstate, int64_t hl,
+                        int64_t q0, int64_t nq, int64_t k0, int64_t nk)
 {
     const struct mc_attention_desc *d = f->d;
     bool diag = !mb && k0 + nk - 1 > q0; /* some key of the tile is after some query */
     for (int64_t i = 0; i < nq; i++) {
         float *row = S + i * BC;
         f->fk->scores(row, nk, d->alpha, d->mult);
+        if (d->alibi_slopes) /* added after the mult scaling: the unfused op adds bias / mult */
+            for (int64_t j = 0; j < nk; j++)
+                row[j] += mc_cpu_alibi_bias(d, hl, q0 + i, k0 + j);
         if (diag)
             for (int64_t j = q0 + i + 1 - k0 < 0 ? 0 : q0 + i + 1 - k0; j < nk; j++)
                 row[j] = -10000.0f;
@@ -256,7 +262,7 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
         const float *V = rows(f, qkv, ko + hn + k0 * f->qld, f->qld, nk, b->v, &vld);
         pack_t(b->kt, K, kld, nk, hn);
         fk->gemm_nn(b->S, BC, Q, qld, b->kt, BC, nq, nk, hn, false);
-        tile_scores(f, b->S, mb, ms, q0, nq, k0, nk);
+        tile_scores(f, b->S, mb, ms, hl, q0, nq, k0, nk);
         if (d->dropout > 0.0f)
             tile_keep(f, b->keep, bi, hl, q0, nq, k0, nk);
         for (int64_t i = 0; i < nq; i++) {
@@ -376,7 +382,7 @@ static void bwd_pair(const struct fa *f, const void *qkv, const void *dctx, cons
     int64_t co = bi * d->ctx_ld + hl * hn + q0 * f->cld;
     const float *G = rows(f, dctx, co, f->cld, nq, b->dout, &gld);
     fk->gemm_nn(b->S, BC, Q, qld, b->kt, BC, nq, nk, hn, false);
-    tile_scores(f, b->S, mb, ms, q0, nq, k0, nk);
+    tile_scores(f, b->S, mb, ms, hl, q0, nq, k0, nk);
     const float *L = lse + (bi * d->heads + hl) * s + q0;
     for (int64_t i = 0; i < nq; i++) /* P = exp(score - lse): the forward's probabilities */
         fk->exp_sum(b->S + i * BC, b->S + i * BC, nk, L[i]);

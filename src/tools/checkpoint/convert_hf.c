@@ -255,7 +255,10 @@ static const char *why_not(const struct exporter *e)
     const char *why = NULL;
     const struct mc_pk *ck = md->checkpoint_args;
     const struct mc_pk *sq = mc_pk_get(ck, "squared_relu"), *p1 = mc_pk_get(ck, "apply_layernorm_1p");
-    if (sq && sq->kind == MC_PK_BOOL && sq->b)
+    if (!strcmp(md->position_embedding_type, "alibi"))
+        why = "ALiBi attention (--position-embedding-type alibi: Hugging Face's GPT-2 and Llama "
+              "have no ALiBi; Baichuan2's remote modeling code is not written)";
+    else if (sq && sq->kind == MC_PK_BOOL && sq->b)
         why = "--squared-relu";
     else if (p1 && p1->kind == MC_PK_BOOL && p1->b)
         why = "--apply-layernorm-1p";

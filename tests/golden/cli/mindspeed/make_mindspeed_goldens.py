@@ -91,8 +91,8 @@ ACCEPTED = {'--use-fused-rmsnorm', '--use-fused-swiglu', '--use-fused-rotary-pos
 # MindSpeed-LLM options and values megatron.c implements (no note, not refused).
 IMPLEMENTED = {'--tokenizer-name-or-path', '--padded-vocab-size', '--rope-scaling-type',
                '--low-freq-factor', '--high-freq-factor', '--original-max-position-embeddings',
-               '--num-layer-list', '--sliding-window'}
-IMPLEMENTED_VALUES = {('--tokenizer-type', 'PretrainedFromHF')}
+               '--num-layer-list', '--sliding-window', '--square-alibi-mask', '--fill-neg-inf'}
+IMPLEMENTED_VALUES = {('--tokenizer-type', 'PretrainedFromHF'), ('--position-embedding-type', 'alibi')}
 VALUE_MAP = {('--tokenizer-type', 'PretrainedFromHF'): 'HuggingFaceTokenizer',
              ('--tokenizer-type', 'MagistralTokenizer'): 'HuggingFaceTokenizer',
              ('--position-embedding-type', 'alibi'): None}
