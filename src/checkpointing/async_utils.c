@@ -7,6 +7,7 @@
  * on the main thread, at the points where all ranks call in. */
 #include "checkpointing/async_utils.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@ struct mc_async_call {
 static void *writer_main(void *arg)
 {
     struct mc_async_call *c = arg;
+    omp_set_num_threads(1); /* this thread's own setting: the cores stay with training */
     c->st = c->r.write(c->r.ctx);
     if (c->st)
         snprintf(c->msg, sizeof(c->msg), "%s", mc_last_error());

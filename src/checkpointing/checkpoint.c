@@ -25,6 +25,7 @@
 #include "checkpointing/distrib_optim.h"
 #include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
+#include "checkpointing/torch_zip.h"
 #include "core/dtype.h"
 #include "core/pyformat.h"
 #include "optimizer/lr_scheduler.h"
@@ -1078,6 +1079,7 @@ mc_status mc_ckpt_save_async(const struct mc_ckpt_state *s, FILE *log, struct mc
         async_free(j);
         return st;
     }
+    mc_crc32_update(0, "", 0); /* builds the CRC tables here, before a writer thread reads them */
     struct mc_async_request r = {async_write, async_finalize, async_free, j, s->all_ok, s->barrier_ctx};
     if ((st = mc_async_queue_schedule(q, &r)))
         return st;
