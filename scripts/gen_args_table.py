@@ -35,7 +35,7 @@ lr lr_decay_style lr_wsd_decay_style lr_decay_iters lr_decay_samples lr_wsd_deca
 lr_wsd_decay_iters lr_warmup_fraction lr_warmup_iters lr_warmup_samples lr_warmup_init warmup
 min_lr override_opt_param_scheduler use_checkpoint_opt_param_scheduler
 save save_interval no_save_optim no_save_rng load no_load_optim no_load_rng finetune
-exit_on_missing_checkpoint ckpt_format use_dist_ckpt_deprecated dist_ckpt_format_deprecated
+exit_on_missing_checkpoint ckpt_format async_save use_dist_ckpt_deprecated dist_ckpt_format_deprecated
 ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_step perform_initialization
 fp16 bf16 loss_scale initial_loss_scale min_loss_scale loss_scale_window hysteresis
 fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32 apply_layernorm_1p
@@ -86,7 +86,7 @@ empty_unused_memory_level distributed_backend local_rank
 manual_gc manual_gc_interval manual_gc_eval num_workers pin_cpu_grads pin_cpu_params
 deprecated_use_mcore_models transformer_impl disable_bf16_reduced_precision_matmul
 mmap_bin_files create_attention_mask_in_dataloader num_dataset_builder_threads deterministic_mode
-ckpt_fully_parallel_load ckpt_assume_constant_structure async_save use_persistent_ckpt_worker
+ckpt_fully_parallel_load ckpt_assume_constant_structure use_persistent_ckpt_worker
 dist_ckpt_strictness auto_detect_ckpt_format barrier_with_L1_time nccl_communicator_config_path
 profile profile_step_start profile_step_end use_pytorch_profiler profile_ranks
 record_memory_history memory_snapshot_path enable_one_logger one_logger_project
@@ -231,6 +231,7 @@ LIMITS = {
     'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer (refused), as in Megatron',
     'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16, the ordinary or the distributed optimizer; the distributed optimizer with --no-ckpt-fully-parallel-save is refused by name); --load reads torch and torch_dist',
     'use_dist_ckpt_deprecated': 'deprecated, no effect (--ckpt-format chooses the format)',
+    'async_save': 'torch_dist only (with --ckpt-format torch refused, as Megatron does); holds a host copy of the saved state until the save is finalized',
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'expert-parallel size 1, tensor-parallel size 1, no biases (docs/moe.md)',
     'moe_router_load_balancing_type': 'sinkhorn refused',

@@ -139,6 +139,16 @@ struct mc_ckpt_state {
  * lines to `log`. */
 MC_API mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log);
 
+/* save_checkpoint with --async-save (torch_dist only; a torch-format state is refused with
+ * Megatron's NotImplementedError text): prints the lines above up to "  scheduled an async
+ * checkpoint save ...", writes iter_%07d.tmp/common.pt, copies the state to write (a host copy
+ * of this rank's share of the checkpoint, held until the save is finalized) and hands the
+ * .distcp files to a writer thread of queue q (struct mc_async_queue, src/checkpointing/
+ * async_utils.h). The save completes in mc_async_queue_maybe_finalize: the metadata, the rename
+ * to iter_%07d, the tracker and the "successfully saved" line. Every rank calls it. */
+struct mc_async_queue;
+MC_API mc_status mc_ckpt_save_async(const struct mc_ckpt_state *s, FILE *log, struct mc_async_queue *q);
+
 /* load_checkpoint from opts.dir: the tracker (or ckpt_step) picks the iteration; hands the
  * saved args to opts.load_args (unless finetune), loads the model strictly, the optimizer and
  * scheduler (unless finetune / !load_optim / release). Sets s->iteration (0 for finetune and

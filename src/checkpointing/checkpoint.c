@@ -19,11 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpointing/async_utils.h"
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/distrib_optim.h"
 #include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
+#include "checkpointing/torch_zip.h"
 #include "core/dtype.h"
 #include "core/pyformat.h"
 #include "optimizer/lr_scheduler.h"
@@ -915,34 +917,27 @@ static void remove_tree(const char *path)
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* best effort */
 }
 
-/* Megatron's torch_dist save (save_checkpoint with dist_checkpointing.save): every rank writes
- * its items into iter_%07d.tmp/, rank 0 the metadata after all have finished; then rank 0
- * renames the directory to iter_%07d (a failed save leaves no iteration directory behind) and
- * writes the tracker. */
-static mc_status save_dist(const struct mc_ckpt_state *s)
+/* The owner's first step of a torch_dist save: an empty iter_%07d.tmp (a failed save's
+ * leftovers removed); every rank learns whether it worked. */
+static mc_status make_tmp_dir(const struct mc_ckpt_state *s, const char *tmp)
 {
-    char final_dir[4200], tmp[4300], old[4300];
-    bool owner = single(s) || s->write_tracker;
-    snprintf(final_dir, sizeof(final_dir), "%s/iter_%07lld", s->opts.dir, (long long)s->iteration);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", final_dir);
-    snprintf(old, sizeof(old), "%s.old", final_dir);
     mc_status st = MC_OK;
-    if (owner) {
-        remove_tree(tmp); /* a failed save's leftovers */
+    if (single(s) || s->write_tracker) {
+        remove_tree(tmp);
         st = mkdirs(tmp);
     }
-    if ((st = agree(s, st, "creating the checkpoint directory")))
-        return st;
-    mc_pk_doc *d;
-    if ((st = mc_pk_doc_init(&d)))
-        return st;
-    struct mc_pk *common = NULL;
-    if (owner && !(common = dist_common(d, s)))
-        st = MC_ERR_NOMEM;
-    /* a rank that failed still joins the gather inside: the others wait in it */
-    mc_status wst = mc_dist_ckpt_write(s, tmp, final_dir, d, common);
-    st = st ? st : wst;
-    mc_pk_doc_free(d);
+    return agree(s, st, "creating the checkpoint directory");
+}
+
+/* The owner's last step of a torch_dist save, once every rank agrees that its part is written:
+ * iter_%07d.tmp becomes iter_%07d (a save of the same iteration before it is replaced); after a
+ * failure the temporary directory is removed. */
+static mc_status publish_dist(const struct mc_ckpt_state *s, mc_status st, const char *tmp,
+                              const char *final_dir)
+{
+    char old[4300];
+    bool owner = single(s) || s->write_tracker;
+    snprintf(old, sizeof(old), "%s.old", final_dir);
     st = agree(s, st, "saving the checkpoint");
     if (!st && owner) {
         fsync_dir(tmp);
@@ -960,19 +955,49 @@ static mc_status save_dist(const struct mc_ckpt_state *s)
     return st;
 }
 
-mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
+/* Megatron's torch_dist save (save_checkpoint with dist_checkpointing.save): every rank writes
+ * its items into iter_%07d.tmp/, rank 0 the metadata after all have finished; then rank 0
+ * renames the directory to iter_%07d (a failed save leaves no iteration directory behind) and
+ * writes the tracker. */
+static mc_status save_dist(const struct mc_ckpt_state *s)
 {
-    const char *dir = s->opts.dir;
-    bool one = single(s);
+    char final_dir[4200], tmp[4300];
+    bool owner = single(s) || s->write_tracker;
+    snprintf(final_dir, sizeof(final_dir), "%s/iter_%07lld", s->opts.dir, (long long)s->iteration);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", final_dir);
+    mc_status st = make_tmp_dir(s, tmp);
+    if (st)
+        return st;
+    mc_pk_doc *d;
+    if ((st = mc_pk_doc_init(&d)))
+        return st;
+    struct mc_pk *common = NULL;
+    if (owner && !(common = dist_common(d, s)))
+        st = MC_ERR_NOMEM;
+    /* a rank that failed still joins the gather inside: the others wait in it */
+    mc_status wst = mc_dist_ckpt_write(s, tmp, final_dir, d, common);
+    st = st ? st : wst;
+    mc_pk_doc_free(d);
+    return publish_dist(s, st, tmp, final_dir);
+}
+
+static void save_header(const struct mc_ckpt_state *s, FILE *log)
+{
     if (log)
         fprintf(log, "saving checkpoint at iteration %7lld to %s in %s format\n",
-                (long long)s->iteration, dir, s->opts.save_dist ? "torch_dist" : "torch");
+                (long long)s->iteration, s->opts.dir, s->opts.save_dist ? "torch_dist" : "torch");
     if (log && s->opts.save_dist && s->distopt)
         fprintf(log, "Storing distributed optimizer sharded state of type %s\n",
                 s->opts.fully_parallel_save ? "fully_sharded_model_space" : "dp_zero_gather_scatter");
-    mc_status st = s->opts.save_dist ? save_dist(s) : write_files(s, dir, one || s->writer);
+}
+
+/* save_checkpoint's end (an async save's finalize): every rank's outcome, then the tracker,
+ * written last, and Megatron's line. */
+static mc_status finish_save(const struct mc_ckpt_state *s, mc_status st, FILE *log)
+{
+    const char *dir = s->opts.dir;
     /* every rank gets here, so a failed write cannot leave the others waiting */
-    bool owner = one || s->write_tracker; /* writes the tracker, so cleans up after a failure */
+    bool owner = single(s) || s->write_tracker; /* writes the tracker, so cleans up after a failure */
     if ((st = agree(s, st, "saving the checkpoint")) ||
         (owner && (st = write_tracker(dir, s->iteration)))) {
         if (owner)
@@ -985,6 +1010,122 @@ mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
         fflush(log);
     }
     return MC_OK;
+}
+
+mc_status mc_ckpt_save(const struct mc_ckpt_state *s, FILE *log)
+{
+    save_header(s, log);
+    mc_status st = s->opts.save_dist ? save_dist(s) : write_files(s, s->opts.dir, single(s) || s->writer);
+    return finish_save(s, st, log);
+}
+
+/* ---- --async-save ------------------------------------------------------------------------------
+ * save_checkpoint with args.async_save: the directory, common.pt and the plan now (with a copy
+ * of every tensor to write), the .distcp files on a writer thread, and at finalize (on every
+ * rank, once every writer is done) what the synchronous save does after its files: the gathered
+ * .metadata, the rename of iter_%07d.tmp, the tracker and the "successfully saved" line. */
+struct async_save {
+    struct mc_ckpt_state s; /* a copy: the layout, the collectives, opts.dir (finalize uses no
+                               model or optimizer pointer: the plan holds the copy of their state) */
+    FILE *log;
+    char final_dir[4200], tmp[4300];
+    struct mc_dist_ckpt_plan *plan;
+};
+
+/* The writer thread: files only (MC_TEST_FAIL_WRITE_RANK=r, test only: rank r's writer fails). */
+static mc_status async_write(void *ctx)
+{
+    struct async_save *j = ctx;
+    const char *r = getenv("MC_TEST_FAIL_WRITE_RANK");
+    if (r && atoi(r) == j->s.rank)
+        return mc_error(MC_ERR_IO, "--save: cannot write %s: rank %d's checkpoint writer failed "
+                        "(injected by MC_TEST_FAIL_WRITE_RANK)", j->tmp, j->s.rank);
+    return mc_dist_ckpt_plan_write(j->plan, j->tmp, j->s.rank);
+}
+
+static mc_status async_finalize(void *ctx, mc_status st)
+{
+    struct async_save *j = ctx;
+    /* every writer's outcome first: after a failure anywhere every rank stops here (the failed
+     * rank with its own message), and none waits in the gather */
+    if (!(st = agree(&j->s, st, "writing the checkpoint"))) {
+        mc_pk_doc *d = NULL;
+        mc_status dst = mc_pk_doc_init(&d);
+        /* a rank that failed still joins the gather inside: the others wait in it */
+        st = mc_dist_ckpt_plan_finish(&j->s, j->plan, dst, j->tmp, j->final_dir, d, NULL);
+        if (d)
+            mc_pk_doc_free(d);
+    }
+    st = publish_dist(&j->s, st, j->tmp, j->final_dir);
+    return finish_save(&j->s, st, j->log);
+}
+
+static void async_free(void *ctx)
+{
+    struct async_save *j = ctx;
+    mc_dist_ckpt_plan_free(j->plan);
+    mc_free(j);
+}
+
+/* common.pt, written now, by the owner: its values are the state's at this iteration. */
+static mc_status async_common(const struct mc_ckpt_state *s, const char *tmp)
+{
+    char path[4400];
+    mc_pk_doc *d;
+    mc_status st = mc_pk_doc_init(&d);
+    if (st)
+        return st;
+    struct mc_pk *common = dist_common(d, s);
+    snprintf(path, sizeof(path), "%s/common.pt", tmp);
+    st = common ? mc_torch_save(d, common, path) : MC_ERR_NOMEM;
+    mc_pk_doc_free(d);
+    return st;
+}
+
+mc_status mc_ckpt_save_async(const struct mc_ckpt_state *s, FILE *log, struct mc_async_queue *q)
+{
+    if (log && mc_async_queue_unfinalized(q))
+        fprintf(log, "WARNING: Starting a checkpoint save before previous has finished. Consider "
+                     "increasing the checkpoint interval.\n");
+    save_header(s, log);
+    if (!s->opts.save_dist)
+        return mc_error(MC_ERR_UNSUPPORTED, "Async checkpoint save not implemented for legacy "
+                        "checkpoints");
+    struct async_save *j = mc_calloc(1, sizeof(*j));
+    mc_status st = agree(s, j ? MC_OK : MC_ERR_NOMEM, "scheduling the asynchronous save");
+    if (st) {
+        mc_free(j);
+        return st;
+    }
+    j->s = *s;
+    j->s.opts.save_args = NULL, j->s.opts.args_ctx = NULL; /* the caller's, gone after this */
+    j->log = log;
+    snprintf(j->final_dir, sizeof(j->final_dir), "%s/iter_%07lld", s->opts.dir, (long long)s->iteration);
+    snprintf(j->tmp, sizeof(j->tmp), "%s.tmp", j->final_dir);
+    if ((st = make_tmp_dir(s, j->tmp))) {
+        mc_free(j);
+        return st;
+    }
+    bool owner = single(s) || s->write_tracker;
+    st = owner ? async_common(s, j->tmp) : MC_OK;
+    mc_status pst = mc_dist_ckpt_plan_init(s, true, &j->plan); /* every rank: it may gather */
+    st = agree(s, st ? st : pst, "saving the checkpoint");
+    if (st) {
+        if (owner)
+            remove_tree(j->tmp);
+        async_free(j);
+        return st;
+    }
+    mc_crc32_update(0, "", 0); /* builds the CRC tables here, before a writer thread reads them */
+    struct mc_async_request r = {async_write, async_finalize, async_free, j, s->all_ok, s->barrier_ctx};
+    if ((st = mc_async_queue_schedule(q, &r)))
+        return st;
+    if (log) {
+        fprintf(log, "  scheduled an async checkpoint save at iteration %7lld to %s\n",
+                (long long)s->iteration, s->opts.dir);
+        fflush(log);
+    }
+    return s->barrier ? s->barrier(s->barrier_ctx) : MC_OK; /* Megatron's closing barrier */
 }
 
 /* ---- loading --------------------------------------------------------------------------------- */

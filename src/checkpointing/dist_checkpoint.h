@@ -33,6 +33,22 @@ mc_status mc_dist_ckpt_place(const mc_gpt_model *m, const char *local, struct mc
 mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
                              const char *final_dir, mc_pk_doc *d, const struct mc_pk *common);
 
+/* mc_dist_ckpt_write in its three steps, for --async-save (checkpoint.c): plan_init plans this
+ * rank's items on the main thread (with `snapshot`, copies every tensor it writes into a block
+ * the plan owns: the saved state may change afterwards); plan_write writes its .distcp files
+ * into tmp_dir (file I/O only, no collective: safe on a writer thread); plan_finish, on the main
+ * thread of every rank, gathers and writes the metadata as mc_dist_ckpt_write does (`st`: this
+ * rank's outcome so far; `common` NULL: common.pt is written already). plan_init sets *out even
+ * when it fails (NULL only when out of memory); plan_finish accepts either. */
+struct mc_dist_ckpt_plan;
+mc_status mc_dist_ckpt_plan_init(const struct mc_ckpt_state *s, bool snapshot,
+                                 struct mc_dist_ckpt_plan **out);
+mc_status mc_dist_ckpt_plan_write(struct mc_dist_ckpt_plan *p, const char *tmp_dir, int rank);
+mc_status mc_dist_ckpt_plan_finish(const struct mc_ckpt_state *s, struct mc_dist_ckpt_plan *p,
+                                   mc_status st, const char *tmp_dir, const char *final_dir,
+                                   struct mc_pk_doc *d, const struct mc_pk *common);
+void mc_dist_ckpt_plan_free(struct mc_dist_ckpt_plan *p);
+
 /* How many parameters (over the model chunks) reach into data-parallel rank dp_rank's shard of
  * the distributed optimizer: the entries of common.pt's optimizer 'param_state'. */
 int64_t mc_dist_ckpt_distopt_params(const struct mc_ckpt_state *s, int dp_rank);

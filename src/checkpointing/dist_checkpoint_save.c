@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpointing/async_utils.h"
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/torch_pickle.h"
 #include "core/dtype.h"
@@ -669,6 +670,7 @@ static int dcp_geom(const struct item *x, int64_t *g, int64_t *off, int64_t *sz)
 static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item *x)
 {
     struct mc_pk *v;
+    mc_async_test_slow_write();
     if (x->bytes) { /* torch.save of [the object's data]: [None] for the local spec's extra state */
         v = mc_pk_new(d, MC_PK_LIST);
         if (!v || mc_pk_append(d, v, x->obj ? (struct mc_pk *)x->obj : mc_pk_none(d)))
@@ -688,11 +690,11 @@ static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item
     return mc_torch_save_stream(d, v, f, path, &x->len);
 }
 
-static mc_status write_files(struct plan *pl, const char *dir, int rank)
+/* Writes the files split() planned: plain file I/O and no collective, so that --async-save can
+ * run it on its writer thread (async_utils.c). */
+static mc_status write_files(struct plan *pl, const int64_t *seq, int files, const char *dir, int rank)
 {
-    int64_t *seq = mc_alloc((size_t)(pl->n + 1) * sizeof(int64_t));
-    int files = 0;
-    mc_status st = seq ? split(pl, seq, &files) : MC_ERR_NOMEM;
+    mc_status st = MC_OK;
     int64_t q = 0;
     for (int k = 0; k < files && !st; k++) {
         char path[4400];
@@ -711,7 +713,6 @@ static mc_status write_files(struct plan *pl, const char *dir, int rank)
         if (d)
             mc_pk_doc_free(d);
     }
-    mc_free(seq);
     return st;
 }
 
@@ -983,39 +984,99 @@ static mc_status write_metadata(struct plan *all, int world, const char *tmp_dir
     snprintf(path, sizeof(path), "%s/common.pt", tmp_dir);
     mc_status st = m ? mc_pk_dump(d, m, &buf, &n, &stl, &nst) : MC_ERR_NOMEM;
     st = st ? st : write_small(tmp_dir, ".metadata", buf, n);
-    st = st ? st : mc_torch_save(d, common, path);
+    st = st || !common ? st : mc_torch_save(d, common, path); /* NULL: written already */
     return st ? st : write_small(tmp_dir, "metadata.json", json, sizeof(json) - 1);
 }
 
-mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
-                             const char *final_dir, mc_pk_doc *d, const struct mc_pk *common)
+/* A torch_dist save split where --async-save needs it: planning (main thread, may gather over
+ * the data-parallel group), the files (no collective: the async writer thread may run it), and
+ * the metadata (main thread, gathers). With `snapshot` the planned tensors are copied into one
+ * block the plan owns, so that training may change the state while the files are written. */
+struct mc_dist_ckpt_plan {
+    struct plan pl;
+    int64_t *seq; /* the items in the order they are written (split) */
+    int files;
+    void *snapshot;
+};
+
+/* The copy of every tensor the plan writes; x->data then points into it. */
+static mc_status take_snapshot(struct mc_dist_ckpt_plan *p)
 {
-    struct plan pl = {0};
+    int64_t total = 0;
+    for (int64_t i = 0; i < p->pl.n; i++)
+        if (!p->pl.it[i].bytes && p->pl.it[i].data)
+            total += (item_bytes(&p->pl.it[i]) + 63) / 64 * 64;
+    uint8_t *at = p->snapshot = mc_alloc((size_t)total + 1);
+    if (!at)
+        return mc_error(MC_ERR_NOMEM, "--async-save: cannot allocate the %lld-byte copy of the "
+                        "state to save", (long long)total);
+    for (int64_t i = 0; i < p->pl.n; i++) {
+        struct item *x = &p->pl.it[i];
+        if (x->bytes || !x->data)
+            continue;
+        memcpy(at, x->data, (size_t)item_bytes(x));
+        x->data = at;
+        at += (item_bytes(x) + 63) / 64 * 64;
+    }
+    return MC_OK;
+}
+
+mc_status mc_dist_ckpt_plan_init(const struct mc_ckpt_state *s, bool snapshot,
+                                 struct mc_dist_ckpt_plan **out)
+{
+    struct mc_dist_ckpt_plan *p = *out = mc_calloc(1, sizeof(*p));
+    if (!p)
+        return MC_ERR_NOMEM;
+    struct plan *pl = &p->pl;
     int nc = s->n_chunks > 1 ? s->n_chunks : 1;
-    mc_status st = s->rank == 0 && !common ? MC_ERR_NOMEM : MC_OK;
+    mc_status st = MC_OK;
     for (int c = 0; c < nc && !st; c++)
-        st = plan_model(&pl, s, nc > 1 ? s->chunks[c] : s->model);
-    st = st ? st : plan_optimizer(&pl, s);
+        st = plan_model(pl, s, nc > 1 ? s->chunks[c] : s->model);
+    st = st ? st : plan_optimizer(pl, s);
     if (s->opts.save_optim && s->distopt && !s->opts.fully_parallel_save) {
-        mc_status zst = plan_distopt_dp_zero(&pl, s, st != MC_OK); /* collective */
+        mc_status zst = plan_distopt_dp_zero(pl, s, st != MC_OK); /* collective */
         st = st ? st : zst;
     } else {
-        st = st ? st : plan_distopt(&pl, s);
+        st = st ? st : plan_distopt(pl, s);
     }
     /* Megatron's plan order is that of the chunks this rank holds; then it writes its share */
     int dp = s->dp_size > 1 ? s->dp_size : 1, me = dp > 1 ? s->dp_rank : 0;
-    st = st ? st : distribute(&pl, dp, s->opts.fully_parallel_save);
+    st = st ? st : distribute(pl, dp, s->opts.fully_parallel_save);
     if (!st)
-        keep(&pl, me, true);
-    st = st ? st : group_by_key(&pl);
+        keep(pl, me, true);
+    st = st ? st : group_by_key(pl);
     if (!st)
-        keep(&pl, me, false);
-    st = st ? st : write_files(&pl, tmp_dir, s->rank);
+        keep(pl, me, false);
+    if (!st && !(p->seq = mc_alloc((size_t)(pl->n + 1) * sizeof(int64_t))))
+        st = MC_ERR_NOMEM;
+    st = st ? st : split(pl, p->seq, &p->files);
+    return st || !snapshot ? st : take_snapshot(p);
+}
+
+mc_status mc_dist_ckpt_plan_write(struct mc_dist_ckpt_plan *p, const char *tmp_dir, int rank)
+{
+    return write_files(&p->pl, p->seq, p->files, tmp_dir, rank);
+}
+
+void mc_dist_ckpt_plan_free(struct mc_dist_ckpt_plan *p)
+{
+    if (!p)
+        return;
+    plan_free(&p->pl);
+    mc_free(p->seq);
+    mc_free(p->snapshot);
+    mc_free(p);
+}
+
+mc_status mc_dist_ckpt_plan_finish(const struct mc_ckpt_state *s, struct mc_dist_ckpt_plan *p,
+                                   mc_status st, const char *tmp_dir, const char *final_dir,
+                                   mc_pk_doc *d, const struct mc_pk *common)
+{
     /* every rank's items (or its failure: a single 0 byte) onto every rank; a rank that failed
      * still joins, so that no rank waits for it */
     struct buf b = {0};
     uint8_t failed = 0;
-    if (!st && (st = encode(&pl, true, &b)))
+    if (!st && (st = p ? encode(&p->pl, true, &b) : MC_ERR_NOMEM))
         b.n = 0;
     const void *rec = st ? (const void *)&failed : b.p;
     int64_t rec_n = st ? 1 : (int64_t)b.n;
@@ -1049,6 +1110,18 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
     mc_free(all);
     mc_free(allb);
     mc_free(offs);
-    plan_free(&pl);
+    return st;
+}
+
+mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
+                             const char *final_dir, mc_pk_doc *d, const struct mc_pk *common)
+{
+    struct mc_dist_ckpt_plan *p;
+    mc_status st = mc_dist_ckpt_plan_init(s, false, &p);
+    st = st ? st : s->rank == 0 && !common ? MC_ERR_NOMEM : MC_OK;
+    st = st ? st : mc_dist_ckpt_plan_write(p, tmp_dir, s->rank);
+    /* a rank that failed still joins the gather inside: the others wait in it */
+    st = mc_dist_ckpt_plan_finish(s, p, st, tmp_dir, final_dir, d, common);
+    mc_dist_ckpt_plan_free(p);
     return st;
 }

@@ -200,7 +200,8 @@ mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
     mc_train_ckpt_options(a, true, &s->opts);
     s->opts.save_args = save_args;
     s->opts.args_ctx = &c;
-    mc_status st = mc_ckpt_save(s, log);
+    mc_status st = mc_args_bool(a, MC_A_async_save) ? mc_ckpt_save_async(s, log, mc_train_async_queue())
+                                                    : mc_ckpt_save(s, log);
     s->opts.args_ctx = NULL; /* c ends here */
     return st;
 }

@@ -24,6 +24,15 @@ mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
  * `a`, unless --finetune. */
 mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *log, bool *loaded);
 
+/* --async-save (training/async_utils.c, megatron/training/async_utils.py): the run's queue of
+ * saves, maybe_finalize_async_save (every rank at the same points: the start of each iteration,
+ * blocking = false; the end of train() and of pretrain(), blocking = true; a no-op without
+ * --async-save), and after an error the wait for the writers still running (their saves are
+ * dropped unfinalized: the tracker keeps the last good checkpoint). */
+struct mc_async_queue *mc_train_async_queue(void);
+mc_status mc_train_maybe_finalize_async_save(const struct mc_args *a, bool blocking);
+void mc_train_async_save_abandon(void);
+
 /* One argument value as it pickles in the args Namespace (torch dtypes, AttnBackend enums);
  * NULL when out of memory. */
 struct mc_pk *mc_ckpt_arg_value(struct mc_pk_doc *d, const struct mc_val *v);

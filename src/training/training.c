@@ -262,7 +262,9 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
     }
     *exited = false;
     while (*iteration < train_iters) {
-        mc_status st = mc_microbatches_update(&t->d.mb, t->d.consumed_train, true);
+        /* the saves whose writers are done on every rank are finalized (one collective) */
+        mc_status st = mc_train_maybe_finalize_async_save(a, false);
+        st = st ? st : mc_microbatches_update(&t->d.mb, t->d.consumed_train, true);
         if (st)
             return st;
         float loss;
@@ -310,7 +312,8 @@ static mc_status train(struct trainer *t, int64_t *iteration, bool *exited)
         if (*exited)
             break;
     }
-    return t->log.tb ? mc_tb_flush(t->log.tb) : MC_OK;
+    mc_status st = t->log.tb ? mc_tb_flush(t->log.tb) : MC_OK;
+    return st ? st : mc_train_maybe_finalize_async_save(a, true);
 }
 
 /* The datasets are built by rank 0 first (it writes the index caches), then by the other
@@ -457,6 +460,9 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
                                          &abandoned);
     }
 out:
+    if (!st) /* the final save, scheduled after training */
+        st = mc_train_maybe_finalize_async_save(a, true);
+    mc_train_async_save_abandon(); /* after an error: waits for the writers, drops their saves */
     if (!st && mc_args_bool(a, MC_A_log_memory_estimate))
         st = mc_train_log_memory_estimate(&t);
     fflush(stdout);
