@@ -19,75 +19,6 @@ static int64_t arg_int(const struct mc_pk *ns, const char *key, int64_t dflt)
     double v;
     return mc_pk_number(mc_pk_get(ns, key), &v) ? (int64_t)v : dflt;
 }
-static double arg_float(const struct mc_pk *ns, const char *key, double dflt)
-{
-    double v;
-    return mc_pk_number(mc_pk_get(ns, key), &v) ? v : dflt;
-}
-static bool arg_bool(const struct mc_pk *ns, const char *key, bool dflt)
-{
-    const struct mc_pk *v = mc_pk_get(ns, key);
-    double x;
-    return v && v->kind != MC_PK_NONE && mc_pk_number(v, &x) ? x != 0 : dflt;
-}
-static void arg_str(const struct mc_pk *ns, const char *key, char *buf, size_t n, const char *dflt)
-{
-    const struct mc_pk *v = mc_pk_get(ns, key);
-    snprintf(buf, n, "%s", v && v->kind == MC_PK_STR ? v->s : dflt);
-}
-
-/* The features a torch_dist checkpoint may hold that generation does not run. */
-static mc_status refuse(const char *dir, const struct mc_pk *a)
-{
-    static const char *const keys[][2] = {{"num_experts", "mixture of experts"},
-                                          {"qk_layernorm", "--qk-layernorm"},
-                                          {"apply_layernorm_1p", "--apply-layernorm-1p"},
-                                          {"multi_latent_attention", "multi-latent attention"},
-                                          {"mtp_num_layers", "multi-token prediction"}};
-    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-        const struct mc_pk *v = mc_pk_get(a, keys[k][0]);
-        double x = 0;
-        if (v && v->kind != MC_PK_NONE && (!mc_pk_number(v, &x) || x != 0))
-            return mc_error(MC_ERR_UNSUPPORTED, "--load %s: the checkpoint was trained with %s "
-                            "(args.%s); generation does not implement it", dir, keys[k][1],
-                            keys[k][0]);
-    }
-    return MC_OK;
-}
-
-/* build_checkpoint_metadata's fields, from the saved args */
-static void meta_from_args(struct mc_cv_meta *md, const struct mc_pk *a)
-{
-    md->num_layers = arg_int(a, "num_layers", 0);
-    md->hidden_size = arg_int(a, "hidden_size", 0);
-    md->num_attention_heads = arg_int(a, "num_attention_heads", 1);
-    md->num_query_groups = arg_bool(a, "group_query_attention", false)
-                               ? arg_int(a, "num_query_groups", md->num_attention_heads)
-                               : md->num_attention_heads;
-    md->kv_channels = arg_int(a, "kv_channels", md->hidden_size / md->num_attention_heads);
-    md->ffn_hidden_size = arg_int(a, "ffn_hidden_size", 4 * md->hidden_size);
-    md->seq_length = arg_int(a, "seq_length", 0);
-    md->max_position_embeddings = arg_int(a, "max_position_embeddings", 0);
-    arg_str(a, "position_embedding_type", md->position_embedding_type,
-            sizeof(md->position_embedding_type), "learned_absolute");
-    arg_str(a, "normalization", md->normalization, sizeof(md->normalization), "LayerNorm");
-    arg_str(a, "tokenizer_type", md->tokenizer_type, sizeof(md->tokenizer_type), "");
-    md->norm_epsilon = arg_float(a, "norm_epsilon", 1e-5);
-    md->swiglu = arg_bool(a, "swiglu", false);
-    md->linear_bias = arg_bool(a, "add_bias_linear", true);
-    md->qkv_bias = arg_bool(a, "add_qkv_bias", false);
-    md->untied = arg_bool(a, "untie_embeddings_and_output_weights", false);
-    md->gelu_tanh = arg_bool(a, "bias_gelu_fusion", true) && md->linear_bias && !md->swiglu;
-    md->rotary_base = arg_float(a, "rotary_base", 10000);
-    md->rotary_percent = arg_float(a, "rotary_percent", 1.0);
-    md->rotary_interleaved = arg_bool(a, "rotary_interleaved", false);
-    md->use_rope_scaling = arg_bool(a, "use_rope_scaling", false);
-    md->rope_scaling_factor = arg_float(a, "rope_scaling_factor", 8.0);
-    md->make_vocab_size_divisible_by = arg_int(a, "make_vocab_size_divisible_by", 128);
-    md->true_vocab_size = -1;
-    md->params_dtype = MC_DTYPE_F32;
-}
-
 static mc_status gpt_config(const struct mc_cv_meta *md, int64_t padded, struct mc_gpt_config *c)
 {
     mc_gpt_config_default(c);
@@ -173,10 +104,12 @@ mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_m
     const struct mc_pk *a = !st ? mc_pk_get(common, "args") : NULL;
     if (!st && (!a || a->kind != MC_PK_NAMESPACE))
         st = mc_error(MC_ERR_FORMAT, "%s: no 'args' Namespace (the model arguments)", path);
-    if (st || (st = refuse(dir, a)))
+    char what[4300];
+    snprintf(what, sizeof(what), "--load %s", dir);
+    if (st || (st = mc_cv_meta_from_args(&cv->md, a, what, "generation does not implement it")))
         return st;
-    cv->md.checkpoint_args = (struct mc_pk *)a;
-    meta_from_args(&cv->md, a);
+    cv->md.true_vocab_size = -1;
+    cv->md.params_dtype = MC_DTYPE_F32; /* copied out of the fp32 loading model */
     int64_t padded = arg_int(a, "padded_vocab_size", 0);
     if (padded <= 0)
         return mc_error(MC_ERR_FORMAT, "%s: args has no padded_vocab_size", path);
