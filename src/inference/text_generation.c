@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "parallel_state/parallel_state.h"
+
 static double now(void)
 {
     struct timespec ts;
@@ -299,6 +301,12 @@ mc_status mc_inf_generate_lead(mc_inf_model *m, struct mc_inf_generate_options *
         !(st = mc_inf_broadcast(m, buf, k, MC_DTYPE_I64)))
         st = mc_inf_generate(m, o, req, n);
     mc_free(buf);
+    if (st) { /* the other ranks may be anywhere in this generation: none may wait forever */
+        fprintf(stderr, "generation failed on rank 0 after its request went to every rank: %s; "
+                "ending every rank\n", mc_last_error());
+        fflush(stderr);
+        mc_comm_abort(1);
+    }
     return st;
 }
 
