@@ -348,7 +348,8 @@ static mc_status run(struct opts *o, bool *setup_done)
     struct mc_inf_request *req = mc_calloc((size_t)(n ? n : 1), sizeof(*req));
     struct mc_tokens *ids = mc_calloc((size_t)(n ? n : 1), sizeof(*ids));
     FILE *log = o->rank == 0 ? stderr : NULL; /* the loader's lines once */
-    mc_status st = !req || !ids ? MC_ERR_NOMEM : mc_inf_setup(&o->cli, log, &cv, &tok);
+    bool shard = false; /* cv holds this rank's shards only */
+    mc_status st = !req || !ids ? MC_ERR_NOMEM : mc_inf_setup(&o->cli, log, &cv, &tok, &shard);
     const char *be_name = getenv("MC_BACKEND");
     if (!st)
         st = mc_backend_create(be_name && *be_name ? be_name : NULL, &be);
@@ -382,7 +383,7 @@ static mc_status run(struct opts *o, bool *setup_done)
         longest = ids[r].len > longest ? ids[r].len : longest;
     }
     if (!st)
-        st = mc_inf_model_init_tp(cv, be, longest + o->max_tokens, o->comm, &m);
+        st = mc_inf_model_init_shard(cv, shard, be, longest + o->max_tokens, o->comm, &m);
     mc_inf_cv_free(cv); /* this rank's shard is in m */
     cv = NULL;
     st = mc_inf_agree(o->comm, st);

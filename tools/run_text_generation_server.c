@@ -362,11 +362,12 @@ int main(int argc, char **argv)
     mc_inf_model *m = NULL;
     void *comm = NULL;
     int rank = 0;
+    bool shard = false;
     const char *be_name = getenv("MC_BACKEND");
     mc_status st = mc_inf_start_ranks(&o.cli, &argc, &argv, &comm, &rank);
     bool started = !st;
     if (!st)
-        st = mc_inf_setup(&o.cli, rank == 0 ? stdout : NULL, &cv, &tok);
+        st = mc_inf_setup(&o.cli, rank == 0 ? stdout : NULL, &cv, &tok, &shard);
     if (!st)
         st = mc_backend_create(be_name && *be_name ? be_name : NULL, &be);
     if (!st) {
@@ -375,7 +376,7 @@ int main(int argc, char **argv)
         if (!strcmp(cv->md.position_embedding_type, "learned_absolute") &&
             cv->md.max_position_embeddings < max_seq)
             max_seq = cv->md.max_position_embeddings;
-        st = mc_inf_model_init_tp(cv, be, max_seq, comm, &m);
+        st = mc_inf_model_init_shard(cv, shard, be, max_seq, comm, &m);
     }
     mc_inf_cv_free(cv);
     if (started)

@@ -45,6 +45,7 @@ struct mc_inf_model {
      * split in ceil(V / tp) rows a rank (the last rank's tail is zero rows, never gathered) */
     struct mc_tp_group tp;
     int64_t V_l;
+    bool shard;                                /* the converter model holds this rank's shards */
     float *lg_local, *lg_all;                  /* [cap, V_l], [tp, cap, V_l] (tp > 1) */
     bool layernorm;
     float *word, *pos, *lnf_w, *lnf_b, *out_w; /* out_w == word when tied */
@@ -76,8 +77,9 @@ static mc_status take(const mc_inf_model *m, const struct mc_cv_model *cv, float
     if (!t)
         return mc_error(MC_ERR_FORMAT, "the checkpoint has no tensor for '%s'", name);
     int tp = m->tp.size, k = m->tp.rank;
-    enum mc_cv_split split = tp > 1 ? mc_cv_split_of(&cv->md, name) : MC_CV_SPLIT_REP;
-    bool vocab = !strcmp(name, "word embeddings") || !strcmp(name, "output layer weight");
+    enum mc_cv_split split = tp > 1 && !m->shard ? mc_cv_split_of(&cv->md, name) : MC_CV_SPLIT_REP;
+    bool vocab = !m->shard && (!strcmp(name, "word embeddings") ||
+                               !strcmp(name, "output layer weight"));
     int64_t cols = t->ndim > 1 ? t->shape[1] : 1, full = t->shape[0] * cols;
     int64_t n = vocab ? m->V_l * cols
                 : split == MC_CV_SPLIT_REP ? full : full / tp;
@@ -114,8 +116,9 @@ static mc_status take_opt(const mc_inf_model *m, const struct mc_cv_model *cv, f
     return present ? take(m, cv, dst, want, name) : MC_OK;
 }
 
-/* The converter's metadata as Megatron's TransformerConfig fields. */
-static mc_status config_from_meta(const struct mc_cv_model *cv, struct mc_gpt_config *c)
+/* The converter's metadata as Megatron's TransformerConfig fields (tp: the shards' group size
+ * when cv holds shards, else 1). */
+static mc_status config_from_meta(const struct mc_cv_model *cv, int tp, struct mc_gpt_config *c)
 {
     const struct mc_cv_meta *md = &cv->md;
     const struct mc_cv_tensor *word = mc_cv_get(cv, "word embeddings");
@@ -128,8 +131,8 @@ static mc_status config_from_meta(const struct mc_cv_model *cv, struct mc_gpt_co
     c->num_query_groups = md->num_query_groups;
     c->kv_channels = md->kv_channels;
     c->ffn_hidden_size = md->ffn_hidden_size;
-    c->padded_vocab_size = word->shape[0];
-    c->vocab_size = md->true_vocab_size > 0 ? md->true_vocab_size : word->shape[0];
+    c->padded_vocab_size = word->shape[0] * tp;
+    c->vocab_size = md->true_vocab_size > 0 ? md->true_vocab_size : c->padded_vocab_size;
     c->max_position_embeddings = md->max_position_embeddings;
     c->seq_length = md->seq_length;
     c->normalization = !strcmp(md->normalization, "RMSNorm") ? MC_NORM_RMSNORM : MC_NORM_LAYERNORM;
@@ -250,6 +253,12 @@ mc_status mc_inf_model_init(const struct mc_cv_model *cv, struct mc_backend *be,
 mc_status mc_inf_model_init_tp(const struct mc_cv_model *cv, struct mc_backend *be,
                                int64_t max_seq, void *tp_comm, mc_inf_model **out)
 {
+    return mc_inf_model_init_shard(cv, false, be, max_seq, tp_comm, out);
+}
+
+mc_status mc_inf_model_init_shard(const struct mc_cv_model *cv, bool shard, struct mc_backend *be,
+                                  int64_t max_seq, void *tp_comm, mc_inf_model **out)
+{
     *out = NULL;
     if (max_seq < 1)
         return mc_error(MC_ERR_CONFIG, "the KV cache needs room for at least one token");
@@ -266,7 +275,8 @@ mc_status mc_inf_model_init_tp(const struct mc_cv_model *cv, struct mc_backend *
         return st0;
     }
     m->n_threads = be->n_threads > 0 ? be->n_threads : 1;
-    mc_status st = config_from_meta(cv, &m->cfg);
+    m->shard = shard && m->tp.size > 1;
+    mc_status st = config_from_meta(cv, m->shard ? m->tp.size : 1, &m->cfg);
     if (st)
         goto fail;
     const struct mc_gpt_config *c = &m->cfg;

@@ -43,6 +43,10 @@ mc_status mc_inf_model_init(const struct mc_cv_model *cv, struct mc_backend *be,
  * groups and ffn columns must divide by the group size (MC_ERR_CONFIG naming them). */
 mc_status mc_inf_model_init_tp(const struct mc_cv_model *cv, struct mc_backend *be,
                                int64_t max_seq, void *tp_comm, mc_inf_model **out);
+/* The same when cv holds this rank's shards already (shard: a torch_dist checkpoint read shard
+ * by shard, mc_inf_load_options.shard); else as mc_inf_model_init_tp. */
+mc_status mc_inf_model_init_shard(const struct mc_cv_model *cv, bool shard, struct mc_backend *be,
+                                  int64_t max_seq, void *tp_comm, mc_inf_model **out);
 void mc_inf_model_free(mc_inf_model *m);
 int mc_inf_model_tp_rank(const mc_inf_model *m);
 int mc_inf_model_tp_size(const mc_inf_model *m);
@@ -131,14 +135,20 @@ void mc_inf_requests_free(struct mc_inf_request *req, int64_t n);
 struct mc_inf_load_options {
     const char *load;         /* --load: a Megatron checkpoint directory or a HuggingFace one */
     FILE *log;                /* the loader's lines, or NULL */
+    int tp, tp_rank;          /* the tensor-parallel group the model is loaded for (0: one) */
+    bool shard;               /* out: cv holds only rank tp_rank's shards (torch_dist) */
 };
 /* Reads the checkpoint into a new converter model (freed with mc_inf_cv_free). A directory with
  * config.json is read as HuggingFace GPT2LMHeadModel / LlamaForCausalLM; one with
  * latest_checkpointed_iteration.txt as a Megatron torch checkpoint (any TP/PP), or torch_dist
  * when the iteration directory has metadata.json. */
-mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_cv_model **out);
+mc_status mc_inf_load_checkpoint(struct mc_inf_load_options *o, struct mc_cv_model **out);
 /* load_dist.c: a torch_dist iteration directory into cv (an initialized, empty model). */
 mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log);
+/* The same reading only rank tp_rank of tp's shards when the layout allows it (the padded
+ * vocabulary, heads, query groups and ffn divide by tp): *shard says whether it did. */
+mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                 FILE *log, int tp, int tp_rank, bool *shard);
 void mc_inf_cv_free(struct mc_cv_model *cv);
 /* The checkpoint's saved tokenizer_type ("" when it has none, e.g. HuggingFace). */
 const char *mc_inf_cv_tokenizer_type(const struct mc_cv_model *cv);
@@ -152,6 +162,7 @@ struct mc_inf_cli {
     struct mc_tokenizer_args tok;   /* NULL fields: the checkpoint's */
     int64_t vocab_size;             /* --vocab-size, -1: not given */
     int64_t tp, pp;                 /* tp: the mpirun world size; pp only 1 */
+    int tp_rank;                    /* this rank's (mc_inf_start_ranks) */
     int64_t check[MC_INF_N_CHECKS]; /* model sizes given on the command line, -1: not given */
     const char *normalization, *position_embedding_type;
     bool swiglu, untie, disable_bias_linear, group_query_attention;
@@ -165,10 +176,10 @@ int mc_inf_cli_parse(struct mc_inf_cli *c, int argc, char **argv, int i, mc_stat
 const char *mc_inf_cli_help(void);
 /* The checkpoint (its arguments checked against the command line's) and the tokenizer. */
 mc_status mc_inf_setup(const struct mc_inf_cli *c, FILE *log, struct mc_cv_model **cv,
-                       mc_tokenizer **tok);
+                       mc_tokenizer **tok, bool *shard);
 /* Starts MPI under mpirun (*comm: the world, one tensor-parallel group; NULL for one process)
  * and checks the world size against --tensor-model-parallel-size. */
-mc_status mc_inf_start_ranks(const struct mc_inf_cli *c, int *argc, char ***argv, void **comm,
+mc_status mc_inf_start_ranks(struct mc_inf_cli *c, int *argc, char ***argv, void **comm,
                              int *rank);
 /* Collective over comm: st where this rank failed, an error where another did, else MC_OK. */
 mc_status mc_inf_agree(void *comm, mc_status st);

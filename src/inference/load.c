@@ -43,7 +43,7 @@ static bool is_torch_dist(const char *dir, char *iter_dir, size_t cap)
     return access(p, F_OK) == 0;
 }
 
-mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_cv_model **out)
+mc_status mc_inf_load_checkpoint(struct mc_inf_load_options *o, struct mc_cv_model **out)
 {
     *out = NULL;
     struct stat sb;
@@ -69,8 +69,10 @@ mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_
         .checking = true,
         .log = o->log,
     };
+    o->shard = false;
     mc_status st = hf     ? mc_cv_load_hf(cv, &co)
-                   : dist ? mc_inf_load_dist(o->load, iter_dir, cv, o->log)
+                   : dist ? mc_inf_load_dist_shard(o->load, iter_dir, cv, o->log, o->tp,
+                                                   o->tp_rank, &o->shard)
                           : mc_cv_load_megatron(cv, &co);
     if (st) {
         mc_inf_cv_free(cv);

@@ -93,9 +93,25 @@ static mc_status copy_params(const mc_gpt_model *g, struct mc_cv_model *cv)
     return MC_OK;
 }
 
+/* Whether rank tp_rank's shards can be read alone: the training model's split needs the padded
+ * vocabulary, heads, query groups and ffn columns to divide by tp. */
+static bool shardable(const struct mc_gpt_config *c, int tp)
+{
+    return tp > 1 && c->padded_vocab_size % tp == 0 && c->num_attention_heads % tp == 0 &&
+           c->num_query_groups % tp == 0 && c->ffn_hidden_size % tp == 0;
+}
+
 mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log)
 {
+    bool shard;
+    return mc_inf_load_dist_shard(dir, iter_dir, cv, log, 1, 0, &shard);
+}
+
+mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                 FILE *log, int tp, int tp_rank, bool *shard)
+{
     char path[4200];
+    *shard = false;
     snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
     mc_status st = mc_pk_doc_init(&cv->md.doc);
     struct mc_pk *common = NULL;
@@ -116,6 +132,12 @@ mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_m
     struct mc_gpt_config c;
     if ((st = gpt_config(&cv->md, padded, &c)))
         return mc_error(st, "--load %s: the checkpoint's arguments: %s", dir, mc_last_error());
+    if (shardable(&c, tp)) { /* the loading model is this rank's shard: only its bytes are read */
+        c.tensor_model_parallel_size = tp, c.tensor_model_parallel_rank = tp_rank;
+        if ((st = mc_gpt_config_validate(&c)))
+            return st;
+        *shard = true;
+    }
     mc_gpt_model *g = NULL;
     if ((st = mc_gpt_model_init(&c, &g)))
         return st;
@@ -126,13 +148,13 @@ mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_m
     };
     bool loaded = false;
     if (log)
-        fprintf(log, "loading torch_dist checkpoint %s: %lld layers\n", iter_dir,
-                (long long)c.num_layers);
+        fprintf(log, "loading torch_dist checkpoint %s: %lld layers%s\n", iter_dir,
+                (long long)c.num_layers, *shard ? ", this rank's tensor-parallel shard" : "");
     st = mc_ckpt_load(&s, NULL, &loaded);
     if (!st && !loaded)
         st = mc_error(MC_ERR_IO, "--load %s: nothing was loaded", dir);
     if (!st)
         st = copy_params(g, cv);
     mc_gpt_model_free(g);
-    return st ? st : mc_cv_check(cv, dir);
+    return st || *shard ? st : mc_cv_check(cv, dir); /* a shard has the local shapes */
 }

@@ -229,9 +229,9 @@ static mc_status build_tokenizer(const struct mc_inf_cli *c, const struct mc_cv_
 }
 
 mc_status mc_inf_setup(const struct mc_inf_cli *c, FILE *log, struct mc_cv_model **cv,
-                       mc_tokenizer **tok)
+                       mc_tokenizer **tok, bool *shard)
 {
-    *cv = NULL, *tok = NULL;
+    *cv = NULL, *tok = NULL, *shard = false;
     if (c->pp > 1)
         return mc_error(MC_ERR_UNSUPPORTED, "--pipeline-model-parallel-size %lld: "
                         "pipeline-parallel generation is not implemented; run without it (a "
@@ -239,15 +239,17 @@ mc_status mc_inf_setup(const struct mc_inf_cli *c, FILE *log, struct mc_cv_model
                         "under mpirun -np N splits the model over N ranks)", (long long)c->pp);
     if (!c->load)
         return mc_error(MC_ERR_CONFIG, "the following arguments are required: --load");
-    struct mc_inf_load_options lo = {.load = c->load, .log = log};
+    struct mc_inf_load_options lo = {.load = c->load, .log = log, .tp = (int)c->tp,
+                                      .tp_rank = c->tp_rank};
     mc_status st = mc_inf_load_checkpoint(&lo, cv);
+    *shard = lo.shard;
+    int64_t rows = !st ? mc_cv_get(*cv, "word embeddings")->shape[0] * (lo.shard ? c->tp : 1) : 0;
     if (!st && !(st = check_model(c, &(*cv)->md)))
         st = build_tokenizer(c, *cv, tok);
-    if (!st && mc_tok_vocab_size(*tok) > mc_cv_get(*cv, "word embeddings")->shape[0])
+    if (!st && mc_tok_vocab_size(*tok) > rows)
         st = mc_error(MC_ERR_CONFIG, "the tokenizer has %lld tokens, the checkpoint's embedding "
                       "only %lld rows: not the tokenizer this model was trained with",
-                      (long long)mc_tok_vocab_size(*tok),
-                      (long long)mc_cv_get(*cv, "word embeddings")->shape[0]);
+                      (long long)mc_tok_vocab_size(*tok), (long long)rows);
     if (st) {
         mc_tok_free(*tok);
         mc_inf_cv_free(*cv);
@@ -258,7 +260,7 @@ mc_status mc_inf_setup(const struct mc_inf_cli *c, FILE *log, struct mc_cv_model
 
 /* Under mpirun: the world is one tensor-parallel group of --tensor-model-parallel-size ranks
  * (generation has no data or pipeline parallelism), MPI started by comm.c. */
-mc_status mc_inf_start_ranks(const struct mc_inf_cli *c, int *argc, char ***argv, void **comm,
+mc_status mc_inf_start_ranks(struct mc_inf_cli *c, int *argc, char ***argv, void **comm,
                              int *rank)
 {
     *comm = NULL, *rank = 0;
@@ -270,6 +272,7 @@ mc_status mc_inf_start_ranks(const struct mc_inf_cli *c, int *argc, char ***argv
         if (st || (st = mc_comm_size_rank(*comm, &size, rank)))
             return st;
         world = size;
+        c->tp_rank = *rank;
     }
     if (c->tp < 1)
         return mc_error(MC_ERR_CONFIG, "--tensor-model-parallel-size %lld: must be at least 1",

@@ -9,8 +9,8 @@ checkpoint (itself checked against transformers in test_generate_hf.py).
     with a seed (temperature, top-k, top-p) are the TP-1 ones (rank 0 samples from the gathered
     logits with the same Philox stream and broadcasts), with and without the KV cache;
   - a Llama-style model (GQA: 8 heads in 4 query groups, RoPE, SwiGLU, RMSNorm, untied) trained
-    at TP 2 and saved as torch_dist: TP 2 and TP 4 (one query group a rank) generate the TP-1
-    tokens and logits;
+    at TP 2 and saved as torch_dist: TP 2 and TP 4 (one query group a rank), each rank reading
+    only its shard, generate the TP-1 tokens and logits;
   - refusals end every rank: heads that the size does not divide (-np 3), more processes than
     --tensor-model-parallel-size;
   - the server at TP 2 (rank 0 serves, rank 1 follows): urllib's greedy answer has the TP-1
@@ -63,6 +63,9 @@ def compare(ckpt, tmp, np_, what):
     base = ["--max-tokens", "8", "--greedy", "--logprobs"]
     r1, _ = gen(1, ckpt, *base, logits=l1)
     rn, p = gen(np_, ckpt, *base, logits=ln)
+    if "torch_dist" in what:  # the training loader reads this rank's regions only
+        C.check("this rank's tensor-parallel shard" in p.stderr, "%s TP %d: not loaded shard by shard: %s"
+                % (what, np_, p.stderr[-800:]))
     if not r1 or len(rn) != len(r1):
         C.check(False, "%s TP %d: %d rows for %d (%s)" % (what, np_, len(rn), len(r1), p.stdout[-500:]))
         return
