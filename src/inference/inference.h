@@ -149,6 +149,12 @@ mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_m
  * vocabulary, heads, query groups and ffn divide by tp): *shard says whether it did. */
 mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
                                  FILE *log, int tp, int tp_rank, bool *shard);
+/* A torch iteration directory saved at tensor-parallel size tp > 1 without pipeline
+ * parallelism (mp_rank_00 .. mp_rank_<tp-1>): rank tp_rank reads only its own file through the
+ * training loader (mc_inf_load_torch_shard; *shard as above). */
+bool mc_inf_torch_shard_layout(const char *iter_dir, int tp);
+mc_status mc_inf_load_torch_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                  FILE *log, int tp, int tp_rank, bool *shard);
 void mc_inf_cv_free(struct mc_cv_model *cv);
 /* The checkpoint's saved tokenizer_type ("" when it has none, e.g. HuggingFace). */
 const char *mc_inf_cv_tokenizer_type(const struct mc_cv_model *cv);

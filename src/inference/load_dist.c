@@ -1,12 +1,16 @@
-/* torch_dist checkpoints for generation (Megatron's default --ckpt-format): the model arguments
- * from the iteration's common.pt, a one-process GPTModel built from them (its activation
- * buffers sized for one token), the weights read into it by the training checkpoint loader
- * (src/checkpointing/dist_checkpoint.c resolves any saved TP/PP layout), then copied into the
- * converter's in-memory model under the converter's tensor names, so the rest of generation
- * sees the same thing as for a torch checkpoint. */
+/* Checkpoints read by the training checkpoint loader for generation: torch_dist (Megatron's
+ * default --ckpt-format: the model arguments from the iteration's common.pt;
+ * src/checkpointing/dist_checkpoint.c resolves any saved TP/PP layout) and, under tensor
+ * parallelism, a torch checkpoint saved at the same tensor-parallel size without pipeline
+ * parallelism (each rank reads its own mp_rank_NN file). A GPTModel is built from the saved
+ * arguments (its activation buffers sized for one token): this rank's tensor-parallel shard
+ * when the layout allows it, so only that shard is read, else the whole model; its weights are
+ * copied into the converter's in-memory model under the converter's tensor names, so the rest
+ * of generation sees the same thing as for a checkpoint the converter reads. */
 #include "inference/inference.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/torch_pickle.h"
@@ -107,28 +111,22 @@ mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_m
     return mc_inf_load_dist_shard(dir, iter_dir, cv, log, 1, 0, &shard);
 }
 
-mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
-                                 FILE *log, int tp, int tp_rank, bool *shard)
+/* The model of the saved args a (in cv->md.doc), read by the training loader in format fmt:
+ * this rank's shard when tp > 1 and the layout allows it (*shard), else the whole model. */
+static mc_status load_through_training(const char *dir, const char *iter_dir, const char *fmt,
+                                       const struct mc_pk *a, struct mc_cv_model *cv, FILE *log,
+                                       int tp, int tp_rank, bool *shard)
 {
-    char path[4200];
-    *shard = false;
-    snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
-    mc_status st = mc_pk_doc_init(&cv->md.doc);
-    struct mc_pk *common = NULL;
-    if (!st)
-        st = mc_torch_load(cv->md.doc, path, &common);
-    const struct mc_pk *a = !st ? mc_pk_get(common, "args") : NULL;
-    if (!st && (!a || a->kind != MC_PK_NAMESPACE))
-        st = mc_error(MC_ERR_FORMAT, "%s: no 'args' Namespace (the model arguments)", path);
     char what[4300];
     snprintf(what, sizeof(what), "--load %s", dir);
-    if (st || (st = mc_cv_meta_from_args(&cv->md, a, what, "generation does not implement it")))
+    mc_status st = mc_cv_meta_from_args(&cv->md, a, what, "generation does not implement it");
+    if (st)
         return st;
     cv->md.true_vocab_size = -1;
     cv->md.params_dtype = MC_DTYPE_F32; /* copied out of the fp32 loading model */
     int64_t padded = arg_int(a, "padded_vocab_size", 0);
     if (padded <= 0)
-        return mc_error(MC_ERR_FORMAT, "%s: args has no padded_vocab_size", path);
+        return mc_error(MC_ERR_FORMAT, "%s: the saved args have no padded_vocab_size", iter_dir);
     struct mc_gpt_config c;
     if ((st = gpt_config(&cv->md, padded, &c)))
         return mc_error(st, "--load %s: the checkpoint's arguments: %s", dir, mc_last_error());
@@ -138,17 +136,22 @@ mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct m
             return st;
         *shard = true;
     }
+    bool dist = !strcmp(fmt, "torch_dist");
+    if (!dist && !*shard) /* the training loader reads one torch file: it must be the shard */
+        return mc_error(MC_ERR_CONFIG, "--load %s: the checkpoint's sizes do not divide by "
+                        "--tensor-model-parallel-size %d", dir, tp);
     mc_gpt_model *g = NULL;
     if ((st = mc_gpt_model_init(&c, &g)))
         return st;
     struct mc_ckpt_state s = {
         .opts = {.dir = dir, .finetune = true, .load_optim = false, .exit_on_missing = true,
-                 .ckpt_format = "torch_dist", .read_dist = true},
+                 .ckpt_format = fmt, .read_dist = dist},
         .model = g,
+        .tp_rank = *shard ? tp_rank : 0, .tp_size = *shard ? tp : 1, .pp_size = 1,
     };
     bool loaded = false;
     if (log)
-        fprintf(log, "loading torch_dist checkpoint %s: %lld layers%s\n", iter_dir,
+        fprintf(log, "loading %s checkpoint %s: %lld layers%s\n", fmt, iter_dir,
                 (long long)c.num_layers, *shard ? ", this rank's tensor-parallel shard" : "");
     st = mc_ckpt_load(&s, NULL, &loaded);
     if (!st && !loaded)
@@ -157,4 +160,61 @@ mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct m
         st = copy_params(g, cv);
     mc_gpt_model_free(g);
     return st || *shard ? st : mc_cv_check(cv, dir); /* a shard has the local shapes */
+}
+
+/* The saved args Namespace of file path, read into cv->md.doc. */
+static mc_status saved_args(const char *path, struct mc_cv_model *cv, const struct mc_pk **a)
+{
+    mc_status st = mc_pk_doc_init(&cv->md.doc);
+    struct mc_pk *root = NULL;
+    if (!st)
+        st = mc_torch_load(cv->md.doc, path, &root);
+    *a = !st ? mc_pk_get(root, "args") : NULL;
+    if (!st && (!*a || (*a)->kind != MC_PK_NAMESPACE))
+        st = mc_error(MC_ERR_FORMAT, "%s: no 'args' Namespace (the model arguments)", path);
+    return st;
+}
+
+mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                 FILE *log, int tp, int tp_rank, bool *shard)
+{
+    char path[4200];
+    *shard = false;
+    snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
+    const struct mc_pk *a;
+    mc_status st = saved_args(path, cv, &a);
+    return st ? st : load_through_training(dir, iter_dir, "torch_dist", a, cv, log, tp, tp_rank,
+                                           shard);
+}
+
+bool mc_inf_torch_shard_layout(const char *iter_dir, int tp)
+{
+    char p[4300];
+    if (tp < 2)
+        return false;
+    snprintf(p, sizeof(p), "%s/mp_rank_00_000", iter_dir); /* pipeline-parallel: not here */
+    if (!access(p, F_OK))
+        return false;
+    snprintf(p, sizeof(p), "%s/mp_rank_%02d/model_optim_rng.pt", iter_dir, tp - 1);
+    bool last = !access(p, R_OK);
+    snprintf(p, sizeof(p), "%s/mp_rank_%02d", iter_dir, tp);
+    return last && access(p, F_OK) != 0;
+}
+
+mc_status mc_inf_load_torch_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                  FILE *log, int tp, int tp_rank, bool *shard)
+{
+    char path[4300];
+    *shard = false;
+    snprintf(path, sizeof(path), "%s/mp_rank_%02d/model_optim_rng.pt", iter_dir, tp_rank);
+    const struct mc_pk *a;
+    mc_status st = saved_args(path, cv, &a);
+    if (st)
+        return st;
+    if (arg_int(a, "tensor_model_parallel_size", 1) != tp ||
+        arg_int(a, "pipeline_model_parallel_size", 1) != 1 ||
+        arg_int(a, "virtual_pipeline_model_parallel_size", 1) > 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: saved at another layout than its directories say",
+                        path);
+    return load_through_training(dir, iter_dir, "torch", a, cv, log, tp, tp_rank, shard);
 }

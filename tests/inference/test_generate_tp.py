@@ -10,7 +10,8 @@ checkpoint (itself checked against transformers in test_generate_hf.py).
     logits with the same Philox stream and broadcasts), with and without the KV cache;
   - a Llama-style model (GQA: 8 heads in 4 query groups, RoPE, SwiGLU, RMSNorm, untied) trained
     at TP 2 and saved as torch_dist: TP 2 and TP 4 (one query group a rank), each rank reading
-    only its shard, generate the TP-1 tokens and logits;
+    only its shard, generate the TP-1 tokens and logits; so does a GPT-2-style model trained at
+    TP 2 and saved as torch, each rank reading only its own mp_rank_NN file;
   - refusals end every rank: heads that the size does not divide (-np 3), more processes than
     --tensor-model-parallel-size;
   - the server at TP 2 (rank 0 serves, rank 1 follows): urllib's greedy answer has the TP-1
@@ -57,13 +58,13 @@ def gen(np_, ckpt, *args, logits=None):
     return [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")], p
 
 
-def compare(ckpt, tmp, np_, what):
+def compare(ckpt, tmp, np_, what, sampling=True):
     """greedy tokens, logits, log probs and sampled tokens at TP np_ against TP 1"""
     l1, ln = os.path.join(tmp, "l1.npy"), os.path.join(tmp, "l%d.npy" % np_)
     base = ["--max-tokens", "8", "--greedy", "--logprobs"]
     r1, _ = gen(1, ckpt, *base, logits=l1)
     rn, p = gen(np_, ckpt, *base, logits=ln)
-    if "torch_dist" in what:  # the training loader reads this rank's regions only
+    if "shard by shard" in what:  # the training loader reads this rank's regions / file only
         C.check("this rank's tensor-parallel shard" in p.stderr, "%s TP %d: not loaded shard by shard: %s"
                 % (what, np_, p.stderr[-800:]))
     if not r1 or len(rn) != len(r1):
@@ -79,7 +80,7 @@ def compare(ckpt, tmp, np_, what):
     lp = max(abs(x - y) for r, s in zip(r1, rn) for x, y in zip(r["logprobs"], s["logprobs"]))
     C.check(lp < 1e-5, "%s TP %d log probs differ by %.3g" % (what, np_, lp))
     print("  %s TP %d: greedy tokens identical, logits %.2g of max |logit|, log probs %.2g" % (what, np_, rel, lp))
-    for opts in (["--temperature", "0.9", "--seed", "7"], ["--top-k", "20", "--seed", "8"],
+    for opts in [] if not sampling else (["--temperature", "0.9", "--seed", "7"], ["--top-k", "20", "--seed", "8"],
                  ["--top-p", "0.8", "--temperature", "1.5", "--seed", "9"]):
         s1, _ = gen(1, ckpt, "--max-tokens", "8", *opts)
         sn, _ = gen(np_, ckpt, "--max-tokens", "8", *opts)
@@ -208,8 +209,11 @@ def main():
             server(ck, tmp)
         ll = train(tmp, "llama", llama(2), np_=2, fmt="torch_dist")
         if ll:
-            compare(ll, tmp, 2, "Llama style GQA, trained at TP 2, torch_dist")
-            compare(ll, tmp, 4, "Llama style GQA, trained at TP 2, torch_dist")
+            compare(ll, tmp, 2, "Llama style GQA, trained at TP 2, torch_dist shard by shard")
+            compare(ll, tmp, 4, "Llama style GQA, trained at TP 2, torch_dist shard by shard", sampling=False)
+        g2 = train(tmp, "gpt_tp2", gpt2(2), np_=2)
+        if g2:  # each rank reads its own mp_rank_NN file
+            compare(g2, tmp, 2, "GPT-2 style, trained at TP 2, torch shard by shard", sampling=False)
     sys.exit(C.summary())
 
 
