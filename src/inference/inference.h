@@ -10,6 +10,12 @@
  *   load.c                 the weights, as the checkpoint converter reads them: Megatron torch
  *                          checkpoints (ours or Megatron's, any TP/PP layout) and HuggingFace
  *                          GPT-2 / Llama directories
+ *   load_dist.c            the weights through the training checkpoint loader: torch_dist, and
+ *                          under tensor parallelism this rank's shard only
+ *   setup.c                the shared command line, the tensor-parallel group under mpirun
+ *
+ * Tensor parallel (mpirun -np N, --tensor-model-parallel-size N): every rank holds its shard
+ * and runs every step (collective); rank 0 samples and broadcasts (text_generation.c).
  *
  * Batches are ragged, never padded: the tokens of every row are packed into one [T, h] matrix
  * (each token knows its row and position), so the linear layers run once for the whole batch
@@ -143,10 +149,9 @@ struct mc_inf_load_options {
  * latest_checkpointed_iteration.txt as a Megatron torch checkpoint (any TP/PP), or torch_dist
  * when the iteration directory has metadata.json. */
 mc_status mc_inf_load_checkpoint(struct mc_inf_load_options *o, struct mc_cv_model **out);
-/* load_dist.c: a torch_dist iteration directory into cv (an initialized, empty model). */
-mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log);
-/* The same reading only rank tp_rank of tp's shards when the layout allows it (the padded
- * vocabulary, heads, query groups and ffn divide by tp): *shard says whether it did. */
+/* load_dist.c: a torch_dist iteration directory into cv (an initialized, empty model): only
+ * rank tp_rank of tp's shards when tp > 1 and the layout allows it (the padded vocabulary,
+ * heads, query groups and ffn divide by tp; *shard says whether it did), else the whole model. */
 mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
                                  FILE *log, int tp, int tp_rank, bool *shard);
 /* A torch iteration directory saved at tensor-parallel size tp > 1 without pipeline

@@ -105,12 +105,6 @@ static bool shardable(const struct mc_gpt_config *c, int tp)
            c->num_query_groups % tp == 0 && c->ffn_hidden_size % tp == 0;
 }
 
-mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log)
-{
-    bool shard;
-    return mc_inf_load_dist_shard(dir, iter_dir, cv, log, 1, 0, &shard);
-}
-
 /* The model of the saved args a (in cv->md.doc), read by the training loader in format fmt:
  * this rank's shard when tp > 1 and the layout allows it (*shard), else the whole model. */
 static mc_status load_through_training(const char *dir, const char *iter_dir, const char *fmt,
