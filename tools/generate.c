@@ -4,6 +4,10 @@
  * options. Library: src/inference/.
  *
  *   generate --load CKPT --prompt "Once upon a time" --max-tokens 32 --greedy
+ *   mpirun -np 2 generate --load CKPT --tensor-model-parallel-size 2 --prompt "Hello"
+ *
+ * Under mpirun every rank of the tensor-parallel group reads the same command line and prompts
+ * and runs the same steps on its shard; rank 0 samples, broadcasts the tokens and prints.
  *
  * Exit statuses: 2 for command-line errors, 1 for failures (a message naming the file or option
  * on stderr), 0 otherwise. */
@@ -15,10 +19,13 @@
 #include "backend/backend.h"
 #include "core/json.h"
 #include "inference/inference.h"
+#include "parallel_state/parallel_state.h"
 #include "tools/checkpoint/convert.h"
 
 struct opts {
     struct mc_inf_cli cli;
+    void *comm; /* the tensor-parallel group (NULL: one process) */
+    int rank;
     const char **prompts;
     int64_t n_prompts, cap_prompts;
     const char *prompts_file, *dump_logits, *output_format;
@@ -68,7 +75,10 @@ static void help(void)
 "                        (.npy), for comparisons\n"
 "  --warmup              run the whole generation once untimed first (for benchmarks: the\n"
 "                        GEMM library picks its kernels on first use)\n"
-"\nThe prefill and decode speed (tokens/s) goes to stderr.\n\n%s", mc_inf_cli_help());
+"\nThe prefill and decode speed (tokens/s) goes to stderr.\n"
+"\nTensor parallel: mpirun -np N generate --tensor-model-parallel-size N ... splits the model\n"
+"over N ranks as Megatron does (each holds its shard); the tokens are the one-process ones.\n\n%s",
+mc_inf_cli_help());
 }
 
 static int bad(const char *prog, const char *msg)
@@ -283,7 +293,7 @@ static mc_status dump_logits(mc_inf_model *m, const struct mc_inf_request *r, co
     mc_status st = !x || !rows ? MC_ERR_NOMEM : mc_inf_cache_init(m, 1, r->n_prompt, &c);
     if (!st)
         st = mc_inf_forward(m, c, r->n_prompt, r->prompt, rows, NULL, x);
-    if (!st)
+    if (!st && mc_inf_model_tp_rank(m) == 0)
         st = write_npy(path, x, r->n_prompt, V);
     mc_inf_cache_free(c);
     mc_free(rows);
@@ -328,7 +338,7 @@ static mc_status print_json(const struct mc_inf_request *r, const char *text, si
     return st;
 }
 
-static mc_status run(struct opts *o)
+static mc_status run(struct opts *o, bool *setup_done)
 {
     struct mc_cv_model *cv = NULL;
     mc_tokenizer *tok = NULL;
@@ -337,7 +347,9 @@ static mc_status run(struct opts *o)
     int64_t n = o->n_prompts;
     struct mc_inf_request *req = mc_calloc((size_t)(n ? n : 1), sizeof(*req));
     struct mc_tokens *ids = mc_calloc((size_t)(n ? n : 1), sizeof(*ids));
-    mc_status st = !req || !ids ? MC_ERR_NOMEM : mc_inf_setup(&o->cli, stderr, &cv, &tok);
+    FILE *log = o->rank == 0 ? stderr : NULL; /* the loader's lines once */
+    bool shard = false; /* cv holds this rank's shards only */
+    mc_status st = !req || !ids ? MC_ERR_NOMEM : mc_inf_setup(&o->cli, log, &cv, &tok, &shard);
     const char *be_name = getenv("MC_BACKEND");
     if (!st)
         st = mc_backend_create(be_name && *be_name ? be_name : NULL, &be);
@@ -371,9 +383,11 @@ static mc_status run(struct opts *o)
         longest = ids[r].len > longest ? ids[r].len : longest;
     }
     if (!st)
-        st = mc_inf_model_init(cv, be, longest + o->max_tokens, &m);
-    mc_inf_cv_free(cv);
+        st = mc_inf_model_init_shard(cv, shard, be, longest + o->max_tokens, o->comm, &m);
+    mc_inf_cv_free(cv); /* this rank's shard is in m */
     cv = NULL;
+    st = mc_inf_agree(o->comm, st);
+    *setup_done = !st;
     if (!st && o->dump_logits)
         st = dump_logits(m, &req[0], o->dump_logits);
     struct mc_inf_generate_options g = {
@@ -390,7 +404,7 @@ static mc_status run(struct opts *o)
     if (!st)
         st = mc_inf_generate(m, &g, req, n);
     bool json = o->output_format && !strcmp(o->output_format, "json");
-    for (int64_t r = 0; r < n && !st; r++) {
+    for (int64_t r = 0; r < n && !st && o->rank == 0; r++) {
         /* Megatron's server returns the prompt and its generation detokenized together */
         int64_t all_n = req[r].n_prompt + req[r].n_generated;
         int64_t *all = mc_alloc(sizeof(int64_t) * (size_t)all_n);
@@ -423,13 +437,15 @@ static mc_status run(struct opts *o)
         mc_free(all);
     }
     fflush(stdout);
-    if (!st)
+    if (!st && o->rank == 0)
         fprintf(stderr, "generate: prefill %lld tokens in %.3f s (%.1f tokens/s), decode %lld "
                 "tokens in %.3f s (%.1f tokens/s), %d threads%s\n", (long long)g.prefill_tokens,
                 g.prefill_s, g.prefill_s > 0 ? (double)g.prefill_tokens / g.prefill_s : 0.0,
                 (long long)g.decode_tokens, g.decode_s,
                 g.decode_s > 0 ? (double)g.decode_tokens / g.decode_s : 0.0, be->n_threads,
                 o->no_kv_cache ? ", no KV cache" : "");
+    if (!st && o->rank == 0 && mc_inf_model_tp_size(m) > 1)
+        fprintf(stderr, "generate: tensor-parallel size %d\n", mc_inf_model_tp_size(m));
     mc_inf_requests_free(req, n);
     for (int64_t r = 0; ids && r < n; r++)
         mc_free(ids[r].data);
@@ -456,11 +472,25 @@ int main(int argc, char **argv)
     char *buf = NULL;
     static mc_json_doc *docs[MAX_JSON_LINES];
     int64_t n_docs = 0;
-    mc_status st = o.prompts_file ? read_prompts(&o, &buf, docs, &n_docs) : MC_OK;
+    mc_status st = mc_inf_start_ranks(&o.cli, &argc, &argv, &o.comm, &o.rank);
+    bool setup_done = false; /* past the point where every rank agreed: a failure aborts all */
+    bool started = !st;
     if (!st)
-        st = run(&o);
-    if (st)
+        st = o.prompts_file ? read_prompts(&o, &buf, docs, &n_docs) : MC_OK;
+    if (!st)
+        st = run(&o, &setup_done);
+    else if (started) /* the other ranks wait for this one's setup check in run() */
+        mc_inf_agree(o.comm, st);
+    if (st && o.comm)
+        fprintf(stderr, "generate: rank %d: %s\n", o.rank,
+                mc_last_error()[0] ? mc_last_error() : mc_status_str(st));
+    else if (st)
         fprintf(stderr, "generate: %s\n", mc_last_error()[0] ? mc_last_error() : mc_status_str(st));
+    if (st && o.comm && setup_done) { /* the others may be waiting in a collective for this one */
+        fflush(stderr);
+        mc_comm_abort(1);
+    }
+    mc_comm_finalize();
     for (int64_t i = 0; i < n_docs; i++)
         mc_json_doc_free(docs[i]);
     /* plain-line prompts were strdup'ed: they live until exit (freed by the OS) */

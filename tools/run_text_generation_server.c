@@ -10,7 +10,12 @@
  *        -d '{"prompts": ["Hello"], "tokens_to_generate": 16}'
  *
  * It listens on 127.0.0.1 unless --host says otherwise (Megatron's binds 0.0.0.0: every
- * interface; --host 0.0.0.0 does that). SIGINT / SIGTERM stop it. */
+ * interface; --host 0.0.0.0 does that). SIGINT / SIGTERM stop it.
+ *
+ * Tensor parallel (mpirun -np N ... --tensor-model-parallel-size N), as Megatron's server: rank
+ * 0 serves HTTP; the other ranks wait in mc_inf_follow for the requests rank 0 broadcasts once
+ * it has checked them (a refused request, a client that goes away, never reaches them), and
+ * return when rank 0 stops, so a signal ends every rank. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -25,6 +30,7 @@
 
 #include "backend/backend.h"
 #include "inference/text_generation_server.h"
+#include "parallel_state/parallel_state.h"
 #include "tools/checkpoint/convert.h"
 
 #define MAX_BODY (16u << 20)
@@ -56,7 +62,9 @@ static void help(void)
 "  --temperature, --top_k, --top_p, --num-tokens-to-generate, --max-batch-size,\n"
 "  --return-log-probs, --prompts\n"
 "                        accepted for Megatron's command lines; each request says its own\n"
-"                        sampling (as in Megatron, where they only serve its offline mode)\n\n%s",
+"                        sampling (as in Megatron, where they only serve its offline mode)\n"
+"\nTensor parallel: mpirun -np N run_text_generation_server --tensor-model-parallel-size N ...:\n"
+"rank 0 serves, every request runs on all N ranks (each holds its shard of the model).\n\n%s",
            mc_inf_cli_help());
 }
 
@@ -352,8 +360,14 @@ int main(int argc, char **argv)
     mc_tokenizer *tok = NULL;
     struct mc_backend *be = NULL;
     mc_inf_model *m = NULL;
+    void *comm = NULL;
+    int rank = 0;
+    bool shard = false;
     const char *be_name = getenv("MC_BACKEND");
-    mc_status st = mc_inf_setup(&o.cli, stdout, &cv, &tok);
+    mc_status st = mc_inf_start_ranks(&o.cli, &argc, &argv, &comm, &rank);
+    bool started = !st;
+    if (!st)
+        st = mc_inf_setup(&o.cli, rank == 0 ? stdout : NULL, &cv, &tok, &shard);
     if (!st)
         st = mc_backend_create(be_name && *be_name ? be_name : NULL, &be);
     if (!st) {
@@ -362,27 +376,47 @@ int main(int argc, char **argv)
         if (!strcmp(cv->md.position_embedding_type, "learned_absolute") &&
             cv->md.max_position_embeddings < max_seq)
             max_seq = cv->md.max_position_embeddings;
-        st = mc_inf_model_init(cv, be, max_seq, &m);
+        st = mc_inf_model_init_shard(cv, shard, be, max_seq, comm, &m);
     }
     mc_inf_cv_free(cv);
+    if (started)
+        st = mc_inf_agree(comm, st); /* every rank loaded, or all stop here */
     int lfd = -1;
     rc = 1;
     if (st) {
-        fprintf(stderr, "run_text_generation_server: %s\n", mc_last_error());
-    } else if ((lfd = listen_on(o.host, (int)o.port)) >= 0) {
-        struct mc_inf_server s = {.model = m, .tok = tok, .seed = (uint64_t)o.cli.seed};
-        struct sockaddr_in a;
-        socklen_t al = sizeof(a);
-        if (!getsockname(lfd, (struct sockaddr *)&a, &al)) /* --port 0: the one the system chose */
-            o.port = ntohs(a.sin_port);
-        printf(" * Serving megatron.c text generation on http://%s:%lld/api (PUT; %d threads)\n",
-               o.host, (long long)o.port, be->n_threads);
-        fflush(stdout);
-        rc = serve(&s, lfd);
-        close(lfd);
+        if (comm)
+            fprintf(stderr, "run_text_generation_server: rank %d: %s\n", rank, mc_last_error());
+        else
+            fprintf(stderr, "run_text_generation_server: %s\n", mc_last_error());
+    } else if (rank != 0) { /* wait for rank 0's requests until it stops */
+        struct sigaction sa = {.sa_handler = on_signal}; /* rank 0's stop ends this rank */
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        st = mc_inf_follow(m);
+        rc = st ? 1 : 0;
+        if (st)
+            fprintf(stderr, "run_text_generation_server: rank %d: %s\n", rank, mc_last_error());
+    } else {
+        if ((lfd = listen_on(o.host, (int)o.port)) >= 0) {
+            struct mc_inf_server s = {.model = m, .tok = tok, .seed = (uint64_t)o.cli.seed};
+            struct sockaddr_in a;
+            socklen_t al = sizeof(a);
+            if (!getsockname(lfd, (struct sockaddr *)&a, &al)) /* --port 0: the system's pick */
+                o.port = ntohs(a.sin_port);
+            printf(" * Serving megatron.c text generation on http://%s:%lld/api (PUT; %d "
+                   "threads%s)\n", o.host, (long long)o.port, be->n_threads,
+                   comm ? ", tensor parallel" : "");
+            fflush(stdout);
+            rc = serve(&s, lfd);
+            close(lfd);
+        }
+        if (mc_inf_follow_stop(m) != MC_OK) /* the other ranks return */
+            rc = 1;
     }
     mc_inf_model_free(m);
     mc_backend_free(be);
     mc_tok_free(tok);
+    fflush(stdout);
+    mc_comm_finalize();
     return rc;
 }

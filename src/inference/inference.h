@@ -10,6 +10,12 @@
  *   load.c                 the weights, as the checkpoint converter reads them: Megatron torch
  *                          checkpoints (ours or Megatron's, any TP/PP layout) and HuggingFace
  *                          GPT-2 / Llama directories
+ *   load_dist.c            the weights through the training checkpoint loader: torch_dist, and
+ *                          under tensor parallelism this rank's shard only
+ *   setup.c                the shared command line, the tensor-parallel group under mpirun
+ *
+ * Tensor parallel (mpirun -np N, --tensor-model-parallel-size N): every rank holds its shard
+ * and runs every step (collective); rank 0 samples and broadcasts (text_generation.c).
  *
  * Batches are ragged, never padded: the tokens of every row are packed into one [T, h] matrix
  * (each token knows its row and position), so the linear layers run once for the whole batch
@@ -37,7 +43,21 @@ typedef struct mc_inf_model mc_inf_model;
  * model). */
 mc_status mc_inf_model_init(const struct mc_cv_model *cv, struct mc_backend *be, int64_t max_seq,
                             mc_inf_model **out);
+/* The same model as one rank of a tensor-parallel group (tp_comm: a comm.c handle, NULL for one
+ * process): it keeps only its shard of cv's full tensors (Megatron's split) and every step is
+ * collective over the group (all ranks call mc_inf_forward with the same tokens). Heads, query
+ * groups and ffn columns must divide by the group size (MC_ERR_CONFIG naming them). */
+mc_status mc_inf_model_init_tp(const struct mc_cv_model *cv, struct mc_backend *be,
+                               int64_t max_seq, void *tp_comm, mc_inf_model **out);
+/* The same when cv holds this rank's shards already (shard: a torch_dist checkpoint read shard
+ * by shard, mc_inf_load_options.shard); else as mc_inf_model_init_tp. */
+mc_status mc_inf_model_init_shard(const struct mc_cv_model *cv, bool shard, struct mc_backend *be,
+                                  int64_t max_seq, void *tp_comm, mc_inf_model **out);
 void mc_inf_model_free(mc_inf_model *m);
+int mc_inf_model_tp_rank(const mc_inf_model *m);
+int mc_inf_model_tp_size(const mc_inf_model *m);
+/* Rank 0's n elements of buf on every rank of the model's tp group (integer / byte types). */
+mc_status mc_inf_broadcast(const mc_inf_model *m, void *buf, int64_t n, enum mc_dtype type);
 /* The configuration the weights were read with (Megatron's field names). */
 const struct mc_gpt_config *mc_inf_model_config(const mc_inf_model *m);
 int64_t mc_inf_model_max_seq(const mc_inf_model *m);
@@ -100,23 +120,46 @@ struct mc_inf_generate_options {
     double prefill_s, decode_s;
     int64_t prefill_tokens, decode_tokens;
 };
-/* Generates for the n requests together (one ragged batch). */
+/* Generates for the n requests together (one ragged batch). Tensor parallel: every rank of the
+ * group calls it with the same requests and options; rank 0 samples each step's tokens and
+ * decides which rows stop (sampling, eod, o->stop), and broadcasts them, so every rank feeds
+ * the same tokens (the others' results hold the same tokens; log probs only on rank 0). */
 mc_status mc_inf_generate(mc_inf_model *m, struct mc_inf_generate_options *o,
                           struct mc_inf_request *req, int64_t n);
+/* The server under mpirun (Megatron's run_text_generation_server.py: rank 0 serves, the others
+ * wait for broadcast requests). Rank 0: mc_inf_generate_lead checks the request, broadcasts it
+ * (prompts, tokens_to_generate, logprobs) to the other ranks, then generates with them;
+ * mc_inf_follow_stop tells them to return. The other ranks: mc_inf_follow loops generating what
+ * rank 0 broadcasts until it says stop. One rank: lead is mc_inf_generate, stop a no-op. */
+mc_status mc_inf_generate_lead(mc_inf_model *m, struct mc_inf_generate_options *o,
+                               struct mc_inf_request *req, int64_t n);
+mc_status mc_inf_follow_stop(mc_inf_model *m);
+mc_status mc_inf_follow(mc_inf_model *m);
 void mc_inf_requests_free(struct mc_inf_request *req, int64_t n);
 
 /* ---- load.c ----------------------------------------------------------------------------- */
 struct mc_inf_load_options {
     const char *load;         /* --load: a Megatron checkpoint directory or a HuggingFace one */
     FILE *log;                /* the loader's lines, or NULL */
+    int tp, tp_rank;          /* the tensor-parallel group the model is loaded for (0: one) */
+    bool shard;               /* out: cv holds only rank tp_rank's shards (torch_dist) */
 };
 /* Reads the checkpoint into a new converter model (freed with mc_inf_cv_free). A directory with
  * config.json is read as HuggingFace GPT2LMHeadModel / LlamaForCausalLM; one with
  * latest_checkpointed_iteration.txt as a Megatron torch checkpoint (any TP/PP), or torch_dist
  * when the iteration directory has metadata.json. */
-mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_cv_model **out);
-/* load_dist.c: a torch_dist iteration directory into cv (an initialized, empty model). */
-mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log);
+mc_status mc_inf_load_checkpoint(struct mc_inf_load_options *o, struct mc_cv_model **out);
+/* load_dist.c: a torch_dist iteration directory into cv (an initialized, empty model): only
+ * rank tp_rank of tp's shards when tp > 1 and the layout allows it (the padded vocabulary,
+ * heads, query groups and ffn divide by tp; *shard says whether it did), else the whole model. */
+mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                 FILE *log, int tp, int tp_rank, bool *shard);
+/* A torch iteration directory saved at tensor-parallel size tp > 1 without pipeline
+ * parallelism (mp_rank_00 .. mp_rank_<tp-1>): rank tp_rank reads only its own file through the
+ * training loader (mc_inf_load_torch_shard; *shard as above). */
+bool mc_inf_torch_shard_layout(const char *iter_dir, int tp);
+mc_status mc_inf_load_torch_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                  FILE *log, int tp, int tp_rank, bool *shard);
 void mc_inf_cv_free(struct mc_cv_model *cv);
 /* The checkpoint's saved tokenizer_type ("" when it has none, e.g. HuggingFace). */
 const char *mc_inf_cv_tokenizer_type(const struct mc_cv_model *cv);
@@ -129,7 +172,8 @@ struct mc_inf_cli {
     const char *load;
     struct mc_tokenizer_args tok;   /* NULL fields: the checkpoint's */
     int64_t vocab_size;             /* --vocab-size, -1: not given */
-    int64_t tp, pp;                 /* only 1 */
+    int64_t tp, pp;                 /* tp: the mpirun world size; pp only 1 */
+    int tp_rank;                    /* this rank's (mc_inf_start_ranks) */
     int64_t check[MC_INF_N_CHECKS]; /* model sizes given on the command line, -1: not given */
     const char *normalization, *position_embedding_type;
     bool swiglu, untie, disable_bias_linear, group_query_attention;
@@ -143,6 +187,12 @@ int mc_inf_cli_parse(struct mc_inf_cli *c, int argc, char **argv, int i, mc_stat
 const char *mc_inf_cli_help(void);
 /* The checkpoint (its arguments checked against the command line's) and the tokenizer. */
 mc_status mc_inf_setup(const struct mc_inf_cli *c, FILE *log, struct mc_cv_model **cv,
-                       mc_tokenizer **tok);
+                       mc_tokenizer **tok, bool *shard);
+/* Starts MPI under mpirun (*comm: the world, one tensor-parallel group; NULL for one process)
+ * and checks the world size against --tensor-model-parallel-size. */
+mc_status mc_inf_start_ranks(struct mc_inf_cli *c, int *argc, char ***argv, void **comm,
+                             int *rank);
+/* Collective over comm: st where this rank failed, an error where another did, else MC_OK. */
+mc_status mc_inf_agree(void *comm, mc_status st);
 
 #endif /* MC_INFERENCE_H */

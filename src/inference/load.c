@@ -3,7 +3,9 @@
  * any tensor / pipeline / virtual-pipeline layout, local, Transformer Engine or legacy names,
  * fp32 / bf16 / fp16), merged into full tensors, with the model arguments saved in it; or a
  * HuggingFace GPT2LMHeadModel / LlamaForCausalLM directory, read as convert_checkpoint
- * --loader hf reads it; or a torch_dist checkpoint (load_dist.c). Megatron's run_text_generation_server.py loads with load_checkpoint
+ * --loader hf reads it; or a torch_dist checkpoint (load_dist.c). Under tensor parallelism a
+ * torch_dist checkpoint, or a torch one saved at the same size, is read shard by shard
+ * (load_dist.c); the others whole, each rank then keeping its shard. Megatron's run_text_generation_server.py loads with load_checkpoint
  * into the model built from the command line; here the checkpoint's own arguments build it
  * (what --use-checkpoint-args does), so a checkpoint of any layout loads in one process. */
 #include "inference/inference.h"
@@ -43,7 +45,7 @@ static bool is_torch_dist(const char *dir, char *iter_dir, size_t cap)
     return access(p, F_OK) == 0;
 }
 
-mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_cv_model **out)
+mc_status mc_inf_load_checkpoint(struct mc_inf_load_options *o, struct mc_cv_model **out)
 {
     *out = NULL;
     struct stat sb;
@@ -54,8 +56,10 @@ mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_
         return mc_error(MC_ERR_IO, "--load %s: neither a Megatron checkpoint (no "
                         "latest_checkpointed_iteration.txt) nor a HuggingFace model directory "
                         "(no config.json)", o->load);
-    char iter_dir[4200];
+    char iter_dir[4200] = "";
     bool dist = !hf && is_torch_dist(o->load, iter_dir, sizeof(iter_dir));
+    /* a torch checkpoint saved at this tensor-parallel size: each rank reads its own file */
+    bool own_file = !hf && !dist && iter_dir[0] && mc_inf_torch_shard_layout(iter_dir, o->tp);
     struct mc_cv_model *cv = mc_calloc(1, sizeof(*cv));
     if (!cv)
         return MC_ERR_NOMEM;
@@ -69,9 +73,13 @@ mc_status mc_inf_load_checkpoint(const struct mc_inf_load_options *o, struct mc_
         .checking = true,
         .log = o->log,
     };
+    o->shard = false;
     mc_status st = hf     ? mc_cv_load_hf(cv, &co)
-                   : dist ? mc_inf_load_dist(o->load, iter_dir, cv, o->log)
-                          : mc_cv_load_megatron(cv, &co);
+                   : dist ? mc_inf_load_dist_shard(o->load, iter_dir, cv, o->log, o->tp,
+                                                   o->tp_rank, &o->shard)
+                   : own_file ? mc_inf_load_torch_shard(o->load, iter_dir, cv, o->log, o->tp,
+                                                        o->tp_rank, &o->shard)
+                              : mc_cv_load_megatron(cv, &co);
     if (st) {
         mc_inf_cv_free(cv);
         return st;

@@ -1,12 +1,16 @@
-/* torch_dist checkpoints for generation (Megatron's default --ckpt-format): the model arguments
- * from the iteration's common.pt, a one-process GPTModel built from them (its activation
- * buffers sized for one token), the weights read into it by the training checkpoint loader
- * (src/checkpointing/dist_checkpoint.c resolves any saved TP/PP layout), then copied into the
- * converter's in-memory model under the converter's tensor names, so the rest of generation
- * sees the same thing as for a torch checkpoint. */
+/* Checkpoints read by the training checkpoint loader for generation: torch_dist (Megatron's
+ * default --ckpt-format: the model arguments from the iteration's common.pt;
+ * src/checkpointing/dist_checkpoint.c resolves any saved TP/PP layout) and, under tensor
+ * parallelism, a torch checkpoint saved at the same tensor-parallel size without pipeline
+ * parallelism (each rank reads its own mp_rank_NN file). A GPTModel is built from the saved
+ * arguments (its activation buffers sized for one token): this rank's tensor-parallel shard
+ * when the layout allows it, so only that shard is read, else the whole model; its weights are
+ * copied into the converter's in-memory model under the converter's tensor names, so the rest
+ * of generation sees the same thing as for a checkpoint the converter reads. */
 #include "inference/inference.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/torch_pickle.h"
@@ -19,75 +23,6 @@ static int64_t arg_int(const struct mc_pk *ns, const char *key, int64_t dflt)
     double v;
     return mc_pk_number(mc_pk_get(ns, key), &v) ? (int64_t)v : dflt;
 }
-static double arg_float(const struct mc_pk *ns, const char *key, double dflt)
-{
-    double v;
-    return mc_pk_number(mc_pk_get(ns, key), &v) ? v : dflt;
-}
-static bool arg_bool(const struct mc_pk *ns, const char *key, bool dflt)
-{
-    const struct mc_pk *v = mc_pk_get(ns, key);
-    double x;
-    return v && v->kind != MC_PK_NONE && mc_pk_number(v, &x) ? x != 0 : dflt;
-}
-static void arg_str(const struct mc_pk *ns, const char *key, char *buf, size_t n, const char *dflt)
-{
-    const struct mc_pk *v = mc_pk_get(ns, key);
-    snprintf(buf, n, "%s", v && v->kind == MC_PK_STR ? v->s : dflt);
-}
-
-/* The features a torch_dist checkpoint may hold that generation does not run. */
-static mc_status refuse(const char *dir, const struct mc_pk *a)
-{
-    static const char *const keys[][2] = {{"num_experts", "mixture of experts"},
-                                          {"qk_layernorm", "--qk-layernorm"},
-                                          {"apply_layernorm_1p", "--apply-layernorm-1p"},
-                                          {"multi_latent_attention", "multi-latent attention"},
-                                          {"mtp_num_layers", "multi-token prediction"}};
-    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-        const struct mc_pk *v = mc_pk_get(a, keys[k][0]);
-        double x = 0;
-        if (v && v->kind != MC_PK_NONE && (!mc_pk_number(v, &x) || x != 0))
-            return mc_error(MC_ERR_UNSUPPORTED, "--load %s: the checkpoint was trained with %s "
-                            "(args.%s); generation does not implement it", dir, keys[k][1],
-                            keys[k][0]);
-    }
-    return MC_OK;
-}
-
-/* build_checkpoint_metadata's fields, from the saved args */
-static void meta_from_args(struct mc_cv_meta *md, const struct mc_pk *a)
-{
-    md->num_layers = arg_int(a, "num_layers", 0);
-    md->hidden_size = arg_int(a, "hidden_size", 0);
-    md->num_attention_heads = arg_int(a, "num_attention_heads", 1);
-    md->num_query_groups = arg_bool(a, "group_query_attention", false)
-                               ? arg_int(a, "num_query_groups", md->num_attention_heads)
-                               : md->num_attention_heads;
-    md->kv_channels = arg_int(a, "kv_channels", md->hidden_size / md->num_attention_heads);
-    md->ffn_hidden_size = arg_int(a, "ffn_hidden_size", 4 * md->hidden_size);
-    md->seq_length = arg_int(a, "seq_length", 0);
-    md->max_position_embeddings = arg_int(a, "max_position_embeddings", 0);
-    arg_str(a, "position_embedding_type", md->position_embedding_type,
-            sizeof(md->position_embedding_type), "learned_absolute");
-    arg_str(a, "normalization", md->normalization, sizeof(md->normalization), "LayerNorm");
-    arg_str(a, "tokenizer_type", md->tokenizer_type, sizeof(md->tokenizer_type), "");
-    md->norm_epsilon = arg_float(a, "norm_epsilon", 1e-5);
-    md->swiglu = arg_bool(a, "swiglu", false);
-    md->linear_bias = arg_bool(a, "add_bias_linear", true);
-    md->qkv_bias = arg_bool(a, "add_qkv_bias", false);
-    md->untied = arg_bool(a, "untie_embeddings_and_output_weights", false);
-    md->gelu_tanh = arg_bool(a, "bias_gelu_fusion", true) && md->linear_bias && !md->swiglu;
-    md->rotary_base = arg_float(a, "rotary_base", 10000);
-    md->rotary_percent = arg_float(a, "rotary_percent", 1.0);
-    md->rotary_interleaved = arg_bool(a, "rotary_interleaved", false);
-    md->use_rope_scaling = arg_bool(a, "use_rope_scaling", false);
-    md->rope_scaling_factor = arg_float(a, "rope_scaling_factor", 8.0);
-    md->make_vocab_size_divisible_by = arg_int(a, "make_vocab_size_divisible_by", 128);
-    md->true_vocab_size = -1;
-    md->params_dtype = MC_DTYPE_F32;
-}
-
 static mc_status gpt_config(const struct mc_cv_meta *md, int64_t padded, struct mc_gpt_config *c)
 {
     mc_gpt_config_default(c);
@@ -162,44 +97,118 @@ static mc_status copy_params(const mc_gpt_model *g, struct mc_cv_model *cv)
     return MC_OK;
 }
 
-mc_status mc_inf_load_dist(const char *dir, const char *iter_dir, struct mc_cv_model *cv, FILE *log)
+/* Whether rank tp_rank's shards can be read alone: the training model's split needs the padded
+ * vocabulary, heads, query groups and ffn columns to divide by tp. */
+static bool shardable(const struct mc_gpt_config *c, int tp)
 {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
-    mc_status st = mc_pk_doc_init(&cv->md.doc);
-    struct mc_pk *common = NULL;
-    if (!st)
-        st = mc_torch_load(cv->md.doc, path, &common);
-    const struct mc_pk *a = !st ? mc_pk_get(common, "args") : NULL;
-    if (!st && (!a || a->kind != MC_PK_NAMESPACE))
-        st = mc_error(MC_ERR_FORMAT, "%s: no 'args' Namespace (the model arguments)", path);
-    if (st || (st = refuse(dir, a)))
+    return tp > 1 && c->padded_vocab_size % tp == 0 && c->num_attention_heads % tp == 0 &&
+           c->num_query_groups % tp == 0 && c->ffn_hidden_size % tp == 0;
+}
+
+/* The model of the saved args a (in cv->md.doc), read by the training loader in format fmt:
+ * this rank's shard when tp > 1 and the layout allows it (*shard), else the whole model. */
+static mc_status load_through_training(const char *dir, const char *iter_dir, const char *fmt,
+                                       const struct mc_pk *a, struct mc_cv_model *cv, FILE *log,
+                                       int tp, int tp_rank, bool *shard)
+{
+    char what[4300];
+    snprintf(what, sizeof(what), "--load %s", dir);
+    mc_status st = mc_cv_meta_from_args(&cv->md, a, what, "generation does not implement it");
+    if (st)
         return st;
-    cv->md.checkpoint_args = (struct mc_pk *)a;
-    meta_from_args(&cv->md, a);
+    cv->md.true_vocab_size = -1;
+    cv->md.params_dtype = MC_DTYPE_F32; /* copied out of the fp32 loading model */
     int64_t padded = arg_int(a, "padded_vocab_size", 0);
     if (padded <= 0)
-        return mc_error(MC_ERR_FORMAT, "%s: args has no padded_vocab_size", path);
+        return mc_error(MC_ERR_FORMAT, "%s: the saved args have no padded_vocab_size", iter_dir);
     struct mc_gpt_config c;
     if ((st = gpt_config(&cv->md, padded, &c)))
         return mc_error(st, "--load %s: the checkpoint's arguments: %s", dir, mc_last_error());
+    if (shardable(&c, tp)) { /* the loading model is this rank's shard: only its bytes are read */
+        c.tensor_model_parallel_size = tp, c.tensor_model_parallel_rank = tp_rank;
+        if ((st = mc_gpt_config_validate(&c)))
+            return st;
+        *shard = true;
+    }
+    bool dist = !strcmp(fmt, "torch_dist");
+    if (!dist && !*shard) /* the training loader reads one torch file: it must be the shard */
+        return mc_error(MC_ERR_CONFIG, "--load %s: the checkpoint's sizes do not divide by "
+                        "--tensor-model-parallel-size %d", dir, tp);
     mc_gpt_model *g = NULL;
     if ((st = mc_gpt_model_init(&c, &g)))
         return st;
     struct mc_ckpt_state s = {
         .opts = {.dir = dir, .finetune = true, .load_optim = false, .exit_on_missing = true,
-                 .ckpt_format = "torch_dist", .read_dist = true},
+                 .ckpt_format = fmt, .read_dist = dist},
         .model = g,
+        .tp_rank = *shard ? tp_rank : 0, .tp_size = *shard ? tp : 1, .pp_size = 1,
     };
     bool loaded = false;
     if (log)
-        fprintf(log, "loading torch_dist checkpoint %s: %lld layers\n", iter_dir,
-                (long long)c.num_layers);
+        fprintf(log, "loading %s checkpoint %s: %lld layers%s\n", fmt, iter_dir,
+                (long long)c.num_layers, *shard ? ", this rank's tensor-parallel shard" : "");
     st = mc_ckpt_load(&s, NULL, &loaded);
     if (!st && !loaded)
         st = mc_error(MC_ERR_IO, "--load %s: nothing was loaded", dir);
     if (!st)
         st = copy_params(g, cv);
     mc_gpt_model_free(g);
-    return st ? st : mc_cv_check(cv, dir);
+    return st || *shard ? st : mc_cv_check(cv, dir); /* a shard has the local shapes */
+}
+
+/* The saved args Namespace of file path, read into cv->md.doc. */
+static mc_status saved_args(const char *path, struct mc_cv_model *cv, const struct mc_pk **a)
+{
+    mc_status st = mc_pk_doc_init(&cv->md.doc);
+    struct mc_pk *root = NULL;
+    if (!st)
+        st = mc_torch_load(cv->md.doc, path, &root);
+    *a = !st ? mc_pk_get(root, "args") : NULL;
+    if (!st && (!*a || (*a)->kind != MC_PK_NAMESPACE))
+        st = mc_error(MC_ERR_FORMAT, "%s: no 'args' Namespace (the model arguments)", path);
+    return st;
+}
+
+mc_status mc_inf_load_dist_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                 FILE *log, int tp, int tp_rank, bool *shard)
+{
+    char path[4200];
+    *shard = false;
+    snprintf(path, sizeof(path), "%s/common.pt", iter_dir);
+    const struct mc_pk *a;
+    mc_status st = saved_args(path, cv, &a);
+    return st ? st : load_through_training(dir, iter_dir, "torch_dist", a, cv, log, tp, tp_rank,
+                                           shard);
+}
+
+bool mc_inf_torch_shard_layout(const char *iter_dir, int tp)
+{
+    char p[4300];
+    if (tp < 2)
+        return false;
+    snprintf(p, sizeof(p), "%s/mp_rank_00_000", iter_dir); /* pipeline-parallel: not here */
+    if (!access(p, F_OK))
+        return false;
+    snprintf(p, sizeof(p), "%s/mp_rank_%02d/model_optim_rng.pt", iter_dir, tp - 1);
+    bool last = !access(p, R_OK);
+    snprintf(p, sizeof(p), "%s/mp_rank_%02d", iter_dir, tp);
+    return last && access(p, F_OK) != 0;
+}
+
+mc_status mc_inf_load_torch_shard(const char *dir, const char *iter_dir, struct mc_cv_model *cv,
+                                  FILE *log, int tp, int tp_rank, bool *shard)
+{
+    char path[4300];
+    *shard = false;
+    snprintf(path, sizeof(path), "%s/mp_rank_%02d/model_optim_rng.pt", iter_dir, tp_rank);
+    const struct mc_pk *a;
+    mc_status st = saved_args(path, cv, &a);
+    if (st)
+        return st;
+    if (arg_int(a, "tensor_model_parallel_size", 1) != tp ||
+        arg_int(a, "pipeline_model_parallel_size", 1) != 1 ||
+        arg_int(a, "virtual_pipeline_model_parallel_size", 1) > 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: saved at another layout than its directories say",
+                        path);
+    return load_through_training(dir, iter_dir, "torch", a, cv, log, tp, tp_rank, shard);
 }

@@ -3,14 +3,15 @@
  * model options, as run_text_generation_server.py takes them through initialize_megatron. The
  * model is built from the checkpoint's saved arguments; model options given on the command
  * line are checked against them with check_checkpoint_args's message, options that do not
- * change the weights are accepted and have no effect, and tensor / pipeline parallel sizes
- * above 1 are refused (generation runs in one process; a checkpoint of any layout loads). */
+ * change the weights are accepted and have no effect; --tensor-model-parallel-size is the
+ * mpirun world size (mc_inf_start_ranks), pipeline-parallel sizes above 1 are refused. */
 #include "inference/inference.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpointing/torch_pickle.h"
+#include "parallel_state/parallel_state.h"
 #include "tools/checkpoint/convert.h"
 
 /* Megatron options that do not change what is generated here (precision and kernel choices:
@@ -129,9 +130,12 @@ const char *mc_inf_cli_help(void)
 "  --kv-channels, --max-position-embeddings N, --normalization, --position-embedding-type X,\n"
 "  --swiglu, --untie-embeddings-and-output-weights, --disable-bias-linear\n"
 "                        checked against the checkpoint's arguments (an error when they differ)\n"
-"  --tensor-model-parallel-size, --pipeline-model-parallel-size N\n"
-"                        only 1: generation runs in one process (tensor-parallel generation\n"
-"                        under mpirun is not implemented); checkpoints of any layout load\n"
+"  --tensor-model-parallel-size N\n"
+"                        split the model over N ranks (mpirun -np N; Megatron's tensor\n"
+"                        parallelism: each rank holds its shard); a checkpoint of any TP/PP\n"
+"                        layout loads at any N that divides the heads, query groups and ffn\n"
+"  --pipeline-model-parallel-size N\n"
+"                        only 1 (pipeline-parallel generation is not implemented)\n"
 "  --inference-max-seq-length N\n"
 "                        longest prompt + generation (default 2560; with learned positions at\n"
 "                        most --max-position-embeddings)\n"
@@ -225,30 +229,74 @@ static mc_status build_tokenizer(const struct mc_inf_cli *c, const struct mc_cv_
 }
 
 mc_status mc_inf_setup(const struct mc_inf_cli *c, FILE *log, struct mc_cv_model **cv,
-                       mc_tokenizer **tok)
+                       mc_tokenizer **tok, bool *shard)
 {
-    *cv = NULL, *tok = NULL;
-    if (c->tp > 1 || c->pp > 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--tensor-model-parallel-size %lld "
-                        "--pipeline-model-parallel-size %lld: tensor- and pipeline-parallel "
-                        "generation (under mpirun) is not implemented; run one process without "
-                        "these options: a checkpoint of any TP/PP layout loads into it",
-                        (long long)c->tp, (long long)c->pp);
+    *cv = NULL, *tok = NULL, *shard = false;
+    if (c->pp > 1)
+        return mc_error(MC_ERR_UNSUPPORTED, "--pipeline-model-parallel-size %lld: "
+                        "pipeline-parallel generation is not implemented; run without it (a "
+                        "checkpoint of any TP/PP layout loads, and --tensor-model-parallel-size N "
+                        "under mpirun -np N splits the model over N ranks)", (long long)c->pp);
     if (!c->load)
         return mc_error(MC_ERR_CONFIG, "the following arguments are required: --load");
-    struct mc_inf_load_options lo = {.load = c->load, .log = log};
+    struct mc_inf_load_options lo = {.load = c->load, .log = log, .tp = (int)c->tp,
+                                      .tp_rank = c->tp_rank};
     mc_status st = mc_inf_load_checkpoint(&lo, cv);
+    *shard = lo.shard;
+    int64_t rows = !st ? mc_cv_get(*cv, "word embeddings")->shape[0] * (lo.shard ? c->tp : 1) : 0;
     if (!st && !(st = check_model(c, &(*cv)->md)))
         st = build_tokenizer(c, *cv, tok);
-    if (!st && mc_tok_vocab_size(*tok) > mc_cv_get(*cv, "word embeddings")->shape[0])
+    if (!st && mc_tok_vocab_size(*tok) > rows)
         st = mc_error(MC_ERR_CONFIG, "the tokenizer has %lld tokens, the checkpoint's embedding "
                       "only %lld rows: not the tokenizer this model was trained with",
-                      (long long)mc_tok_vocab_size(*tok),
-                      (long long)mc_cv_get(*cv, "word embeddings")->shape[0]);
+                      (long long)mc_tok_vocab_size(*tok), (long long)rows);
     if (st) {
         mc_tok_free(*tok);
         mc_inf_cv_free(*cv);
         *cv = NULL, *tok = NULL;
     }
+    return st;
+}
+
+/* Under mpirun: the world is one tensor-parallel group of --tensor-model-parallel-size ranks
+ * (generation has no data or pipeline parallelism), MPI started by comm.c. */
+mc_status mc_inf_start_ranks(struct mc_inf_cli *c, int *argc, char ***argv, void **comm,
+                             int *rank)
+{
+    *comm = NULL, *rank = 0;
+    const char *ws = mc_launch_env(MC_LAUNCH_WORLD_SIZE, NULL);
+    int64_t world = ws ? strtoll(ws, NULL, 10) : 1;
+    if (world > 1 || c->tp > 1) {
+        mc_status st = mc_comm_init(argc, argv, world > 1 ? world : 1, comm);
+        int size = 1;
+        if (st || (st = mc_comm_size_rank(*comm, &size, rank)))
+            return st;
+        world = size;
+        c->tp_rank = *rank;
+    }
+    if (c->tp < 1)
+        return mc_error(MC_ERR_CONFIG, "--tensor-model-parallel-size %lld: must be at least 1",
+                        (long long)c->tp);
+    if (world != c->tp)
+        return mc_error(MC_ERR_CONFIG, "--tensor-model-parallel-size %lld with %lld processes: "
+                        "generation runs one tensor-parallel group, start it with mpirun -np %lld "
+                        "(data- and pipeline-parallel generation are not implemented)",
+                        (long long)c->tp, (long long)world, (long long)c->tp);
+    return MC_OK;
+}
+
+/* Whether every rank got this far (collective): each rank's own status, or MC_ERR_CONFIG
+ * "another rank failed" where only others failed, so all stop together instead of waiting in
+ * the first collective of the generation. */
+mc_status mc_inf_agree(void *comm, mc_status st)
+{
+    int32_t bad = st != MC_OK;
+    if (!comm)
+        return st;
+    mc_status cs = mc_comm_all_reduce(comm, &bad, 1, MC_DTYPE_I32, MC_COMM_MAX, "setup check");
+    if (cs)
+        return cs;
+    if (!st && bad)
+        return mc_error(MC_ERR_CONFIG, "another rank failed to set up (its message above)");
     return st;
 }

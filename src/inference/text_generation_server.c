@@ -402,7 +402,7 @@ mc_status mc_inf_server_put(struct mc_inf_server *s, const char *body, size_t le
         goto out;
     }
     if (!st)
-        st = mc_inf_generate(s->model, &g, rq, n);
+        st = mc_inf_generate_lead(s->model, &g, rq, n); /* with the other tp ranks */
     if (!st) {
         *status = 200;
         st = answer(s, &q, rq, n, out);

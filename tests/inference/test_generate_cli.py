@@ -1,7 +1,7 @@
 """The command lines of build/bin/generate and run_text_generation_server: --help, and bad
 input refused with a message naming the option / file and a non-zero status (2 for
 command-line errors, 1 for failures), never a crash: no --load, a missing directory, a broken
-torch_dist checkpoint, tensor parallelism, model options that contradict the checkpoint
+torch_dist checkpoint, a tensor-parallel size without mpirun, pipeline parallelism, model options that contradict the checkpoint
 (check_checkpoint_args's message), a tokenizer larger than the embedding, an empty prompt,
 bad sampling values, a sequence longer than the learned positions; --add-BOS makes the empty
 prompt work; a torch_dist checkpoint generates what the torch one of the same run does; sampled
@@ -99,8 +99,10 @@ def main():
         p = run(base)
         C.check(p.returncode == 0 and p.stdout.startswith("1 2 3"), "plain run: %s %s" % (p.stdout, p.stderr))
         C.check("prefill" in p.stderr and "tokens/s" in p.stderr, "no speed line: %s" % p.stderr)
-        refused(base + ["--tensor-model-parallel-size", "2"], 1, "--tensor-model-parallel-size 2",
-                "not implemented")
+        refused(base + ["--tensor-model-parallel-size", "2"], 1,
+                "--tensor-model-parallel-size 2 with 1 processes", "mpirun -np 2")
+        refused(base + ["--pipeline-model-parallel-size", "2"], 1,
+                "--pipeline-model-parallel-size 2: pipeline-parallel generation is not implemented")
         refused(base + ["--num-layers", "3"], 1,
                 "num_layers value from checkpoint (2) is not equal to the input argument value (3).")
         refused(base + ["--swiglu"], 1, "--swiglu was given but the checkpoint was trained without it")

@@ -12,6 +12,8 @@ exported with convert_checkpoint --saver hf. Checks:
     (over the true vocabulary);
   - the same tokens without the KV cache (--no-kv-cache), and for each prompt alone;
   - the same tokens from the checkpoint resharded to TP 2 / PP 2 (loaded in one process);
+  - the exported HuggingFace directory generated at TP 2 under mpirun (its 4097-row
+    vocabulary split unevenly): transformers' tokens, logits within 1e-5 of max |logit|;
   - sampling (temperature + top-k, and top-p) gives the same tokens for the same seed, run
     twice, and other tokens for another seed.
 """
@@ -24,7 +26,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mc_test import BUILD, Checks, gpt2, llama, run_cmd  # noqa: E402
+from mc_test import BUILD, Checks, gpt2, llama, mpirun_cmd, run_cmd  # noqa: E402
 
 C = Checks("test_generate_hf")
 PRETRAIN = os.path.join(BUILD, "bin", "pretrain_gpt")
@@ -105,6 +107,18 @@ def case(tmp, label, model):
     alone = [generate(ckpt, [p], "--greedy") for p in PROMPTS]
     C.check(alone == [[t] for t in got], "%s: a prompt alone gives other tokens than in the batch: "
             "%s vs %s" % (label, alone, got))
+    tp2_logits = os.path.join(tmp, label + "_tp2_logits.npy")
+    cmd = [GENERATE, "--load", hf_dir, "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
+           "--output-format", "json", "--max-tokens", "12", "--greedy", "--dump-logits", tp2_logits,
+           "--tensor-model-parallel-size", "2", *sum((["--prompt", " ".join(map(str, p))] for p in PROMPTS), [])]
+    q = run(mpirun_cmd(2, cmd, ("OMP_NUM_THREADS=1",)))
+    if C.check(q.returncode == 0, "%s HF directory at TP 2: %s" % (label, q.stderr[-2000:])):
+        rows = [json.loads(x)["generated_tokens"] for x in q.stdout.splitlines() if x.startswith("{")]
+        C.check(rows == want["tokens"], "%s TP 2: tokens %s, transformers %s" % (label, rows, want["tokens"]))
+        ours = np.load(tp2_logits)[:, :want_logits.shape[1]]
+        err = np.abs(ours.astype(np.float64) - want_logits).max() / np.abs(want_logits).max()
+        print("  %s TP 2 from the HF directory: logits max |diff| / max |logit| = %.2e" % (label, err))
+        C.check(ours.shape == want_logits.shape and err <= 1e-5, "%s TP 2: logits rel err %.2e" % (label, err))
     resharded = ckpt + "_tp2pp2"
     q = run([CONVERT, "--model-type", "GPT", "--loader", "core", "--saver", "core",
              "--saver-transformer-impl", "local", "--target-tensor-parallel-size", "2",

@@ -89,6 +89,13 @@ int64_t mc_cv_padded_vocab(int64_t true_vocab, int64_t divisible_by, int tp);
  * compute_true_vocab_size + verify_vocabs_match); -1 when neither is given. */
 mc_status mc_cv_true_vocab(const struct mc_cv_options *o, int64_t *out);
 
+/* The model metadata from a Megatron checkpoint's args Namespace ck (loader_base
+ * build_checkpoint_metadata; md->checkpoint_args = ck, md->previous_tp / previous_pp), shared by
+ * the torch loader and generation's torch_dist loader. Refuses the features the converter's
+ * tensor names cannot hold (MoE, q/k layernorm, MLA, ...): "<dir>: the checkpoint was trained
+ * with ...; <refusal>". */
+mc_status mc_cv_meta_from_args(struct mc_cv_meta *md, const struct mc_pk *ck, const char *dir,
+                               const char *refusal);
 /* Megatron torch-format checkpoints: loader_core/loader_legacy and saver_core/saver_legacy. */
 mc_status mc_cv_load_megatron(struct mc_cv_model *m, const struct mc_cv_options *o);
 mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_options *o);
@@ -96,6 +103,20 @@ mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_op
  * LlamaForCausalLM. */
 mc_status mc_cv_load_hf(struct mc_cv_model *m, const struct mc_cv_options *o);
 mc_status mc_cv_save_hf(const struct mc_cv_model *m, const struct mc_cv_options *o);
+
+/* How a tensor is sharded over tensor-parallel ranks (Megatron's schema_core / chunk_weight). */
+enum mc_cv_split {
+    MC_CV_SPLIT_REP,   /* replicated: norms, row-parallel biases, position embeddings */
+    MC_CV_SPLIT_COL,   /* dim 0: qkv by whole query groups, fc1, vocabulary rows */
+    MC_CV_SPLIT_ROW,   /* dim 1: linear_proj, fc2 weights */
+    MC_CV_SPLIT_GATED, /* SwiGLU fc1 [gate; up]: each rank holds [gate_r; up_r] */
+};
+/* The split of the converter tensor `what` ("word embeddings", "layer 3 qkv weight", ...). */
+enum mc_cv_split mc_cv_split_of(const struct mc_cv_meta *md, const char *what);
+/* Rank k's block of the full tensor t split over tp ranks, in t's dtype, into dst; *rows and
+ * *cols get the block's shape (1-D tensors: cols 1). The split dimension must divide by tp. */
+void mc_cv_shard_copy(uint8_t *dst, const struct mc_cv_tensor *t, enum mc_cv_split split, int k,
+                      int tp, int64_t *rows, int64_t *cols);
 
 /* Directory helpers shared by the savers: `<save>.tmp.<pid>` is written and renamed to the
  * final name at the end; an existing save dir is refused unless empty. */

@@ -19,10 +19,11 @@
 
 /* How a tensor is sharded over tensor-parallel ranks (schema_core / utils.chunk_weight). */
 enum split {
-    SPLIT_REP,   /* replicated: norms, row-parallel biases, position embeddings (rank 0's) */
-    SPLIT_COL,   /* dim 0 (qkv by whole query groups, fc1, vocabulary rows) */
-    SPLIT_ROW,   /* dim 1 (linear_proj, fc2 weights) */
-    SPLIT_GATED, /* SwiGLU fc1: each rank holds [gate_r; up_r] */
+    SPLIT_REP = MC_CV_SPLIT_REP,     /* replicated: norms, row-parallel biases, position
+                                      * embeddings (rank 0's) */
+    SPLIT_COL = MC_CV_SPLIT_COL,     /* dim 0 (qkv by whole query groups, fc1, vocabulary rows) */
+    SPLIT_ROW = MC_CV_SPLIT_ROW,     /* dim 1 (linear_proj, fc2 weights) */
+    SPLIT_GATED = MC_CV_SPLIT_GATED, /* SwiGLU fc1: each rank holds [gate_r; up_r] */
 };
 
 /* A per-layer parameter of the local spec (name relative to "decoder.layers.N."), in state_dict
@@ -158,19 +159,19 @@ static mc_status first_file(struct src *s, char *path, size_t n)
                     s->iter_dir);
 }
 
-static mc_status refuse_arg(const struct src *s, const struct mc_pk *ck, const char *key,
-                            const char *what)
+static mc_status refuse_arg(const char *dir, const char *tool, const struct mc_pk *ck,
+                            const char *key, const char *what)
 {
     const struct mc_pk *v = mc_pk_get(ck, key);
     double x = 0;
     bool set = v && v->kind != MC_PK_NONE && (!mc_pk_number(v, &x) || x != 0);
     if (set)
-        return mc_error(MC_ERR_UNSUPPORTED, "--load-dir %s: the checkpoint was trained with %s "
-                        "(args.%s); convert_checkpoint does not convert it", s->o->load_dir, what, key);
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: the checkpoint was trained with %s (args.%s); %s",
+                        dir, what, key, tool);
     return MC_OK;
 }
 
-static mc_status check_supported(const struct src *s, const struct mc_pk *ck)
+static mc_status check_supported(const char *dir, const char *tool, const struct mc_pk *ck)
 {
     static const char *const refused[][2] = {
         {"num_experts", "mixture of experts"},
@@ -184,13 +185,13 @@ static mc_status check_supported(const struct src *s, const struct mc_pk *ck)
         {NULL, NULL},
     };
     for (size_t k = 0; refused[k][1]; k++) {
-        mc_status st = refuse_arg(s, ck, refused[k][0], refused[k][1]);
+        mc_status st = refuse_arg(dir, tool, ck, refused[k][0], refused[k][1]);
         if (st)
             return st;
     }
     if (arg_int(ck, "expert_model_parallel_size", 1) > 1)
-        return mc_error(MC_ERR_UNSUPPORTED, "--load-dir %s: expert-parallel checkpoints are not "
-                        "converted", s->o->load_dir);
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: an expert-parallel checkpoint "
+                        "(args.expert_model_parallel_size > 1); %s", dir, tool);
     return MC_OK;
 }
 
@@ -226,14 +227,30 @@ static mc_status read_meta(struct src *s, const struct mc_pk *sd)
         if (!mc_pk_get(ck, required[k]))
             return mc_error(MC_ERR_FORMAT, "--load-dir %s: Checkpoint does not specify argument %s.",
                             s->o->load_dir, required[k]);
-    mc_status st = check_supported(s, ck);
+    char dir[4300];
+    snprintf(dir, sizeof(dir), "--load-dir %s", s->o->load_dir);
+    mc_status st = mc_cv_meta_from_args(md, ck, dir, "convert_checkpoint does not convert it");
+    if (st)
+        return st;
+    s->tp = (int)md->previous_tp, s->pp = (int)md->previous_pp;
+    s->vp = (int)arg_int(ck, "virtual_pipeline_model_parallel_size", 1);
+    double it = 0;
+    md->iteration = mc_pk_number(mc_pk_get(sd, "iteration"), &it) ? (int64_t)it : 0;
+    if (s->tp < 1 || s->pp < 1 || s->vp < 1 || md->num_layers % (s->pp * s->vp))
+        return mc_error(MC_ERR_FORMAT, "--load-dir %s: args say tp %d, pp %d, vp %d with %lld layers",
+                        s->o->load_dir, s->tp, s->pp, s->vp, (long long)md->num_layers);
+    return MC_OK;
+}
+
+mc_status mc_cv_meta_from_args(struct mc_cv_meta *md, const struct mc_pk *ck, const char *dir,
+                               const char *refusal)
+{
+    mc_status st = check_supported(dir, refusal, ck);
     if (st)
         return st;
     md->checkpoint_args = (struct mc_pk *)ck;
-    s->tp = (int)arg_int(ck, "tensor_model_parallel_size", 1);
-    s->pp = (int)arg_int(ck, "pipeline_model_parallel_size", 1);
-    s->vp = (int)arg_int(ck, "virtual_pipeline_model_parallel_size", 1);
-    md->previous_tp = s->tp, md->previous_pp = s->pp;
+    md->previous_tp = arg_int(ck, "tensor_model_parallel_size", 1);
+    md->previous_pp = arg_int(ck, "pipeline_model_parallel_size", 1);
     md->num_layers = arg_int(ck, "num_layers", 0);
     md->hidden_size = arg_int(ck, "hidden_size", 0);
     md->num_attention_heads = arg_int(ck, "num_attention_heads", 0);
@@ -262,14 +279,9 @@ static mc_status read_meta(struct src *s, const struct mc_pk *sd)
     md->consumed_train_samples = arg_int(ck, "consumed_train_samples", 0);
     md->consumed_valid_samples = arg_int(ck, "consumed_valid_samples", 0);
     params_dtype(ck, &md->params_dtype);
-    double it = 0;
-    md->iteration = mc_pk_number(mc_pk_get(sd, "iteration"), &it) ? (int64_t)it : 0;
-    if (s->tp < 1 || s->pp < 1 || s->vp < 1 || md->num_layers % (s->pp * s->vp))
-        return mc_error(MC_ERR_FORMAT, "--load-dir %s: args say tp %d, pp %d, vp %d with %lld layers",
-                        s->o->load_dir, s->tp, s->pp, s->vp, (long long)md->num_layers);
     if (md->num_attention_heads <= 0 || md->num_query_groups <= 0 ||
         md->num_attention_heads % md->num_query_groups)
-        return mc_error(MC_ERR_FORMAT, "--load-dir %s: bad head counts in args", s->o->load_dir);
+        return mc_error(MC_ERR_FORMAT, "%s: bad head counts in args", dir);
     return MC_OK;
 }
 
@@ -565,27 +577,52 @@ static mc_status check_target(const struct dst *d)
 static struct mc_pk *shard_tensor(mc_pk_doc *doc, struct mc_cv_model *pool,
                                   const struct mc_cv_tensor *t, enum split split, int k, int tp)
 {
-    int64_t r = t->shape[0], c = t->shape[1];
-    int64_t sr = split == SPLIT_COL || split == SPLIT_GATED ? r / tp : r;
-    int64_t sc = split == SPLIT_ROW ? c / tp : c;
-    size_t es = mc_dtype_size(t->dtype);
+    int64_t sr = split == SPLIT_COL || split == SPLIT_GATED ? t->shape[0] / tp : t->shape[0];
+    int64_t sc = split == SPLIT_ROW ? t->shape[1] / tp : t->shape[1];
     struct mc_cv_tensor *o;
     if (mc_cv_add(pool, &o, t->dtype, t->ndim, sr, sc, "shard"))
         return NULL;
-    if (split == SPLIT_COL)
-        copy_block(o->data, sc, 0, 0, t->data, c, k * sr, 0, sr, c, es);
-    else if (split == SPLIT_ROW)
-        copy_block(o->data, sc, 0, 0, t->data, c, 0, k * sc, r, sc, es);
-    else if (split == SPLIT_GATED) {
-        int64_t half = sr / 2, ffn = r / 2;
-        copy_block(o->data, sc, 0, 0, t->data, c, k * half, 0, half, c, es);
-        copy_block(o->data, sc, half, 0, t->data, c, ffn + k * half, 0, half, c, es);
-    } else
-        memcpy(o->data, t->data, (size_t)(r * c) * es);
+    mc_cv_shard_copy(o->data, t, (enum mc_cv_split)split, k, tp, &sr, &sc);
     int64_t shape[2] = {sr, sc};
     enum mc_dtype dt = t->dtype;
     struct mc_pk *st = mc_pk_storage(doc, dt, sr * sc, o->data);
     return st ? mc_pk_tensor(doc, st, 0, t->ndim, shape, NULL) : NULL;
+}
+
+void mc_cv_shard_copy(uint8_t *dst, const struct mc_cv_tensor *t, enum mc_cv_split split, int k,
+                      int tp, int64_t *rows, int64_t *cols)
+{
+    int64_t r = t->shape[0], c = t->ndim > 1 ? t->shape[1] : 1;
+    int64_t sr = split == MC_CV_SPLIT_COL || split == MC_CV_SPLIT_GATED ? r / tp : r;
+    int64_t sc = split == MC_CV_SPLIT_ROW ? c / tp : c;
+    size_t es = mc_dtype_size(t->dtype);
+    if (split == MC_CV_SPLIT_COL)
+        copy_block(dst, sc, 0, 0, t->data, c, k * sr, 0, sr, c, es);
+    else if (split == MC_CV_SPLIT_ROW)
+        copy_block(dst, sc, 0, 0, t->data, c, 0, k * sc, r, sc, es);
+    else if (split == MC_CV_SPLIT_GATED) {
+        int64_t half = sr / 2, ffn = r / 2;
+        copy_block(dst, sc, 0, 0, t->data, c, k * half, 0, half, c, es);
+        copy_block(dst, sc, half, 0, t->data, c, ffn + k * half, 0, half, c, es);
+    } else
+        memcpy(dst, t->data, (size_t)(r * c) * es);
+    *rows = sr, *cols = sc;
+}
+
+enum mc_cv_split mc_cv_split_of(const struct mc_cv_meta *md, const char *what)
+{
+    for (int k = 0; k < N_MODEL_PARAMS; k++)
+        if (!strcmp(what, model_params[k].what))
+            return (enum mc_cv_split)model_params[k].split;
+    long l;
+    int used = 0;
+    if (sscanf(what, "layer %ld %n", &l, &used) != 1 || !used)
+        return MC_CV_SPLIT_REP;
+    for (int k = 0; k < N_LAYER_PARAMS; k++)
+        if (layer_params[k].what && !strcmp(what + used, layer_params[k].what))
+            return is_gated(md, layer_params[k].what) ? MC_CV_SPLIT_GATED
+                                                      : (enum mc_cv_split)layer_params[k].split;
+    return MC_CV_SPLIT_REP;
 }
 
 /* One rank's entries, collected under the target's names, then ordered as its state_dict(). */
