@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/rng_state.h"
 #include "checkpointing/torch_pickle.h"
 #include "core/dtype.h"
 #include "distributed/distrib_optimizer.h"
@@ -37,6 +38,7 @@
 struct item {
     char fqn[640];
     bool bytes;                 /* a sharded object (BYTE_IO), else a tensor chunk */
+    const struct mc_pk *obj;    /* the object's data (the rng_state), NULL: None (extra state) */
     int nd;
     int64_t g[MC_PK_MAX_DIM];   /* the global shape */
     int64_t off[MC_PK_MAX_DIM]; /* the chunk's offsets and sizes */
@@ -252,6 +254,22 @@ static mc_status add_extra_state(struct plan *pl, const mc_gpt_model *m, const c
     snprintf(fqn, sizeof(fqn), "%s._extra_state/shard_%ld_%lld", p.key, p.layer,
              (long long)mc_gpt_model_config(m)->num_layers);
     return add_object(pl, fqn);
+}
+
+/* get_rng_state's ShardedObject: key rng_state, global shape (pp, tp) at (pp rank, tp rank),
+ * replica_id the data-parallel rank (rank 0 writes it); its data built in `d` by rng_state.c.
+ * Last in the plan, as generate_state_dict adds it last. */
+static mc_status plan_rng_state(struct plan *pl, const struct mc_ckpt_state *s, mc_pk_doc *d)
+{
+    if (!s->opts.save_rng || !(s->writer || !s->barrier))
+        return MC_OK;
+    char fqn[96];
+    mc_ckpt_rng_state_key(fqn, sizeof(fqn), s);
+    struct mc_pk *data = mc_ckpt_rng_state(d, s);
+    mc_status st = data ? add_object(pl, fqn) : MC_ERR_NOMEM;
+    if (!st)
+        pl->it[pl->n - 1].obj = data;
+    return st;
 }
 
 static mc_status plan_model(struct plan *pl, const struct mc_ckpt_state *s, const mc_gpt_model *m)
@@ -625,9 +643,9 @@ static int dcp_geom(const struct item *x, int64_t *g, int64_t *off, int64_t *sz)
 static mc_status write_item(mc_pk_doc *d, FILE *f, const char *path, struct item *x)
 {
     struct mc_pk *v;
-    if (x->bytes) { /* torch.save of the object's data: [None] for the local spec's extra state */
+    if (x->bytes) { /* torch.save([data]): [None] for the local spec's extra state */
         v = mc_pk_new(d, MC_PK_LIST);
-        if (!v || mc_pk_append(d, v, mc_pk_none(d)))
+        if (!v || mc_pk_append(d, v, x->obj ? (struct mc_pk *)x->obj : mc_pk_none(d)))
             return MC_ERR_NOMEM;
     } else {
         int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
@@ -953,6 +971,7 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
         st = plan_model(&pl, s, nc > 1 ? s->chunks[c] : s->model);
     st = st ? st : plan_optimizer(&pl, s);
     st = st ? st : plan_distopt(&pl, s);
+    st = st ? st : plan_rng_state(&pl, s, d);
     /* Megatron's plan order is that of the chunks this rank holds; then it writes its share */
     int dp = s->dp_size > 1 ? s->dp_size : 1, me = dp > 1 ? s->dp_rank : 0;
     st = st ? st : distribute(&pl, dp, s->opts.fully_parallel_save);
