@@ -121,8 +121,16 @@ def test_resume_bit_exact(tmp):
     nso = os.path.join(tmp, "nso")
     r = run(args(tmp, 6, extra + ("--save", nso, "--save-interval", "100", "--no-save-optim", "--exit-interval", "1")))
     k = list(ckpt(nso, 1)) if r.returncode == 0 else []
-    check(k == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine",
+    check(k == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine", "rng_state",
                 "num_floating_point_operations_so_far"], f"--no-save-optim keys {k}")
+    # --no-save-rng leaves the rng_state out (generate_state_dict)
+    nsr = os.path.join(tmp, "nsr")
+    r = run(args(tmp, 6, extra + ("--save", nsr, "--save-interval", "100", "--no-save-optim", "--no-save-rng",
+                                  "--exit-interval", "1")))
+    sd = ckpt(nsr, 1) if r.returncode == 0 else {}
+    check(list(sd) == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine",
+                       "num_floating_point_operations_so_far"] and sd["args"].no_save_rng is True,
+          f"--no-save-rng keys {list(sd)}")
     r = run(args(tmp, 6, extra + ("--load", nso, "--exit-interval", "2")))
     check(r.returncode != 0 and "--no-load-optim" in r.stderr + r.stdout, "missing optimizer names --no-load-optim")
     r = run(args(tmp, 6, extra + ("--load", nso, "--no-load-optim", "--exit-interval", "2")))
@@ -173,6 +181,27 @@ def test_resume_parallel(tmp):
           and w0["embedding.word_embeddings.weight"].shape == (2112, 32), "shards: half the rows")
 
 
+def check_rng_state_vs_megatron(ours, gold):
+    """Our rng_state (seed 1234, one rank) has the structure of Megatron's and its values, but for
+    the torch CPU generator, which Megatron's --use-cpu-initialization drew from before saving:
+    there only the seed and the seeded flag agree. Python's and numpy's generators Megatron never
+    drew from, nor (dropout 0, the CPU shim) its CUDA ones."""
+    check(type(ours) is list and len(ours) == len(gold) == 1, f"rng_state a list of one: {type(ours)}")
+    o, g = ours[0], gold[0]
+    check(list(o) == list(g), f"rng_state keys {list(o)}")
+    check(o["random_rng_state"] == g["random_rng_state"], "random_rng_state as Megatron's")
+    on, gn = o["np_rng_state"], g["np_rng_state"]
+    check(on[0] == gn[0] and on[1].dtype == gn[1].dtype and on[1].shape == gn[1].shape and
+          (on[1] == gn[1]).all() and on[2:] == gn[2:] and [type(x) for x in on] == [type(x) for x in gn],
+          "np_rng_state as Megatron's")
+    ot, gt = o["torch_rng_state"], g["torch_rng_state"]
+    check(ot.dtype == gt.dtype == torch.uint8 and ot.shape == gt.shape and
+          torch.equal(ot[:8], gt[:8]) and torch.equal(ot[12:16], gt[12:16]), "torch_rng_state's layout and seed")
+    check(torch.equal(o["cuda_rng_state"], g["cuda_rng_state"]), "cuda_rng_state as Megatron's")
+    ok, gk = o["rng_tracker_states"], g["rng_tracker_states"]
+    check(list(ok) == list(gk) and all(torch.equal(ok[k], gk[k]) for k in gk), "rng_tracker_states as Megatron's")
+
+
 def test_structure_vs_megatron(tmp):
     """Our checkpoint of the golden's configuration has Megatron's keys, types and shapes."""
     gold = torch.load(os.path.join(GOLDEN, "save", "iter_0000002", "mp_rank_00", "model_optim_rng.pt"))
@@ -182,7 +211,8 @@ def test_structure_vs_megatron(tmp):
                  hidden=8, heads=2, seq=16, mbs=2, gbs=4, lr="1e-2", warm="1", dropout="0", decay=()))
     check(r.returncode == 0, f"save run: {r.stderr[-400:]}")
     ours = ckpt(out, 2)
-    check(list(ours) == [k for k in gold if k != "rng_state"], f"top-level keys {list(ours)}")
+    check(list(ours) == list(gold), f"top-level keys {list(ours)}")
+    check_rng_state_vs_megatron(ours["rng_state"], gold["rng_state"])
     check(ours["checkpoint_version"] == 3.0 and ours["iteration"] == 2, "version 3.0, iteration 2")
     check(list(ours["model"]) == list(gold["model"]), "model keys in Megatron's order (with _extra_state)")
     check(type(ours["model"]) is type(gold["model"]), "model is an OrderedDict")
@@ -334,7 +364,8 @@ def test_sigterm_saves(tmp):
 def test_megatron_loads_ours(tmp):
     """Optional (MC_MEGATRON_ROOT: a Megatron-LM core_v0.12.1 checkout with its dataset helpers
     built, and /work/shared/megatron-cpu): Megatron resumes from our iteration-2 checkpoint
-    (with --no-load-rng) and prints our losses for iterations 3 and 4."""
+    with its default flags (it restores our rng_state: without one it exits before training,
+    "Unable to load rng state") and prints our losses for iterations 3 and 4."""
     root, cpu = os.environ.get("MC_MEGATRON_ROOT"), "/work/shared/megatron-cpu/run_pretrain.py"
     if not root or not os.path.exists(cpu):
         print("test_megatron_loads_ours: skipped (set MC_MEGATRON_ROOT)")
@@ -344,7 +375,7 @@ def test_megatron_loads_ours(tmp):
     d = os.path.join(tmp, "for_megatron")
     r = run(args(tmp, 4, base + ("--save", d, "--save-interval", "2"), **common))
     ours = train_lines(r.stdout)
-    meg_args = args(tmp, 4, base + ("--load", d, "--ckpt-step", "2", "--no-load-rng",
+    meg_args = args(tmp, 4, base + ("--load", d, "--ckpt-step", "2",
                                     "--distributed-backend", "gloo", "--transformer-impl", "local",
                                     "--no-gradient-accumulation-fusion", "--no-persist-layer-norm"),
                     **common)[1:]
@@ -354,7 +385,8 @@ def test_megatron_loads_ours(tmp):
                        capture_output=True, text=True, env=env, timeout=600)
     theirs = train_lines(m.stdout)
     print("megatron from ours:", {k: v[1][:60] for k, v in theirs.items()})
-    check(m.returncode == 0 and sorted(theirs) == [3, 4], f"Megatron resumes from ours: {m.stdout[-500:]}")
+    check(m.returncode == 0 and sorted(theirs) == [3, 4] and "Unable to load rng state" not in m.stdout,
+          f"Megatron resumes from ours: {m.stdout[-500:]}")
     num = re.compile(r"lm loss: ([\d.E+-]+)")
     for it in (3, 4):
         a = float(num.search(ours[it][1]).group(1)) if it in ours else float("nan")
