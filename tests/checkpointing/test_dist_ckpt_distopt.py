@@ -112,7 +112,7 @@ def megatron_continues(save, ours, tmp):
     """Megatron loads our iteration-3 save (dp2, distributed optimizer) and continues as we do."""
     py = mcs.megatron_python(torch2=True)
     if mcs.megatron_root() and py:
-        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3", "--no-load-rng"),
+        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3"),
                                     port=29887, python=py, variant="fixload")
         check(not any(rcs), f"Megatron loading ours: {rcs} {out[-800:]}")
         how = "live"

@@ -6,7 +6,7 @@ gpt_bf16 and gpt_fp16_static of tests/mixed/megatron_mixed_cases.py:
   shape and chunk of Megatron's own torch_dist save of the case
   (tests/golden/checkpointing/dist_<case>/save), each chunk in the same file at the same place;
   common.pt's optimizer {'optimizer': ..., 'grad_scaler': ...} as Megatron's;
-- Megatron loads ours (--no-load-rng) and continues: iterations 4-6 within 2e-4 relative of ours
+- Megatron loads ours (its default flags) and continues: iterations 4-6 within 2e-4 relative of ours
   (test_megatron_mixed.py's tolerance), the same learning rate, consumed samples and loss scale
   (Megatron live with MC_MEGATRON_ROOT and PyPI torch 2.x, MC_TORCH2_PYTHON; else its logged run,
   dist_<case>/megatron_loads_ours_log.txt);
@@ -120,7 +120,7 @@ def megatron_continues(case, save, ours, tmp):
     py = mx.torch2_python()
     gold = os.path.join(GOLDEN.format(case), "megatron_loads_ours_log.txt")
     if mcs.megatron_root() and py:
-        rcs, out = mx.run_megatron(case, tmp, DIST + ("--load", save, "--ckpt-step", "3", "--no-load-rng"),
+        rcs, out = mx.run_megatron(case, tmp, DIST + ("--load", save, "--ckpt-step", "3"),
                                    port=CASES[case])
         check(not any(rcs), f"{case}: Megatron loading ours: {rcs} {out[-800:]}")
         how = "live"
