@@ -11,9 +11,10 @@
  * legacy model's nested dicts; `_extra_state: None`), optimizer (the fp32 torch Adam/SGD
  * state_dict; with the distributed optimizer only its param_groups, the moments going to
  * distrib_optim.pt), opt_param_scheduler,
- * rerun_state_machine, num_floating_point_operations_so_far. No rng_state is written: our
- * dropout streams are a function of the seed and the iteration (Megatron loads ours with
- * --no-load-rng). Layout byte by byte: docs/formats/checkpoint.md. */
+ * rerun_state_machine, rng_state (unless --no-save-rng: the states Megatron's seeding gives
+ * Python's, numpy's and torch's generators for this rank, src/checkpointing/rng_state.c; ours
+ * draw nothing from them), num_floating_point_operations_so_far. Layout byte by byte:
+ * docs/formats/checkpoint.md. */
 #ifndef MEGATRON_CHECKPOINT_H
 #define MEGATRON_CHECKPOINT_H
 
@@ -45,6 +46,13 @@ struct mc_ckpt_options {
                              (src/checkpointing/dist_checkpoint_save.c) instead of torch */
     bool fully_parallel_save; /* --ckpt-fully-parallel-save (default on): torch_dist saves
                                  spread over the data-parallel ranks */
+    /* not --no-save-rng: Megatron's rng_state (src/checkpointing/rng_state.c) as Megatron's
+     * seeding leaves it for --seed (seed), --data-parallel-random-init (dp_random_init) and
+     * --expert-tensor-parallel-size (expert_tp_size; 0: the tensor-parallel size) */
+    bool save_rng;
+    int64_t seed;
+    bool dp_random_init;
+    int expert_tp_size;
     double adam_beta1, adam_beta2, adam_eps, sgd_momentum, max_lr, min_lr;
     /* --decoupled-lr: the embedding / output params form their own param groups
      * (is_decoupled_lr) with max_lr decoupled_lr, min_lr decoupled_min_lr */

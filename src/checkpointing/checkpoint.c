@@ -23,6 +23,7 @@
 #include "checkpointing/checkpoint_internal.h"
 #include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/distrib_optim.h"
+#include "checkpointing/rng_state.h"
 #include "checkpointing/state_dict_names.h"
 #include "checkpointing/torch_pickle.h"
 #include "checkpointing/torch_zip.h"
@@ -622,6 +623,7 @@ static struct mc_pk *state_dict(mc_pk_doc *d, const struct mc_ckpt_state *s, flo
          mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched))))
         return NULL;
     if (mc_pk_set(d, root, "rerun_state_machine", rerun_dict(d, s->iteration)) ||
+        (s->opts.save_rng && mc_pk_set(d, root, "rng_state", mc_ckpt_rng_state(d, s))) ||
         mc_pk_set(d, root, "num_floating_point_operations_so_far",
                   mc_pk_float(d, s->num_floating_point_operations_so_far)))
         return NULL;
@@ -830,9 +832,8 @@ static struct mc_pk *float16_common(mc_pk_doc *d, const struct mc_ckpt_state *s,
 /* common.pt of a torch_dist save: what Megatron's save_common writes (rank 0's state dict with
  * the sharded tensors and objects taken out): args, checkpoint_version, iteration, the
  * optimizer's param_groups (without 'params') and common_step, opt_param_scheduler, the FLOPs.
- * No rerun_state_machine (Megatron then requests no rerun_state_machine_state object) and no
- * rng_state (megatron.c has no Python/numpy/torch RNG states: Megatron loads ours with
- * --no-load-rng, as our torch-format checkpoints). */
+ * No rerun_state_machine (Megatron then requests no rerun_state_machine_state object); the
+ * rng_state is a sharded object (dist_checkpoint_save.c). */
 /* common.pt's optimizer of a --use-distributed-optimizer run (DistributedOptimizer.
  * sharded_state_dict, 'fully_sharded_model_space'): state_dict()'s param_groups (with the step)
  * and grad_scaler, what is left of data-parallel rank 0's 'param_state' once its tensors are

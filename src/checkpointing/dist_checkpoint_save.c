@@ -28,6 +28,7 @@
 
 #include "checkpointing/async_utils.h"
 #include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/rng_state.h"
 #include "checkpointing/torch_pickle.h"
 #include "core/dtype.h"
 #include "distributed/distrib_optimizer.h"
@@ -62,7 +63,7 @@ struct plan {
     int64_t n, cap;
     void **owned; /* the 16-bit copies of the model weights (a --bf16/--fp16 run) */
     int64_t n_owned;
-    mc_pk_doc *objs; /* the values of the distributed optimizer's sharded objects */
+    mc_pk_doc *objs; /* the values of the sharded objects (rng_state, the distributed optimizer's) */
 };
 
 static void plan_free(struct plan *pl)
@@ -257,6 +258,24 @@ static mc_status add_extra_state(struct plan *pl, const mc_gpt_model *m, const c
     snprintf(fqn, sizeof(fqn), "%s._extra_state/shard_%ld_%lld", p.key, p.layer,
              (long long)mc_gpt_model_config(m)->num_layers);
     return add_object(pl, fqn);
+}
+
+/* get_rng_state's ShardedObject: key rng_state, global shape (pp, tp) at (pp rank, tp rank),
+ * replica_id the data-parallel rank (rank 0 writes it); its data built in plan.objs by rng_state.c.
+ * Last in the plan, as generate_state_dict adds it last. */
+static mc_status plan_rng_state(struct plan *pl, const struct mc_ckpt_state *s)
+{
+    if (!s->opts.save_rng || !(s->writer || !s->barrier))
+        return MC_OK;
+    if (!pl->objs && mc_pk_doc_init(&pl->objs))
+        return MC_ERR_NOMEM;
+    char fqn[96];
+    mc_ckpt_rng_state_key(fqn, sizeof(fqn), s);
+    struct mc_pk *data = mc_ckpt_rng_state(pl->objs, s);
+    mc_status st = data ? add_object(pl, fqn) : MC_ERR_NOMEM;
+    if (!st)
+        pl->it[pl->n - 1].obj = data;
+    return st;
 }
 
 static mc_status plan_model(struct plan *pl, const struct mc_ckpt_state *s, const mc_gpt_model *m)
@@ -1039,6 +1058,7 @@ mc_status mc_dist_ckpt_plan_init(const struct mc_ckpt_state *s, bool snapshot,
     } else {
         st = st ? st : plan_distopt(pl, s);
     }
+    st = st ? st : plan_rng_state(pl, s);
     /* Megatron's plan order is that of the chunks this rank holds; then it writes its share */
     int dp = s->dp_size > 1 ? s->dp_size : 1, me = dp > 1 ? s->dp_rank : 0;
     st = st ? st : distribute(pl, dp, s->opts.fully_parallel_save);

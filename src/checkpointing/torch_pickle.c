@@ -171,6 +171,21 @@ struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_dtype t, int64_t numel, const 
     }
     return v;
 }
+struct mc_pk *mc_pk_ndarray(mc_pk_doc *d, const char *dtype, int ndim, const int64_t *shape,
+                            const void *data, size_t nbytes)
+{
+    MC_ASSERT(ndim >= 0 && ndim <= MC_PK_MAX_DIM && strchr("<>|=", dtype[0]));
+    struct mc_pk *v = text(d, MC_PK_NDARRAY, dtype, strlen(dtype));
+    void *copy = v ? arena(d, nbytes + 1) : NULL;
+    if (!copy)
+        return NULL;
+    memcpy(copy, data, nbytes);
+    v->ndim = ndim;
+    memcpy(v->shape, shape, (size_t)ndim * sizeof(*shape));
+    v->data = copy;
+    v->numel = (int64_t)nbytes;
+    return v;
+}
 struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, int ndim,
                            const int64_t *shape, const int64_t *stride)
 {
@@ -453,6 +468,29 @@ static mc_status dump_tensor(struct out *o, const struct mc_pk *t)
     return op(o, 'R');
 }
 
+/* numpy's ndarray.__reduce__ at protocol 2, as numpy 1.x writes it (numpy.core paths, which
+ * numpy 2 still loads; numpy 2's own numpy._core paths do not load in numpy 1.x):
+ * _reconstruct(ndarray, (0,), b'b') then BUILD (1, shape, dtype, False, raw bytes), the dtype
+ * being dtype(type, False, True) with BUILD (3, byteorder, None, None, None, -1, -1, 0). */
+static mc_status dump_ndarray(struct out *o, const struct mc_pk *v)
+{
+    static const int64_t zero = 0;
+    char byteorder[2] = {v->s[0], 0};
+    mc_status st;
+    if ((st = emit_global(o, "numpy.core.multiarray _reconstruct")) ||
+        (st = emit_global(o, "numpy ndarray")) || (st = dump_int_tuple(o, 1, &zero)) ||
+        (st = emit_bytes(o, (const uint8_t *)"b", 1)) || (st = op(o, 0x87)) || (st = op(o, 'R')) ||
+        (st = op(o, '(')) || (st = emit_int(o, 1)) || (st = dump_int_tuple(o, v->ndim, v->shape)) ||
+        (st = emit_global(o, "numpy dtype")) || (st = emit_str(o, v->s + 1, strlen(v->s + 1))) ||
+        (st = op(o, 0x89)) || (st = op(o, 0x88)) || (st = op(o, 0x87)) || (st = op(o, 'R')) ||
+        (st = op(o, '(')) || (st = emit_int(o, 3)) || (st = emit_str(o, byteorder, 1)) ||
+        (st = op(o, 'N')) || (st = op(o, 'N')) || (st = op(o, 'N')) || (st = emit_int(o, -1)) ||
+        (st = emit_int(o, -1)) || (st = emit_int(o, 0)) || (st = op(o, 't')) || (st = op(o, 'b')) ||
+        (st = op(o, 0x89)) || (st = emit_bytes(o, v->data, (size_t)v->numel)) || (st = op(o, 't')))
+        return st;
+    return op(o, 'b');
+}
+
 static mc_status dump(struct out *o, const struct mc_pk *v)
 {
     mc_status st;
@@ -498,6 +536,7 @@ static mc_status dump(struct out *o, const struct mc_pk *v)
             return st;
         return op(o, 'R');
     case MC_PK_TENSOR: return dump_tensor(o, v);
+    case MC_PK_NDARRAY: return dump_ndarray(o, v);
     default:
         return mc_error(MC_ERR_UNSUPPORTED, "pickling a value of kind %d (storage/numpy objects "
                         "outside a tensor) is not implemented", (int)v->kind);

@@ -80,6 +80,10 @@ struct mc_pk *mc_pk_object(mc_pk_doc *d, const char *module, const char *cls);
 struct mc_pk *mc_pk_storage(mc_pk_doc *d, enum mc_dtype t, int64_t numel, const void *data);
 struct mc_pk *mc_pk_tensor(mc_pk_doc *d, struct mc_pk *storage, int64_t offset, int ndim,
                            const int64_t *shape, const int64_t *stride /* NULL = contiguous */);
+/* A numpy array (MC_PK_NDARRAY) of dtype `dtype` in numpy's form with the byte order first
+ * ("<u4"), over a copy of `nbytes` bytes of row-major data. */
+struct mc_pk *mc_pk_ndarray(mc_pk_doc *d, const char *dtype, int ndim, const int64_t *shape,
+                            const void *data, size_t nbytes);
 /* Appends to a TUPLE/LIST, or a key/value pair to a DICT/ODICT/NAMESPACE. */
 mc_status mc_pk_append(mc_pk_doc *d, struct mc_pk *c, struct mc_pk *item);
 mc_status mc_pk_set(mc_pk_doc *d, struct mc_pk *map, const char *key, struct mc_pk *value);

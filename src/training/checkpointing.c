@@ -58,6 +58,11 @@ void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_
                                   ? o->min_lr : mc_args_float(a, MC_A_decoupled_min_lr);
         o->save_dist = !strcmp(mc_args_str(a, MC_A_ckpt_format), "torch_dist");
         o->fully_parallel_save = mc_args_bool(a, MC_A_ckpt_fully_parallel_save);
+        o->save_rng = !mc_args_bool(a, MC_A_no_save_rng);
+        o->seed = mc_args_int(a, MC_A_seed);
+        o->dp_random_init = mc_args_bool(a, MC_A_data_parallel_random_init);
+        o->expert_tp_size = mc_args_is_none(a, MC_A_expert_tensor_parallel_size)
+                                ? 0 : (int)mc_args_int(a, MC_A_expert_tensor_parallel_size);
         return;
     }
     o->dir = mc_args_str(a, MC_A_load);

@@ -155,3 +155,34 @@ def copy_checkpoint(src, dst, iteration):
     shutil.copytree(os.path.join(src, it), os.path.join(dst, it))
     with open(os.path.join(dst, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(iteration))
+
+
+def rng_state_diffs(ours, gold):
+    """The entries of our rng_state (one rank's list) that differ from Megatron's for the same seed
+    and rank. Megatron saves the states at save time; ours are those right after its seeding,
+    which Megatron's runs here leave unchanged but for the torch CPU generator
+    (--use-cpu-initialization draws from it): there only its layout, seed and seeded flag count."""
+    import numpy as np
+    import torch
+    if type(ours) is not list or type(gold) is not list or len(ours) != len(gold):
+        return [f"a list of {len(gold)}: {type(ours).__name__}"]
+    bad = []
+    for o, g in zip(ours, gold):
+        if list(o) != list(g):
+            return bad + [f"keys {list(o)}"]
+        if o["random_rng_state"] != g["random_rng_state"]:
+            bad.append("random_rng_state")
+        on, gn = o["np_rng_state"], g["np_rng_state"]
+        if not (on[0] == gn[0] and on[1].dtype == gn[1].dtype and on[1].shape == gn[1].shape and
+                np.array_equal(on[1], gn[1]) and on[2:] == gn[2:] and [type(x) for x in on] == [type(x) for x in gn]):
+            bad.append("np_rng_state")
+        ot, gt = o["torch_rng_state"], g["torch_rng_state"]
+        if not (ot.dtype == gt.dtype == torch.uint8 and ot.shape == gt.shape and
+                torch.equal(ot[:8], gt[:8]) and torch.equal(ot[12:16], gt[12:16])):
+            bad.append("torch_rng_state (layout, seed)")
+        if not torch.equal(o["cuda_rng_state"], g["cuda_rng_state"]):
+            bad.append("cuda_rng_state")
+        ok, gk = o["rng_tracker_states"], g["rng_tracker_states"]
+        if list(ok) != list(gk) or not all(torch.equal(ok[k], gk[k]) for k in gk):
+            bad.append("rng_tracker_states")
+    return bad

@@ -14,6 +14,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+import megatron_cases as mcs  # noqa: E402
 import torch_stubs  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -121,8 +122,16 @@ def test_resume_bit_exact(tmp):
     nso = os.path.join(tmp, "nso")
     r = run(args(tmp, 6, extra + ("--save", nso, "--save-interval", "100", "--no-save-optim", "--exit-interval", "1")))
     k = list(ckpt(nso, 1)) if r.returncode == 0 else []
-    check(k == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine",
+    check(k == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine", "rng_state",
                 "num_floating_point_operations_so_far"], f"--no-save-optim keys {k}")
+    # --no-save-rng leaves the rng_state out (generate_state_dict)
+    nsr = os.path.join(tmp, "nsr")
+    r = run(args(tmp, 6, extra + ("--save", nsr, "--save-interval", "100", "--no-save-optim", "--no-save-rng",
+                                  "--exit-interval", "1")))
+    sd = ckpt(nsr, 1) if r.returncode == 0 else {}
+    check(list(sd) == ["args", "checkpoint_version", "iteration", "model", "rerun_state_machine",
+                       "num_floating_point_operations_so_far"] and sd["args"].no_save_rng is True,
+          f"--no-save-rng keys {list(sd)}")
     r = run(args(tmp, 6, extra + ("--load", nso, "--exit-interval", "2")))
     check(r.returncode != 0 and "--no-load-optim" in r.stderr + r.stdout, "missing optimizer names --no-load-optim")
     r = run(args(tmp, 6, extra + ("--load", nso, "--no-load-optim", "--exit-interval", "2")))
@@ -182,7 +191,9 @@ def test_structure_vs_megatron(tmp):
                  hidden=8, heads=2, seq=16, mbs=2, gbs=4, lr="1e-2", warm="1", dropout="0", decay=()))
     check(r.returncode == 0, f"save run: {r.stderr[-400:]}")
     ours = ckpt(out, 2)
-    check(list(ours) == [k for k in gold if k != "rng_state"], f"top-level keys {list(ours)}")
+    check(list(ours) == list(gold), f"top-level keys {list(ours)}")
+    bad = mcs.rng_state_diffs(ours["rng_state"], gold["rng_state"])
+    check(not bad, f"rng_state differs from Megatron's (seed 1234): {bad}")
     check(ours["checkpoint_version"] == 3.0 and ours["iteration"] == 2, "version 3.0, iteration 2")
     check(list(ours["model"]) == list(gold["model"]), "model keys in Megatron's order (with _extra_state)")
     check(type(ours["model"]) is type(gold["model"]), "model is an OrderedDict")
@@ -334,7 +345,8 @@ def test_sigterm_saves(tmp):
 def test_megatron_loads_ours(tmp):
     """Optional (MC_MEGATRON_ROOT: a Megatron-LM core_v0.12.1 checkout with its dataset helpers
     built, and /work/shared/megatron-cpu): Megatron resumes from our iteration-2 checkpoint
-    (with --no-load-rng) and prints our losses for iterations 3 and 4."""
+    with its default flags (it restores our rng_state: without one it exits before training,
+    "Unable to load rng state") and prints our losses for iterations 3 and 4."""
     root, cpu = os.environ.get("MC_MEGATRON_ROOT"), "/work/shared/megatron-cpu/run_pretrain.py"
     if not root or not os.path.exists(cpu):
         print("test_megatron_loads_ours: skipped (set MC_MEGATRON_ROOT)")
@@ -344,7 +356,7 @@ def test_megatron_loads_ours(tmp):
     d = os.path.join(tmp, "for_megatron")
     r = run(args(tmp, 4, base + ("--save", d, "--save-interval", "2"), **common))
     ours = train_lines(r.stdout)
-    meg_args = args(tmp, 4, base + ("--load", d, "--ckpt-step", "2", "--no-load-rng",
+    meg_args = args(tmp, 4, base + ("--load", d, "--ckpt-step", "2",
                                     "--distributed-backend", "gloo", "--transformer-impl", "local",
                                     "--no-gradient-accumulation-fusion", "--no-persist-layer-norm"),
                     **common)[1:]
@@ -354,7 +366,8 @@ def test_megatron_loads_ours(tmp):
                        capture_output=True, text=True, env=env, timeout=600)
     theirs = train_lines(m.stdout)
     print("megatron from ours:", {k: v[1][:60] for k, v in theirs.items()})
-    check(m.returncode == 0 and sorted(theirs) == [3, 4], f"Megatron resumes from ours: {m.stdout[-500:]}")
+    check(m.returncode == 0 and sorted(theirs) == [3, 4] and "Unable to load rng state" not in m.stdout,
+          f"Megatron resumes from ours: {m.stdout[-500:]}")
     num = re.compile(r"lm loss: ([\d.E+-]+)")
     for it in (3, 4):
         a = float(num.search(ours[it][1]).group(1)) if it in ours else float("nan")

@@ -54,7 +54,9 @@ def compare_files(ours_dir, gold_dir, case):
     """Our iteration-3 files against Megatron's: keys, shapes, dtypes; groups, scheduler, args."""
     for rank in rank_dirs(case):
         o, g = load(ours_dir, 3, rank), load(gold_dir, 3, rank)
-        check(list(o) == [k for k in g if k != "rng_state"], f"{case} {rank}: top-level keys {list(o)} vs {list(g)}")
+        check(list(o) == list(g), f"{case} {rank}: top-level keys {list(o)} vs {list(g)}")
+        bad = mcs.rng_state_diffs(o["rng_state"], g["rng_state"])
+        check(not bad, f"{case} {rank}: rng_state differs from Megatron's: {bad}")
         for k in CHUNKS:
             same(o.get(k), g[k], f"{case} {rank} {k}", values=False)
         if "state" in g["optimizer"]:

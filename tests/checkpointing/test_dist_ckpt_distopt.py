@@ -65,21 +65,23 @@ for n in ("megatron", "megatron.core", "megatron.core.dist_checkpointing",
           "megatron.core.dist_checkpointing.strategies", "megatron.core.dist_checkpointing.strategies.torch"):
     sys.modules[n] = types.ModuleType(n)
 sys.modules["megatron.core.dist_checkpointing.strategies.torch"].MCoreSavePlan = type("MCoreSavePlan", (), {})
-drop = ("rng_state/", "rerun_state_machine_state/")
+drop = ("rerun_state_machine_state/",)
 def load(d):
     m = pickle.load(open(d + "/.metadata", "rb"))
     md = {k: (type(v).__name__, tuple(getattr(v, "size", ()) or ()),
               sorted((tuple(c.offsets), tuple(c.sizes)) for c in getattr(v, "chunks", [])))
           for k, v in m.state_dict_metadata.items() if not k.startswith(drop)}
-    files = {}
+    files, rng = {}, {}  # rng_state: its writing rank (within it Megatron's round robin counts
     for k, v in sorted(m.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
-        if not k.fqn.startswith(drop):
+        if k.fqn.startswith("rng_state/"):  # its rerun_state_machine_state object first)
+            rng[k.fqn] = v.relative_path.split("_")[2]
+        elif not k.fqn.startswith(drop):
             files.setdefault(v.relative_path, []).append((k.fqn, tuple(k.offset) if k.offset is not None else None))
     mc = {k: v for k, v in m.mcore_data.items() if not k.startswith(drop)}
     o = torch.load(d + "/common.pt", weights_only=False)["optimizer"]
     common = (sorted(o), o["param_state_sharding_type"], {i: {k: float(v) for k, v in e.items()} for i, e in o["param_state"].items()},
               [g["step"] for g in o["optimizer"]["param_groups"]])
-    return md, files, mc, common
+    return md, files, mc, common, rng
 ours, theirs = load(sys.argv[1]), load(sys.argv[2])
 bad = [k for k in set(ours[0]) | set(theirs[0]) if ours[0].get(k) != theirs[0].get(k)]
 print("keys", len(ours[0]), "flattened", sum(1 for v in ours[2].values() if v), "differ", sorted(bad)[:5])
@@ -87,6 +89,7 @@ print("files", sorted(ours[1]) == sorted(theirs[1]) and all(ours[1][f] == theirs
       "per rank", {f: len(v) for f, v in sorted(ours[1].items())})
 print("mcore_data", ours[2] == theirs[2])
 print("common", ours[3] == theirs[3], ours[3][:2], len(ours[3][2]))
+print("rng_state by the same ranks", ours[4] == theirs[4] and len(ours[4]) > 0)
 '''
 
 
@@ -104,6 +107,7 @@ def check_layout(save, tmp):
                        capture_output=True, text=True, timeout=300, env=env)
     out = r.stdout
     check(r.returncode == 0 and "differ []" in out and "files True" in out and "mcore_data True" in out
+          and "rng_state by the same ranks True" in out
           and "common True" in out, f"layout as Megatron's: {out} {r.stderr[-800:]}")
     print("layout as Megatron's save:", out.replace("\n", "; "))
 
@@ -112,7 +116,7 @@ def megatron_continues(save, ours, tmp):
     """Megatron loads our iteration-3 save (dp2, distributed optimizer) and continues as we do."""
     py = mcs.megatron_python(torch2=True)
     if mcs.megatron_root() and py:
-        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3", "--no-load-rng"),
+        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3"),
                                     port=29887, python=py, variant="fixload")
         check(not any(rcs), f"Megatron loading ours: {rcs} {out[-800:]}")
         how = "live"

@@ -6,7 +6,7 @@ gpt_bf16 and gpt_fp16_static of tests/mixed/megatron_mixed_cases.py:
   shape and chunk of Megatron's own torch_dist save of the case
   (tests/golden/checkpointing/dist_<case>/save), each chunk in the same file at the same place;
   common.pt's optimizer {'optimizer': ..., 'grad_scaler': ...} as Megatron's;
-- Megatron loads ours (--no-load-rng) and continues: iterations 4-6 within 2e-4 relative of ours
+- Megatron loads ours (its default flags) and continues: iterations 4-6 within 2e-4 relative of ours
   (test_megatron_mixed.py's tolerance), the same learning rate, consumed samples and loss scale
   (Megatron live with MC_MEGATRON_ROOT and PyPI torch 2.x, MC_TORCH2_PYTHON; else its logged run,
   dist_<case>/megatron_loads_ours_log.txt);
@@ -69,15 +69,18 @@ def load(d, drop=()):
               tuple(getattr(v, "size", ()) or ()),
               sorted((tuple(c.offsets), tuple(c.sizes)) for c in getattr(v, "chunks", [])))
           for k, v in m.state_dict_metadata.items() if not k.startswith(drop)}
-    files = {}
+    files, rng = {}, {}  # rng_state: its writing rank (within it Megatron's round robin counts
     for k, v in sorted(m.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
-        if not k.fqn.startswith(drop):
+        if k.fqn.startswith("rng_state/"):  # its rerun_state_machine_state object first)
+            rng[k.fqn] = v.relative_path.split("_")[2]
+        elif not k.fqn.startswith(drop):
             files.setdefault(v.relative_path, []).append((k.fqn, tuple(k.offset) if k.offset is not None else None))
-    return md, files
-ours, theirs = load(sys.argv[1]), load(sys.argv[2], ("rng_state/", "rerun_state_machine_state/"))
+    return md, files, rng
+ours, theirs = load(sys.argv[1]), load(sys.argv[2], ("rerun_state_machine_state/",))
 bad = [k for k in set(ours[0]) | set(theirs[0]) if ours[0].get(k) != theirs[0].get(k)]
 print("keys", len(ours[0]), "differ", sorted(bad)[:5])
 print("files", sorted(ours[1]) == sorted(theirs[1]) and all(ours[1][f] == theirs[1][f] for f in ours[1]))
+print("rng_state by the same ranks", ours[2] == theirs[2] and len(ours[2]) > 0)
 print("dtypes", sorted({v[1] for v in ours[0].values()}))
 '''
 
@@ -90,7 +93,8 @@ def check_layout(case, save):
     gold = os.path.join(GOLDEN.format(case), "save", "iter_0000003")
     r = subprocess.run([py, "-W", "ignore", "-c", LAYOUT, os.path.join(save, "iter_0000003"), gold],
                        capture_output=True, text=True, timeout=300)
-    check(r.returncode == 0 and "differ []" in r.stdout and "files True" in r.stdout,
+    check(r.returncode == 0 and "differ []" in r.stdout and "files True" in r.stdout and
+          "rng_state by the same ranks True" in r.stdout,
           f"{case}: layout as Megatron's: {r.stdout} {r.stderr[-600:]}")
     print(f"{case}: layout as Megatron's:", " / ".join(r.stdout.strip().splitlines()))
 
@@ -120,7 +124,7 @@ def megatron_continues(case, save, ours, tmp):
     py = mx.torch2_python()
     gold = os.path.join(GOLDEN.format(case), "megatron_loads_ours_log.txt")
     if mcs.megatron_root() and py:
-        rcs, out = mx.run_megatron(case, tmp, DIST + ("--load", save, "--ckpt-step", "3", "--no-load-rng"),
+        rcs, out = mx.run_megatron(case, tmp, DIST + ("--load", save, "--ckpt-step", "3"),
                                    port=CASES[case])
         check(not any(rcs), f"{case}: Megatron loading ours: {rcs} {out[-800:]}")
         how = "live"

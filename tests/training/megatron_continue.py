@@ -121,7 +121,7 @@ def run_case(case, tmp, port):
             f.write("3")
         # Megatron's own distributed-optimizer fp32 load needs the helper's workarounds
         variant = "fixload" if "--use-distributed-optimizer" in CASES[case][1] else None
-        rcs, out = mcs.run_megatron(case, tmp, ("--load", mine, "--ckpt-step", "3", "--no-load-rng"),
+        rcs, out = mcs.run_megatron(case, tmp, ("--load", mine, "--ckpt-step", "3"),
                                     port=port + 1, variant=variant)
         check(not any(rcs), f"{case}: Megatron from our checkpoint {rcs}: {out[-600:]}")
         ours = {i: v for i, v in mcs.train_lines(r.stdout).items() if i > 3}
