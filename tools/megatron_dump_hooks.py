@@ -228,10 +228,9 @@ def _main_params(optimizer, names):
     out = {}
     for o in _optimizers(optimizer):
         if hasattr(o, 'model_fp32_groups'):  # DistributedOptimizer: its param_groups hold
-            for g in o.model_fp32_groups:    # shards; fp32 model params are their own mains
-                for p in g:
-                    if id(p) in names:
-                        out[names[id(p)][0]] = (p, p)
+            for n, p in names.values():      # shards (its groups only the params this rank
+                if str(p.dtype) == 'torch.float32':  # owns a part of); fp32 model params
+                    out[n] = (p, p)                  # are their own mains
         elif hasattr(o, 'float16_groups'):  # Float16OptimizerWithFloat16Params
             for mg, fg in zip(o.float16_groups, o.fp32_from_float16_groups):
                 for mp, fp in zip(mg, fg):
