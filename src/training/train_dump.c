@@ -8,7 +8,10 @@
  * With tensor parallelism every tensor is dumped whole, as a tp 1 run holds it: the shards are
  * all-gathered over the tensor-parallel group (parameters by their partition dim, SwiGLU's
  * [gate; up] halves each; activations along the sequence under --sequence-parallel; logits
- * along the vocabulary), so the names and shapes line up with a tp 1 dump. */
+ * along the vocabulary), so the names and shapes line up with a tp 1 dump. With the distributed
+ * optimizer the reduced (then clipped) grads and the optimizer state are its data-parallel
+ * shards: all-gathered over the data-parallel group and read out at the buffer's param ranges
+ * (mc_distopt_gather_whole), so they are the tensors a run without it dumps. */
 #include "training/trainer.h"
 
 #include <errno.h>
