@@ -366,7 +366,8 @@ def test_distributed_optimizer(tmp, ckpt):
                            capture_output=True, text=True, timeout=300)
         check(p.returncode == 0, f"our dp 2 run {a[-1]} ({(p.stdout + p.stderr)[-300:]})")
     rc, out, err = compare(mine, plain)
-    lines = [l.split() for l in out.splitlines() if l.split()[:1] in (["ok"], ["exact"], ["BEYOND"])]
+    verdicts = (["ok"], ["exact"], ["BEYOND"])
+    lines = [l.split() for l in out.splitlines() if l.split()[:1] in verdicts]
     sharded = [l for l in lines if l[1].startswith(("grad_reduced.", "optimizer.exp_avg"))]
     print("distributed optimizer vs not, dp 2: " + last_line(out))
     check(rc == 0 and "only in" not in out and len(sharded) >= 4 * 36 and
