@@ -22,8 +22,11 @@ along their partition_dim, a gated fc1's gate and up halves each; activations al
 sequence with sequence parallelism; logits along the vocabulary), and a sequence-parallel
 parameter's grad before finalize_model_grads (this rank's sequence shard's part) is summed over
 the group. Every rank of the group records (the gathers are collective); --dump-ranks chooses
-which write. The distributed optimizer's grads and optimizer points are refused, as megatron.c
-refuses them.
+which write. With the distributed optimizer the reduced grads (after finalize_model_grads each
+rank's grad buffer holds its reduce-scattered shard), the clipped grads and the optimizer state
+(the shard optimizer's, keyed by the fp32 shard params) are put together over the data-parallel
+group with the optimizer's range maps, so they are the whole tensors a non-distributed run holds;
+every data-parallel rank records then.
 """
 import os
 import runpy
@@ -225,10 +228,9 @@ def _main_params(optimizer, names):
     out = {}
     for o in _optimizers(optimizer):
         if hasattr(o, 'model_fp32_groups'):  # DistributedOptimizer: its param_groups hold
-            for g in o.model_fp32_groups:    # shards; fp32 model params are their own mains
-                for p in g:
-                    if id(p) in names:
-                        out[names[id(p)][0]] = (p, p)
+            for n, p in names.values():      # shards (its groups only the params this rank
+                if str(p.dtype) == 'torch.float32':  # owns a part of); fp32 model params
+                    out[n] = (p, p)                  # are their own mains
         elif hasattr(o, 'float16_groups'):  # Float16OptimizerWithFloat16Params
             for mg, fg in zip(o.float16_groups, o.fp32_from_float16_groups):
                 for mp, fp in zip(mg, fg):
@@ -246,6 +248,56 @@ def _main_params(optimizer, names):
     return out
 
 
+def _dist_optimizers(optimizer):
+    return [o for o in _optimizers(optimizer) if hasattr(o, 'model_fp32_groups')]
+
+
+def _dist_gathers(optimizer):
+    """The distributed optimizer holds the reduced grads and its state in data-parallel shards:
+    with the grads or optimizer point every rank takes part in putting them together."""
+    return bool(_dist_optimizers(optimizer)) and bool(_S['points'] & {'grads', 'optimizer'})
+
+
+def _dist_whole(optimizer, names, part):
+    """name -> the whole fp32 tensor of every parameter in names, put together from the
+    data-parallel ranks' shards. Each DistributedOptimizer pairs its model params with their
+    shard main params (model_*_groups with shard_*_groups); _get_model_param_range_map's
+    'param' range is the part of the (flattened) param this rank owns; part(model_param,
+    shard_param, flat_range_slice) gives this rank's values there, or None. The ranges of the
+    ranks are disjoint and cover each param: every rank writes its parts into zeros and the
+    sum over the data-parallel group is exact (one nonzero term per element). Collective: the
+    same names in the same order on every rank."""
+    import torch
+    from megatron.core import parallel_state as ps
+    whole = {key: torch.zeros(p.numel(), dtype=torch.float32) for key, (_, p) in names.items()}
+    for o in _dist_optimizers(optimizer):
+        pairs = zip(o.model_float16_groups + o.model_fp32_groups,
+                    o.shard_fp32_from_float16_groups + o.shard_fp32_groups)
+        for mg, sg in pairs:
+            for mp, sp in zip(mg, sg):
+                if id(mp) not in whole:
+                    continue
+                r = o._get_model_param_range_map(mp)['param']
+                x = part(mp, sp, slice(r.start, r.end))
+                if x is not None:
+                    whole[id(mp)][r.start:r.end] = x.detach().float().reshape(-1)
+    group = ps.get_data_parallel_group(with_context_parallel=True)
+    out = {}
+    for key, (n, p) in names.items():
+        torch.distributed.all_reduce(whole[key], group=group)
+        out[n] = whole[key].view(p.shape)
+    return out
+
+
+def _dist_state_keys(optimizer):
+    """The state tensors the shard optimizer keeps (the same on every rank: one optimizer)."""
+    keys = set()
+    for o in _dist_optimizers(optimizer):
+        for st in o.optimizer.state.values():
+            keys.update(k for k in ('exp_avg', 'exp_avg_sq', 'momentum_buffer') if k in st)
+    return [k for k in ('exp_avg', 'exp_avg_sq', 'momentum_buffer') if k in keys]
+
+
 def _ordered(names, mains):
     """Names in the model's parameter order (state_dict order, as megatron.c writes them)."""
     return [n for n, _ in names.values() if n in mains]
@@ -258,15 +310,65 @@ def _record_grads(prefix, names):
                    _param_how(p, n, grad_before_finalize=prefix == 'grad.'))
 
 
-def _wrap_finalize(config, names):
+def _wrap_finalize(config, names, optimizer):
     inner = config.finalize_model_grads_func
 
     def finalize(*a, **k):
         _record_grads('grad.', names)
         r = inner(*a, **k)
-        _record_grads('grad_reduced.', names)
+        if not _dist_optimizers(optimizer):
+            _record_grads('grad_reduced.', names)
+        elif 'grads' in _S['points']:
+            # the reduce-scatter left each rank's reduced shard in its grad buffer (the rest
+            # of main_grad holds its own scaled grads): the owners' parts put together
+            whole = _dist_whole(optimizer, names, lambda mp, sp, r: mp.main_grad.view(-1)[r])
+            for n, p in names.values():
+                record('grads', 'grad_reduced.' + n, whole[n], _param_how(p, n))
         return r
     return inner, finalize
+
+
+def _record_after_step(optimizer, order, mains):
+    """The clipped main grads, the optimizer state and the stepped main params."""
+    for n in order:
+        if mains[n][1].grad is not None:
+            record('grads', 'grad_clipped.' + n, mains[n][1].grad.float(),
+                   _param_how(mains[n][0], n))
+    states = {}
+    for o in _optimizers(optimizer):
+        states.update(o.optimizer.state)
+    for n in order:
+        main = mains[n][1]
+        for key in ('exp_avg', 'exp_avg_sq', 'momentum_buffer'):
+            if key in states.get(main, {}):
+                record('optimizer', 'optimizer.%s.%s' % (key, n), states[main][key].float(),
+                       _param_how(mains[n][0], n))
+        record('optimizer', 'optimizer.param.' + n, main.float(), _param_how(mains[n][0], n))
+
+
+def _record_dist_after_step(optimizer, names, order, mains):
+    """The same under the distributed optimizer: the shard main params' grads (views of the
+    grad buffer's reduced shard, clipped in place) and their state (the shard optimizer's,
+    keyed by the shard params) put together over the data-parallel group; the stepped params
+    are the fp32 model params, all-gathered by the step."""
+    def how(n):
+        return _param_how(mains[n][0], n)
+    if 'grads' in _S['points']:
+        whole = _dist_whole(optimizer, names, lambda mp, sp, r: sp.grad)
+        for n in order:
+            record('grads', 'grad_clipped.' + n, whole[n], how(n))
+    if 'optimizer' not in _S['points']:
+        return
+    states = {}
+    for o in _dist_optimizers(optimizer):
+        states.update(o.optimizer.state)
+    keys = _dist_state_keys(optimizer)
+    wholes = [_dist_whole(optimizer, names, lambda mp, sp, r, k=k: states.get(sp, {}).get(k))
+              for k in keys]
+    for n in order:
+        for key, whole in zip(keys, wholes):
+            record('optimizer', 'optimizer.%s.%s' % (key, n), whole[n], how(n))
+        record('optimizer', 'optimizer.param.' + n, mains[n][1].float(), how(n))
 
 
 def _file(iteration, rank):
@@ -283,7 +385,8 @@ def _train_step_wrapper(inner):
         iteration = get_args().curr_iteration + 1
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         write = _in(_S['ranks'], rank)
-        if not (_in(_S['iters'], iteration) and (write or _tp()[0] > 1)):
+        if not (_in(_S['iters'], iteration) and
+                (write or _tp()[0] > 1 or _dist_gathers(optimizer))):
             return inner(forward_step_func, data_iterator, model, optimizer,
                          opt_param_scheduler, config, *a, **k)
         for chunk in model:
@@ -294,26 +397,16 @@ def _train_step_wrapper(inner):
         _S['rec'], _S['how'] = {}, {}
         for n in order:
             record('params', 'param.' + n, mains[n][1].float(), _param_how(mains[n][0], n))
-        saved, config.finalize_model_grads_func = _wrap_finalize(config, names)
+        saved, config.finalize_model_grads_func = _wrap_finalize(config, names, optimizer)
         try:
             out = inner(forward_step_func, data_iterator, model, optimizer, opt_param_scheduler,
                         config, *a, **k)
         finally:
             config.finalize_model_grads_func = saved
-        for n in order:
-            if mains[n][1].grad is not None:
-                record('grads', 'grad_clipped.' + n, mains[n][1].grad.float(),
-                       _param_how(mains[n][0], n))
-        states = {}
-        for o in _optimizers(optimizer):
-            states.update(o.optimizer.state)
-        for n in order:
-            main = mains[n][1]
-            for key in ('exp_avg', 'exp_avg_sq', 'momentum_buffer'):
-                if key in states.get(main, {}):
-                    record('optimizer', 'optimizer.%s.%s' % (key, n), states[main][key].float(),
-                           _param_how(mains[n][0], n))
-            record('optimizer', 'optimizer.param.' + n, main.float(), _param_how(mains[n][0], n))
+        if _dist_optimizers(optimizer):
+            _record_dist_after_step(optimizer, names, order, mains)
+        else:
+            _record_after_step(optimizer, order, mains)
         loss = out[0].get('lm loss') if out and isinstance(out[0], dict) else None
         if loss is not None:
             record('loss', 'loss', torch.as_tensor(loss, dtype=torch.float32).reshape(()))
@@ -365,14 +458,11 @@ def check_layout(margs):
     if int(val('--context-parallel-size', '1')) > 1:
         raise SystemExit('megatron_dump_hooks: --context-parallel-size > 1 is not implemented '
                          'yet')
-    if '--use-distributed-optimizer' in margs and _S['points'] & {'grads', 'optimizer'}:
-        raise SystemExit('megatron_dump_hooks: the grads and optimizer points are not '
-                         'implemented with --use-distributed-optimizer')
-    if ('--use-distributed-optimizer' in margs and 'params' in _S['points'] and
+    if ('--use-distributed-optimizer' in margs and _S['points'] & {'params', 'optimizer'} and
             ('--bf16' in margs or '--fp16' in margs)):
-        raise SystemExit('megatron_dump_hooks: the params point with --use-distributed-optimizer '
-                         'and --bf16/--fp16 is not implemented (the fp32 main parameters are '
-                         'sharded over the data-parallel group)')
+        raise SystemExit('megatron_dump_hooks: the params and optimizer points with '
+                         '--use-distributed-optimizer and --bf16/--fp16 are not implemented (the '
+                         'fp32 main parameters are sharded over the data-parallel group)')
 
 
 def main(argv):

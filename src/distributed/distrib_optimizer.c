@@ -230,6 +230,31 @@ void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out)
 }
 
 void mc_distopt_set_step(mc_distopt *o, int64_t step) { o->step = step; }
+
+mc_status mc_distopt_gather_whole(mc_distopt *o, enum mc_distopt_array which, float *out)
+{
+    bool adam = o->cfg.optimizer == MC_OPT_ADAM;
+    const float *src = which == MC_DISTOPT_MAIN_GRAD ? o->main_grad
+                       : which == MC_DISTOPT_EXP_AVG_SQ ? o->state + o->shard_numel : o->state;
+    if (which != MC_DISTOPT_MAIN_GRAD && adam != (which != MC_DISTOPT_MOMENTUM))
+        return mc_error(MC_ERR_CONFIG, "distributed optimizer: no such state (%s)",
+                        adam ? "Adam keeps exp_avg and exp_avg_sq" : "SGD keeps momentum");
+    float *full = mc_alloc((size_t)o->map.numel * sizeof(float));
+    if (!full)
+        return mc_error(MC_ERR_NOMEM, "distributed optimizer: out of memory gathering shards");
+    mc_status st = MC_OK;
+    for (int64_t b = 0; b < o->map.n_buckets && !st; b++) { /* rank r's shard is the r-th */
+        const struct mc_pgb_bucket *bk = &o->map.bucket[b];
+        st = mc_comm_all_gather(o->dp_comm, full + bk->start, src + o->shard_off[b],
+                                (bk->end - bk->start) / o->dp, MC_DTYPE_F32,
+                                "dump: distributed-optimizer shard all-gather");
+    }
+    for (int64_t i = 0; i < o->set->n_params && !st; i++)
+        memcpy(out + o->set->params[i].offset, full + o->map.param[i].start,
+               (size_t)o->set->params[i].view.numel * sizeof(float));
+    mc_free(full);
+    return st;
+}
 struct mc_grad_scaler *mc_distopt_grad_scaler(mc_distopt *o) { return &o->scaler; }
 
 mc_status mc_distopt_map_in_order(const mc_distopt *o, const int64_t *perm, struct mc_pgb_map *out)

@@ -81,6 +81,14 @@ struct mc_distopt_shard {
     int64_t step;
 };
 void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
+/* One of this rank's shard arrays put together whole, in the set's layout (the dumps of
+ * --dump-dir): every bucket's shards all-gathered over the data-parallel group into Megatron's
+ * buffer layout and each param's range copied to its offset in out[set->n_elements]. Collective
+ * over the data-parallel group; MC_ERR_CONFIG when the optimizer keeps no such state. */
+enum mc_distopt_array {
+    MC_DISTOPT_MAIN_GRAD, MC_DISTOPT_EXP_AVG, MC_DISTOPT_EXP_AVG_SQ, MC_DISTOPT_MOMENTUM
+};
+mc_status mc_distopt_gather_whole(mc_distopt *o, enum mc_distopt_array which, float *out);
 void mc_distopt_set_step(mc_distopt *o, int64_t step);
 /* The grad scaler (megatron/optimizer.h: mc_grad_scaler_get_state / set_state for checkpoints,
  * the scale for the loss). With interleaved pipelining the first chunk's optimizer holds the

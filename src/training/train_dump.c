@@ -8,7 +8,10 @@
  * With tensor parallelism every tensor is dumped whole, as a tp 1 run holds it: the shards are
  * all-gathered over the tensor-parallel group (parameters by their partition dim, SwiGLU's
  * [gate; up] halves each; activations along the sequence under --sequence-parallel; logits
- * along the vocabulary), so the names and shapes line up with a tp 1 dump. */
+ * along the vocabulary), so the names and shapes line up with a tp 1 dump. With the distributed
+ * optimizer the reduced (then clipped) grads and the optimizer state are its data-parallel
+ * shards: all-gathered over the data-parallel group and read out at the buffer's param ranges
+ * (mc_distopt_gather_whole), so they are the tensors a run without it dumps. */
 #include "training/trainer.h"
 
 #include <errno.h>
@@ -36,6 +39,8 @@ static struct {
     struct ranges iters, ranks;
     unsigned points;
     int64_t iteration, batches; /* the step being dumped; micro-batches recorded so far */
+    bool dp_gather;  /* --use-distributed-optimizer with the grads or optimizer point: every
+                        rank records (the shards are gathered over the data-parallel group) */
 } dump;
 
 /* "1,3,5-7" into ranges; MC_ERR_CONFIG naming the option and the bad part. */
@@ -141,11 +146,9 @@ mc_status mc_train_dump_setup(const struct mc_args *a)
         st = parse_points(pt ? pt : "all", &dump.points);
     if (st)
         return st;
-    if (mc_args_bool(a, MC_A_use_distributed_optimizer) &&
-        (dump.points & (MC_DUMP_POINT_GRADS | MC_DUMP_POINT_OPTIMIZER)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--dump-dir with --use-distributed-optimizer: the "
-                        "grads and optimizer points are not implemented yet (each rank holds a "
-                        "shard of them); pass --dump-points without grads and optimizer");
+    /* the distributed optimizer's shards are all-gathered: every data-parallel rank records */
+    dump.dp_gather = mc_args_bool(a, MC_A_use_distributed_optimizer) &&
+                     (dump.points & (MC_DUMP_POINT_GRADS | MC_DUMP_POINT_OPTIMIZER));
     strcpy(dump.dir, dir);
     dump.on = true;
     return MC_OK;
@@ -289,36 +292,88 @@ static mc_status gather_activations(struct trainer *t)
     return st;
 }
 
+/* ---- the distributed optimizer: the shards put together ------------------------------------ */
+
+/* Chunk v's distributed-optimizer array (main_grad: the reduced, later clipped grads; or a
+ * state block) whole in the param set's layout, [n_elements] (NULL without the distributed
+ * optimizer). The reduced grads before the step are multiplied by post_scale as the step
+ * multiplies them (1/num_tokens with --calculate-per-token-loss: finalize_model_grads' scale,
+ * which our step applies to the shards). Collective over the data-parallel group. */
+static mc_status gather_dist(struct trainer *t, int v, enum mc_distopt_array which,
+                             float post_scale, float **out)
+{
+    *out = NULL;
+    if (!t->o.dopt)
+        return MC_OK;
+    const struct mc_param_set *set = mc_gpt_param_set(t->m.chunks[v]);
+    float *x = mc_alloc((size_t)set->n_elements * sizeof(float));
+    if (!x)
+        return mc_error(MC_ERR_NOMEM, "dump: out of memory gathering the distributed optimizer's "
+                        "shards");
+    mc_status st = mc_distopt_gather_whole(t->o.dopts[v], which, x);
+    if (!st && post_scale != 1.0f) {
+        for (int64_t k = 0; k < set->n_elements; k++)
+            x[k] *= post_scale;
+        st = mc_ddp_round_grads(set, x, set->n_elements); /* an fp16 buffer's product */
+    }
+    if (st)
+        mc_free(x);
+    else
+        *out = x;
+    return st;
+}
+
 /* Every parameter of every chunk under prefix: its data (which = 0), its main grad (1), or the
  * optimizer state (2: each state tensor the optimizer keeps). The last stage's copy of a tied
  * embedding is left out: it is the first stage's parameter (Megatron's shared flag). The
  * condition is the configured points, not the recording's state: with tp > 1 every rank of the
- * group must take part in each gather. */
-static mc_status record_params(struct trainer *t, const char *prefix, int which)
+ * group must take part in each gather. With the distributed optimizer the grads after the
+ * reduction and the optimizer state are its shards, all-gathered first (gather_dist). */
+static mc_status record_params(struct trainer *t, const char *prefix, int which,
+                               float post_scale)
 {
     static const enum mc_dump_point point[3] = {MC_DUMP_POINT_PARAMS, MC_DUMP_POINT_GRADS,
                                                 MC_DUMP_POINT_OPTIMIZER};
-    if (!(dump.points & (unsigned)point[which])) /* (none of them with the distributed optimizer) */
+    if (!(dump.points & (unsigned)point[which]))
         return MC_OK;
     bool partial = which == 1 && strcmp(prefix, "grad.") == 0; /* before finalize_model_grads */
     char name[MC_DUMP_MAX_NAME];
     int64_t index = 0;
     mc_status st = MC_OK;
-    for (int v = 0; v < t->m.vp; v++) {
+    for (int v = 0; v < t->m.vp && !st; v++) {
         mc_gpt_model *m = t->m.chunks[v];
+        const struct mc_param_set *set = mc_gpt_param_set(m);
+        float *dist[3] = {NULL, NULL, NULL}; /* main grad, or the two state blocks */
+        struct mc_distopt_shard sh = {0};
+        if (t->o.dopt)
+            mc_distopt_shard(t->o.dopts[v], &sh);
+        bool adam = sh.exp_avg != NULL;
+        if (which == 1 && !partial)
+            st = gather_dist(t, v, MC_DISTOPT_MAIN_GRAD, post_scale, &dist[0]);
+        else if (which == 2 && adam) {
+            st = gather_dist(t, v, MC_DISTOPT_EXP_AVG, 1.0f, &dist[0]);
+            if (!st)
+                st = gather_dist(t, v, MC_DISTOPT_EXP_AVG_SQ, 1.0f, &dist[1]);
+        } else if (which == 2 && sh.momentum)
+            st = gather_dist(t, v, MC_DISTOPT_MOMENTUM, 1.0f, &dist[2]);
         for (int64_t i = 0; !st && i < mc_gpt_num_params(m); i++, index++) {
             struct mc_param_view p = mc_gpt_param(m, i);
             if (p.shared)
                 continue;
             global_name(m, p.name, name, sizeof name);
+            int64_t at = set->params[i].offset;
             if (which < 2) {
-                st = record_whole(t, m, point[which], prefix, name, &p, which ? p.grad : p.data,
-                                  partial);
+                const float *x = which == 0 ? p.data : dist[0] ? dist[0] + at : p.grad;
+                st = record_whole(t, m, point[which], prefix, name, &p, x, partial);
                 continue;
             }
-            struct mc_opt_param_state s = mc_opt_param_state(t->o.opt, index);
+            struct mc_opt_param_state s = {0};
+            if (!t->o.dopt)
+                s = mc_opt_param_state(t->o.opt, index);
             const char *key[3] = {"exp_avg.", "exp_avg_sq.", "momentum_buffer."};
-            float *val[3] = {s.exp_avg, s.exp_avg_sq, s.momentum_buffer};
+            const float *val[3] = {s.exp_avg, s.exp_avg_sq, s.momentum_buffer};
+            for (int k = 0; t->o.dopt && k < 3; k++)
+                val[k] = dist[k] ? dist[k] + at : NULL;
             char full[MC_DUMP_MAX_NAME];
             for (int k = 0; !st && k < 3; k++) {
                 if (!val[k])
@@ -330,6 +385,8 @@ static mc_status record_params(struct trainer *t, const char *prefix, int which)
                 st = record_whole(t, m, MC_DUMP_POINT_OPTIMIZER, "optimizer.param.", name, &p,
                                   p.data, false);
         }
+        for (int k = 0; k < 3; k++)
+            mc_free(dist[k]);
     }
     return st;
 }
@@ -342,14 +399,14 @@ mc_status mc_train_dump_begin(struct trainer *t, int64_t iteration)
     mc_status st = mc_train_world_comm ? mc_comm_size_rank(mc_train_world_comm, &size, &rank)
                                        : MC_OK;
     dump.write = in_ranges(&dump.ranks, rank);
-    if (st || (!dump.write && t->par.ps.tp == 1))
+    if (st || (!dump.write && t->par.ps.tp == 1 && !dump.dp_gather))
         return st;
     if ((st = mc_dump_points_open(dump.points)))
         return st;
     dump.recording = true;
     dump.iteration = iteration;
     dump.batches = 0;
-    return record_params(t, "param.", 0);
+    return record_params(t, "param.", 0, 1.0f);
 }
 
 void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb)
@@ -371,9 +428,9 @@ void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb)
                       mb->position_ids);
 }
 
-mc_status mc_train_dump_grads(struct trainer *t, const char *prefix)
+mc_status mc_train_dump_grads(struct trainer *t, const char *prefix, float post_scale)
 {
-    return dump.recording ? record_params(t, prefix, 1) : MC_OK;
+    return dump.recording ? record_params(t, prefix, 1, post_scale) : MC_OK;
 }
 
 /* Creates dir and its parents (mkdir -p). */
@@ -403,9 +460,10 @@ mc_status mc_train_dump_end(struct trainer *t, mc_status step_status, float lm_l
         mc_dump_points_close(NULL);
         return step_status;
     }
-    mc_status st = record_params(t, "grad_clipped.", 1); /* the step clips them in place */
+    /* the step clips them in place (the distributed optimizer: its main_grad shards) */
+    mc_status st = record_params(t, "grad_clipped.", 1, 1.0f);
     if (!st)
-        st = record_params(t, "optimizer.", 2);
+        st = record_params(t, "optimizer.", 2, 1.0f);
     if (!st && t->par.ps.tp > 1)
         st = gather_activations(t);
     if (!st && mc_ps_is_pipeline_last_stage(&t->par.ps))

@@ -102,11 +102,12 @@ mc_status mc_train_step(struct trainer *t, int64_t iteration, float *lm_loss,
     if (!st && t->par.ps.pp > 1)
         st = pp_share_loss(t, &numer, &denom);
     if (!st)
-        st = mc_train_dump_grads(t, "grad.");
+        st = mc_train_dump_grads(t, "grad.", 1.0f);
     if (!st)
         st = mc_train_finalize_grads(t, per_token, denom);
     if (!st)
-        st = mc_train_dump_grads(t, "grad_reduced.");
+        st = mc_train_dump_grads(t, "grad_reduced.", /* the step scales the shards */
+                                 t->o.dopt && per_token ? 1.0f / denom : 1.0f);
     mc_timer_stop(fb);
     if (st || (st = step_optimizer(t, per_token, denom, num_micro, res)))
         return mc_train_dump_end(t, st, 0);

@@ -155,7 +155,8 @@ mc_status mc_train_dump_setup(const struct mc_args *a);
  * the parameters); the rest do nothing outside a recorded step. */
 mc_status mc_train_dump_begin(struct trainer *t, int64_t iteration); /* 1-based, as logged */
 void mc_train_dump_batch(int64_t k, const struct mc_micro_batch *mb);
-mc_status mc_train_dump_grads(struct trainer *t, const char *prefix);
+/* post_scale: what the step still multiplies the distributed optimizer's reduced grads by */
+mc_status mc_train_dump_grads(struct trainer *t, const char *prefix, float post_scale);
 /* After the optimizer step: the clipped grads, optimizer state, loss; writes the file. Returns
  * step_status when that is a failure (the recording is dropped). */
 mc_status mc_train_dump_end(struct trainer *t, mc_status step_status, float lm_loss);

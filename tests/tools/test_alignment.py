@@ -352,25 +352,49 @@ def test_tensor_parallel_check(tmp, run, mine, ref):
 
 
 def test_distributed_optimizer(tmp, ckpt):
-    """--use-distributed-optimizer: the params, forward and loss points (grads and optimizer are
-    refused on both sides). Its param_groups hold shards, not the model's parameters: the hook
-    script takes the fp32 model parameters themselves. Starts Megatron's run; ours runs here."""
+    """--use-distributed-optimizer at dp 2, every point: each rank holds a shard of the reduced
+    grads and of the optimizer state, and both sides put them together over the data-parallel
+    group. Our dump against our dp 2 dump without it: every tensor within fp32, the reduced
+    grads and the optimizer state identical (the same two-term sums, the same Adam). Megatron's
+    dp 2 run with the hook script: distributed_optimizer_megatron, then
+    test_distributed_optimizer_check."""
     args = common(tmp, ITERS) + ["--load", ckpt, *LOAD, "--use-distributed-optimizer"]
-    hooks = ["--dump-dir", os.path.join(tmp, "megatron_distopt"), "--dump-points",
-             "params,forward,loss"]
-    mine = os.path.join(tmp, "ours_distopt")
-    rc, out = ours(tmp, args + hooks[2:] + ["--dump-dir", mine])
-    check(rc == 0, f"our distributed-optimizer run ({out[-300:]})")
-    return megatron_start("megatron_distopt", args, 29786, hooks), mine, hooks[1]
+    dump = ["--dump-iters", "1-2", "--dump-ranks", "0"]
+    mine, plain = os.path.join(tmp, "ours_distopt"), os.path.join(tmp, "ours_dp2")
+    for d, a in ((mine, args), (plain, args[:-1])):
+        p = subprocess.run(mcs.mpirun(2) + [mcs.EXE] + a + dump + ["--dump-dir", d],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, f"our dp 2 run {a[-1]} ({(p.stdout + p.stderr)[-300:]})")
+    rc, out, err = compare(mine, plain)
+    verdicts = (["ok"], ["exact"], ["BEYOND"])
+    lines = [l.split() for l in out.splitlines() if l.split()[:1] in verdicts]
+    sharded = [l for l in lines if l[1].startswith(("grad_reduced.", "optimizer.exp_avg"))]
+    print("distributed optimizer vs not, dp 2: " + last_line(out))
+    check(rc == 0 and "only in" not in out and len(sharded) >= 4 * 36 and
+          all(l[0] == "exact" for l in sharded), f"dp 2, distributed optimizer vs not: every "
+          f"tensor within fp32, {len(sharded)} reduced grads and states identical "
+          f"({last_line(out)} {[l[1] for l in sharded if l[0] != 'exact'][:3]} {err})")
+    return args, dump, mine
+
+
+def distributed_optimizer_megatron(tmp, args, dump, mine):
+    ref = os.path.join(tmp, "megatron_distopt")
+    return megatron_start("megatron_distopt", args, 29786, ["--dump-dir", ref] + dump,
+                          world=2), mine, ref
 
 
 def test_distributed_optimizer_check(tmp, run, mine, ref):
     megatron_wait(tmp, run)
     rc, out, err = compare(mine, ref)
     n = len(mcdump.read(os.path.join(mine, "iter_0000001", "rank_00000.dump")))
-    print("ours vs Megatron, distributed optimizer: " + last_line(out))
-    check(rc == 0 and "only in" not in out and f" 0 of {n} " in last_line(out),
-          f"distributed optimizer: the parameters on both sides, within fp32 ({last_line(out)})")
+    names = mcdump.read(os.path.join(ref, "iter_0000002", "rank_00000.dump"))
+    print("ours vs Megatron, distributed optimizer, dp 2: " + last_line(out))
+    check(all(any(k.startswith(p) for k in names) for p in PREFIXES) and
+          not os.path.exists(os.path.join(ref, "iter_0000001", "rank_00001.dump")),
+          "Megatron's distributed-optimizer dump has every point (rank 0 only)")
+    check(rc == 0 and "only in" not in out and f" 0 of {2 * n} " in last_line(out),
+          f"distributed optimizer, dp 2: ours and Megatron's within fp32, reduced and clipped "
+          f"grads and optimizer state included ({last_line(out)} {err})")
 
 
 def test_tool_errors(tmp, good):
@@ -441,10 +465,6 @@ def test_option_errors(tmp):
                          "unknown point 'weights'")):
         rc, out = ours(tmp, base + extra)
         check(rc != 0 and want in out, f"{extra}: refused with {want!r} (rc {rc}: {out[-300:]})")
-    want = "--dump-dir with --use-distributed-optimizer: the"
-    rc, out = ours(tmp, base + ["--dump-dir", tmp, "--use-distributed-optimizer"])
-    check(rc != 0 and want in out, f"the distributed optimizer's grads refused with {want!r} "
-          f"(rc {rc}: {out[-300:]})")
     rc, out = ours(tmp, ["--help"])
     check("--dump-dir" in out and "--dump-points" in out, "--help lists the --dump-* options")
 
@@ -470,6 +490,7 @@ def main():
         tp2 = test_tensor_parallel(tmp, ckpt, mine)
         test_tensor_parallel_swiglu(tmp)
         test_compare_loss_synthetic(tmp)
+        distopt = test_distributed_optimizer(tmp, ckpt)
         if not mcs.megatron_root():
             print("Megatron-LM runs skipped: set MC_MEGATRON_ROOT (and MC_TORCH2_PYTHON) to run "
                   "the alignment against Megatron itself; the perturbed runs are compared with "
@@ -480,7 +501,7 @@ def main():
         run = megatron_start("megatron", common(tmp, ITERS) + ["--load", ckpt, *LOAD], 29781,
                              hooks=["--dump-dir", ref, "--dump-iters", "1-2"])
         pp2 = test_pipeline_megatron(tmp, ckpt)
-        distopt = test_distributed_optimizer(tmp, ckpt)
+        distopt = distributed_optimizer_megatron(tmp, *distopt)
         megatron_wait(tmp, run)
         test_dumps_line_up(tmp, ref, mine)
         test_perturbed(tmp, ref, ckpt, 29782)
