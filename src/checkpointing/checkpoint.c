@@ -675,17 +675,12 @@ static mc_status write_tracker(const char *dir, int64_t iteration)
     return MC_OK;
 }
 
-/* distrib_optim.pt: one grad buffer per model chunk, each in its chunk's named_parameters()
- * order. */
-static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, bool writer)
+/* Each model chunk's distributed optimizer, model and saved parameter order (perm: freed by the
+ * caller, also after a failure). */
+static mc_status distopt_chunks(const struct mc_ckpt_state *s, int nc, struct mc_ckpt_distopt_chunk *ch)
 {
-    int nc = n_chunks(s);
-    struct mc_ckpt_distopt_chunk ch[MC_CKPT_MAX_CHUNKS];
     mc_status st = MC_OK;
-    if (nc > MC_CKPT_MAX_CHUNKS)
-        return mc_error(MC_ERR_UNSUPPORTED, "%s: %d model chunks; distrib_optim.pt is written for "
-                        "at most %d", path, nc, MC_CKPT_MAX_CHUNKS);
-    memset(ch, 0, sizeof(ch));
+    memset(ch, 0, (size_t)nc * sizeof(*ch));
     for (int c = 0; c < nc && !st; c++) {
         ch[c].o = chunk_distopt(s, c);
         ch[c].m = chunk(s, c);
@@ -694,6 +689,19 @@ static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, b
         ch[c].grad_dtype = s->grad_dtype;
         st = ch[c].perm ? param_order(ch[c].m, save_scheme(&s->opts), ch[c].perm) : MC_ERR_NOMEM;
     }
+    return st;
+}
+
+/* distrib_optim.pt: one grad buffer per model chunk, each in its chunk's named_parameters()
+ * order. */
+static mc_status save_distopt(const struct mc_ckpt_state *s, const char *path, bool writer)
+{
+    int nc = n_chunks(s);
+    struct mc_ckpt_distopt_chunk ch[MC_CKPT_MAX_CHUNKS];
+    if (nc > MC_CKPT_MAX_CHUNKS)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s: %d model chunks; distrib_optim.pt is written for "
+                        "at most %d", path, nc, MC_CKPT_MAX_CHUNKS);
+    mc_status st = distopt_chunks(s, nc, ch);
     st = st ? st : mc_ckpt_distopt_save(ch, nc, path, writer);
     for (int c = 0; c < nc; c++)
         mc_free(ch[c].perm);
@@ -710,19 +718,10 @@ mc_status mc_ckpt_distopt_gather_state(const struct mc_ckpt_state *s, mc_pk_doc 
 {
     int nc = n_chunks(s);
     struct mc_ckpt_distopt_chunk ch[MC_CKPT_MAX_CHUNKS];
-    mc_status st = MC_OK;
     if (nc > MC_CKPT_MAX_CHUNKS)
         return mc_error(MC_ERR_UNSUPPORTED, "--save: %d model chunks; the distributed optimizer's "
                         "state is gathered for at most %d", nc, MC_CKPT_MAX_CHUNKS);
-    memset(ch, 0, sizeof(ch));
-    for (int c = 0; c < nc && !st; c++) {
-        ch[c].o = chunk_distopt(s, c);
-        ch[c].m = chunk(s, c);
-        ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
-        ch[c].param_dtype = s->params_dtype;
-        ch[c].grad_dtype = s->grad_dtype;
-        st = ch[c].perm ? param_order(ch[c].m, save_scheme(&s->opts), ch[c].perm) : MC_ERR_NOMEM;
-    }
+    mc_status st = distopt_chunks(s, nc, ch);
     /* the gather joins even after a failure here (d NULL): the other ranks wait in it */
     mc_status gst = mc_ckpt_distopt_gather(ch, nc, st ? NULL : d, s->opts.dir, writer, out);
     st = st ? st : gst;
