@@ -28,6 +28,9 @@ def check_usage(c):
     # MindSpeed-LLM adds PretrainedFromHF to the choices (as its parser does)
     want = want.replace('NullTokenizer,NullMultimodalTokenizer}',
                         'NullTokenizer,NullMultimodalTokenizer,PretrainedFromHF}')
+    # and alibi to the position embedding types (MindSpeed-LLM's ALiBi)
+    want = want.replace('{learned_absolute,rope,mrope,relative,none}',
+                        '{learned_absolute,rope,mrope,relative,none,alibi}')
     rc, out, err = run([PRETRAIN, '--lr', 'x'], extra_env={'COLUMNS': '80'})
     lines = err.splitlines()
     k = [i for i, l in enumerate(lines) if '[--dry-run]' in l]

@@ -22,7 +22,7 @@ are printed, not failed: the dry run is growing to report all of them at once.
 
 Separately, labelled "precision/format flags removed" (a check of the shrunk-copy mechanism,
 not a claim that those scripts pass): SHRINK_CHECKS scripts with --bf16/--fp16 (and options that
-only mean something with them) and --ckpt-format torch_dist taken out, trained 3 iterations."""
+only mean something with them) and --ckpt-format torch_dist taken out (with --async-save, which needs it), trained 3 iterations."""
 import json
 import os
 import re
@@ -439,6 +439,7 @@ def shrink_checks(c, cat, data, tmp):
         if get(o, '--ckpt-format', 'torch_dist') == 'torch_dist' and (
                 get(o, '--save') or get(o, '--load')):  # torch_dist: Megatron's default
             o = setv(o, '--ckpt-format', 'torch')
+            o = without(o, {'--async-save'})  # torch_dist only (Megatron: not for legacy ones)
         left = [k for k, _ in all_dry_refusals(o, world)]
         o = without(o, {k for k in left if k.startswith('--')})
         tp = get(o, '--tensor-model-parallel-size', 1)
