@@ -92,7 +92,9 @@ static mc_status runtime_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_ck
     st = st ? st : mc_pk_set(d, ns, "iteration", mc_pk_int(d, s->args_iteration));
     st = st ? st : mc_pk_set(d, ns, "num_floating_point_operations_so_far",
                              s->args_flops ? mc_pk_float(d, s->args_flops) : mc_pk_int(d, 0));
-    st = st ? st : mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
+    if (st || s->in_setup)
+        return st;
+    st = mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
     st = st ? st : mc_pk_set(d, ns, "do_valid", mc_pk_int(d, s->do_valid));
     st = st ? st : mc_pk_set(d, ns, "do_test", mc_pk_int(d, s->do_test));
     st = st ? st : mc_pk_set(d, ns, "curr_iteration", mc_pk_int(d, s->iteration > 0 ? s->iteration - 1 : 0));
