@@ -9,7 +9,10 @@ iteration into CKPT_CONVERT_SAVE/FORMAT, "> converted checkpoint: OLD -> NEW.", 
 - torch_dist -> torch under mpirun, two data-parallel ranks with the distributed optimizer:
   the same resumed losses, distrib_optim.pt byte-identical to a direct torch save;
 - --auto-detect-ckpt-format with --ckpt-format torch reads the torch_dist directory;
-- the refusals: no --ckpt-convert-save or no --load (Megatron's bare AssertionError), zarr."""
+- the refusals: no --ckpt-convert-save or no --load (Megatron's bare AssertionError), zarr;
+- with Megatron itself at hand (MC_MEGATRON_ROOT, MC_TORCH2_PYTHON): Megatron converts the same
+  torch checkpoint of ours to torch_dist; its log line, files, tracker and common.pt (every saved
+  arg, the scheduler, the iteration) are ours but for the paths and its CPU-only flags."""
 import hashlib
 import os
 import sys
@@ -17,6 +20,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import megatron_cases as mcs  # noqa: E402
 from mc_test import EXACT, check, run_pretrain, summary  # noqa: E402
 
 MEGATRON = os.environ.get("MC_MEGATRON_ROOT", "/work/ref/Megatron-LM")
@@ -25,7 +29,8 @@ LINE = "> converted checkpoint: {} -> {}."
 # do_train etc. come with the data iterators, curr_iteration with train())
 CHANGED = {"save", "load", "ckpt_format", "use_dist_ckpt", "ckpt_convert_format",
            "ckpt_convert_save", "exit_on_missing_checkpoint", "save_interval", "exit_interval", "do_train",
-           "do_valid", "do_test", "curr_iteration", "iteration", "num_floating_point_operations_so_far"}
+           "do_valid", "do_test", "curr_iteration", "iteration", "num_floating_point_operations_so_far",
+           "num_query_groups"}  # set to the heads by the FLOPs count of the training loop
 
 
 def base(tmp, iters, fmt, extra=()):
@@ -121,7 +126,7 @@ with tempfile.TemporaryDirectory() as tmp:
     changed = args_differ(da, ca)
     check(changed <= CHANGED, f"args differ only where the conversion changes them: {changed - CHANGED}")
     check(ca["ckpt_format"] == "torch_dist" and ca["save"] == conv and da["save"] == conv and ca["exit_on_missing_checkpoint"]
-          and "do_train" not in ca and ca["iteration"] == 3,
+          and "do_train" not in ca and ca["iteration"] == 3 and ca["num_query_groups"] == 1,
           "the saved args: the new format and directory, exit_on_missing_checkpoint, no do_train")
 
     # ---- torch_dist -> torch, two data-parallel ranks, distributed optimizer ----
@@ -157,5 +162,44 @@ with tempfile.TemporaryDirectory() as tmp:
                                             "torch_dist", "--ckpt-convert-save", p("m")]))
     check(r.returncode != 0 and not os.path.exists(p("m")),
           f"a missing checkpoint stops the conversion (exit_on_missing_checkpoint): {r.stderr[-300:]}")
+
+
+def against_megatron(tmp):
+    """Megatron's conversion of our torch checkpoint beside ours (the gpt_tp1 case)."""
+    py = mcs.megatron_python(torch2=True)
+    if not (mcs.megatron_root() and py):
+        print("Megatron (MC_MEGATRON_ROOT, MC_TORCH2_PYTHON) not at hand: its line checked in its source only")
+        return
+    local = ("--transformer-impl", "local")
+    ck = os.path.join(tmp, "mt")
+    r = mcs.run_ours("gpt_tp1", tmp, ("--save", ck, "--save-interval", "3") + local, iters=3)
+    check(r.returncode == 0, f"gpt_tp1 torch save: {r.stderr[-300:]}")
+    conv = ("--load", ck, "--ckpt-convert-format", "torch_dist", "--ckpt-convert-save")
+    r = mcs.run_ours("gpt_tp1", tmp, conv + (os.path.join(tmp, "oc"),) + local, iters=3)
+    check(r.returncode == 0, f"gpt_tp1 conversion: {r.stderr[-300:]}")
+    rcs, out = mcs.run_megatron("gpt_tp1", tmp, conv + (os.path.join(tmp, "mc"),), iters=3,
+                                python=py, port=29790)
+    check(not any(rcs), f"Megatron's conversion {rcs}: {out[-500:]}")
+    line = LINE.format("torch", "torch_dist")
+    check(line in out.splitlines() and line in r.stdout.splitlines(), f"'{line}' from both")
+    it = os.path.join("torch_dist", "iter_0000003")
+    m, o = os.path.join(tmp, "mc", it), os.path.join(tmp, "oc", it)
+    check(sorted(os.listdir(m)) == sorted(os.listdir(o)), f"the same files as Megatron's: {sorted(os.listdir(o))}")
+    check(open(os.path.join(tmp, "mc", "torch_dist", "latest_checkpointed_iteration.txt")).read() ==
+          open(os.path.join(tmp, "oc", "torch_dist", "latest_checkpointed_iteration.txt")).read() == "3",
+          "the tracker: iteration 3")
+    (ma, msd), (oa, osd) = load_pt(os.path.join(m, "common.pt")), load_pt(os.path.join(o, "common.pt"))
+    # the paths, and what Megatron needs on a CPU (megatron_cases.MEGATRON_ONLY)
+    skip = {"save", "ckpt_convert_save", "load", "data_cache_path", "distributed_backend",
+            "no_persist_layer_norm", "gradient_accumulation_fusion", "apply_rope_fusion"}
+    diff = {k: (ma.get(k, "<absent>"), oa.get(k, "<absent>")) for k in set(ma) | set(oa)
+            if k not in skip and repr(ma.get(k, "<absent>")) != repr(oa.get(k, "<absent>"))}
+    check(not diff, f"the saved args are Megatron's: {diff}")
+    for k in ("iteration", "opt_param_scheduler", "num_floating_point_operations_so_far"):
+        check(repr(msd.get(k)) == repr(osd.get(k)), f"common.pt {k}: {osd.get(k)} as Megatron's {msd.get(k)}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    against_megatron(tmp)
 
 summary("test_ckpt_convert")
