@@ -123,8 +123,15 @@ static mc_status load_checkpoint(struct trainer *t)
     struct mc_ckpt_state s = {.model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched};
     ckpt_layout(t, &s);
     bool loaded;
+    /* setup_model_and_optimizer times the load and logs it, found or not */
+    struct mc_timer *tm = timer(t, "load-checkpoint", 0);
+    mc_timer_start(tm);
     mc_status st = mc_train_ckpt_load(t->a, &s, mc_train_out_first, &loaded);
-    if (st || !loaded)
+    if (st)
+        return st;
+    mc_timer_stop(tm);
+    static const char *const names[] = {"load-checkpoint"};
+    if ((st = mc_train_log_timers(t, names, 1, 1.0)) || !loaded)
         return st;
     t->p.start_iteration = s.iteration;
     t->p.flops_so_far = t->p.start_flops = s.num_floating_point_operations_so_far;

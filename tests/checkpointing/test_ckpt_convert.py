@@ -15,6 +15,7 @@ iteration into CKPT_CONVERT_SAVE/FORMAT, "> converted checkpoint: OLD -> NEW.", 
   arg, the scheduler, the iteration) are ours but for the paths and its CPU-only flags."""
 import hashlib
 import os
+import re
 import sys
 import tempfile
 
@@ -182,6 +183,15 @@ def against_megatron(tmp):
     check(not any(rcs), f"Megatron's conversion {rcs}: {out[-500:]}")
     line = LINE.format("torch", "torch_dist")
     check(line in out.splitlines() and line in r.stdout.splitlines(), f"'{line}' from both")
+    # the lines from the load to the end, the timer's value and the directory aside
+    def tail(text, d):
+        ls = text.splitlines()
+        k = [i for i, x in enumerate(ls) if x.startswith(" loading checkpoint from")]
+        ls = ls[k[0]:] if k else []
+        return [re.sub(r": \(\d+\.\d\d, \d+\.\d\d\)$", ": (T, T)", x.replace(d, "DIR"))
+                for x in ls[:ls.index(line) + 1 if line in ls else len(ls)]]
+    mine, theirs = tail(r.stdout, os.path.join(tmp, "oc")), tail(out, os.path.join(tmp, "mc"))
+    check(mine == theirs and len(mine) > 5, f"Megatron's lines from the load on: {mine} vs {theirs}")
     it = os.path.join("torch_dist", "iter_0000003")
     m, o = os.path.join(tmp, "mc", it), os.path.join(tmp, "oc", it)
     check(sorted(os.listdir(m)) == sorted(os.listdir(o)), f"the same files as Megatron's: {sorted(os.listdir(o))}")
