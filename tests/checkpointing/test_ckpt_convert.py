@@ -130,6 +130,12 @@ with tempfile.TemporaryDirectory() as tmp:
           and "do_train" not in ca and ca["iteration"] == 3 and ca["num_query_groups"] == 1,
           "the saved args: the new format and directory, exit_on_missing_checkpoint, no do_train")
 
+    # --no-save-optim: the converted checkpoint without the optimizer and the scheduler
+    convert("--no-save-optim", tmp, p("t"), "torch", "torch", p("n"), extra=["--no-save-optim"])
+    _, nsd = load_pt(p("n", "torch", "iter_0000003", "mp_rank_00", "model_optim_rng.pt"))
+    check("model" in nsd and "optimizer" not in nsd and "opt_param_scheduler" not in nsd,
+          f"--no-save-optim: no optimizer, no scheduler: {sorted(nsd)}")
+
     # ---- torch_dist -> torch, two data-parallel ranks, distributed optimizer ----
     dopt = ["--use-distributed-optimizer"]
     save3 = ["--save-interval", "3", "--exit-interval", "3", *dopt]
