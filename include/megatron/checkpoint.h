@@ -87,6 +87,8 @@ struct mc_ckpt_state {
     int64_t args_iteration;
     double args_flops;
     int do_train, do_valid, do_test;
+    bool in_setup; /* saved before the data and the training loop exist (--ckpt-convert-format):
+                      the args have no do_train, do_valid, do_test, curr_iteration yet */
     /* Parallel layout (all zero = one process): this rank's tensor- and pipeline-parallel rank
      * and size pick mp_rank_%02d[_%03d]; only `writer` ranks (data-parallel rank 0) write their
      * files; `barrier` (if set) is called after the files are written, then the rank with

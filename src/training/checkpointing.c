@@ -92,7 +92,9 @@ static mc_status runtime_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_ck
     st = st ? st : mc_pk_set(d, ns, "iteration", mc_pk_int(d, s->args_iteration));
     st = st ? st : mc_pk_set(d, ns, "num_floating_point_operations_so_far",
                              s->args_flops ? mc_pk_float(d, s->args_flops) : mc_pk_int(d, 0));
-    st = st ? st : mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
+    if (st || s->in_setup)
+        return st;
+    st = mc_pk_set(d, ns, "do_train", mc_pk_int(d, s->do_train));
     st = st ? st : mc_pk_set(d, ns, "do_valid", mc_pk_int(d, s->do_valid));
     st = st ? st : mc_pk_set(d, ns, "do_test", mc_pk_int(d, s->do_test));
     st = st ? st : mc_pk_set(d, ns, "curr_iteration", mc_pk_int(d, s->iteration > 0 ? s->iteration - 1 : 0));
@@ -107,8 +109,10 @@ static mc_status save_args(void *ctx, mc_pk_doc *d, struct mc_pk **out)
     struct mc_pk *ns = mc_pk_new(d, MC_PK_NAMESPACE);
     for (int i = 0; ns && i < MC_A_COUNT; i++) {
         struct mc_val v = a->v[i];
-        /* training.py's FLOPs count sets num_query_groups = num_attention_heads without GQA */
-        if (i == MC_A_num_query_groups && !mc_args_bool(a, MC_A_group_query_attention))
+        /* training.py's FLOPs count sets num_query_groups = num_attention_heads without GQA
+         * (in the training loop: a save during setup has validate_args' value) */
+        if (i == MC_A_num_query_groups && !mc_args_bool(a, MC_A_group_query_attention) &&
+            !c->s->in_setup)
             v = a->v[MC_A_num_attention_heads];
         if (!a->deleted[i] && mc_pk_set(d, ns, mc_arg_defs[i].dest, mc_ckpt_arg_value(d, &v)))
             return MC_ERR_NOMEM;

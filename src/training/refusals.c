@@ -177,6 +177,23 @@ static void dist_save(const struct mc_args *a, struct mc_refusals *r)
                "models have no sharded state dict; use --ckpt-format torch", how);
 }
 
+/* --ckpt-convert-format: the save after loading writes what an ordinary save of that format
+ * would, so the same formats and the same limits apply. */
+static void convert_format(const struct mc_args *a, struct mc_refusals *r)
+{
+    if (mc_args_is_none(a, A(ckpt_convert_format)))
+        return;
+    const char *to = mc_args_str(a, A(ckpt_convert_format));
+    if (!ckpt_format_writable(to))
+        refuse(r, "--ckpt-convert-format %s is not supported by megatron.c yet: use torch or "
+               "torch_dist", to);
+    else if (str_is(to, "torch_dist") && mc_args_bool(a, A(use_legacy_models)))
+        refuse(r, "--ckpt-convert-format torch_dist and --use-legacy-models: Megatron's legacy "
+               "models have no sharded state dict");
+    else if (str_is(to, "torch") && mc_args_bool(a, A(async_save)))
+        refuse(r, "Async checkpoint save not implemented for legacy checkpoints");
+}
+
 static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
 {
     bool save = !mc_args_is_none(a, A(save)) && !ckpt_format_writable(mc_args_str(a, A(ckpt_format)));
@@ -190,6 +207,7 @@ static void checkpoint_format(const struct mc_args *a, struct mc_refusals *r)
         refuse(r, "Async checkpoint save not implemented for %s distributed checkpoint format", fmt);
     if (!mc_args_is_none(a, A(save)) && str_is(fmt, "torch_dist"))
         dist_save(a, r);
+    convert_format(a, r);
     if (!save && !load)
         return;
     const char *which = save && load ? "--save/--load" : save ? "--save" : "--load";

@@ -112,6 +112,7 @@ struct trainer {
     struct trainer_parallel par;
     struct trainer_pipeline pp;
     struct trainer_logging log;
+    bool converted; /* --ckpt-convert-format: saved in setup, nothing more to run */
 };
 
 /* Timers(name, log_level): NULL (a no-op timer) above --timing-log-level. */

@@ -123,8 +123,15 @@ static mc_status load_checkpoint(struct trainer *t)
     struct mc_ckpt_state s = {.model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched};
     ckpt_layout(t, &s);
     bool loaded;
+    /* setup_model_and_optimizer times the load and logs it, found or not */
+    struct mc_timer *tm = timer(t, "load-checkpoint", 0);
+    mc_timer_start(tm);
     mc_status st = mc_train_ckpt_load(t->a, &s, mc_train_out_first, &loaded);
-    if (st || !loaded)
+    if (st)
+        return st;
+    mc_timer_stop(tm);
+    static const char *const names[] = {"load-checkpoint"};
+    if ((st = mc_train_log_timers(t, names, 1, 1.0)) || !loaded)
         return st;
     t->p.start_iteration = s.iteration;
     t->p.flops_so_far = t->p.start_flops = s.num_floating_point_operations_so_far;
@@ -182,6 +189,40 @@ static mc_status save_checkpoint(struct trainer *t, int64_t iteration)
     if (timing)
         mc_timer_start(interval);
     return MC_OK;
+}
+
+/* setup_model_and_optimizer's --ckpt-convert-format: the state just loaded is saved at the
+ * loaded iteration into CKPT_CONVERT_SAVE/FORMAT in the new format (the saved args say so:
+ * ckpt_format, save and use_dist_ckpt are the new ones), then every rank stops. */
+static mc_status convert_checkpoint(struct trainer *t)
+{
+    struct mc_args *a = t->a;
+    char from[64], dir[4096];
+    snprintf(from, sizeof(from), "%s", mc_args_str(a, MC_A_ckpt_format));
+    const char *to = mc_args_str(a, MC_A_ckpt_convert_format);
+    int n = snprintf(dir, sizeof(dir), "%s/%s", mc_args_str(a, MC_A_ckpt_convert_save), to);
+    if (n < 0 || (size_t)n >= sizeof(dir))
+        return mc_error(MC_ERR_CONFIG, "--ckpt-convert-save %s: the path is too long",
+                        mc_args_str(a, MC_A_ckpt_convert_save));
+    mc_status st = mc_args_set_str(a, MC_A_ckpt_format, to);
+    st = st ? st : mc_args_set_str(a, MC_A_save, dir);
+    if (st)
+        return st;
+    mc_args_set_bool(a, MC_A_use_dist_ckpt, strcmp(to, "torch") != 0);
+    /* the consumed samples stay as loaded (the data iterators' fallbacks come later) */
+    struct mc_ckpt_state s = {.model = t->m.model, .opt = t->o.opt, .sched = &t->o.sched,
+                              .iteration = t->p.start_iteration,
+                              .num_floating_point_operations_so_far = t->p.flops_so_far,
+                              .args_iteration = t->p.start_iteration,
+                              .args_flops = t->p.start_flops,
+                              .in_setup = true};
+    ckpt_layout(t, &s);
+    if ((st = mc_train_ckpt_save(a, &s, mc_train_out_first)) ||
+        (st = mc_train_maybe_finalize_async_save(a, true)))
+        return st;
+    mc_print_rank_0("> converted checkpoint: %s -> %s.\n", from, to);
+    fflush(stdout);
+    return t->par.ps.world > 1 ? ckpt_barrier(NULL) : MC_OK;
 }
 
 static int64_t save_interval(const struct mc_args *a)
@@ -358,6 +399,10 @@ static mc_status setup(struct trainer *t)
     mc_timer_start(model_tm);
     if ((st = mc_train_build_model_and_optimizer(t)) || (st = load_checkpoint(t)))
         return st;
+    if (!mc_args_is_none(a, MC_A_ckpt_convert_format)) {
+        t->converted = true;
+        return convert_checkpoint(t);
+    }
     mc_timer_stop(model_tm);
     mc_print_datetime("after model, optimizer, and learning rate scheduler are built");
     mc_timer_start(data_tm);
@@ -422,8 +467,8 @@ mc_status mc_pretrain_gpt(struct mc_args *a, double t0)
     mc_status st = mc_train_dump_setup(a);
     if (!st)
         st = setup(&t);
-    if (st)
-        goto out;
+    if (st || t.converted)
+        goto out; /* after a conversion: Megatron's exit() */
     int64_t iteration = t.p.start_iteration;
     bool exited = false;
     char prefix[96];

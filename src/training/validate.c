@@ -631,11 +631,23 @@ static mc_status check_tail(struct vctx *c)
     return MC_OK;
 }
 
+/* initialize_megatron's prep for --ckpt-convert-format, before validate_args: bare asserts,
+ * and a conversion never starts from random weights. */
+static mc_status check_convert(struct vctx *c)
+{
+    if (NONE(ckpt_convert_format))
+        return MC_OK;
+    REQUIRE(!NONE(ckpt_convert_save), BARE);
+    REQUIRE(!NONE(load), BARE);
+    mc_args_set_bool(c->a, V(exit_on_missing_checkpoint), true);
+    return MC_OK;
+}
+
 mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE *out, FILE *warn)
 {
     struct vctx ctx = {a, out, warn}, *c = &ctx;
     mc_status st;
-    if ((st = check_layout(c)) != MC_OK || (st = check_deprecated_and_batch(c, defaults)) != MC_OK ||
+    if ((st = check_convert(c)) != MC_OK || (st = check_layout(c)) != MC_OK || (st = check_deprecated_and_batch(c, defaults)) != MC_OK ||
         (st = check_virtual_pipeline(c)) != MC_OK || (st = check_precision(c)) != MC_OK ||
         (st = check_training_and_model(c)) != MC_OK || (st = check_features(c)) != MC_OK ||
         (st = check_tail(c)) != MC_OK)
