@@ -5,6 +5,7 @@ validation/training lines, the relative-closeness test, and the GPT-2 / Llama mo
 
 tests/ is on PYTHONPATH for the CTest Python tests (CMakeLists.txt); a test run by hand from
 the source tree finds this module through its own sys.path.insert of tests/."""
+import hashlib
 import os
 import re
 import subprocess
@@ -42,6 +43,17 @@ TRAIN = re.compile(r"^ \[.*\] iteration +\d+/ +\d+ \| consumed samples: +(\d+) \
 def parse_exact(out):
     """(iteration, lm loss, grad norm, params norm) strings of every [exact] line."""
     return [m.groups() for m in map(EXACT.search, out.splitlines()) if m]
+
+
+def file_hashes(d):
+    """{path relative to d: sha256} of every file under d."""
+    out = {}
+    for root, _, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, d)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
 
 
 def parse_valid(out):

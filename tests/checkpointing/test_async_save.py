@@ -14,10 +14,8 @@ async_utils.py):
 - a writer that fails on one rank of two ends both ranks with the error named, no hang, the last
   good checkpoint untouched and no iteration directory left behind;
 - --async-save with --ckpt-format torch is refused with Megatron's NotImplementedError text."""
-import hashlib
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -27,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mc_test import EXACT, PRETRAIN, check, run_pretrain, summary  # noqa: E402
+from mc_test import PRETRAIN, check, file_hashes, parse_exact, run_pretrain, summary  # noqa: E402
 
 TRACKER = "latest_checkpointed_iteration.txt"
 MEGATRON = os.environ.get("MC_MEGATRON_ROOT", "/work/ref/Megatron-LM")
@@ -76,18 +74,6 @@ def base(tmp, iters, save, extra=()):
             "--override-opt_param-scheduler", *extra]
 
 
-def exact(out):
-    return [m.group(0) for m in map(EXACT.search, out.splitlines()) if m]
-
-
-def tree(d):
-    """{relative path: sha256} of every file under d."""
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            p = os.path.join(root, f)
-            out[os.path.relpath(p, d)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
 
 
 def common_equal(a, b):
@@ -102,7 +88,7 @@ def common_equal(a, b):
 
 
 def same_checkpoints(name, sync_dir, async_dir):
-    s, a = tree(sync_dir), tree(async_dir)
+    s, a = file_hashes(sync_dir), file_hashes(async_dir)
     check(sorted(s) == sorted(a), f"{name}: the same files: {sorted(set(s) ^ set(a))}")
     diff = [k for k in s if k in a and s[k] != a[k] and not k.endswith("common.pt")]
     check(not diff, f"{name}: byte-identical files, except {diff}")
@@ -152,11 +138,11 @@ with tempfile.TemporaryDirectory() as tmp:
     ck = os.path.join(tmp, "ck")
     r = run_pretrain(base(tmp, 6, ck), env=env)
     check(r.returncode == 0, f"sync run: {r.stderr[-400:]}")
-    ref = exact(r.stdout)
+    ref = parse_exact(r.stdout)
     shutil.move(ck, ck + "_sync")
     r = run_pretrain(base(tmp, 6, ck, ["--async-save"]), env=env)
     check(r.returncode == 0, f"async run: {r.stderr[-400:]}")
-    check(exact(r.stdout) == ref and len(ref) == 6, "async run: the same losses, bit for bit")
+    check(parse_exact(r.stdout) == ref and len(ref) == 6, "async run: the same losses, bit for bit")
     check_log("async, 1 process", r.stdout, ck, [2, 4, 6])
     same_checkpoints("async, 1 process", ck + "_sync", ck)
     shutil.rmtree(ck + "_sync")
@@ -171,12 +157,12 @@ with tempfile.TemporaryDirectory() as tmp:
     dp2 = os.path.join(tmp, "dp2")
     r = run_pretrain(base(tmp, 6, dp2), np=2, env=env)
     check(r.returncode == 0, f"dp2 sync: {r.stderr[-400:]}")
-    ref2 = exact(r.stdout)
+    ref2 = parse_exact(r.stdout)
     shutil.move(dp2, dp2 + "_sync")
     r = run_pretrain(base(tmp, 6, dp2, ["--async-save"]), np=2, env=dict(env, MC_TEST_SLOW_WRITE="40"),
                      timeout=300)
     check(r.returncode == 0, f"dp2 async: {r.stderr[-400:]}")
-    check(exact(r.stdout) == ref2 and len(ref2) == 6, "dp2 async: the same losses, bit for bit")
+    check(parse_exact(r.stdout) == ref2 and len(ref2) == 6, "dp2 async: the same losses, bit for bit")
     check(FORMATS["overlap"] in r.stdout, "dp2 async with a slow writer: saves overlapped")
     check_log("async, dp2", r.stdout, dp2, [2, 4, 6])
     same_checkpoints("async, dp2", dp2 + "_sync", dp2)
@@ -187,7 +173,7 @@ with tempfile.TemporaryDirectory() as tmp:
     ref8 = None
     r = run_pretrain(base(tmp, 8, os.path.join(tmp, "ref8")), env=env)
     check(r.returncode == 0, f"reference run: {r.stderr[-300:]}")
-    ref8 = exact(r.stdout)
+    ref8 = parse_exact(r.stdout)
     seed = int(os.environ.get("MC_TEST_SEED", time.time()))
     rng = random.Random(seed)
     print(f"kill -9 moments drawn with seed {seed} (MC_TEST_SEED)")
@@ -198,7 +184,7 @@ with tempfile.TemporaryDirectory() as tmp:
         r = run_pretrain(base(tmp, first, kd, [] if trial == 0 else ["--async-save"]), env=env)
         check(r.returncode == 0, f"kill {trial}: first save: {r.stderr[-300:]}")
         good_dir = os.path.join(kd, "iter_%07d" % first)
-        good = tree(good_dir)
+        good = file_hashes(good_dir)
         log = os.path.join(tmp, f"kill{trial}.log")
         full = dict(os.environ, OMP_NUM_THREADS="1", MC_TEST_LOG_EXACT="1", MC_TEST_SLOW_WRITE="15")
         with open(log, "w") as out:
@@ -221,11 +207,11 @@ with tempfile.TemporaryDirectory() as tmp:
               f"kill {trial}: the tracker names a saved iteration: {it}")
         check(os.path.exists(os.path.join(kd, "iter_%07d" % it, "metadata.json")),
               f"kill {trial}: the tracker's checkpoint is complete")
-        check(tree(good_dir) == good,
+        check(file_hashes(good_dir) == good,
               f"kill {trial}: the previous checkpoint's files are untouched")
         r = run_pretrain(base(tmp, 8, kd, ["--load", kd]), env=env)
         check(r.returncode == 0, f"kill {trial}: resume from iteration {it}: {r.stderr[-300:]}")
-        check(exact(r.stdout) == ref8[it:], f"kill {trial}: resumed at {it}, the uninterrupted losses "
+        check(parse_exact(r.stdout) == ref8[it:], f"kill {trial}: resumed at {it}, the uninterrupted losses "
               f"bit for bit")
         shutil.rmtree(kd)
 
@@ -233,7 +219,7 @@ with tempfile.TemporaryDirectory() as tmp:
     fd = os.path.join(tmp, "fail")
     r = run_pretrain(base(tmp, 2, fd), np=2, env=env)
     check(r.returncode == 0, f"failure case: first save: {r.stderr[-300:]}")
-    good = tree(os.path.join(fd, "iter_0000002"))
+    good = file_hashes(os.path.join(fd, "iter_0000002"))
     t0 = time.time()
     try:
         r = run_pretrain(base(tmp, 6, fd, ["--async-save", "--load", fd]), np=2,
@@ -251,7 +237,7 @@ with tempfile.TemporaryDirectory() as tmp:
               "a failing writer: no success line")
     check(open(os.path.join(fd, TRACKER)).read() == "2" and
           sorted(os.listdir(fd)) == ["iter_0000002", TRACKER] and
-          tree(os.path.join(fd, "iter_0000002")) == good,
+          file_hashes(os.path.join(fd, "iter_0000002")) == good,
           f"a failing writer: the last good checkpoint alone, untouched: {sorted(os.listdir(fd))}")
 
     # ---- the rules: Megatron refuses async saves of the torch format ----

@@ -13,7 +13,6 @@ iteration into CKPT_CONVERT_SAVE/FORMAT, "> converted checkpoint: OLD -> NEW.", 
 - with Megatron itself at hand (MC_MEGATRON_ROOT, MC_TORCH2_PYTHON): Megatron converts the same
   torch checkpoint of ours to torch_dist; its log line, files, tracker and common.pt (every saved
   arg, the scheduler, the iteration) are ours but for the paths and its CPU-only flags."""
-import hashlib
 import os
 import re
 import sys
@@ -22,7 +21,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import megatron_cases as mcs  # noqa: E402
-from mc_test import EXACT, check, run_pretrain, summary  # noqa: E402
+from mc_test import check, file_hashes, parse_exact, run_pretrain, summary  # noqa: E402
 
 MEGATRON = os.environ.get("MC_MEGATRON_ROOT", "/work/ref/Megatron-LM")
 LINE = "> converted checkpoint: {} -> {}."
@@ -44,17 +43,6 @@ def base(tmp, iters, fmt, extra=()):
             "--transformer-impl", "local", "--eval-iters", "0", *extra]
 
 
-def exact(out):
-    return [m.group(0) for m in map(EXACT.search, out.splitlines()) if m]
-
-
-def tree(d):
-    out = {}
-    for root, _, files in os.walk(d):
-        for f in files:
-            p = os.path.join(root, f)
-            out[os.path.relpath(p, d)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
 
 
 def load_pt(path):
@@ -80,7 +68,7 @@ def convert(name, tmp, load, fmt_from, fmt_to, dest, np=1, extra=()):
                                             "--ckpt-convert-save", dest, *extra]), np)
     line = LINE.format(fmt_from, fmt_to)
     check(r.stdout.splitlines().count(line) == 1, f"{name}: '{line}' once (rank 0)")
-    check(not exact(r.stdout) and "training ..." not in r.stdout.splitlines(), f"{name}: nothing trained")
+    check(not parse_exact(r.stdout) and "training ..." not in r.stdout.splitlines(), f"{name}: nothing trained")
     saved = os.path.join(dest, fmt_to)
     check(open(os.path.join(saved, "latest_checkpointed_iteration.txt")).read() == "3",
           f"{name}: saved at the loaded iteration 3 into {saved}")
@@ -89,7 +77,7 @@ def convert(name, tmp, load, fmt_from, fmt_to, dest, np=1, extra=()):
 
 def resume(name, tmp, load, fmt, np=1, extra=()):
     r = run_ok(name, base(tmp, 6, fmt, ["--load", load, *extra]), np)
-    losses = exact(r.stdout)
+    losses = parse_exact(r.stdout)
     check(len(losses) == 3, f"{name}: iterations 4-6 trained")
     return losses
 
@@ -116,7 +104,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(resume("resume converted, auto-detect", tmp, conv, "torch",
                  extra=["--auto-detect-ckpt-format"]) == ref,
           "--ckpt-format torch --auto-detect-ckpt-format reads the torch_dist directory")
-    direct, converted = tree(p("d", "iter_0000003")), tree(os.path.join(conv, "iter_0000003"))
+    direct, converted = file_hashes(p("d", "iter_0000003")), file_hashes(os.path.join(conv, "iter_0000003"))
     check(sorted(direct) == sorted(converted), f"the files of a torch_dist save: {sorted(converted)}")
     diff = [k for k in direct if k != "common.pt" and direct[k] != converted.get(k)]
     check(not diff and any(k.endswith(".distcp") for k in direct),
@@ -146,7 +134,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(resume("dp2 resume converted", tmp, conv2, "torch", 2, dopt) == ref2,
           "torch_dist -> torch, dp2 + distributed optimizer: the same losses, bit for bit")
     it = os.path.join("iter_0000003", "mp_rank_00")
-    direct, converted = tree(p("t2", it)), tree(os.path.join(conv2, it))
+    direct, converted = file_hashes(p("t2", it)), file_hashes(os.path.join(conv2, it))
     check(sorted(direct) == sorted(converted) == ["distrib_optim.pt", "model_optim_rng.pt"],
           f"the files of a torch save: {sorted(converted)}")
     check(direct["distrib_optim.pt"] == converted["distrib_optim.pt"],
