@@ -268,6 +268,8 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     const char *attn_backend = mc_args_str(a, A(attention_backend));
     cfg->flash_attention = mc_args_bool(a, A(use_flash_attn)) ||
                            (attn_backend && !strcmp(attn_backend, "AttnBackend.flash"));
+    /* get_batch's mask is only ever not causal with --reset-attention-mask (train_data.c) */
+    cfg->causal_mask_only = !mc_args_bool(a, A(reset_attention_mask));
     cfg->sliding_window = mc_args_is_none(a, A(sliding_window)) ? 0 : mc_args_int(a, A(sliding_window));
     if (!mc_args_is_none(a, A(sliding_window)) && cfg->sliding_window <= 0)
         return mc_error(MC_ERR_CONFIG, "--sliding-window %lld: expected a positive number of keys",
