@@ -9,7 +9,8 @@ whose measured peak fits (so one layer fewer does not fit), say it in one line (
 --dry-run), run bit-identically to the same setting given explicitly (8 iterations with
 dropout: [exact] lines and the saved weights and optimizer state), and keep the measured peak
 within the budget. A budget below full recompute of every layer is refused, and so is the
-option beside the recompute options it sets.
+option beside the recompute options it sets. With two pipeline stages (two ranks) the same
+holds for the most loaded stage.
 
 The mask: a slot's bytes (the model's ' > activation memory' line) without
 --reset-attention-mask are those with it less exactly one 64-byte-aligned b s^2 byte copy."""
@@ -137,16 +138,43 @@ def refusals(c, tmp):
             f"a negative budget is refused (rc {p.returncode}): {p.stderr[-300:]}")
 
 
-def pipeline_dry_run(c):
+def pipeline(c, tmp):
     """pp 2: the budget is fitted to the most loaded stage (stage 0 keeps 2 micro-batches in
-    flight; the last holds the logits)."""
-    args = BASE + ["--pipeline-model-parallel-size", "2", "--train-iters", "1", "--dry-run",
-                   "--recompute-auto-budget-gb", "1"]
-    p = mc_test.run_pretrain(args, env={"WORLD_SIZE": "2"})
+    flight, the last holds the logits); two ranks run the choice bit-identically to it given
+    explicitly, each rank's measured activations peak within the budget."""
+    pp = ["--pipeline-model-parallel-size", "2"]
+    world = {"WORLD_SIZE": "2"}  # a dry run starts no ranks
+    p = mc_test.run_pretrain(BASE + pp + ["--train-iters", "1", "--dry-run",
+                                          "--recompute-auto-budget-gb", "1"], env=world)
     m = CHOICE.search(p.stdout)
-    c.check(p.returncode == 0 and m is not None and m.group(4) == str(L // 2),
-            f"pp 2 dry run: a choice over the {L // 2} layers of a stage: "
-            f"{p.stdout[-500:]}{p.stderr[-300:]}")
+    c.check(p.returncode == 0 and m is not None and m.group(3) == "0" and
+            m.group(4) == str(L // 2), f"pp 2 dry run: no recompute fits 1 GB, over the "
+            f"{L // 2} layers of a stage: {p.stdout[-500:]}{p.stderr[-300:]}")
+    if not m:
+        return
+    budget_mb = float(m.group(5)) * 0.85
+    auto = ["--recompute-auto-budget-gb", repr(budget_mb / 1024)]
+    p = mc_test.run_pretrain(BASE + pp + auto + ["--train-iters", "1", "--dry-run"], env=world)
+    m = CHOICE.search(p.stdout)
+    c.check(p.returncode == 0 and m is not None and int(m.group(3)) > 0, f"pp 2: a budget "
+            f"below no recompute's estimate picks some recompute: {p.stdout[-500:]}")
+    if not m:
+        return
+    k = int(m.group(3))
+    print(f"pp 2, budget {budget_mb:.2f} MB: {m.group(2)}, estimated {m.group(5)} MB on stage "
+          f"{m.group(6)}")
+    explicit = full("block", k) if k < L // 2 else full("uniform", 1)
+    r = run(BASE + pp, auto, tmp, "pp auto", np=2, iters=4)
+    e = run(BASE + pp, explicit, tmp, "pp explicit", np=2, iters=4)
+    if c.check(r["rc"] == 0 and e["rc"] == 0 and len(r["exact"]) == 4, f"pp 2 runs exit 0: "
+               f"{r['err']} {e['err']}"):
+        c.check(r["exact"] == e["exact"] and r["hash"] and r["hash"] == e["hash"],
+                f"pp 2: the budget's choice ({m.group(2)}) is bit-identical to it given "
+                f"explicitly")
+        c.check(sorted(r["act_peak"]) == [0, 1] and
+                all(v <= budget_mb for v in r["act_peak"].values()),
+                f"pp 2: each rank's activations peak {r['act_peak']} MB within the budget "
+                f"{budget_mb:.2f} MB")
 
 
 def mask_copy(c, tmp):
@@ -169,7 +197,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         mask_copy(c, tmp)
         refusals(c, tmp)
-        pipeline_dry_run(c)
+        pipeline(c, tmp)
         peaks = measured_peaks(c, tmp)
         exact_runs = {}
         for b in budgets(peaks):
