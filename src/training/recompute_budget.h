@@ -30,8 +30,8 @@ mc_status mc_activation_estimate_max(const struct mc_args *a, int64_t vocab, int
                                      const struct mc_recompute_setting *rc, double *bytes,
                                      int *stage);
 
-/* After mc_args_validate's checks: --recompute-auto-budget-gb must be a positive number and is
- * not combined with the options it sets (argparse's "not allowed with" error, exit status 2). */
+/* First in mc_args_validate: --recompute-auto-budget-gb must be a positive number and is not
+ * combined with the options it sets (argparse's "not allowed with" error, exit status 2). */
 mc_status mc_recompute_budget_check(struct mc_args *a);
 
 /* With --recompute-auto-budget-gb: chooses the setting (none, full block k, or full uniform 1
