@@ -306,6 +306,8 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->apply_query_key_layer_scaling = mc_args_bool(a, A(apply_query_key_layer_scaling));
     cfg->attention_softmax_in_fp32 = mc_args_bool(a, A(attention_softmax_in_fp32));
     cfg->flash_attention = mc_attention_from_args(a, NULL);
+    /* get_batch's mask is only ever not causal with --reset-attention-mask (train_data.c) */
+    cfg->causal_mask_only = !mc_args_bool(a, A(reset_attention_mask));
     cfg->sliding_window = mc_args_is_none(a, A(sliding_window)) ? 0 : mc_args_int(a, A(sliding_window));
     if (!mc_args_is_none(a, A(sliding_window)) && cfg->sliding_window <= 0)
         return mc_error(MC_ERR_CONFIG, "--sliding-window %lld: expected a positive number of keys",
