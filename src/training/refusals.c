@@ -233,7 +233,9 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
                "--main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype options");
     if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection)))
         refuse(r, "--fp32-residual-connection is not implemented in megatron.c yet (the "
-               "residual stream is in the 16-bit params dtype)");
+               "residual stream is in the 16-bit params dtype; Megatron core_v0.12.1 itself casts "
+               "it back to 16 bits in the first bias-dropout-add, and its default Transformer "
+               "Engine spec rejects the fp32 input: COMPATIBILITY.md)");
     /* --fp16 without --accumulate-allreduce-grads-in-fp32 trains: fp16 grad buffer values
      * (mc_param_set.grad_dtype, COMPATIBILITY.md) */
 }
