@@ -13,7 +13,12 @@ fp32: equal at all 6 iterations. bf16: equal at iterations 1-2; later the few ze
 from cancellation in the 16-bit gradients (sums that are zero only by luck of rounding) make the
 counts differ by a handful, so iterations 3-6 are held to 0.2%. The GPT-2 style case (tied
 embeddings) has no structural zeros at all: its counts (0-5) are such coincidences and are only
-checked to be printed as Megatron prints them."""
+checked to be printed as Megatron prints them.
+
+With MC_MEGATRON_ROOT (and PyPI torch 2.x, MC_TORCH2_PYTHON) also live: Megatron's bf16 run with
+--clip-grad 0 prints a non-zero grad norm (ChainedOptimizer.step computes it before deciding
+not to clip), and so does ours (from scratch the two start from different weights in this case,
+so the values are not compared)."""
 import os
 import re
 import sys
@@ -61,10 +66,28 @@ def test_gpt_format(tmp):
           f"gpt_bf16: printed {got}, Megatron {want}")
 
 
+NORM = re.compile(r" grad norm: (\S+) \| num zeros: (\S+) \|")
+
+
+def test_clip0_live(tmp):
+    if not mcs.megatron_root() or mx.python_for("gpt_bf16") is None:
+        print("--clip-grad 0 against Megatron live: skipped (set MC_MEGATRON_ROOT, MC_TORCH2_PYTHON)")
+        return
+    extra = ("--clip-grad", "0", "--train-iters", "2")
+    rcs, out = mx.run_megatron("gpt_bf16", tmp, extra, port=29871)
+    r = mcs.run_cmd([mcs.EXE] + mx.args("gpt_bf16", tmp, LOCAL + extra), dict(os.environ, OMP_NUM_THREADS="1"), 600)
+    theirs, ours = NORM.findall(out), NORM.findall(r.stdout)
+    print(f"--clip-grad 0: Megatron {theirs}, ours {ours}")
+    for who, rows in (("Megatron", theirs), ("ours", ours)):
+        check(len(rows) == 2 and all(float(g) > 0 and z.endswith(".0") for g, z in rows),
+              f"--clip-grad 0 bf16, {who}: grad norm and num zeros printed: {rows}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_llama(tmp)
         test_gpt_format(tmp)
+        test_clip0_live(tmp)
     return summary("test_num_zeros")
 
 
