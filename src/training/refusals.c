@@ -235,15 +235,14 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
      * buffers never leave the rank in the params dtype */
     if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection))) {
         const char *with =
-            mc_args_int(a, A(pipeline_model_parallel_size)) > 1 ? "--pipeline-model-parallel-size > 1"
-            : mc_args_bool(a, A(sequence_parallel))             ? "--sequence-parallel"
+            mc_args_bool(a, A(sequence_parallel))              ? "--sequence-parallel"
             : mc_args_bool(a, A(distribute_saved_activations))  ? "--distribute-saved-activations"
             : !mc_args_is_none(a, A(num_experts)) && mc_args_int(a, A(num_experts)) > 0
                 ? "--num-experts"
                 : NULL;
         if (with)
             refuse(r, "--fp32-residual-connection with %s is not implemented in megatron.c yet "
-                   "(the fp32 residual stream runs without pipeline and sequence parallelism, "
+                   "(the fp32 residual stream runs without sequence parallelism, "
                    "--distribute-saved-activations and MoE layers)", with);
     }
     /* --fp16 without --accumulate-allreduce-grads-in-fp32 trains: fp16 grad buffer values

@@ -284,15 +284,14 @@ static mc_status check_enums(const struct mc_gpt_config *c)
                         "float16 (--fp16)", mc_dtype_name(c->params_dtype));
     if (c->params_dtype != MC_DTYPE_F32 && c->fp32_residual_connection) {
         /* the layouts whose residual-stream messages and buffers are still params-dtype only */
-        const char *with = c->pipeline_model_parallel_size > 1 ? "pipeline parallelism"
-                           : c->sequence_parallel            ? "--sequence-parallel"
+        const char *with = c->sequence_parallel                ? "--sequence-parallel"
                            : c->distribute_saved_activations ? "--distribute-saved-activations"
                            : c->num_moe_experts > 0          ? "--num-experts"
                                                              : NULL;
         if (with)
             return mc_error(MC_ERR_UNSUPPORTED, "--fp32-residual-connection with %s params and "
                             "%s is not implemented in megatron.c yet (the fp32 residual stream "
-                            "runs without pipeline and sequence parallelism, "
+                            "runs without sequence parallelism, "
                             "--distribute-saved-activations and MoE layers)",
                             mc_dtype_name(c->params_dtype), with);
     }

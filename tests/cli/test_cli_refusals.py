@@ -195,7 +195,7 @@ def check_mpirun(c, tmp):
                      'NotImplementedError: --log-straggler is not supported by '
                      'megatron.c yet', 'NotImplementedError: --fp32-residual-connection with '
                      '--num-experts is not implemented in megatron.c yet (the fp32 residual '
-                     'stream runs without pipeline and sequence parallelism, '
+                     'stream runs without sequence parallelism, '
                      '--distribute-saved-activations and MoE layers)'],
             'mpirun: refusals once: rc %d, %s' % (p.returncode, p.stderr[-500:]))
     c.check(out.count('------------------------ arguments ------------------------') == 1 and
