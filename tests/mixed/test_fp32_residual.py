@@ -9,8 +9,8 @@ On the tiny GPT-2 and Llama cases of megatron_mixed_cases.py (6 iterations, [exa
 - dp 2 with the distributed optimizer within 2e-6 relative of the one-process run (plain bf16
   differs from its one-process run by as much: the grad sums' order); tp 2 runs and stays within
   1e-3 of plain bf16 tp 2 (tp 2 and tp 1 start from different weights here, plain bf16 too, so
-  they are not compared with each other); pp 2 (fp32 stage messages) on the Llama-style case
-  within 2e-7 of one process;
+  they are not compared with each other); pp 2 and interleaved pp 2 x vpp 2 (fp32 stage
+  messages) on the Llama-style case within 2e-7 of one process (measured: equal);
 - with hidden dropout 0.1 it trains (finite losses, the fp32 dropout of the residual adds)."""
 import math
 import os
@@ -68,6 +68,9 @@ def main():
         lone = losses("llama_bf16", tmp, RES)
         lpp = losses("llama_bf16", tmp, RES + ("--pipeline-model-parallel-size", "2"), world=2)
         check(close(lpp, lone, 2e-7), f"llama pp2 within 2e-7: {lpp} vs {lone}")
+        vpp = losses("llama_bf16", tmp, RES + ("--pipeline-model-parallel-size", "2",
+                                               "--num-layers-per-virtual-pipeline-stage", "1"), world=2)
+        check(close(vpp, lone, 2e-7), f"llama pp2 x vpp2 within 2e-7: {vpp} vs {lone}")
         fp16 = losses("gpt_fp16_static", tmp, RES)
         check(len(fp16) == 6 and all(math.isfinite(x) for x in fp16), f"fp16 static scale: {fp16}")
         drop = losses("gpt_bf16", tmp, RES + ("--hidden-dropout", "0.1"))
