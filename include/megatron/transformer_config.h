@@ -66,7 +66,9 @@ struct mc_gpt_config {
     bool add_qkv_bias;               /* false; true re-adds only the QKV bias */
     bool apply_query_key_layer_scaling;
     bool attention_softmax_in_fp32;
-    /* Core attention as flash attention (--use-flash-attn, --attention-backend flash): the
+    /* Core attention as flash attention (training/model_config.c's mc_attention_from_args:
+     * --transformer-impl transformer_engine unless --attention-backend unfused, or
+     * --use-flash-attn): the
      * backend's flash_attention op pair, which keeps ctx and the row log-sum-exp instead of the
      * [b, heads, s, s] probabilities; false: the unfused DotProductAttention op pair. */
     bool flash_attention;

@@ -234,6 +234,11 @@ static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t 
     char what[512];
     int64_t layers, offset;
     mc_gpt_stage_layers(&c, 0, 0, &layers, &offset);
+    const char *why;
+    bool flash = mc_attention_from_args(a, &why);
+    fprintf(out, "megatron.c dry run: attention: %s (%s)\n", flash ? "flash attention, no "
+            "[b, heads, s, s] probabilities kept" : "unfused DotProductAttention, keeping the "
+            "[b, heads, s, s] probabilities", why);
     mc_recompute_describe(&c, layers, what, sizeof(what));
     fprintf(out, "megatron.c dry run: activation recompute: %s\n", what);
     if (c.sliding_window)
