@@ -65,17 +65,17 @@ for n in ("megatron", "megatron.core", "megatron.core.dist_checkpointing",
           "megatron.core.dist_checkpointing.strategies", "megatron.core.dist_checkpointing.strategies.torch"):
     sys.modules[n] = types.ModuleType(n)
 sys.modules["megatron.core.dist_checkpointing.strategies.torch"].MCoreSavePlan = type("MCoreSavePlan", (), {})
-drop = ("rerun_state_machine_state/",)
+drop = ()  # every key, the rerun_state_machine_state and rng_state objects included
 def load(d):
     m = pickle.load(open(d + "/.metadata", "rb"))
     md = {k: (type(v).__name__, tuple(getattr(v, "size", ()) or ()),
               sorted((tuple(c.offsets), tuple(c.sizes)) for c in getattr(v, "chunks", [])))
           for k, v in m.state_dict_metadata.items() if not k.startswith(drop)}
-    files, rng = {}, {}  # rng_state: its writing rank (within it Megatron's round robin counts
+    files, rng = {}, {}  # rng_state: its writing rank
     for k, v in sorted(m.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
-        if k.fqn.startswith("rng_state/"):  # its rerun_state_machine_state object first)
+        if k.fqn.startswith("rng_state/"):
             rng[k.fqn] = v.relative_path.split("_")[2]
-        elif not k.fqn.startswith(drop):
+        if not k.fqn.startswith(drop):
             files.setdefault(v.relative_path, []).append((k.fqn, tuple(k.offset) if k.offset is not None else None))
     mc = {k: v for k, v in m.mcore_data.items() if not k.startswith(drop)}
     o = torch.load(d + "/common.pt", weights_only=False)["optimizer"]
