@@ -112,28 +112,6 @@ def check_layout(save, tmp):
     print("layout as Megatron's save:", out.replace("\n", "; "))
 
 
-def megatron_continues(save, ours, tmp):
-    """Megatron loads our iteration-3 save (dp2, distributed optimizer) and continues as we do."""
-    py = mcs.megatron_python(torch2=True)
-    if mcs.megatron_root() and py:
-        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3"),
-                                    port=29887, python=py, variant="fixload")
-        check(not any(rcs), f"Megatron loading ours: {rcs} {out[-800:]}")
-        how = "live"
-    else:
-        out, how = open(os.path.join(GOLD, "megatron_loads_ours_log.txt")).read(), "its logged run"
-    theirs = mcs.train_lines(out)
-    check(sorted(theirs) and min(theirs) == 4, f"Megatron resumed at 4: {sorted(theirs)}")
-    lo, lt = losses(ours), losses(theirs)
-    for it in sorted(theirs):
-        check(theirs[it][0] == ours[it][0], f"Megatron {it}: consumed samples {theirs[it][0]} vs {ours[it][0]}")
-        check(mcs.numbers(theirs[it][1]).get("learning rate") == mcs.numbers(ours[it][1]).get("learning rate"),
-              f"Megatron {it}: learning rate")
-        check(close(lt[it], lo[it], 1e-5), f"Megatron {it}: lm loss {lt[it]} vs ours {lo[it]}")
-    print(f"Megatron ({how}) continues from our distributed-optimizer torch_dist save (Megatron, ours):",
-          [(lt[i], lo[i]) for i in sorted(theirs)])
-
-
 TORCH2_READ = r'''
 import sys, torch, torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
@@ -212,7 +190,9 @@ def main():
         check(r.returncode != 0 and "saved with --use-distributed-optimizer" in r.stderr and
               "Global shape mismatch" in r.stderr, f"ordinary optimizer refuses: {r.stderr[-400:]}")
         print("without --use-distributed-optimizer:", r.stderr.strip().splitlines()[-1][:200])
-        megatron_continues(save, ours, tmp)
+        mcs.megatron_continues("gpt_dp2", save, ours, tmp, DIST + DISTOPT, 29887,
+                               os.path.join(GOLD, "megatron_loads_ours_log.txt"),
+                               "distributed-optimizer torch_dist save", check, every=False)
         dcp_reads(save, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
