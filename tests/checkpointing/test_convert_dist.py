@@ -3,7 +3,7 @@
 GPT-2 style tp2 x pp2, tied; dist_llama_tp2, Llama style tp2: GQA, SwiGLU, RMSNorm, untied):
 - the loader detects the format as Megatron's load_checkpoint does (no option), and writes
   torch (Megatron's saver's only format) or, with --saver-ckpt-format torch_dist, torch_dist;
-- (a) every tensor of the results equals the source's: PyTorch's own DCP (torch 2.x,
+- (a) every tensor of the results equals the source's (also from a --bf16 save, in bfloat16): PyTorch's own DCP (torch 2.x,
   MC_TORCH2_PYTHON) reads the source and the converted torch_dist checkpoints, torch.load the
   converted torch files, bit for bit (exact equality);
 - the torch_dist written at Megatron's layout (tp2 x pp2) has the keys, global shapes, chunks and
@@ -32,6 +32,7 @@ mcs.ALL_CASES.setdefault("gpt_tp1pp2", (2, mcs.GPT2 + ("--pipeline-model-paralle
 mcs.ALL_CASES.setdefault("llama_tp1", (1, mcs.LLAMA, mcs.DIST_CASES["llama_tp2"][2]))
 GPT_SRC = os.path.join(mcs.GOLDEN, "dist_gpt_tp2pp2", "save")
 LLAMA_SRC = os.path.join(mcs.GOLDEN, "dist_llama_tp2", "save")
+BF16_SRC = os.path.join(mcs.GOLDEN, "dist_gpt_bf16", "save")
 
 
 def convert(src, dst, tp, pp, fmt=None, impl="local"):
@@ -209,6 +210,11 @@ def main():
                                                     f"{g_same}/{it},dist,2,2,0"])
         compare_tensors(os.path.join(LLAMA_SRC, it), [f"{l_dist}/{it},dist,1,1,1", f"{l_back}/{it},torch,2,1,1"])
         compare_layout(os.path.join(g_same, it), os.path.join(GPT_SRC, it))
+        # a --bf16 save: the 16-bit weights come out bit for bit (widened and narrowed exactly)
+        b_dist, b_torch = os.path.join(tmp, "bf16_dist_tp2"), os.path.join(tmp, "bf16_torch_tp1")
+        convert(BF16_SRC, b_dist, 2, 1, "torch_dist")
+        convert(BF16_SRC, b_torch, 1, 1)
+        compare_tensors(os.path.join(BF16_SRC, it), [f"{b_dist}/{it},dist,2,1,0", f"{b_torch}/{it},torch,1,1,0"])
         # (b) the next iteration from the source and from each conversion
         src_gpt = next_loss("gpt_tp1", tmp, GPT_SRC, "torch_dist")
         runs = [("GPT torch tp1", next_loss("gpt_tp1", tmp, g_torch, "torch"), src_gpt),
