@@ -10,7 +10,9 @@
   it;
 - a key the model needs removed (decoder.final_layernorm.bias, "unexpected"): raise_unexpected
   fails with Megatron's message naming it; log_unexpected warns with it and the load still fails
-  (Megatron's strict model.load_state_dict), as does the default."""
+  (Megatron's strict model.load_state_dict), as does the default;
+- without its rerun_state_machine_state object (which Megatron's load requests) the load is
+  refused, naming the object."""
 import os
 import shutil
 import subprocess
@@ -54,8 +56,8 @@ pickle.dump(m, open(path, "wb"))
 '''
 
 
-def edited(tmp, what, key):
-    d = os.path.join(tmp, what)
+def edited(tmp, what, key, name=None):
+    d = os.path.join(tmp, name or what)
     shutil.copytree(SRC, d)
     r = subprocess.run([mcs.megatron_python(torch2=True), "-c", EDIT, os.path.join(d, "iter_0000003"), what, key],
                        capture_output=True, text=True, timeout=300)
@@ -100,6 +102,12 @@ def main():
         r = load(tmp, gone, "assume_ok_unexpected")
         check(r.returncode != 0 and GONE in r.stderr and "WARNING:megatron.core.dist" not in r.stdout,
               f"a removed key, default: the failed load: {r.stderr[-400:]}")
+        # the rerun state: Megatron requests this rank's object when common.pt has a rerun_state_machine
+        rerun = "rerun_state_machine_state/shard_0.0_1.1"
+        no_rerun = edited(tmp, "gone", rerun, "no_rerun")
+        r = load(tmp, no_rerun, "assume_ok_unexpected")
+        check(r.returncode != 0 and "no sharded object " + rerun in r.stderr,
+              f"no rerun_state_machine_state object: refused by name: {r.stderr[-400:]}")
         print("strictness: untouched, extra-key and removed-key checkpoints as Megatron's modes")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
