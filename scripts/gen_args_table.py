@@ -37,7 +37,7 @@ min_lr override_opt_param_scheduler use_checkpoint_opt_param_scheduler
 save save_interval no_save_optim no_save_rng load no_load_optim no_load_rng finetune
 exit_on_missing_checkpoint ckpt_format async_save use_dist_ckpt_deprecated dist_ckpt_format_deprecated
 ckpt_fully_parallel_save_deprecated ckpt_fully_parallel_save ckpt_step perform_initialization
-ckpt_convert_format ckpt_convert_save auto_detect_ckpt_format
+ckpt_convert_format ckpt_convert_save auto_detect_ckpt_format dist_ckpt_strictness
 fp16 bf16 loss_scale initial_loss_scale min_loss_scale loss_scale_window hysteresis
 fp32_residual_connection apply_query_key_layer_scaling attention_softmax_in_fp32 apply_layernorm_1p
 accumulate_allreduce_grads_in_fp32 grad_reduce_in_bf16 fp16_lm_cross_entropy use_precision_aware_optimizer
@@ -88,7 +88,7 @@ manual_gc manual_gc_interval manual_gc_eval num_workers pin_cpu_grads pin_cpu_pa
 deprecated_use_mcore_models transformer_impl disable_bf16_reduced_precision_matmul
 mmap_bin_files create_attention_mask_in_dataloader num_dataset_builder_threads deterministic_mode
 ckpt_fully_parallel_load ckpt_assume_constant_structure use_persistent_ckpt_worker
-dist_ckpt_strictness barrier_with_L1_time nccl_communicator_config_path
+barrier_with_L1_time nccl_communicator_config_path
 profile profile_step_start profile_step_end use_pytorch_profiler profile_ranks
 record_memory_history memory_snapshot_path enable_one_logger one_logger_project
 one_logger_run_name one_logger_async app_tag_run_name app_tag_run_version
@@ -236,6 +236,7 @@ LIMITS = {
     'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer (refused), as in Megatron',
     'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16, the ordinary or the distributed optimizer; the distributed optimizer with --no-ckpt-fully-parallel-save is refused by name); --load reads torch and torch_dist',
     'use_dist_ckpt_deprecated': 'deprecated, no effect (--ckpt-format chooses the format)',
+    'dist_ckpt_strictness': 'torch_dist loads: Megatron\'s checks and messages for unexpected and missing keys; return_* report nothing (Megatron\'s load_checkpoint has no taker for the returned keys)',
     'async_save': 'torch_dist only (with --ckpt-format torch refused, as Megatron does); holds a host copy of the saved state until the save is finalized',
     'context_parallel_size': 'values above 1 refused',
     'num_experts': 'expert-parallel size 1, tensor-parallel size 1, no biases (docs/moe.md)',

@@ -19,6 +19,7 @@ struct cli {
     struct mc_cv_options o;
     bool help;
     const char *hf_only; /* an option only the hf (llama_mistral) loader has, if given */
+    const char *saver_format; /* --saver-ckpt-format, if given */
 };
 
 static void usage(FILE *f)
@@ -33,6 +34,7 @@ static void usage(FILE *f)
 "                          [--target-tensor-parallel-size N] [--target-pipeline-parallel-size N]\n"
 "                          [--target-expert-parallel-size 1] [--tokenizer-model PATH]\n"
 "                          [--bf16 | --fp16] [--checkpoint-type {hf,meta}] [--model-size SIZE]\n"
+"                          [--saver-ckpt-format {torch,torch_dist}]\n"
 "\n"
 "Megatron Checkpoint Converter Arguments (Megatron-LM tools/checkpoint/convert.py)\n"
 "\n"
@@ -45,7 +47,8 @@ static void usage(FILE *f)
 "                        Megatron loaders read local, transformer_engine and legacy parameter\n"
 "                        names alike.\n"
 "  --saver SAVER         core (alias mcore), legacy (alias megatron), hf. Default: megatron.\n"
-"  --load-dir LOAD_DIR   Directory to load model checkpoint from\n"
+"  --load-dir LOAD_DIR   Directory to load model checkpoint from (the Megatron loaders detect\n"
+"                        its format, torch or torch_dist, as Megatron's load_checkpoint does)\n"
 "  --save-dir SAVE_DIR   Directory to save model checkpoint to (written as SAVE_DIR.tmp.<pid>\n"
 "                        and renamed when complete; must not exist or be empty)\n"
 "  --max-queue-size N    Accepted for compatibility; no effect (no queue between processes)\n"
@@ -78,7 +81,11 @@ static void usage(FILE *f)
 "  --target-expert-parallel-size N   only 1\n"
 "  --saver-transformer-impl {local,transformer_engine}\n"
 "                        Parameter names the core saver writes (default transformer_engine, as\n"
-"                        Megatron; pretrain_gpt of megatron.c loads local)\n");
+"                        Megatron; pretrain_gpt of megatron.c loads local)\n"
+"  --saver-ckpt-format {torch,torch_dist}\n"
+"                        core saver: the format written (default torch, the only one Megatron's\n"
+"                        saver writes; torch_dist is megatron.c's addition: Megatron's default\n"
+"                        --ckpt-format, loadable at any layout)\n");
 }
 
 static int die(const char *fmt, const char *a, const char *b)
@@ -195,6 +202,12 @@ static int parse(struct cli *c, int argc, char **argv)
             rc = choice(opt, val, impls), c->o.loader_impl = val;
         else if (!strcmp(opt, "--saver-transformer-impl"))
             rc = choice(opt, val, impls), c->o.saver_impl = val;
+        else if (!strcmp(opt, "--saver-ckpt-format")) {
+            static const char *const formats[] = {"torch", "torch_dist", NULL};
+            rc = choice(opt, val, formats);
+            c->o.dist_saver = !strcmp(val, "torch_dist");
+            c->saver_format = val;
+        }
         else if (!strcmp(opt, "--target-tensor-parallel-size") ||
                  !strcmp(opt, "--target-pipeline-parallel-size")) {
             rc = parse_int(opt, val, &n);
@@ -234,6 +247,13 @@ static int check_cli(struct cli *c)
                    "llama_mistral loader; the %s loader takes it from the checkpoint's args)%s",
                    c->loader, "");
     c->o.legacy_saver = !strcmp(c->saver, "legacy");
+    if (c->saver_format && !strcmp(c->saver, "hf"))
+        return die("unrecognized arguments: --saver-ckpt-format (an option of the core and legacy "
+                   "savers, not of the %s saver)%s", c->saver, "");
+    if (c->o.dist_saver && c->o.legacy_saver) /* Megatron: use_dist_ckpt with use_legacy_models */
+        return die("--saver-ckpt-format torch_dist with --saver %s: Megatron refuses distributed "
+                   "checkpoints of legacy models ('--use-dist-ckpt is not supported in legacy "
+                   "models.'); use --saver core%s", c->saver, "");
     if (!c->o.saver_impl) /* the defaults of saver_core.py / saver_legacy.py */
         c->o.saver_impl = c->o.legacy_saver ? "local" : "transformer_engine";
     return 0;

@@ -65,6 +65,11 @@ struct mc_ckpt_options {
     const char *ckpt_format;   /* --ckpt-format, named in messages */
     bool read_dist;            /* --ckpt-format torch_dist or --auto-detect-ckpt-format */
     int64_t ckpt_step;         /* --ckpt-step, 0 for none */
+    /* --dist-ckpt-strictness (NULL: assume_ok_unexpected): Megatron's StrictHandling for the
+     * keys a torch_dist load requests but the checkpoint lacks ("unexpected") and those it holds
+     * that no rank requests ("missing") */
+    const char *strictness;
+    bool load_rng;             /* not --no-load-rng (which keys a torch_dist load requests) */
     /* The args Namespace to save (a new value in doc d), and the check of a loaded one
      * (check_checkpoint_args and the counters restored from it; `path` names the file in
      * messages). Either may be NULL: no args saved / none checked. */

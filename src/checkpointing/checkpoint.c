@@ -831,8 +831,8 @@ static struct mc_pk *float16_common(mc_pk_doc *d, const struct mc_ckpt_state *s,
 /* common.pt of a torch_dist save: what Megatron's save_common writes (rank 0's state dict with
  * the sharded tensors and objects taken out): args, checkpoint_version, iteration, the
  * optimizer's param_groups (without 'params') and common_step, opt_param_scheduler, the FLOPs.
- * No rerun_state_machine (Megatron then requests no rerun_state_machine_state object); the
- * rng_state is a sharded object (dist_checkpoint_save.c). */
+ * rerun_state_machine is {'mode': DISABLED}: its 'sharded' part is the rerun_state_machine_state
+ * object, as the rng_state is a sharded object (dist_checkpoint_save.c). */
 /* common.pt's optimizer of a --use-distributed-optimizer run (DistributedOptimizer.
  * sharded_state_dict, 'fully_sharded_model_space'): state_dict()'s param_groups (with the step)
  * and grad_scaler, what is left of data-parallel rank 0's 'param_state' once its tensors are
@@ -904,7 +904,8 @@ static struct mc_pk *dist_common(mc_pk_doc *d, const struct mc_ckpt_state *s)
             mc_pk_set(d, root, "opt_param_scheduler", sched_dict(d, s->sched)))
             return NULL;
     }
-    if (mc_pk_set(d, root, "num_floating_point_operations_so_far",
+    if (mc_pk_set(d, root, "rerun_state_machine", mc_ckpt_rerun_common(d)) ||
+        mc_pk_set(d, root, "num_floating_point_operations_so_far",
                   mc_pk_float(d, s->num_floating_point_operations_so_far)))
         return NULL;
     return root;
@@ -1940,7 +1941,7 @@ static mc_status load_dist(struct mc_ckpt_state *s, FILE *log, const char *dir, 
     char what[4200];
     snprintf(what, sizeof(what), "%s/common.pt", iter_dir);
     struct loader l = {.s = s, .path = what, .log = log};
-    if (!(st = mc_dist_ckpt_read(d, s, iter_dir, &sd)))
+    if (!(st = mc_dist_ckpt_read(d, s, iter_dir, log, &sd)))
         st = load_state(&l, sd, release);
     mc_pk_doc_free(d);
     return st;
@@ -2027,6 +2028,15 @@ mc_status mc_ckpt_load(struct mc_ckpt_state *s, FILE *log, bool *loaded)
 
 /* ---- helpers for the checkpoint converter (src/tools/checkpoint/convert_args.c) -------------- */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration) { return rerun_dict(d, iteration); }
+
+struct mc_pk *mc_ckpt_rerun_common(mc_pk_doc *d)
+{
+    struct mc_pk *o = mc_pk_new(d, MC_PK_DICT);
+    if (!o || mc_pk_set(d, o, "mode", mc_pk_enum_member(d, "megatron.core.rerun_state_machine",
+                                                        "RerunMode", "DISABLED")))
+        return NULL;
+    return o;
+}
 
 /* ---- for the args check of training/checkpointing.c ------------------------------------------ */
 mc_status mc_ckpt_layout_error(const struct mc_ckpt_state *s, const char *what, const struct mc_pk *ck)

@@ -11,6 +11,9 @@
 
 /* RerunStateMachine.state_dict() of a disabled machine at `iteration`. */
 struct mc_pk *mc_ckpt_rerun_state(mc_pk_doc *d, int64_t iteration);
+/* What a torch_dist save's common.pt keeps of it: {'mode': RerunMode.DISABLED} (the rest is the
+ * rerun_state_machine_state sharded object). */
+struct mc_pk *mc_ckpt_rerun_common(mc_pk_doc *d);
 /* The error for a checkpoint `what` of another tensor / pipeline layout than this run's (its
  * saved args ck), naming the converter command that reshards it. */
 mc_status mc_ckpt_layout_error(const struct mc_ckpt_state *s, const char *what, const struct mc_pk *ck);

@@ -851,6 +851,196 @@ static mc_status distopt_saved(const struct reader *r, const struct mc_pk *type)
                     "--use-distributed-optimizer to load it, or --no-load-optim", r->dir);
 }
 
+/* load_checkpoint requests this rank's rerun_state_machine_state object when common.pt has a
+ * rerun_state_machine, the (TP, PP) is the saving run's and neither a release checkpoint nor
+ * --finetune is loaded; Megatron's load fails without it. Its value is checked to be the
+ * machine's dict and then ignored, as Megatron's disabled machine ignores it. */
+static mc_status rerun_state(mc_pk_doc *d, struct reader *r, const struct mc_ckpt_state *s,
+                             const struct mc_pk *common)
+{
+    const char *base = strrchr(r->dir, '/');
+    base = base ? base + 1 : r->dir;
+    int tp = s->tp_size > 1 ? s->tp_size : 1, pp = s->pp_size > 1 ? s->pp_size : 1;
+    if (!mc_pk_get(common, "rerun_state_machine") || tp != r->saved_tp || pp != r->saved_pp ||
+        !strcmp(base, "release") || s->opts.finetune)
+        return MC_OK;
+    char key[128];
+    struct mc_pk *v;
+    mc_dist_ckpt_rerun_key(key, sizeof(key), s->pp_rank, s->tp_rank, pp, tp);
+    mc_status st = read_object(d, r, key, false, &v);
+    if (!st && !v)
+        st = mc_error(MC_ERR_FORMAT, "%s: no sharded object %s, which common.pt's "
+                      "rerun_state_machine says the checkpoint holds (Megatron's load fails on "
+                      "it too); --finetune loads without it", r->meta_path, key);
+    if (!st && !mc_pk_is_map(v))
+        st = mc_error(MC_ERR_FORMAT, "%s: the sharded object %s is not RerunStateMachine's "
+                      "state dict", r->meta_path, key);
+    return st;
+}
+
+/* ---- --dist-ckpt-strictness: Megatron's StrictHandling (dist_checkpointing/validation.py) ---- */
+struct keyset {
+    char (*k)[512];
+    int64_t n, cap;
+};
+
+static bool ks_has(const struct keyset *ks, const char *key)
+{
+    for (int64_t i = 0; i < ks->n; i++)
+        if (!strcmp(ks->k[i], key))
+            return true;
+    return false;
+}
+
+static mc_status ks_add(struct keyset *ks, const char *key)
+{
+    if (ks_has(ks, key))
+        return MC_OK;
+    if (ks->n == ks->cap) {
+        int64_t cap = ks->cap ? 2 * ks->cap : 64;
+        char (*k)[512] = mc_alloc((size_t)cap * sizeof(*k));
+        if (!k)
+            return MC_ERR_NOMEM;
+        if (ks->n)
+            memcpy(k, ks->k, (size_t)ks->n * sizeof(*k));
+        mc_free(ks->k);
+        ks->k = k, ks->cap = cap;
+    }
+    snprintf(ks->k[ks->n++], sizeof(ks->k[0]), "%s", key);
+    return MC_OK;
+}
+
+static int ks_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+/* A Python set's repr of the keys (sorted: Python's order is its hashing's). */
+static void ks_repr(struct keyset *ks, char *out, size_t n)
+{
+    qsort(ks->k, (size_t)ks->n, sizeof(ks->k[0]), ks_cmp);
+    size_t at = (size_t)snprintf(out, n, "{");
+    for (int64_t i = 0; i < ks->n && at < n; i++)
+        at += (size_t)snprintf(out + at, n - at, "%s'%s'", i ? ", " : "", ks->k[i]);
+    if (at < n)
+        snprintf(out + at, n - at, "}");
+}
+
+/* The keys this run's sharded state dict requests over all its ranks (the model's are the same
+ * global keys at every layout: this rank's, the embedding / final norm / output layer of the
+ * other stages, the linear layers' _extra_state objects), and this rank's own parameters'. */
+static mc_status requested_keys(const struct mc_ckpt_state *s, struct keyset *all, struct keyset *mine)
+{
+    int nc = s->n_chunks > 1 ? s->n_chunks : 1;
+    mc_status st = MC_OK;
+    for (int c = 0; !st && c < nc; c++) {
+        const mc_gpt_model *m = nc > 1 ? s->chunks[c] : s->model;
+        for (int64_t i = 0; !st && i < mc_gpt_num_params(m); i++) {
+            struct mc_dist_place pl;
+            st = mc_dist_ckpt_place(m, mc_gpt_param(m, i).name, &pl);
+            st = st ? st : ks_add(all, pl.key);
+            st = st ? st : ks_add(mine, pl.key);
+            char *dot = strrchr(pl.key, '.');
+            if (!st && pl.layer >= 0 && dot && strstr(pl.key, ".linear_")) {
+                strcpy(dot, "._extra_state");
+                st = ks_add(all, pl.key);
+            }
+        }
+    }
+    const struct mc_gpt_config *c = mc_gpt_model_config(s->model);
+    st = st ? st : ks_add(all, "embedding.word_embeddings.weight");
+    if (!st && c->position_embedding_type == MC_POS_LEARNED_ABSOLUTE)
+        st = ks_add(all, "embedding.position_embeddings.weight");
+    st = st ? st : ks_add(all, "decoder.final_layernorm.weight");
+    if (!st && c->normalization == MC_NORM_LAYERNORM)
+        st = ks_add(all, "decoder.final_layernorm.bias");
+    if (!st && c->untie_embeddings_and_output_weights)
+        st = ks_add(all, "output_layer.weight");
+    return st;
+}
+
+/* Whether load_checkpoint requests the checkpoint's key `base` (a sharded object's without its
+ * /shard_ suffix) beyond the model: the optimizer's state when it loads it, the rng_state and
+ * rerun_state_machine_state objects when the layout is the saving one. */
+static bool requested_extra(const struct reader *r, const struct mc_ckpt_state *s,
+                            const struct mc_pk *common, const char *base)
+{
+    const struct mc_pk *args = mc_pk_get(common, "args");
+    const char *dir = strrchr(r->dir, '/');
+    bool release = !strcmp(dir ? dir + 1 : r->dir, "release");
+    int tp = s->tp_size > 1 ? s->tp_size : 1, pp = s->pp_size > 1 ? s->pp_size : 1;
+    bool same = tp == r->saved_tp && pp == r->saved_pp && !release && !s->opts.finetune;
+    double v = 0;
+    if (!strncmp(base, "optimizer.", 10))
+        return !release && !s->opts.finetune && s->opts.load_optim && (s->opt || s->distopt) &&
+               !(mc_pk_number(mc_pk_get(args, "no_save_optim"), &v) && v);
+    if (!strcmp(base, "rng_state"))
+        return same && s->opts.load_rng && !(mc_pk_number(mc_pk_get(args, "no_save_rng"), &v) && v);
+    if (!strcmp(base, "rerun_state_machine_state"))
+        return same && mc_pk_get(common, "rerun_state_machine");
+    return false;
+}
+
+/* Megatron's validate_integrity_and_strict_load before the load: "unexpected" keys (this rank
+ * requests them, the checkpoint lacks them) and, for the *_all modes, "missing" ones (the
+ * checkpoint holds them, no rank requests them), raised or logged with Megatron's message. The
+ * load then goes on as Megatron's: an unexpected parameter still fails it (Megatron's
+ * model.load_state_dict is strict), missing keys are not read. */
+static mc_status strict_check(const struct reader *r, const struct mc_ckpt_state *s,
+                              const struct mc_pk *common, FILE *log)
+{
+    const char *mode = s->opts.strictness ? s->opts.strictness : "assume_ok_unexpected";
+    if (!strcmp(mode, "assume_ok_unexpected") || !strncmp(mode, "return_", 7) || !strcmp(mode, "ignore_all"))
+        return MC_OK; /* nothing reported (the returned keys of return_* have no taker) */
+    bool all_keys = !strcmp(mode, "log_all") || !strcmp(mode, "raise_all");
+    bool raise = !strncmp(mode, "raise_", 6);
+    struct keyset req = {0}, mine = {0}, unexpected = {0}, missing = {0};
+    mc_status st = requested_keys(s, &req, &mine);
+    for (int64_t i = 0; !st && i < mine.n; i++)
+        if (!mc_pk_get(r->sdm, mine.k[i]))
+            st = ks_add(&unexpected, mine.k[i]);
+    for (int64_t i = 0; !st && all_keys && i + 1 < r->sdm->n; i += 2) {
+        const struct mc_pk *k = r->sdm->items[i];
+        char base[512];
+        if (k->kind != MC_PK_STR)
+            continue;
+        snprintf(base, sizeof(base), "%s", k->s);
+        char *sh = strstr(base, "/shard_");
+        if (sh)
+            *sh = 0;
+        if (!ks_has(&req, base) && !requested_extra(r, s, common, base))
+            st = ks_add(&missing, base);
+    }
+    if (!st && (missing.n || unexpected.n)) {
+        size_t n = 65536;
+        char *msg = mc_alloc(n), *a = mc_alloc(n / 2), *b = mc_alloc(n / 2);
+        if (!msg || !a || !b) {
+            st = MC_ERR_NOMEM;
+        } else {
+            ks_repr(&missing, a, n / 2);
+            ks_repr(&unexpected, b, n / 2);
+            size_t at = 0;
+            if (missing.n)
+                at += (size_t)snprintf(msg + at, n - at, "Some keys found in the checkpoint are "
+                                       "missing in the provided sharded state dict. ");
+            if (unexpected.n && at < n)
+                at += (size_t)snprintf(msg + at, n - at, "Unexpected keys (not found in the "
+                                       "checkpoint) encountered in the provided sharded state dict. ");
+            if (at < n)
+                at += (size_t)snprintf(msg + at, n - at, "\n");
+            if (missing.n && at < n)
+                at += (size_t)snprintf(msg + at, n - at, "Missing keys (for all ranks): %s. ", a);
+            if (unexpected.n && at < n)
+                snprintf(msg + at, n - at, "Unexpected keys (for this rank): %s. ", b);
+            if (raise)
+                st = mc_error(MC_ERR_FORMAT, "%s (--dist-ckpt-strictness %s): "
+                              "CheckpointingException: %s", r->dir, mode, msg);
+            else if (log)
+                fprintf(log, "WARNING:megatron.core.dist_checkpointing.validation:%s\n", msg);
+        }
+        mc_free(msg), mc_free(a), mc_free(b);
+    }
+    mc_free(req.k), mc_free(mine.k), mc_free(unexpected.k), mc_free(missing.k);
+    return st;
+}
+
 static mc_status read_metadata(mc_pk_doc *d, struct reader *r)
 {
     struct mc_pk *meta;
@@ -888,8 +1078,65 @@ static mc_status read_metadata(mc_pk_doc *d, struct reader *r)
     return MC_OK;
 }
 
+/* ---- whole global tensors, for readers without a model (the checkpoint converter) ---------- */
+struct mc_dist_reader {
+    struct reader r;
+    char dir[4096];
+    mc_pk_doc *doc; /* the .metadata pickle */
+};
+
+mc_status mc_dist_reader_open(const char *iter_dir, struct mc_dist_reader **out)
+{
+    struct mc_dist_reader *x = *out = mc_calloc(1, sizeof(*x));
+    if (!x)
+        return MC_ERR_NOMEM;
+    snprintf(x->dir, sizeof(x->dir), "%s", iter_dir);
+    x->r.dir = x->dir;
+    snprintf(x->r.meta_path, sizeof(x->r.meta_path), "%s/.metadata", iter_dir);
+    mc_status st = mc_pk_doc_init(&x->doc);
+    return st ? st : read_metadata(x->doc, &x->r);
+}
+
+void mc_dist_reader_close(struct mc_dist_reader *x)
+{
+    if (!x)
+        return;
+    close_files(&x->r);
+    if (x->doc)
+        mc_pk_doc_free(x->doc);
+    mc_free(x);
+}
+
+int64_t mc_dist_reader_count(const struct mc_dist_reader *x) { return x->r.sdm->n / 2; }
+
+const char *mc_dist_reader_key(const struct mc_dist_reader *x, int64_t k, bool *tensor)
+{
+    const struct mc_pk *key = x->r.sdm->items[2 * k], *v = x->r.sdm->items[2 * k + 1];
+    *tensor = v->kind == MC_PK_OBJECT && strstr(v->s, "TensorStorageMetadata");
+    return key->kind == MC_PK_STR ? key->s : "";
+}
+
+bool mc_dist_reader_shape(const struct mc_dist_reader *x, const char *key, int *nd, int64_t *g)
+{
+    return tensor_meta(&x->r, key, nd, g) != NULL;
+}
+
+mc_status mc_dist_reader_read(struct mc_dist_reader *x, const char *key, const int64_t *o,
+                              const int64_t *z, float *dst)
+{
+    int nd;
+    int64_t g[MC_PK_MAX_DIM];
+    const struct mc_pk *tm = tensor_meta(&x->r, key, &nd, g);
+    if (!tm)
+        return mc_error(MC_ERR_FORMAT, "%s: the checkpoint has no tensor %s", x->r.meta_path, key);
+    for (int k = 0; k < nd; k++)
+        if (o[k] < 0 || z[k] < 0 || o[k] > g[k] || z[k] > g[k] - o[k])
+            return mc_error(MC_ERR_INTERNAL, "%s: a region outside %s", x->r.meta_path, key);
+    return read_region(&x->r, key, tm, nd, g, o, z, dst);
+}
+
 mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const char *iter_dir,
-                            struct mc_pk **sd_out)
+                            FILE *log, struct mc_pk **sd_out)
 {
     struct reader *r = mc_calloc(1, sizeof(*r));
     if (!r)
@@ -921,6 +1168,8 @@ mc_status mc_dist_ckpt_read(mc_pk_doc *d, const struct mc_ckpt_state *s, const c
         st = st ? st : put(d, args, "pipeline_model_parallel_size",
                            mc_pk_int(d, mc->pipeline_model_parallel_size > 1 ? mc->pipeline_model_parallel_size : 1));
     }
+    st = st ? st : strict_check(r, s, c, log);
+    st = st ? st : rerun_state(d, r, s, c);
     int nc = s->n_chunks > 1 ? s->n_chunks : 1;
     for (int k = 0; !st && k < nc; k++) {
         char key[32];

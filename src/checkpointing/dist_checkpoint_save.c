@@ -260,6 +260,33 @@ static mc_status add_extra_state(struct plan *pl, const mc_gpt_model *m, const c
     return add_object(pl, fqn);
 }
 
+/* RerunStateMachine.state_dict(ckpt_format='torch_dist')'s ShardedObject: key
+ * rerun_state_machine_state, global shape (pp, tp) at (pp rank, tp rank), replica_id the
+ * data-parallel rank (rank 0 writes it), its value the machine's 'sharded' dict; common.pt keeps
+ * {'mode': RerunMode.DISABLED} (checkpoint.c). Megatron's generate_state_dict adds it before the
+ * rng_state, whatever --no-save-optim / --no-save-rng say. */
+static mc_status plan_rerun_state(struct plan *pl, const struct mc_ckpt_state *s)
+{
+    if (!(s->writer || !s->barrier))
+        return MC_OK;
+    if (!pl->objs && mc_pk_doc_init(&pl->objs))
+        return MC_ERR_NOMEM;
+    char fqn[96];
+    mc_dist_ckpt_rerun_key(fqn, sizeof(fqn), s->pp_rank, s->tp_rank, s->pp_size, s->tp_size);
+    struct mc_pk *all = mc_ckpt_rerun_state(pl->objs, s->iteration);
+    struct mc_pk *data = all ? mc_pk_get(all, "sharded") : NULL;
+    mc_status st = data ? add_object(pl, fqn) : MC_ERR_NOMEM;
+    if (!st)
+        pl->it[pl->n - 1].obj = data;
+    return st;
+}
+
+void mc_dist_ckpt_rerun_key(char *out, size_t n, int pp_rank, int tp_rank, int pp, int tp)
+{
+    snprintf(out, n, "rerun_state_machine_state/shard_%d.%d_%d.%d", pp_rank, tp_rank,
+             pp > 1 ? pp : 1, tp > 1 ? tp : 1);
+}
+
 /* get_rng_state's ShardedObject: key rng_state, global shape (pp, tp) at (pp rank, tp rank),
  * replica_id the data-parallel rank (rank 0 writes it); its data built in plan.objs by rng_state.c.
  * Last in the plan, as generate_state_dict adds it last. */
@@ -1058,6 +1085,7 @@ mc_status mc_dist_ckpt_plan_init(const struct mc_ckpt_state *s, bool snapshot,
     } else {
         st = st ? st : plan_distopt(pl, s);
     }
+    st = st ? st : plan_rerun_state(pl, s);
     st = st ? st : plan_rng_state(pl, s);
     /* Megatron's plan order is that of the chunks this rank holds; then it writes its share */
     int dp = s->dp_size > 1 ? s->dp_size : 1, me = dp > 1 ? s->dp_rank : 0;
@@ -1143,5 +1171,55 @@ mc_status mc_dist_ckpt_write(const struct mc_ckpt_state *s, const char *tmp_dir,
     /* a rank that failed still joins the gather inside: the others wait in it */
     st = mc_dist_ckpt_plan_finish(s, p, st, tmp_dir, final_dir, d, common);
     mc_dist_ckpt_plan_free(p);
+    return st;
+}
+
+/* ---- plans built item by item (the checkpoint converter: no model, no ranks) ----------------- */
+mc_status mc_dist_ckpt_plan_new(struct mc_dist_ckpt_plan **out)
+{
+    *out = mc_calloc(1, sizeof(**out));
+    return *out ? MC_OK : MC_ERR_NOMEM;
+}
+
+mc_status mc_dist_ckpt_plan_chunk(struct mc_dist_ckpt_plan *p, const char *key, int nd,
+                                  const int64_t *g, const int64_t *off, const int64_t *sz,
+                                  const void *data, enum mc_dtype dt)
+{
+    if (nd < 1 || nd > MC_PK_MAX_DIM - 1 || strlen(key) >= sizeof(p->pl.it[0].fqn))
+        return mc_error(MC_ERR_UNSUPPORTED, "torch_dist save: %s: key or rank too large", key);
+    for (int k = 0; k < nd; k++)
+        if (off[k] < 0 || sz[k] < 0 || off[k] + sz[k] > g[k])
+            return mc_error(MC_ERR_INTERNAL, "torch_dist save: a chunk of %s outside the tensor", key);
+    return add_item(&p->pl, key, nd, g, off, sz, data, dt, EVERY);
+}
+
+mc_status mc_dist_ckpt_plan_object(struct mc_dist_ckpt_plan *p, const char *fqn, const struct mc_pk *value)
+{
+    mc_status st = add_object(&p->pl, fqn);
+    if (!st)
+        p->pl.it[p->pl.n - 1].obj = value;
+    return st;
+}
+
+mc_status mc_dist_ckpt_plan_seal(struct mc_dist_ckpt_plan *p)
+{
+    mc_status st = distribute(&p->pl, 1, false);
+    st = st ? st : group_by_key(&p->pl);
+    if (!st && !(p->seq = mc_alloc((size_t)(p->pl.n + 1) * sizeof(int64_t))))
+        st = MC_ERR_NOMEM;
+    return st ? st : split(&p->pl, p->seq, &p->files);
+}
+
+mc_status mc_dist_ckpt_write_metadata(struct mc_dist_ckpt_plan *const *plans, int world,
+                                      const char *tmp_dir, const char *final_dir, mc_pk_doc *d,
+                                      const struct mc_pk *common)
+{
+    struct plan *all = mc_calloc((size_t)world, sizeof(*all));
+    if (!all)
+        return MC_ERR_NOMEM;
+    for (int r = 0; r < world; r++)
+        all[r] = plans[r]->pl; /* shallow: write_metadata reorders the items in place */
+    mc_status st = write_metadata(all, world, tmp_dir, final_dir, d, common);
+    mc_free(all);
     return st;
 }

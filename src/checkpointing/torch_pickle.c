@@ -28,9 +28,14 @@ struct block {
     size_t used, cap;
     _Alignas(16) unsigned char mem[];
 };
+struct zip_node {
+    struct mc_zip_reader *z;
+    struct zip_node *next;
+};
 struct mc_pk_doc {
     struct block *blocks;
-    struct mc_zip_reader *zip; /* kept mapped while the tree points into it */
+    struct zip_node *zips; /* every archive loaded into the doc, kept mapped while the tree points
+                              into them (a torch_dist load reads several into one doc) */
 };
 
 mc_status mc_pk_doc_init(mc_pk_doc **out)
@@ -43,19 +48,29 @@ void mc_pk_doc_free(mc_pk_doc *d)
 {
     if (!d)
         return;
+    for (struct zip_node *n = d->zips, *nx; n; n = nx) {
+        nx = n->next;
+        mc_zip_reader_close(n->z);
+        mc_free(n->z);
+        mc_free(n);
+    }
     for (struct block *b = d->blocks, *nx; b; b = nx) {
         nx = b->next;
         mc_free(b);
     }
-    if (d->zip) {
-        mc_zip_reader_close(d->zip);
-        mc_free(d->zip);
-    }
     mc_free(d);
 }
 
-void mc_pk_doc_keep_zip(mc_pk_doc *d, struct mc_zip_reader *z);
-void mc_pk_doc_keep_zip(mc_pk_doc *d, struct mc_zip_reader *z) { d->zip = z; }
+mc_status mc_pk_doc_keep_zip(mc_pk_doc *d, struct mc_zip_reader *z);
+mc_status mc_pk_doc_keep_zip(mc_pk_doc *d, struct mc_zip_reader *z)
+{
+    struct zip_node *n = mc_alloc(sizeof(*n));
+    if (!n)
+        return MC_ERR_NOMEM;
+    n->z = z, n->next = d->zips;
+    d->zips = n;
+    return MC_OK;
+}
 
 static void *arena(mc_pk_doc *d, size_t n)
 {

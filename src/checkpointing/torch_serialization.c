@@ -7,7 +7,7 @@
 #include "checkpointing/torch_pickle.h"
 #include "checkpointing/torch_zip.h"
 
-void mc_pk_doc_keep_zip(mc_pk_doc *d, struct mc_zip_reader *z);
+mc_status mc_pk_doc_keep_zip(mc_pk_doc *d, struct mc_zip_reader *z);
 
 static void archive_name(char *out, size_t n, const char *path)
 {
@@ -118,7 +118,11 @@ static mc_status load_zip(mc_pk_doc *d, const char *path, const uint8_t *mem, si
         mc_free(c.z);
         return st;
     }
-    mc_pk_doc_keep_zip(d, c.z);
+    if ((st = mc_pk_doc_keep_zip(d, c.z))) {
+        mc_zip_reader_close(c.z);
+        mc_free(c.z);
+        return st;
+    }
     if (!c.z->n)
         return mc_error(MC_ERR_FORMAT, "%s: empty zip archive (not a torch.save file)", path);
     const char *first = c.z->e[0].name, *slash = strchr(first, '/');

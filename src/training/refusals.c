@@ -140,7 +140,8 @@ static void table(const struct mc_args *a, struct mc_refusals *r)
     for (int id = 0; id < MC_A_NUM_OPTIONS; id++) {
         const struct mc_arg_def *d = &mc_arg_defs[id];
         if (d->support == MC_ARG_UNSUPPORTED && a->given[id] &&
-            !mc_args_is_default(a, (enum mc_arg_id)id))
+            !mc_args_is_default(a, (enum mc_arg_id)id) &&
+            id != A(ckpt_convert_update_legacy_dist_opt_format)) /* convert_format says why */
             refuse(r, "%s is not supported by megatron.c yet", d->opt);
     }
 }
@@ -181,6 +182,13 @@ static void dist_save(const struct mc_args *a, struct mc_refusals *r)
  * would, so the same formats and the same limits apply. */
 static void convert_format(const struct mc_args *a, struct mc_refusals *r)
 {
+    if (mc_args_bool(a, A(ckpt_convert_update_legacy_dist_opt_format)))
+        refuse(r, "--ckpt-convert-update-legacy-dist-opt-format is not supported by megatron.c: it "
+               "reads a --ckpt-format torch distrib_optim.pt in the layout Megatron wrote before "
+               "February 2024 (DistributedOptimizer.load_parameter_state_from_dp_zero_legacy: "
+               "unpadded per-buffer tensors), which Megatron core_v0.12.1 no longer writes; "
+               "megatron.c reads the current layout without the option (convert older checkpoints "
+               "with that Megatron version)");
     if (mc_args_is_none(a, A(ckpt_convert_format)))
         return;
     const char *to = mc_args_str(a, A(ckpt_convert_format));

@@ -186,3 +186,30 @@ def rng_state_diffs(ours, gold):
         if list(ok) != list(gk) or not all(torch.equal(ok[k], gk[k]) for k in gk):
             bad.append("rng_tracker_states")
     return bad
+
+
+def megatron_continues(case, save, ours, tmp, extra, port, gold_log, what, check, every=True):
+    """Megatron loads our iteration-3 torch_dist save `save` at `case` (with `extra`, the
+    megatron-cpu shim's fixload) and continues: consumed samples and learning rate as ours, lm
+    loss within 1e-5 relative, at iterations 4-6 (`every`; else those Megatron printed, from 4).
+    Live with MC_MEGATRON_ROOT and a torch 2 python, else from its logged run `gold_log`."""
+    py = megatron_python(torch2=True)
+    if megatron_root() and py:
+        rcs, out = run_megatron(case, tmp, tuple(extra) + ("--load", save, "--ckpt-step", "3"),
+                                port=port, python=py, variant="fixload")
+        check(not any(rcs), f"Megatron loading ours: {rcs} {out[-800:]}")
+        how = "live"
+    else:
+        out, how = open(gold_log).read(), "its logged run"
+    theirs = train_lines(out)
+    check(sorted(theirs) == [4, 5, 6] if every else bool(theirs) and min(theirs) == 4,
+          f"Megatron resumed at 4: {sorted(theirs)}")
+    loss = {k: {it: numbers(rest).get("lm loss", float("nan")) for it, (_, rest) in v.items()}
+            for k, v in (("ours", ours), ("theirs", theirs))}
+    lo, lt = loss["ours"], loss["theirs"]
+    for it in sorted(theirs):
+        check(theirs[it][0] == ours[it][0], f"Megatron {it}: consumed samples {theirs[it][0]} vs {ours[it][0]}")
+        check(numbers(theirs[it][1]).get("learning rate") == numbers(ours[it][1]).get("learning rate"),
+              f"Megatron {it}: learning rate")
+        check(abs(lt[it] - lo[it]) <= 1e-5 * abs(lo[it]), f"Megatron {it}: lm loss {lt[it]} vs ours {lo[it]}")
+    print(f"Megatron ({how}) continues from our {what} (Megatron, ours):", [(lt[i], lo[i]) for i in sorted(theirs)])

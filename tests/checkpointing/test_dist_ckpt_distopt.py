@@ -65,17 +65,17 @@ for n in ("megatron", "megatron.core", "megatron.core.dist_checkpointing",
           "megatron.core.dist_checkpointing.strategies", "megatron.core.dist_checkpointing.strategies.torch"):
     sys.modules[n] = types.ModuleType(n)
 sys.modules["megatron.core.dist_checkpointing.strategies.torch"].MCoreSavePlan = type("MCoreSavePlan", (), {})
-drop = ("rerun_state_machine_state/",)
+drop = ()  # every key, the rerun_state_machine_state and rng_state objects included
 def load(d):
     m = pickle.load(open(d + "/.metadata", "rb"))
     md = {k: (type(v).__name__, tuple(getattr(v, "size", ()) or ()),
               sorted((tuple(c.offsets), tuple(c.sizes)) for c in getattr(v, "chunks", [])))
           for k, v in m.state_dict_metadata.items() if not k.startswith(drop)}
-    files, rng = {}, {}  # rng_state: its writing rank (within it Megatron's round robin counts
+    files, rng = {}, {}  # rng_state: its writing rank
     for k, v in sorted(m.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
-        if k.fqn.startswith("rng_state/"):  # its rerun_state_machine_state object first)
+        if k.fqn.startswith("rng_state/"):
             rng[k.fqn] = v.relative_path.split("_")[2]
-        elif not k.fqn.startswith(drop):
+        if not k.fqn.startswith(drop):
             files.setdefault(v.relative_path, []).append((k.fqn, tuple(k.offset) if k.offset is not None else None))
     mc = {k: v for k, v in m.mcore_data.items() if not k.startswith(drop)}
     o = torch.load(d + "/common.pt", weights_only=False)["optimizer"]
@@ -110,28 +110,6 @@ def check_layout(save, tmp):
           and "rng_state by the same ranks True" in out
           and "common True" in out, f"layout as Megatron's: {out} {r.stderr[-800:]}")
     print("layout as Megatron's save:", out.replace("\n", "; "))
-
-
-def megatron_continues(save, ours, tmp):
-    """Megatron loads our iteration-3 save (dp2, distributed optimizer) and continues as we do."""
-    py = mcs.megatron_python(torch2=True)
-    if mcs.megatron_root() and py:
-        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3"),
-                                    port=29887, python=py, variant="fixload")
-        check(not any(rcs), f"Megatron loading ours: {rcs} {out[-800:]}")
-        how = "live"
-    else:
-        out, how = open(os.path.join(GOLD, "megatron_loads_ours_log.txt")).read(), "its logged run"
-    theirs = mcs.train_lines(out)
-    check(sorted(theirs) and min(theirs) == 4, f"Megatron resumed at 4: {sorted(theirs)}")
-    lo, lt = losses(ours), losses(theirs)
-    for it in sorted(theirs):
-        check(theirs[it][0] == ours[it][0], f"Megatron {it}: consumed samples {theirs[it][0]} vs {ours[it][0]}")
-        check(mcs.numbers(theirs[it][1]).get("learning rate") == mcs.numbers(ours[it][1]).get("learning rate"),
-              f"Megatron {it}: learning rate")
-        check(close(lt[it], lo[it], 1e-5), f"Megatron {it}: lm loss {lt[it]} vs ours {lo[it]}")
-    print(f"Megatron ({how}) continues from our distributed-optimizer torch_dist save (Megatron, ours):",
-          [(lt[i], lo[i]) for i in sorted(theirs)])
 
 
 TORCH2_READ = r'''
@@ -212,7 +190,9 @@ def main():
         check(r.returncode != 0 and "saved with --use-distributed-optimizer" in r.stderr and
               "Global shape mismatch" in r.stderr, f"ordinary optimizer refuses: {r.stderr[-400:]}")
         print("without --use-distributed-optimizer:", r.stderr.strip().splitlines()[-1][:200])
-        megatron_continues(save, ours, tmp)
+        mcs.megatron_continues("gpt_dp2", save, ours, tmp, DIST + DISTOPT, 29887,
+                               os.path.join(GOLD, "megatron_loads_ours_log.txt"),
+                               "distributed-optimizer torch_dist save", check, every=False)
         dcp_reads(save, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

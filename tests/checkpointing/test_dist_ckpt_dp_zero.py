@@ -32,7 +32,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 import megatron_cases as mcs  # noqa: E402
-from test_dist_ckpt_distopt import DIST, DISTOPT, close, losses, resume  # noqa: E402
+from test_dist_ckpt_distopt import DIST, DISTOPT, losses, resume  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from mc_test import check, summary  # noqa: E402
@@ -48,7 +48,7 @@ for n in ("megatron", "megatron.core", "megatron.core.dist_checkpointing",
           "megatron.core.dist_checkpointing.strategies", "megatron.core.dist_checkpointing.strategies.torch"):
     sys.modules[n] = types.ModuleType(n)
 sys.modules["megatron.core.dist_checkpointing.strategies.torch"].MCoreSavePlan = type("MCoreSavePlan", (), {})
-drop = ("rng_state/", "rerun_state_machine_state/")  # Megatron's objects megatron.c has not
+drop = ("rng_state/",)  # (its own test: test_rng_state.py)
 def load(d):
     m = pickle.load(open(d + "/.metadata", "rb"))
     md = {k: (type(v).__name__, tuple(getattr(v, "size", ()) or ()),
@@ -142,28 +142,6 @@ def check_more_layouts(tmp):
         print(f"{tag}: layout as Megatron's save:", r.stdout.strip())
 
 
-def megatron_continues(save, ours, tmp):
-    py = mcs.megatron_python(torch2=True)
-    if mcs.megatron_root() and py:
-        rcs, out = mcs.run_megatron("gpt_dp2", tmp, DIST + DISTOPT + NOFPS + ("--load", save, "--ckpt-step", "3",
-                                                                          "--no-load-rng"),
-                                    port=29981, python=py, variant="fixload")
-        check(not any(rcs), f"Megatron loading ours: {rcs} {out[-800:]}")
-        how = "live"
-    else:
-        out, how = open(os.path.join(GOLD, "megatron_loads_ours_log.txt")).read(), "its logged run"
-    theirs = mcs.train_lines(out)
-    check(sorted(theirs) == [4, 5, 6], f"Megatron resumed at 4: {sorted(theirs)}")
-    lo, lt = losses(ours), losses(theirs)
-    for it in sorted(theirs):
-        check(theirs[it][0] == ours[it][0], f"Megatron {it}: consumed samples {theirs[it][0]} vs {ours[it][0]}")
-        check(mcs.numbers(theirs[it][1]).get("learning rate") == mcs.numbers(ours[it][1]).get("learning rate"),
-              f"Megatron {it}: learning rate")
-        check(close(lt[it], lo[it], 1e-5), f"Megatron {it}: lm loss {lt[it]} vs ours {lo[it]}")
-    print(f"Megatron ({how}) continues from our dp_zero_gather_scatter save (Megatron, ours):",
-          [(lt[i], lo[i]) for i in sorted(theirs)])
-
-
 def main():
     tmp = tempfile.mkdtemp(prefix="mc_dist_dp_zero_")
     try:
@@ -238,7 +216,9 @@ def main():
         r = mcs.run_ours("gpt_tp2", tmp, DIST + DISTOPT + ("--load", save, "--ckpt-step", "3", "--no-load-optim",
                                                            "--make-vocab-size-divisible-by", "32"))
         check(r.returncode == 0 and sorted(mcs.train_lines(r.stdout)) == [4, 5, 6], f"tp2 --no-load-optim: {r.stderr[-400:]}")
-        megatron_continues(save, ours, tmp)
+        mcs.megatron_continues("gpt_dp2", save, ours, tmp, DIST + DISTOPT + NOFPS + ("--no-load-rng",), 29981,
+                               os.path.join(GOLD, "megatron_loads_ours_log.txt"),
+                               "dp_zero_gather_scatter save", check)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary("test_dist_ckpt_dp_zero")

@@ -69,14 +69,14 @@ def load(d, drop=()):
               tuple(getattr(v, "size", ()) or ()),
               sorted((tuple(c.offsets), tuple(c.sizes)) for c in getattr(v, "chunks", [])))
           for k, v in m.state_dict_metadata.items() if not k.startswith(drop)}
-    files, rng = {}, {}  # rng_state: its writing rank (within it Megatron's round robin counts
+    files, rng = {}, {}  # rng_state: its writing rank
     for k, v in sorted(m.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
-        if k.fqn.startswith("rng_state/"):  # its rerun_state_machine_state object first)
+        if k.fqn.startswith("rng_state/"):
             rng[k.fqn] = v.relative_path.split("_")[2]
-        elif not k.fqn.startswith(drop):
+        if not k.fqn.startswith(drop):
             files.setdefault(v.relative_path, []).append((k.fqn, tuple(k.offset) if k.offset is not None else None))
     return md, files, rng
-ours, theirs = load(sys.argv[1]), load(sys.argv[2], ("rerun_state_machine_state/",))
+ours, theirs = load(sys.argv[1]), load(sys.argv[2])
 bad = [k for k in set(ours[0]) | set(theirs[0]) if ours[0].get(k) != theirs[0].get(k)]
 print("keys", len(ours[0]), "differ", sorted(bad)[:5])
 print("files", sorted(ours[1]) == sorted(theirs[1]) and all(ours[1][f] == theirs[1][f] for f in ours[1]))

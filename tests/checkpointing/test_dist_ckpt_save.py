@@ -3,9 +3,8 @@ the cases of megatron_cases.DIST_CASES (GPT-2 style tp1 and tp2 x pp2, Llama sty
 the ordinary optimizer:
 - the layout is Megatron's: every key, global shape and chunk of Megatron's own torch_dist save of
   the same case (tests/golden/checkpointing/dist_<case>/), each chunk in the same .distcp file at
-  the same place in the file's order (Megatron's rerun_state_machine_state objects aside:
-  megatron.c has none; the rng_state objects written by the same ranks, their file within the
-  rank aside, which Megatron's round robin picks counting the rerun object);
+  the same place in the file's order, the rng_state and rerun_state_machine_state objects
+  included (and common.pt's rerun_state_machine {'mode': DISABLED} as Megatron's);
 - Megatron loads ours with its default flags (restoring our rng_state) and continues: iterations
   4-6 within 1e-5 relative of ours (Megatron run live with MC_MEGATRON_ROOT and PyPI torch 2.x,
   MC_TORCH2_PYTHON; else its logged continuation from our checkpoint,
@@ -72,9 +71,6 @@ for n in ("megatron", "megatron.core", "megatron.core.dist_checkpointing",
           "megatron.core.dist_checkpointing.strategies", "megatron.core.dist_checkpointing.strategies.torch"):
     sys.modules[n] = types.ModuleType(n)
 sys.modules["megatron.core.dist_checkpointing.strategies.torch"].MCoreSavePlan = type("MCoreSavePlan", (), {})
-# rng_state: the same keys, each written by the same rank, but not always into the same one of
-# its two files: Megatron's round robin of sharded objects counts its rerun_state_machine_state
-# object (which megatron.c does not write) before it
 RNG = "rng_state/"
 def load(d, drop=()):
     m = pickle.load(open(d + "/.metadata", "rb"))
@@ -85,10 +81,16 @@ def load(d, drop=()):
     for k, v in sorted(m.storage_data.items(), key=lambda kv: (kv[1].relative_path, kv[1].offset)):
         if k.fqn.startswith(RNG):
             rng[k.fqn] = v.relative_path.split("_")[2]
-        elif not k.fqn.startswith(drop):
+        if not k.fqn.startswith(drop):
             files.setdefault(v.relative_path, []).append((k.fqn, tuple(k.offset) if k.offset is not None else None))
     return md, files, rng
-ours, theirs = load(sys.argv[1]), load(sys.argv[2], ("rerun_state_machine_state/",))
+ours, theirs = load(sys.argv[1]), load(sys.argv[2])
+import torch
+sys.path.insert(0, sys.argv[3])
+import torch_stubs  # the Megatron classes common.pt names
+torch_stubs.install()
+rerun = [torch.load(d + "/common.pt", weights_only=False).get("rerun_state_machine") for d in sys.argv[1:3]]
+print("rerun", str(rerun[0]) == str(rerun[1]) and rerun[0] is not None, rerun[0])
 bad = [k for k in set(ours[0]) | set(theirs[0]) if ours[0].get(k) != theirs[0].get(k)]
 print("keys", len(ours[0]), "differ", sorted(bad)[:5])
 print("files", sorted(ours[1]) == sorted(theirs[1]) and all(ours[1][f] == theirs[1][f] for f in ours[1]))
@@ -104,10 +106,11 @@ def check_layout(case, save, tmp):
               "bench/setup_torch.sh)")
         return
     gold = os.path.join(mcs.GOLDEN, f"dist_{case}", "save", "iter_0000003")
-    r = subprocess.run([py, "-c", TORCH2_LAYOUT, os.path.join(save, "iter_0000003"), gold],
+    r = subprocess.run([py, "-c", TORCH2_LAYOUT, os.path.join(save, "iter_0000003"), gold,
+                        os.path.dirname(os.path.abspath(__file__))],
                        capture_output=True, text=True, timeout=300)
     check(r.returncode == 0 and "differ []" in r.stdout and "files True" in r.stdout and
-          "by the same ranks True" in r.stdout,
+          "by the same ranks True" in r.stdout and "rerun True" in r.stdout,
           f"{case}: layout as Megatron's: {r.stdout} {r.stderr[-500:]}")
     print(f"{case}: layout as Megatron's:", r.stdout.split("\n")[0])
 

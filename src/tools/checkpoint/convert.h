@@ -66,6 +66,7 @@ struct mc_cv_options {
     enum mc_dtype hf_params_dtype;  /* hf loader --bf16 / --fp16 (else float32) */
     const char *loader_impl, *saver_impl; /* "local" | "transformer_engine" */
     bool legacy_saver;                 /* --saver legacy: legacy-model nested state dicts */
+    bool dist_saver;                   /* --saver-ckpt-format torch_dist (a megatron.c option) */
     bool checking;                     /* convert.py's --no-checking clears it */
     FILE *log;
 };

@@ -76,8 +76,9 @@ static mc_status kept_args(mc_pk_doc *d, struct mc_pk *ns, const struct mc_cv_mo
     st = st ? st : set_if_present(d, ns, "encoder_seq_length", mc_pk_int(d, m->md.seq_length));
     st = st ? st : set(d, ns, "save_interval", mc_pk_int(d, 1));
     st = st ? st : set(d, ns, "save", mc_pk_str(d, o->save_dir));
-    st = st ? st : set(d, ns, "ckpt_format", mc_pk_str(d, "torch"));
-    st = st ? st : set_if_present(d, ns, "use_dist_ckpt", mc_pk_bool(d, false)); /* validate_args */
+    st = st ? st : set(d, ns, "ckpt_format", mc_pk_str(d, o->dist_saver ? "torch_dist" : "torch"));
+    /* validate_args: use_dist_ckpt = ckpt_format != 'torch' */
+    st = st ? st : set_if_present(d, ns, "use_dist_ckpt", mc_pk_bool(d, o->dist_saver));
     /* validate_args on the copied args: --data-path without --split gets the legacy split */
     const struct mc_pk *dp = mc_pk_get(ck, "data_path"), *split = mc_pk_get(ck, "split");
     if (!st && dp && dp->kind != MC_PK_NONE && (!split || split->kind == MC_PK_NONE))

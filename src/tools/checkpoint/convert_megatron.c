@@ -11,11 +11,15 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "tools/checkpoint/convert_args.h"
+#include "checkpointing/checkpoint_internal.h"
+#include "checkpointing/dist_checkpoint.h"
 #include "checkpointing/state_dict_names.h"
+#include "core/dtype.h"
 
 /* How a tensor is sharded over tensor-parallel ranks (schema_core / utils.chunk_weight). */
 enum split {
@@ -147,13 +151,6 @@ static mc_status first_file(struct src *s, char *path, size_t n)
     rank_file(path, n, s->iter_dir, 0, 0, 2);
     if (!access(path, R_OK))
         return MC_OK;
-    char probe[4200];
-    snprintf(probe, sizeof(probe), "%s/metadata.json", s->iter_dir);
-    if (!access(probe, F_OK))
-        return mc_error(MC_ERR_UNSUPPORTED, "--load-dir %s: %s is a torch_dist checkpoint; "
-                        "convert_checkpoint reads --ckpt-format torch checkpoints (Megatron converts "
-                        "with --ckpt-convert-format torch --ckpt-convert-save DIR)", s->o->load_dir,
-                        s->iter_dir);
     return mc_error(MC_ERR_IO, "--load-dir %s: neither %s/mp_rank_00/model_optim_rng.pt nor "
                     "%s/mp_rank_00_000/model_optim_rng.pt exists", s->o->load_dir, s->iter_dir,
                     s->iter_dir);
@@ -469,6 +466,157 @@ out:
     return st;
 }
 
+/* _get_checkpoint_format of Megatron's load_checkpoint, which the loaders call: torch_dist when
+ * the directory is a distributed checkpoint (metadata.json), torch when it holds an mp_rank_0*
+ * entry, torch_dcp (refused: not Megatron's torch_dist) when only a DCP .metadata is there. */
+static mc_status checkpoint_format(const struct src *s, bool *dist)
+{
+    char probe[4200];
+    *dist = mc_dist_ckpt_is(s->iter_dir);
+    if (*dist)
+        return MC_OK;
+    DIR *dir = opendir(s->iter_dir);
+    if (!dir)
+        return mc_error(MC_ERR_IO, "--load-dir %s: cannot open %s: %s", s->o->load_dir, s->iter_dir,
+                        strerror(errno));
+    bool torch = false;
+    for (struct dirent *e; !torch && (e = readdir(dir));)
+        torch = !strncmp(e->d_name, "mp_rank_0", 9);
+    closedir(dir);
+    snprintf(probe, sizeof(probe), "%s/.metadata", s->iter_dir);
+    if (!torch && !access(probe, F_OK))
+        return mc_error(MC_ERR_UNSUPPORTED, "--load-dir %s: %s is a torch_dcp checkpoint "
+                        "(--ckpt-format torch_dcp), which megatron.c does not read", s->o->load_dir,
+                        s->iter_dir);
+    if (!torch)
+        return mc_error(MC_ERR_FORMAT, "--load-dir %s: unknown checkpoint format in %s (neither "
+                        "metadata.json of a torch_dist checkpoint nor mp_rank_* of a torch one)",
+                        s->o->load_dir, s->iter_dir);
+    return MC_OK;
+}
+
+/* The local-spec name of a torch_dist global key ("decoder.layers.mlp.linear_fc1.layer_norm_weight"
+ * -> "decoder.layers.0.pre_mlp_layernorm.weight" with *layered), "" for one without a converter
+ * tensor (the TE core attention's). */
+static mc_status dist_local_name(const struct src *s, const char *key, char *local, size_t n,
+                                 bool *layered)
+{
+    static const char pre[] = "decoder.layers.";
+    char te[600];
+    bool absent = false;
+    *layered = !strncmp(key, pre, sizeof(pre) - 1);
+    if (*layered)
+        snprintf(te, sizeof(te), "%s0.%s", pre, key + sizeof(pre) - 1);
+    else
+        snprintf(te, sizeof(te), "%s", key);
+    mc_status st = mc_sd_name_map(MC_SD_TE, MC_SD_LOCAL, te, !s->m->md.untied, local, n, &absent);
+    if (st)
+        return mc_error(st, "%s/.metadata: %s", s->iter_dir, mc_last_error());
+    if (absent)
+        *local = 0;
+    return MC_OK;
+}
+
+/* The converter tensor `what` (layer `layer`, or -1) from region [o, o+z) of the global tensor
+ * `key` (its dims after the layer axis: ndim of shape), in the model's dtype. */
+static mc_status dist_take(struct src *s, struct mc_dist_reader *r, const char *key, long layer,
+                           int ndim, const int64_t *shape, const char *what)
+{
+    int64_t o[MC_PK_MAX_DIM] = {0}, z[MC_PK_MAX_DIM], numel = 1;
+    int pre = layer >= 0;
+    if (pre)
+        o[0] = layer, z[0] = 1;
+    for (int k = 0; k < ndim; k++)
+        z[pre + k] = shape[k], numel *= shape[k];
+    if (ndim < 1 || ndim > 2)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s/.metadata: %s is not a 1-D or 2-D parameter",
+                        s->iter_dir, key);
+    float *tmp = mc_alloc((size_t)numel * sizeof(float) + 1);
+    if (!tmp)
+        return MC_ERR_NOMEM;
+    mc_status st = mc_dist_reader_read(r, key, o, z, tmp);
+    struct mc_cv_tensor *t = NULL;
+    enum mc_dtype dt = s->m->md.params_dtype;
+    st = st ? st : mc_cv_add(s->m, &t, dt, ndim, shape[0], ndim > 1 ? shape[1] : 1, "%s", what);
+    if (!st) /* 16-bit weights were widened exactly: narrowing gives the stored bits back */
+        mc_dtype_from_f32(t->data, dt, tmp, numel);
+    mc_free(tmp);
+    return st;
+}
+
+/* One global tensor of a torch_dist checkpoint: every layer of a stacked key, or the whole. */
+static mc_status dist_key(struct src *s, struct mc_dist_reader *r, const char *key)
+{
+    char local[600];
+    bool layered;
+    int nd;
+    int64_t g[MC_PK_MAX_DIM];
+    if (!strncmp(key, "optimizer.", 10))
+        return MC_OK; /* the loaders read no optimizer state (--no-load-optim) */
+    mc_status st = dist_local_name(s, key, local, sizeof(local), &layered);
+    if (st || !*local || !mc_dist_reader_shape(r, key, &nd, g))
+        return st;
+    const struct mc_cv_meta *md = &s->m->md;
+    if (!layered) {
+        int k = match(model_params, N_MODEL_PARAMS, local);
+        if (k < 0 || (k == MP_OUTPUT && !md->untied))
+            return mc_error(MC_ERR_UNSUPPORTED, "%s/.metadata: '%s' is not a parameter "
+                            "convert_checkpoint converts (GPT without q/k layernorm or experts)",
+                            s->iter_dir, key);
+        return dist_take(s, r, key, -1, nd, g, model_params[k].what);
+    }
+    int p = match(layer_params, N_LAYER_PARAMS, local + strlen("decoder.layers.0."));
+    if (p < 0 || !layer_params[p].what)
+        return mc_error(MC_ERR_UNSUPPORTED, "%s/.metadata: '%s' is not a parameter "
+                        "convert_checkpoint converts (GPT without q/k layernorm or experts)",
+                        s->iter_dir, key);
+    if (nd < 2 || g[0] != md->num_layers)
+        return mc_error(MC_ERR_FORMAT, "%s/.metadata: %s stacks %lld layers; the args say "
+                        "num_layers %lld", s->iter_dir, key, nd ? (long long)g[0] : 0LL,
+                        (long long)md->num_layers);
+    for (long l = 0; !st && l < md->num_layers; l++) {
+        char what[64];
+        snprintf(what, sizeof(what), "layer %ld %s", l, layer_params[p].what);
+        st = dist_take(s, r, key, l, nd - 1, g + 1, what);
+    }
+    return st;
+}
+
+/* A torch_dist checkpoint: its keys are global (layers stacked, TP shards as chunks), so the
+ * full tensors are read directly, whatever the saving layout. */
+static mc_status load_dist(struct src *s)
+{
+    struct mc_cv_model *m = s->m;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/common.pt", s->iter_dir);
+    struct mc_pk *sd;
+    mc_status st = mc_pk_doc_init(&m->md.doc);
+    st = st ? st : mc_torch_load(m->md.doc, path, &sd);
+    if (!st && !mc_pk_is_map(sd))
+        st = mc_error(MC_ERR_FORMAT, "%s: not a checkpoint dict", path);
+    st = st ? st : read_meta(s, sd);
+    if (st)
+        return st;
+    m->md.release = s->release;
+    if ((st = mc_cv_true_vocab(s->o, &m->md.true_vocab_size)))
+        return st;
+    if (s->o->log)
+        fprintf(s->o->log, "loading Megatron distributed checkpoint %s: saved at tp %d, pp %d, %lld "
+                "layers, iteration %lld%s\n", s->iter_dir, s->tp, s->pp, (long long)m->md.num_layers,
+                (long long)m->md.iteration, s->release ? " (release)" : "");
+    struct mc_dist_reader *r;
+    st = mc_dist_reader_open(s->iter_dir, &r);
+    for (int64_t k = 0; !st && k < mc_dist_reader_count(r); k++) {
+        bool tensor;
+        const char *key = mc_dist_reader_key(r, k, &tensor);
+        if (tensor)
+            st = dist_key(s, r, key);
+    }
+    mc_dist_reader_close(r);
+    s->scheme = MC_SD_TE; /* the global keys carry TE names whatever the saving spec */
+    return st ? st : mc_cv_check(m, s->o->load_dir);
+}
+
 static void note_impl(const struct src *s)
 {
     const char *impl = s->o->loader_impl;
@@ -493,6 +641,11 @@ mc_status mc_cv_load_megatron(struct mc_cv_model *m, const struct mc_cv_options 
     else
         snprintf(s.iter_dir, sizeof(s.iter_dir), "%s/iter_%07lld", o->load_dir, (long long)iteration);
     char path[4200];
+    bool dist;
+    if ((st = checkpoint_format(&s, &dist)))
+        return st;
+    if (dist)
+        return load_dist(&s);
     if ((st = first_file(&s, path, sizeof(path))))
         return st;
     if ((st = mc_pk_doc_init(&m->md.doc)))
@@ -833,6 +986,186 @@ static mc_status prepare(struct dst *d, struct mc_cv_model *padded)
     return st;
 }
 
+/* ---- torch_dist: every target rank's plan written by this one process ---------------------- */
+struct dist_rank {
+    struct dst *d;
+    struct mc_dist_ckpt_plan *plan;
+    struct mc_cv_model *pool; /* the shards' bytes, until the rank's files are written */
+    int k, p;
+};
+
+/* The global key of a local-spec name and its layer on the prepended axis (-1: none). */
+static mc_status dist_global(const struct dst *d, const char *local, char *key, size_t n, long *layer)
+{
+    char te[600];
+    bool absent = false;
+    mc_status st = mc_sd_name_map(MC_SD_LOCAL, MC_SD_TE, local, !d->m->md.untied, te, sizeof(te), &absent);
+    if (st || absent)
+        return st ? st : mc_error(MC_ERR_INTERNAL, "%s has no TE-spec name", local);
+    int used = 0;
+    *layer = -1;
+    if (sscanf(te, "decoder.layers.%ld.%n", layer, &used) == 1 && used)
+        snprintf(key, n, "decoder.layers.%s", te + used);
+    else
+        snprintf(key, n, "%s", te), *layer = -1;
+    return MC_OK;
+}
+
+/* Rank (k, p)'s chunk(s) of the converter tensor t under the local-spec name `local` (global layer
+ * `glayer` for a layer's): replicated tensors from tensor-parallel rank 0 only, SwiGLU's fc1 as
+ * its [gate; up] halves, as Megatron's sharded_state_dict gives them. */
+static mc_status dist_put(struct dist_rank *c, const char *local, const struct mc_cv_tensor *t,
+                          enum split split)
+{
+    int tp = c->d->tp;
+    if (split == SPLIT_REP && c->k > 0)
+        return MC_OK;
+    char key[600];
+    long layer;
+    mc_status st = dist_global(c->d, local, key, sizeof(key), &layer);
+    struct mc_cv_tensor *sh = NULL;
+    int64_t rows, cols;
+    int64_t r = t->shape[0], cl = t->ndim > 1 ? t->shape[1] : 1;
+    int64_t sr = split == SPLIT_COL || split == SPLIT_GATED ? r / tp : r;
+    int64_t sc = split == SPLIT_ROW ? cl / tp : cl;
+    st = st ? st : mc_cv_add(c->pool, &sh, t->dtype, t->ndim, sr, sc, "shard");
+    if (st)
+        return st;
+    mc_cv_shard_copy(sh->data, t, (enum mc_cv_split)split, c->k, tp, &rows, &cols);
+    int halves = split == SPLIT_GATED ? 2 : 1, pre = layer >= 0;
+    size_t es = mc_dtype_size(t->dtype);
+    for (int h = 0; !st && h < halves; h++) {
+        int64_t g[MC_PK_MAX_DIM], off[MC_PK_MAX_DIM], sz[MC_PK_MAX_DIM];
+        if (pre)
+            g[0] = c->d->m->md.num_layers, off[0] = layer, sz[0] = 1;
+        int64_t part = sr / halves;
+        g[pre] = r, sz[pre] = part;
+        off[pre] = split == SPLIT_COL ? c->k * sr
+                   : split == SPLIT_GATED ? h * (r / 2) + c->k * part : 0;
+        if (t->ndim > 1) {
+            g[pre + 1] = cl, sz[pre + 1] = sc;
+            off[pre + 1] = split == SPLIT_ROW ? c->k * sc : 0;
+        }
+        const uint8_t *data = sh->data + (size_t)(h * part * sc) * es;
+        st = mc_dist_ckpt_plan_chunk(c->plan, key, t->ndim + pre, g, off, sz, data, t->dtype);
+    }
+    return st;
+}
+
+/* The sharded object `<module>._extra_state/shard_<layer>_<L>` of a layer's module (None: no
+ * Transformer Engine fp8 state), from tensor-parallel rank 0. */
+static mc_status dist_extra(struct dist_rank *c, const char *local_param, int64_t glayer)
+{
+    if (c->k > 0)
+        return MC_OK;
+    char key[600], fqn[700];
+    long layer;
+    mc_status st = dist_global(c->d, local_param, key, sizeof(key), &layer);
+    char *dot = st ? NULL : strrchr(key, '.');
+    if (dot)
+        *dot = 0;
+    snprintf(fqn, sizeof(fqn), "%s._extra_state/shard_%lld_%lld", key, (long long)glayer,
+             (long long)c->d->m->md.num_layers);
+    return st ? st : mc_dist_ckpt_plan_object(c->plan, fqn, NULL);
+}
+
+static mc_status dist_layer(struct dist_rank *c, int64_t local, int64_t global)
+{
+    const struct mc_cv_model *m = c->d->m;
+    mc_status st = MC_OK;
+    char name[256];
+    if (c->d->scheme == MC_SD_TE && c->k == 0) { /* TE's core attention: its module comes first */
+        char fqn[160];
+        snprintf(fqn, sizeof(fqn), "decoder.layers.self_attention.core_attention._extra_state/shard_%lld_%lld",
+                 (long long)global, (long long)m->md.num_layers);
+        st = mc_dist_ckpt_plan_object(c->plan, fqn, NULL);
+    }
+    char prev[256] = ""; /* the last parameter of the module an _extra_state follows */
+    for (int p = 0; !st && p < N_LAYER_PARAMS; p++) {
+        const struct layer_param *lp = &layer_params[p];
+        if (!lp->what) { /* the module's _extra_state, after its parameters */
+            if (*prev)
+                st = dist_extra(c, prev, global);
+            *prev = 0;
+            continue;
+        }
+        const struct mc_cv_tensor *t = mc_cv_get(m, "layer %lld %s", (long long)global, lp->what);
+        if (!t)
+            continue; /* absent bias / norm bias */
+        /* named with the global layer: its number is the chunk's place on the layer axis */
+        snprintf(name, sizeof(name), "decoder.layers.%lld.%s", (long long)global, lp->name);
+        st = dist_put(c, name, t, is_gated(&m->md, lp->what) ? SPLIT_GATED : lp->split);
+        if (strstr(lp->name, "linear_"))
+            snprintf(prev, sizeof(prev), "%s", name);
+    }
+    (void)local;
+    return st;
+}
+
+/* Rank (k, p)'s sharded state dict: its stage's model (no optimizer, no RNG: --no-save-optim
+ * --no-save-rng), then its rerun_state_machine_state object. */
+static mc_status dist_rank_plan(struct dist_rank *c, mc_pk_doc *objs)
+{
+    struct dst *d = c->d;
+    const struct mc_cv_model *m = d->m;
+    bool first = c->p == 0, last = c->p == d->pp - 1;
+    int64_t per = m->md.num_layers / d->pp;
+    mc_status st = mc_dist_ckpt_plan_new(&c->plan);
+    if (!st && first) {
+        const struct mc_cv_tensor *pos = mc_cv_get(m, "position embeddings");
+        st = dist_put(c, model_params[MP_WORD].name, d->word, SPLIT_COL);
+        if (!st && pos)
+            st = dist_put(c, model_params[MP_POS].name, pos, SPLIT_REP);
+    }
+    for (int64_t l = 0; !st && l < per; l++)
+        st = dist_layer(c, l, c->p * per + l);
+    for (int w = MP_FINAL_W; !st && last && w <= MP_FINAL_B; w++) {
+        const struct mc_cv_tensor *t = mc_cv_get(m, "%s", model_params[w].what);
+        if (t)
+            st = dist_put(c, model_params[w].name, t, SPLIT_REP);
+    }
+    if (!st && last && m->md.untied) /* a tied head is the word embedding's key: not written again */
+        st = dist_put(c, model_params[MP_OUTPUT].name, d->output, SPLIT_COL);
+    char fqn[128];
+    mc_dist_ckpt_rerun_key(fqn, sizeof(fqn), c->p, c->k, d->pp, d->tp);
+    struct mc_pk *rerun = st ? NULL : mc_ckpt_rerun_state(objs, -1);
+    if (!st)
+        st = rerun ? mc_dist_ckpt_plan_object(c->plan, fqn, mc_pk_get(rerun, "sharded")) : MC_ERR_NOMEM;
+    return st ? st : mc_dist_ckpt_plan_seal(c->plan);
+}
+
+/* Every target rank's files (global rank pp_rank * tp + tp_rank: Megatron's tp-fastest order
+ * at one data-parallel replica), then .metadata, common.pt and metadata.json. */
+static mc_status write_dist(struct dst *d, const char *iter_dir, struct mc_pk *args, mc_pk_doc *doc)
+{
+    int world = d->tp * d->pp;
+    struct mc_dist_ckpt_plan **plans = mc_calloc((size_t)world, sizeof(*plans));
+    struct mc_pk *common = mc_pk_new(doc, MC_PK_DICT);
+    mc_status st = plans && common ? mc_cv_mkdirs(iter_dir) : MC_ERR_NOMEM;
+    for (int rank = 0; !st && rank < world; rank++) {
+        struct mc_cv_model pool;
+        mc_cv_model_init(&pool);
+        struct dist_rank c = {.d = d, .pool = &pool, .k = rank % d->tp, .p = rank / d->tp};
+        st = dist_rank_plan(&c, doc);
+        plans[rank] = c.plan;
+        st = st ? st : mc_dist_ckpt_plan_write(c.plan, iter_dir, rank);
+        mc_cv_model_free(&pool);
+    }
+    /* common.pt: save_checkpoint's state dict without its sharded parts */
+    st = st ? st : mc_pk_set(doc, common, "args", args);
+    st = st ? st : mc_pk_set(doc, common, "checkpoint_version", mc_pk_float(doc, 3.0));
+    st = st ? st : mc_pk_set(doc, common, "iteration", mc_pk_int(doc, d->m->md.iteration));
+    st = st ? st : mc_pk_set(doc, common, "rerun_state_machine", mc_ckpt_rerun_common(doc));
+    st = st ? st : mc_pk_set(doc, common, "num_floating_point_operations_so_far", mc_pk_int(doc, 0));
+    char final_dir[4400];
+    snprintf(final_dir, sizeof(final_dir), "%s/%s", d->o->save_dir, strrchr(iter_dir, '/') + 1);
+    st = st ? st : mc_dist_ckpt_write_metadata(plans, world, iter_dir, final_dir, doc, common);
+    for (int rank = 0; plans && rank < world; rank++)
+        mc_dist_ckpt_plan_free(plans[rank]);
+    mc_free(plans);
+    return st;
+}
+
 mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_options *o)
 {
     struct dst d = {.o = o, .m = m, .tp = o->target_tp ? o->target_tp : (int)m->md.previous_tp,
@@ -857,7 +1190,9 @@ mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_op
         snprintf(iter_dir, sizeof(iter_dir), "%s/release", tmp);
     else
         snprintf(iter_dir, sizeof(iter_dir), "%s/iter_%07lld", tmp, (long long)m->md.iteration);
-    for (int p = 0; !st && p < d.pp; p++)
+    if (o->dist_saver)
+        st = write_dist(&d, iter_dir, args, adoc);
+    for (int p = 0; !st && !o->dist_saver && p < d.pp; p++)
         for (int k = 0; !st && k < d.tp; k++)
             st = write_rank(&d, iter_dir, k, p, args);
     st = st ? st : write_tracker(tmp, m->md.iteration, m->md.release);
@@ -865,8 +1200,9 @@ mc_status mc_cv_save_megatron(const struct mc_cv_model *m, const struct mc_cv_op
     if (st)
         mc_cv_abort_output(tmp);
     else if (o->log)
-        fprintf(o->log, "saved %s: tp %d, pp %d, %s names, padded vocab %lld, iteration %lld\n",
-                o->save_dir, d.tp, d.pp, mc_sd_scheme_name(d.scheme), (long long)d.padded_vocab,
+        fprintf(o->log, "saved %s: %s, tp %d, pp %d, %s names, padded vocab %lld, iteration %lld\n",
+                o->save_dir, o->dist_saver ? "torch_dist" : "torch", d.tp, d.pp,
+                mc_sd_scheme_name(d.scheme), (long long)d.padded_vocab,
                 (long long)m->md.iteration);
 out:
     if (adoc)
