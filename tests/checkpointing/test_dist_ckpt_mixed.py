@@ -158,7 +158,9 @@ def dcp_reads(case, save, tmp):
     if r.returncode:
         return
     tsave = os.path.join(tmp, f"torch_{case}")
-    r2 = mx.run_ours(case, tmp, ("--ckpt-format", "torch", "--save", tsave,  # the TE names, as torch_dist
+    # the TE names, as torch_dist; the unfused attention of the local-spec run being compared
+    r2 = mx.run_ours(case, tmp, ("--ckpt-format", "torch", "--save", tsave,
+                                 "--attention-backend", "unfused",
                                  "--save-interval", "3", "--exit-interval", "3"))
     check(r2.returncode == 0, f"{case}: torch-format save: {r2.stderr[-400:]}")
     import torch
