@@ -10,10 +10,12 @@ cd "$here"
 th=${1:-$(nproc)}
 export OMP_NUM_THREADS=$th
 make -s build >/dev/null
-# bench/peak prints "fp32 AVX-512 FMA (zmm)  <1 thread>  <2 threads>" in GFLOP/s
-peak=$(bash bench/peak/run.sh | awk -v th="$th" '/^fp32 AVX-512 FMA/ {print (th == 1) ? $(NF-1) : $NF; exit}')
+# bench/peak prints "fp32 peak (widest FMA: AVX-512|AVX2)  <1 thread>  <2 threads>" in GFLOP/s
+peakout=$(bash bench/peak/run.sh)
+peak=$(echo "$peakout" | awk -v th="$th" '/^fp32 peak/ {v = (th == 1) ? $(NF-1) : $NF; if (v ~ /^[0-9.]+$/) print v; exit}')
+peakrow=$(echo "$peakout" | grep -m1 '^fp32 peak' | sed 's/  .*//')
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), threads=$th, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "peak fp32 (bench/peak, $th threads): ${peak:-unknown} GFLOP/s"
+echo "peak fp32 (bench/peak '$peakrow', $th threads): ${peak:-unknown} GFLOP/s"
 pytorches=(/usr/bin/python3)
 if fast=$(bash bench/setup_torch.sh 2>/dev/null); then pytorches+=("$fast"); fi
 printf "%-8s %-14s %12s %10s %10s  %s\n" model tokens "mc tok/s" "mc %peak" "mc ms" "PyTorch peers (tok/s, mc/peer ratio)"
