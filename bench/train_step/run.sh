@@ -46,7 +46,7 @@ if [ $breakdown = 1 ]; then
   exit 0
 fi
 # bench/peak prints "fp32 peak (widest FMA: AVX-512|AVX2)  <1 thread>  <2 threads>" in GFLOP/s
-peakout=$(bash bench/peak/run.sh)
+peakout=${PEAK_OUT:-$(bash bench/peak/run.sh)}
 peak=$(echo "$peakout" | awk -v th="$th" '/^fp32 peak/ {v = (th == 1) ? $(NF-1) : $NF; if (v ~ /^[0-9.]+$/) print v; exit}')
 peakrow=$(echo "$peakout" | grep -m1 '^fp32 peak' | sed 's/  .*//')
 echo "peak fp32 (bench/peak '$peakrow', $th threads): ${peak:-unknown} GFLOP/s"
@@ -54,7 +54,7 @@ echo "peak fp32 (bench/peak '$peakrow', $th threads): ${peak:-unknown} GFLOP/s"
 # (bench/setup_torch.sh; BENCH_VENV=/path/to/venv picks an existing one)
 pytorches=()
 [ "${TORCH113:-1}" = 1 ] && pytorches+=(/usr/bin/python3)
-if fast=$(bash bench/setup_torch.sh 2>/dev/null); then pytorches+=("$fast"); fi
+if fast=$(bash bench/setup_torch.sh 2>/dev/null | tail -n 1) && [ -x "$fast" ]; then pytorches+=("$fast"); fi
 rounds=${ROUNDS:-3}
 mc_line=$(./build/bench/bench_train_step 2 64 2 128 16 2 1 0 2>/dev/null)
 echo "megatron.c kernels: $(echo "$mc_line" | grep -oE 'kernels=[^ ]+' | cut -d= -f2), GEMM: $(echo "$mc_line" | sed 's/.*gemm=//')"
