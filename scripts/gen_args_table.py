@@ -178,6 +178,10 @@ EXTENSIONS = [
     ('--log-memory-estimate', 'log_memory_estimate', 'flag(store_true)',
      'megatron.c: at the end of training, print the theoretical memory estimate (as --dry-run) '
      'beside the measured peak, by category (docs/memory.md)'),
+    ('--recompute-auto-budget-gb', 'recompute_auto_budget_gb', 'float',
+     'megatron.c: an activation-memory budget in GB (2^30 bytes) per rank; picks the full '
+     'recompute with the fewest recomputed layers per model chunk whose estimate fits and says '
+     'so in the log; not with --recompute-granularity/-method/-num-layers (docs/recompute.md)'),
     # precision alignment (docs/alignment.md): tensor dumps of chosen iterations
     ('--dump-dir', 'dump_dir', 'str',
      'megatron.c: write tensor dumps (docs/formats/dump.md) of the chosen iterations to '

@@ -66,10 +66,16 @@ struct mc_gpt_config {
     bool add_qkv_bias;               /* false; true re-adds only the QKV bias */
     bool apply_query_key_layer_scaling;
     bool attention_softmax_in_fp32;
-    /* Core attention as flash attention (--use-flash-attn, --attention-backend flash): the
+    /* Core attention as flash attention (training/model_config.c's mc_attention_from_args:
+     * --transformer-impl transformer_engine unless --attention-backend unfused, or
+     * --use-flash-attn): the
      * backend's flash_attention op pair, which keeps ctx and the row log-sum-exp instead of the
      * [b, heads, s, s] probabilities; false: the unfused DotProductAttention op pair. */
     bool flash_attention;
+    /* Every batch's attention mask is the plain causal one (mc_gpt_batch.attention_mask NULL;
+     * no --reset-attention-mask): the slots carve no [b, s, s] byte copy of a mask (1 GiB at
+     * s 32k), and forward refuses a batch that brings one. false: room for explicit masks. */
+    bool causal_mask_only;
     /* MindSpeed-LLM's --sliding-window W (Mistral): query i sees keys i - W .. i (the band of
      * npu_fusion_attention's sparse_mode 4 with pre_tokens W, next_tokens 0); 0 = plain causal. */
     int64_t sliding_window;

@@ -492,6 +492,7 @@ enum mc_arg_id {
     MC_A_square_alibi_mask,
     MC_A_fill_neg_inf,
     MC_A_log_memory_estimate,
+    MC_A_recompute_auto_budget_gb,
     MC_A_dump_dir,
     MC_A_dump_iters,
     MC_A_dump_ranks,

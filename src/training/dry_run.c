@@ -14,6 +14,7 @@
 #include "training/log_format.h"
 #include "training/microbatches.h"
 #include "training/model_config.h"
+#include "training/recompute_budget.h"
 #include "training/refusals.h"
 #include "optimizer/lr_scheduler.h"
 #include "training/schedule_args.h"
@@ -233,6 +234,11 @@ static void dry_run_activations(const struct mc_args *a, int64_t vocab, int64_t 
     char what[512];
     int64_t layers, offset;
     mc_gpt_stage_layers(&c, 0, 0, &layers, &offset);
+    const char *why;
+    bool flash = mc_attention_from_args(a, &why);
+    fprintf(out, "megatron.c dry run: attention: %s (%s)\n", flash ? "flash attention, no "
+            "[b, heads, s, s] probabilities kept" : "unfused DotProductAttention, keeping the "
+            "[b, heads, s, s] probabilities", why);
     mc_recompute_describe(&c, layers, what, sizeof(what));
     fprintf(out, "megatron.c dry run: activation recompute: %s\n", what);
     if (c.sliding_window)
@@ -310,6 +316,13 @@ mc_status mc_dry_run_report(struct mc_args *a, FILE *out, double start_time)
     int64_t padded = -1;
     mc_tokenizer_print_building(out, a);
     if (vocab > 0 && mc_vocab_padded_from_args(a, vocab, out, &padded) != MC_OK)
+        return fail(a, "ValueError");
+    if (padded < 0 && !mc_args_is_none(a, MC_A_recompute_auto_budget_gb)) {
+        mc_error(MC_ERR_CONFIG, "--recompute-auto-budget-gb needs the vocabulary size (the "
+                 "logits' memory), and the tokenizer files are not readable");
+        return fail(a, "ValueError");
+    }
+    if (padded > 0 && mc_recompute_auto_budget(a, vocab, padded, out) != MC_OK)
         return fail(a, "ValueError");
     int log_level = 20;
     st = initialize(a, out, &log_level);

@@ -176,6 +176,46 @@ void mc_recompute_describe(const struct mc_gpt_config *c, int64_t layers, char *
 
 /* Mixture of experts (transformer/moe/, docs/moe.md): validate_args turns --num-experts 0 into
  * None; --moe-layer-freq N makes every N-th layer from 0 a MoE layer, a list names each. */
+/* Which kernel core attention runs (docs/flash-attention.md has the table). Megatron's local
+ * spec builds DotProductAttention whatever --attention-backend says, as does the legacy
+ * ParallelAttention (CoreAttention) unless --use-flash-attn; the Transformer-Engine spec's
+ * TEDotProductAttention picks by the NVTE_* switches that --attention-backend sets
+ * (LanguageModule._set_attention_backend): auto lets TE take its first choice, flash attention;
+ * fused is cuDNN's fused attention, the same tiled algorithm, which here is the flash op too;
+ * unfused is TE's UnfusedDotProductAttention, the same formula as the local one. The legacy
+ * model with --transformer-impl transformer_engine is TE's TransformerLayer, which never reads
+ * --attention-backend (TE's own default: flash). --use-flash-attn (legacy FlashSelfAttention,
+ * MindSpeed-LLM's fused attention under any spec) is flash everywhere. Unlike TE on a GPU, fp32
+ * takes the flash op too (TE keeps fp32 on its unfused kernel: COMPATIBILITY.md). */
+bool mc_attention_from_args(const struct mc_args *a, const char **why)
+{
+    const char *be = mc_args_str(a, A(attention_backend)), *w;
+    bool te = !strcmp(mc_args_str(a, A(transformer_impl)), "transformer_engine"), flash;
+    be = be && !strncmp(be, "AttnBackend.", 12) ? be + 12 : "auto";
+    if (mc_args_bool(a, A(use_flash_attn)))
+        flash = true, w = "--use-flash-attn";
+    else if (!te)
+        flash = false, w = mc_args_bool(a, A(use_legacy_models))
+                               ? "--transformer-impl local, the legacy model's CoreAttention"
+                               : "--transformer-impl local, the local spec's DotProductAttention";
+    else if (mc_args_bool(a, A(use_legacy_models)))
+        flash = true, w = "--transformer-impl transformer_engine with --use-legacy-models: TE's "
+                          "TransformerLayer, which reads no --attention-backend";
+    else if (!strcmp(be, "local")) /* validate_args: only with --spec local */
+        flash = false, w = "--attention-backend local: the local spec's DotProductAttention";
+    else if (!strcmp(be, "unfused"))
+        flash = false, w = "--attention-backend unfused: TE's UnfusedDotProductAttention";
+    else if (!strcmp(be, "fused"))
+        flash = true, w = "--attention-backend fused: TE's fused attention, the same tiled "
+                          "algorithm";
+    else
+        flash = true, w = !strcmp(be, "flash") ? "--attention-backend flash"
+                                               : "--attention-backend auto: TE's first choice";
+    if (why)
+        *why = w;
+    return flash;
+}
+
 static mc_status moe_from_args(const struct mc_args *a, struct mc_gpt_config *cfg)
 {
     if (mc_args_is_none(a, A(num_experts)) || mc_args_int(a, A(num_experts)) == 0)
@@ -265,9 +305,9 @@ mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
     cfg->add_qkv_bias = mc_args_bool(a, A(add_qkv_bias));
     cfg->apply_query_key_layer_scaling = mc_args_bool(a, A(apply_query_key_layer_scaling));
     cfg->attention_softmax_in_fp32 = mc_args_bool(a, A(attention_softmax_in_fp32));
-    const char *attn_backend = mc_args_str(a, A(attention_backend));
-    cfg->flash_attention = mc_args_bool(a, A(use_flash_attn)) ||
-                           (attn_backend && !strcmp(attn_backend, "AttnBackend.flash"));
+    cfg->flash_attention = mc_attention_from_args(a, NULL);
+    /* get_batch's mask is only ever not causal with --reset-attention-mask (train_data.c) */
+    cfg->causal_mask_only = !mc_args_bool(a, A(reset_attention_mask));
     cfg->sliding_window = mc_args_is_none(a, A(sliding_window)) ? 0 : mc_args_int(a, A(sliding_window));
     if (!mc_args_is_none(a, A(sliding_window)) && cfg->sliding_window <= 0)
         return mc_error(MC_ERR_CONFIG, "--sliding-window %lld: expected a positive number of keys",

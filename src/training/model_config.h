@@ -19,6 +19,10 @@ extern "C" {
 MC_API mc_status mc_gpt_config_from_args(const struct mc_args *a, int64_t vocab_size,
                                          int64_t padded_vocab_size, int tp_rank,
                                          struct mc_gpt_config *cfg);
+/* Whether core attention runs as flash attention (else the unfused DotProductAttention op
+ * pair), from --transformer-impl, --attention-backend, --use-flash-attn and
+ * --use-legacy-models as Megatron picks its kernel; why (may be NULL): the reason, in words. */
+MC_API bool mc_attention_from_args(const struct mc_args *a, const char **why);
 /* What the config's activation recompute does, in words, for the log and --dry-run (one
  * line, no newline); layers = the layers of one model chunk. */
 MC_API void mc_recompute_describe(const struct mc_gpt_config *cfg, int64_t layers, char *buf,

@@ -153,7 +153,7 @@ static mc_status pp_activation_slots(struct trainer *t)
                                    group, in_flight);
     if (st)
         return st;
-    double need = 0, mask = (double)(t->d.mbs * t->d.seq * t->d.seq); /* a slot's mask copy */
+    double need = 0; /* a slot's bytes include its mask copy where it has one */
     for (int v = 0; v < t->m.vp; v++) {
         if (in_flight[v] > MC_PP_MAX_SLOTS)
             in_flight[v] = MC_PP_MAX_SLOTS;
@@ -161,7 +161,7 @@ static mc_status pp_activation_slots(struct trainer *t)
             in_flight[v] = 1;
         size_t per = mc_gpt_slot_activation_bytes(t->m.chunks[v]);
         need += (double)(mc_gpt_activation_bytes(t->m.chunks[v]) - per) +
-                (double)in_flight[v] * ((double)per + mask);
+                (double)in_flight[v] * (double)per;
         most = in_flight[v] > most ? in_flight[v] : most;
         total += in_flight[v];
     }

@@ -12,6 +12,7 @@
 
 #include "megatron/checkpoint.h"
 #include "training/checkpointing.h"
+#include "training/recompute_budget.h"
 #include "training/flops.h"
 #include "training/schedule_args.h"
 #include "training/trainer.h"
@@ -386,6 +387,10 @@ static mc_status setup(struct trainer *t)
     if ((st = mc_microbatches_init_from_args(a, mc_train_out_first, &t->d.mb)))
         return st;
     if ((st = mc_train_build_tokenizer(t)) || (st = mc_train_init_logging(t)))
+        return st;
+    /* ours: the recompute setting a budget picks, before anything reads the setting */
+    if ((st = mc_recompute_auto_budget(t->a, mc_tok_vocab_size(t->m.tok), t->m.padded_vocab,
+                                       mc_train_out_first)))
         return st;
     mc_print_rank_0("> initializing torch distributed ...\n");
     if ((st = mc_train_setup_parallel_state(t)))

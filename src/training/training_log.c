@@ -2,6 +2,7 @@
  * (core_v0.12.1): the bytes are Megatron's so log parsers keep working (spec
  * megatron-training-cli.md sections 5-6). */
 #include "training/trainer.h"
+#include "training/recompute_budget.h"
 
 #include "training/theoretical_memory.h"
 
@@ -132,6 +133,13 @@ static void estimate_by_category(const struct trainer *t, const struct mc_memory
     if (e->has_activation) { /* Megatron's formula: sequence parallel + selective recompute */
         est[MC_MEM_ACTIVATIONS] = e->activation_bytes;
         known[MC_MEM_ACTIVATIONS] = true;
+    } else { /* the model's own count (what --recompute-auto-budget-gb fits to) */
+        known[MC_MEM_ACTIVATIONS] =
+            mc_activation_estimate(a, mc_tok_vocab_size(t->m.tok), t->m.padded_vocab, NULL,
+                                   mc_ps_rank(&t->par.ps, MC_PS_PP),
+                                   &est[MC_MEM_ACTIVATIONS]) == MC_OK;
+        if (!known[MC_MEM_ACTIVATIONS])
+            mc_clear_error();
     }
 }
 

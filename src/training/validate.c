@@ -7,6 +7,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "training/recompute_budget.h"
+
 #define V(x) MC_A_##x
 
 struct vctx {
@@ -647,6 +649,8 @@ mc_status mc_args_validate(struct mc_args *a, const char *const *defaults, FILE 
 {
     struct vctx ctx = {a, out, warn}, *c = &ctx;
     mc_status st;
+    if ((st = mc_recompute_budget_check(a)) != MC_OK) /* ours: a command-line error */
+        return st;
     if ((st = check_convert(c)) != MC_OK || (st = check_layout(c)) != MC_OK || (st = check_deprecated_and_batch(c, defaults)) != MC_OK ||
         (st = check_virtual_pipeline(c)) != MC_OK || (st = check_precision(c)) != MC_OK ||
         (st = check_training_and_model(c)) != MC_OK || (st = check_features(c)) != MC_OK ||

@@ -4,7 +4,8 @@
  * --apply-query-key-layer-scaling, multiplied back before the softmax], masked fill -10000,
  * softmax, attention dropout, probs @ v, as the backend's attention op pair (backend.h: one op
  * a backend may fuse; the CPU backend's composition in backend/cpu/attention_cpu.c is the
- * reference), or with --use-flash-attn / --attention-backend flash (cfg->flash_attention) as
+ * reference), or (cfg->flash_attention: the default --transformer-impl transformer_engine,
+ * --use-flash-attn; training/model_config.c's mc_attention_from_args) as
  * the flash attention op pair (backend/cpu/flash_attention_cpu.c): the same attention without
  * the [b, heads, s, s] probabilities, keeping ctx and the row log-sum-exp for backward. GQA: query head i of a group uses that group's key and value head, read in place
  * from the fused QKV output laid out per query group [q heads of g | k_g | v_g]. MindSpeed-LLM's

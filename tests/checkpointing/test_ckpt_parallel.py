@@ -194,7 +194,9 @@ def test_names(tmp, te_dir, straight_te, legacy_dir):
         for j, k in enumerate([k for k in sd["model"] if k.endswith("._extra_state")]):
             sd["model"][k] = io.BytesIO(b"\x80\x02N.") if j % 2 else torch.zeros(0, dtype=torch.uint8)
         torch.save(sd, p)
-    r = mcs.run_ours("gpt_dp2pp2_distopt", tmp, ("--load", te_dir, "--ckpt-step", "3", "--transformer-impl", "local"))
+    # (--use-flash-attn: the TE run's attention kernel, flash attention, in the local spec)
+    r = mcs.run_ours("gpt_dp2pp2_distopt", tmp, ("--load", te_dir, "--ckpt-step", "3", "--transformer-impl", "local",
+                                                 "--use-flash-attn"))
     ours = mcs.train_lines(r.stdout)
     check(r.returncode == 0 and sorted(ours) == [4, 5, 6] and ours == {k: v for k, v in straight_te.items() if k > 3},
           f"TE files (with TE _extra_state) into a local run, same lines: {r.stderr[-300:]}")

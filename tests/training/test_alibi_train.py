@@ -39,7 +39,8 @@ def args(tmp, extra):
             "--tokenizer-type", "NullTokenizer", "--vocab-size", "4095",  # + EOD = 4096: the same padding at tp 1 and 2
            
             "--data-cache-path", os.path.join(tmp, "cache"), "--attention-dropout", "0",
-            "--hidden-dropout", "0", "--init-method-std", "0.1", *extra]
+            "--hidden-dropout", "0", "--init-method-std", "0.1",
+            "--attention-backend", "unfused", *extra]  # the reference; --use-flash-attn: flash
 
 
 def losses(tmp, extra, np=1):

@@ -1,7 +1,8 @@
 """Bit-identity of fp32 training across engine refactors (issue 10: "fp32 results are
 bit-identical to before the change"). A fixed set of short runs covering every code path that
 the engine seams touch (GPT-2 and Llama styles, hidden and attention dropout on, tensor +
-sequence parallel, pipeline with virtual stages, data parallel with the distributed optimizer),
+sequence parallel, pipeline with virtual stages, data parallel with the distributed optimizer;
+the unfused attention and the default flash attention),
 with the scalar reference kernels (MC_KERNELS=ref: built with -ffp-contract=off and no -march,
 so the bits are the same on every x86-64 machine with this toolchain). Each run prints its
 full-precision [exact] lines (loss, grad norm, params norm at every iteration) and saves a torch
@@ -20,14 +21,21 @@ from mc_test import CHECKS, check, gpt2, llama, parse_exact, run_pretrain, summa
 GOLDEN = os.path.join(os.path.dirname(__file__), "..", "golden", "engine", "ref.txt")
 ITERS = 4
 
-# name: (ranks, model style, extra arguments)
+# name: (ranks, model style, extra arguments). The first five run the unfused attention (the
+# default before flash attention became the transformer_engine default: their lines are the
+# pre-refactor ones); the _flash runs are the default (flash attention), added with that switch.
+UNFUSED = ["--attention-backend", "unfused"]
+PP2_VPP2 = ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"]
 RUNS = {
-    "gpt2_dropout": (1, gpt2(2), []),
-    "llama_dropout": (1, llama(2), []),
-    "gpt2_tp2_sp": (2, gpt2(2), ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
-    "llama_pp2_vpp2": (2, llama(4), ["--pipeline-model-parallel-size", "2",
-                                     "--num-layers-per-virtual-pipeline-stage", "1"]),
-    "llama_dp2_distopt": (2, llama(2), ["--use-distributed-optimizer"]),
+    "gpt2_dropout": (1, gpt2(2), UNFUSED),
+    "llama_dropout": (1, llama(2), UNFUSED),
+    "gpt2_tp2_sp": (2, gpt2(2), UNFUSED + ["--tensor-model-parallel-size", "2",
+                                           "--sequence-parallel"]),
+    "llama_pp2_vpp2": (2, llama(4), UNFUSED + PP2_VPP2),
+    "llama_dp2_distopt": (2, llama(2), UNFUSED + ["--use-distributed-optimizer"]),
+    "gpt2_dropout_flash": (1, gpt2(2), []),
+    "llama_dropout_flash": (1, llama(2), []),
+    "llama_pp2_vpp2_flash": (2, llama(4), PP2_VPP2),
 }
 
 

@@ -165,7 +165,9 @@ def test_peak_matches_rss(tmp):
     """Activations dominate (16 heads x s^2 attention probabilities per layer), so the process's
     own overhead (code, libraries, stacks: ~15 MB) stays small beside the accounted peak."""
     L, h, heads, s, vocab = 2, 128, 16, 1024, 8192
-    rc, out, maxrss = run(model_args(tmp, L, h, heads, s, vocab, 2, ("--log-memory-estimate",)))
+    rc, out, maxrss = run(model_args(tmp, L, h, heads, s, vocab, 2, ("--log-memory-estimate",
+                                                                     "--attention-backend",
+                                                                     "unfused")))
     check(rc == 0, "memory run exits 0 (rc %d): %s" % (rc, out[-2000:]))
     rows, total, rss = estimate_table(out)
     if rc or not rows or not total:

@@ -21,7 +21,8 @@ def args(tmp, extra):
             "--lr", "1e-3", "--log-interval", "1", "--eval-iters", "0", "--mock-data",
             "--tokenizer-type", "NullTokenizer", "--vocab-size", "4096",
             "--data-cache-path", os.path.join(tmp, "cache"), "--attention-dropout", "0",
-            "--hidden-dropout", "0", *extra]
+            "--hidden-dropout", "0", "--attention-backend", "unfused",  # --use-flash-attn: flash
+            *extra]
 
 
 def losses(tmp, extra):

@@ -270,6 +270,10 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
     sl->b = b;
     sl->s = s;
     sl->mask = batch->attention_mask;
+    if (sl->mask && !sl->mask_copy)
+        return mc_error(MC_ERR_CONFIG, "forward: the batch has an explicit attention mask but "
+                        "the model was built causal-only (causal_mask_only, no "
+                        "--reset-attention-mask): it has no room to keep the mask");
     if (sl->mask) { /* host memory, and the caller's buffer may hold another micro-batch later */
         m->be->ops->copy_to_backend(m->be, sl->mask_copy, sl->mask, (size_t)(b * s * s));
         sl->mask = sl->mask_copy;

@@ -477,7 +477,8 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
     sl->ids_sf = carve(cv, T, sizeof(int64_t));
     sl->pos_sf = carve(cv, T, sizeof(int64_t));
     sl->labels_sf = carve(cv, T, sizeof(int64_t));
-    sl->mask_copy = carve(cv, d->b_max * d->s_max * d->s_max, B); /* host masks copied in */
+    /* host masks copied in; none where every mask is the causal one the kernels apply */
+    sl->mask_copy = m->cfg.causal_mask_only ? NULL : carve(cv, d->b_max * d->s_max * d->s_max, B);
 }
 
 /* The scratch shared by all slots, then the slots. */
