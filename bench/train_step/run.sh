@@ -58,21 +58,24 @@ if fast=$(bash bench/setup_torch.sh 2>/dev/null | tail -n 1) && [ -x "$fast" ]; 
 rounds=${ROUNDS:-3}
 mc_line=$(./build/bench/bench_train_step 2 64 2 128 16 2 1 0 2>/dev/null)
 echo "megatron.c kernels: $(echo "$mc_line" | grep -oE 'kernels=[^ ]+' | cut -d= -f2), GEMM: $(echo "$mc_line" | sed 's/.*gemm=//')"
-echo "($rounds rounds per shape, megatron.c and each PyTorch alternating; medians; % of peak from the median)"
+echo "($rounds rounds per shape, megatron.c and each PyTorch alternating; medians; % of peak from the median;"
+echo " 'CPU time x': the peer's CPU-s per step over ours, the figure to read when other jobs share the cores)"
 printf "%-10s %-8s %10s %9s %10s %8s  %s\n" model tokens "mc tok/s" "mc %peak" "mc ms" "load" "PyTorch peers (median tok/s, mc/peer ratio)"
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 run() { # name layers hidden heads vocab seq batch iters
   local name=$1 L=$2 h=$3 nh=$4 V=$5 s=$6 b=$7 it=$8
   local load0; load0=$(cut -d' ' -f1 /proc/loadavg)
-  local mcs=() fl="" pts=() vers=() k
-  for k in "${!pytorches[@]}"; do pts[k]=""; done
+  local mcs=() mcc=() fl="" pts=() ptc=() vers=() k
+  for k in "${!pytorches[@]}"; do pts[k]="" ptc[k]=""; done
   for _ in $(seq "$rounds"); do
     local mc; mc=$(./build/bench/bench_train_step "$L" "$h" "$nh" "$V" "$s" "$b" "$it" 1 2>/dev/null)
     mcs+=("$(echo "$mc" | grep -oE 'tokens_per_s=[0-9.]+' | cut -d= -f2)")
+    mcc+=("$(echo "$mc" | grep -oE 'cpu_ms_per_step=[0-9.]+' | cut -d= -f2)")
     fl=$(echo "$mc" | grep -oE 'flops_per_step=[0-9.e+]+' | cut -d= -f2)
     for k in "${!pytorches[@]}"; do
       local pt; pt=$("${pytorches[k]}" bench/train_step/torch_gpt.py "$L" "$h" "$nh" "$V" "$s" "$b" "$it" 1 "$th" 2>/dev/null || echo "failed")
       pts[k]+="$(echo "$pt" | grep -oE 'tokens_per_s=[0-9.]+' | cut -d= -f2 || true) "
+      ptc[k]+="$(echo "$pt" | grep -oE 'cpu_ms_per_step=[0-9.]+' | cut -d= -f2 || true) "
       vers[k]=$(echo "$pt" | awk '{print $2}')
     done
   done
@@ -80,10 +83,11 @@ run() { # name layers hidden heads vocab seq batch iters
   local ms; ms=$(awk -v t="$tps" -v n="$((b * s))" 'BEGIN{printf "%.1f", 1e3 * n / t}')
   local pct="?"
   [ -n "$peak" ] && pct=$(awk -v f="$fl" -v ms="$ms" -v p="$peak" 'BEGIN{printf "%.1f%%", 100*f/(ms*1e-3)/(p*1e9)}')
-  local peers=""
+  local peers="" cpu; cpu=$(printf "%s\n" "${mcc[@]}" | median)
   for k in "${!pytorches[@]}"; do
-    local ptps; ptps=$(printf "%s\n" ${pts[k]} | median)
-    [ -n "${pts[k]// /}" ] && peers+=$(awk -v a="$tps" -v b="$ptps" -v v="${vers[k]}" 'BEGIN{printf "torch %s: %.1f (x%.2f)  ", v, b, a/b}')
+    local ptps ptcpu; ptps=$(printf "%s\n" ${pts[k]} | median) ptcpu=$(printf "%s\n" ${ptc[k]} 0 | median)
+    [ -n "${pts[k]// /}" ] && peers+=$(awk -v a="$tps" -v b="$ptps" -v v="${vers[k]}" -v c="$cpu" -v d="$ptcpu" \
+      'BEGIN{printf "torch %s: %.1f (x%.2f; CPU time x%.2f)  ", v, b, a/b, (c > 0 && d > 0) ? d/c : 0}')
   done
   printf "%-10s %-8s %10.1f %9s %10s %8s  %s\n" "$name" "${b}x${s}" "$tps" "$pct" "$ms" "$load0-$(cut -d' ' -f1 /proc/loadavg)" "$peers"
 }
