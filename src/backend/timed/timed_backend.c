@@ -107,7 +107,10 @@ static bool t_supports(const struct mc_backend *be, enum mc_backend_op op,
     return in->ops->supports(in, op, dtypes, n);
 }
 
-static void *t_alloc(struct mc_backend *be, size_t bytes) { TR(C_ALLOC, void *, alloc(IN(be), bytes)); }
+static void *t_alloc(struct mc_backend *be, size_t bytes)
+{
+    TR(C_ALLOC, void *, alloc(IN(be), bytes));
+}
 static void t_free(struct mc_backend *be, void *p) { T(C_ALLOC, free(IN(be), p)); }
 static void t_copy_to_backend(struct mc_backend *be, void *dst, const void *src, size_t bytes)
 {
