@@ -230,7 +230,7 @@ MINDSPEED_REFUSED_VALUES = [
 # Settings of SUPPORTED options that this build refuses by value (src/training/refusals.c holds
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
-    'fp32_residual_connection': 'refused with --bf16/--fp16: not implemented yet',
+    'fp32_residual_connection': "with --bf16/--fp16 upstream's fp32 stream (not 0.12.1's, COMPATIBILITY.md); refused with --sequence-parallel, --distribute-saved-activations, --num-experts",
     'use_precision_aware_optimizer': 'refused: not implemented yet (Transformer Engine FusedAdam state precisions)',
     'fp16_lm_cross_entropy': 'needs --fp16; no numeric effect, as in Megatron core_v0.12.1 (its cross entropy widens the logits to fp32 either way)',
     'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer (refused), as in Megatron',

@@ -597,10 +597,7 @@ mc_status mc_distopt_step_chunks(mc_distopt *const *os, int n, float grad_scale,
         return st;
     float clip = os[0]->cfg.clip_grad;
     float coeff = clip > 0.0f ? clip / (norm + 1.0e-6f) : 1.0f;
-    /* MixedPrecisionOptimizer reports grad norm 0.0 when it does not clip; fp32 keeps the
-     * norm it always reported */
-    if (clip <= 0.0f && (os[0]->cfg.fp16 || os[0]->cfg.bf16))
-        norm = 0.0f;
+    /* the norm is reported with or without clipping, in every precision (ChainedOptimizer.step) */
     for (int c = 0; c < n && !st; c++)
         st = apply_update(os[c], coeff, lr, weight_decay);
     if (!st && res)

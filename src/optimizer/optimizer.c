@@ -226,13 +226,11 @@ mc_status mc_opt_step(mc_optimizer *o, float lr, float weight_decay,
             *res = (struct mc_opt_step_result){.skipped = true};
         return MC_OK;
     }
-    /* MixedPrecisionOptimizer reports grad norm 0.0 when it does not clip (fp32 keeps the
-     * norm it always computed here) */
-    bool no_norm = (o->cfg.fp16 || o->cfg.bf16) && o->cfg.clip_grad <= 0.0f;
-    if (!no_norm && (st = mc_opt_grad_norm(o->set, o->n_chunks, &norm)) != MC_OK)
+    /* ChainedOptimizer.step (core_v0.12.1 wraps every optimizer in one): the norm always, the
+     * clip only with --clip-grad > 0, the zero count always, in every precision */
+    if ((st = mc_opt_grad_norm(o->set, o->n_chunks, &norm)) != MC_OK)
         return st;
-    if (!no_norm)
-        mc_opt_clip_grads(o->set, o->n_chunks, o->cfg.clip_grad, norm);
+    mc_opt_clip_grads(o->set, o->n_chunks, o->cfg.clip_grad, norm);
     if ((st = mc_opt_count_zeros(o->set, o->n_chunks, &zeros)) != MC_OK)
         return st;
     update(o, lr, weight_decay);

@@ -231,9 +231,20 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
                "(Transformer Engine FusedAdam's reduced-precision main params, grads and Adam "
                "states are not emulated): drop it and the --main-grads-dtype, "
                "--main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype options");
-    if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection)))
-        refuse(r, "--fp32-residual-connection is not implemented in megatron.c yet (the "
-               "residual stream is in the 16-bit params dtype)");
+    /* the fp32 residual stream (upstream's fixed semantics, COMPATIBILITY.md) runs where its
+     * buffers never leave the rank in the params dtype */
+    if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection))) {
+        const char *with =
+            mc_args_bool(a, A(sequence_parallel))              ? "--sequence-parallel"
+            : mc_args_bool(a, A(distribute_saved_activations))  ? "--distribute-saved-activations"
+            : !mc_args_is_none(a, A(num_experts)) && mc_args_int(a, A(num_experts)) > 0
+                ? "--num-experts"
+                : NULL;
+        if (with)
+            refuse(r, "--fp32-residual-connection with %s is not implemented in megatron.c yet "
+                   "(the fp32 residual stream runs without sequence parallelism, "
+                   "--distribute-saved-activations and MoE layers)", with);
+    }
     /* --fp16 without --accumulate-allreduce-grads-in-fp32 trains: fp16 grad buffer values
      * (mc_param_set.grad_dtype, COMPATIBILITY.md) */
 }

@@ -240,7 +240,9 @@ static mc_status pp_setup(struct trainer *t)
                           t->d.seq * t->d.mbs * c->hidden_size /
                               (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
                           NULL, NULL, false, /* [s/tp, b, h] with --sequence-parallel */
-                          c->params_dtype};   /* Megatron's pipeline_dtype */
+                          /* Megatron's pipeline_dtype; fp32 with --fp32-residual-connection
+                           * (the residual stream's, as upstream's TransformerConfig sets it) */
+                          c->fp32_residual_connection ? MC_DTYPE_F32 : c->params_dtype};
     if (t->par.ps.pp == 1) /* forward_backward_no_pipelining: no buffers, no exchanges */
         return mc_pp_schedule_init(&t->pp.pipe, &p);
     mc_status st = MC_OK;

@@ -128,9 +128,7 @@ mc_status mc_train_tb_training_log(struct trainer *t, int64_t iteration, float l
     /* a skipped step has no grad norm and no zero count (Megatron's None) */
     if (!res->skipped &&
         ((st = tb_pair(t, "grad-norm", (double)res->grad_norm, iteration)) ||
-         (st = tb_pair(t, "num-zeros", mc_train_zero_count_is_int(t) ? 0.0
-                                                                     : (double)res->num_zeros,
-                       iteration))))
+         (st = tb_pair(t, "num-zeros", (double)res->num_zeros, iteration))))
         return st;
     if (with_pnorm && (st = tb_pair(t, "params-norm", pnorm, iteration)))
         return st;

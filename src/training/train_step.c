@@ -42,12 +42,6 @@ double mc_train_loss_scale(const struct trainer *t)
     return mc_opt_loss_scale(t->o.opt);
 }
 
-bool mc_train_zero_count_is_int(const struct trainer *t)
-{
-    return (mc_args_bool(t->a, MC_A_fp16) || mc_args_bool(t->a, MC_A_bf16)) &&
-           !mc_args_bool(t->a, MC_A_log_num_zeros_in_grad);
-}
-
 /* The end of train_step on every path: the timed optimizer step, then, when the step was not
  * skipped for inf/nan grads (Megatron's update_successful), the scheduler advances by the
  * iteration's samples. */

@@ -170,8 +170,6 @@ double mc_train_loss_scale(const struct trainer *t);
 /* --decoupled-lr: the lr of Megatron's is_decoupled_lr param group at the scheduler's current
  * step (its max --decoupled-lr, its min --decoupled-min-lr or --min-lr); false without. */
 bool mc_train_decoupled_lr(const struct trainer *t, double *lr);
-/* 16-bit run without --log-num-zeros-in-grad: Megatron reports num zeros as the int 0. */
-bool mc_train_zero_count_is_int(const struct trainer *t);
 /* forward_backward_func over num_micro micro-batches of `split` from sample `consumed`: the
  * schedule of this layout (no pipelining, 1F1B or interleaved) driving the callbacks of
  * forward_step.c. The lm loss report is summed into *numer / *denom on the last stage. */

@@ -64,13 +64,10 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
     l.grad_norm = res->grad_norm;
     l.has_num_zeros = !res->skipped;
     l.num_zeros = (double)res->num_zeros;
-    /* --bf16/--fp16 (MixedPrecisionOptimizer) without --log-num-zeros-in-grad: Megatron's step
-     * returns the int 0 and the line shows "num zeros: 0"; fp32 keeps the count it always
-     * printed (COMPATIBILITY.md) */
-    if (mc_train_zero_count_is_int(t)) {
-        l.num_zeros_is_int = true;
-        l.num_zeros = 0;
-    }
+    /* counted with or without --log-num-zeros-in-grad, in every precision: core_v0.12.1's
+     * get_megatron_optimizer wraps even a single optimizer in a ChainedOptimizer, whose step
+     * runs count_zeros_fp32 unconditionally (the flag only gates MixedPrecisionOptimizer.step,
+     * which the chain bypasses) */
     l.has_params_norm = mc_args_bool(a, MC_A_log_params_norm);
     mc_status st = l.has_params_norm ? mc_train_params_norm(t, &l.params_norm) : MC_OK;
     if (st)

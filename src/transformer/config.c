@@ -282,10 +282,19 @@ static mc_status check_enums(const struct mc_gpt_config *c)
         c->params_dtype != MC_DTYPE_F16)
         return mc_error(MC_ERR_CONFIG, "params dtype %s: expected float32, bfloat16 (--bf16) or "
                         "float16 (--fp16)", mc_dtype_name(c->params_dtype));
-    if (c->params_dtype != MC_DTYPE_F32 && c->fp32_residual_connection)
-        return mc_error(MC_ERR_UNSUPPORTED, "--fp32-residual-connection with %s params is not "
-                        "implemented in megatron.c yet (the residual stream is %s)",
-                        mc_dtype_name(c->params_dtype), mc_dtype_name(c->params_dtype));
+    if (c->params_dtype != MC_DTYPE_F32 && c->fp32_residual_connection) {
+        /* the layouts whose residual-stream messages and buffers are still params-dtype only */
+        const char *with = c->sequence_parallel                ? "--sequence-parallel"
+                           : c->distribute_saved_activations ? "--distribute-saved-activations"
+                           : c->num_moe_experts > 0          ? "--num-experts"
+                                                             : NULL;
+        if (with)
+            return mc_error(MC_ERR_UNSUPPORTED, "--fp32-residual-connection with %s params and "
+                            "%s is not implemented in megatron.c yet (the fp32 residual stream "
+                            "runs without sequence parallelism, "
+                            "--distribute-saved-activations and MoE layers)",
+                            mc_dtype_name(c->params_dtype), with);
+    }
     if (c->grad_dtype != MC_DTYPE_F32 && c->grad_dtype != c->params_dtype)
         return mc_error(MC_ERR_CONFIG, "grad dtype %s with %s params: expected float32, or the "
                         "16-bit params dtype (--fp16 without "
@@ -420,7 +429,7 @@ static mc_status check_probabilities(const struct mc_gpt_config *c)
 /* validate_args items 35, 41, 48 and the bias-activation-fusion rule of TransformerConfig. */
 static mc_status apply_megatron_rules(struct mc_gpt_config *c)
 {
-    if (c->fp32_residual_connection)
+    if (c->fp32_residual_connection && c->params_dtype == MC_DTYPE_F32)
         return mc_error(MC_ERR_CONFIG, "--fp32-residual-connection: residual connection in fp32 "
                         "only supported when using fp16 or bf16.");
     if (c->apply_query_key_layer_scaling)

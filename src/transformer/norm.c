@@ -61,15 +61,69 @@ void mc_tfm_norm_rows_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, 
         mc_tp_wgrad_commit(c->tp, db, n, n);
 }
 
+/* --fp32-residual-connection: the weights as fp32 (exact), into the scratch's h-sized fp32
+ * buffers. */
+static void weights_f32(const struct mc_tfm_ctx *c, float *w32, float *b32, const void *w,
+                        const void *b)
+{
+    int64_t h = c->d->h;
+    c->be->ops->convert(c->be, w32, MC_DTYPE_F32, gamma_of(c, w, h), c->dt, h);
+    if (b)
+        c->be->ops->convert(c->be, b32, MC_DTYPE_F32, b, c->dt, h);
+}
+
+/* The norms of the hidden states read the residual stream (c->rdt). With an fp32 stream and
+ * 16-bit weights (--fp32-residual-connection) the norm is the fp32 one on the fp32 input with
+ * the weights widened, its output rounded once to dt: what apex's mixed-dtype fused norm
+ * (FastLayerNorm: output in the weight dtype) and TE's norms compute. */
 void mc_tfm_norm_forward(const struct mc_tfm_ctx *c, void *y, float *mean, float *rstd,
                          const void *x, const void *w, const void *b)
 {
-    mc_tfm_norm_rows_forward(c, y, mean, rstd, x, w, b, c->T_sp, c->d->h);
+    if (c->rdt == c->dt) {
+        mc_tfm_norm_rows_forward(c, y, mean, rstd, x, w, b, c->T_sp, c->d->h);
+        return;
+    }
+    struct mc_tfm_scratch *scr = c->scr;
+    int64_t rows = c->T_sp, h = c->d->h;
+    float eps = c->cfg->norm_epsilon;
+    weights_f32(c, scr->w32, scr->b32, w, b);
+    if (c->d->layernorm)
+        c->be->ops->layernorm_fwd(c->be, MC_DTYPE_F32, scr->r32a, mean, rstd, x, scr->w32,
+                                  b ? scr->b32 : NULL, rows, h, eps);
+    else
+        c->be->ops->rmsnorm_fwd(c->be, MC_DTYPE_F32, scr->r32a, rstd, x, scr->w32, rows, h, eps);
+    c->be->ops->convert(c->be, y, c->dt, scr->r32a, MC_DTYPE_F32, rows * h);
 }
 
+/* dx in c->rdt. With the fp32 stream: dy (the 16-bit GEMM input's grad) widened, the fp32
+ * backward, dx kept in fp32; the weight grads summed in fp32 and rounded once to dt (the
+ * grad of the widened weight is the 16-bit param.grad), then added to the main grads. */
 void mc_tfm_norm_backward(const struct mc_tfm_ctx *c, void *dx, float *dw, float *db,
                           const void *dy, const void *x, const void *w, const float *mean,
                           const float *rstd)
 {
-    mc_tfm_norm_rows_backward(c, dx, dw, db, dy, x, w, mean, rstd, c->T_sp, c->d->h);
+    if (c->rdt == c->dt) {
+        mc_tfm_norm_rows_backward(c, dx, dw, db, dy, x, w, mean, rstd, c->T_sp, c->d->h);
+        return;
+    }
+    struct mc_tfm_scratch *scr = c->scr;
+    struct mc_backend *be = c->be;
+    int64_t rows = c->T_sp, h = c->d->h;
+    weights_f32(c, scr->w32, scr->b32, w, NULL);
+    be->ops->convert(be, scr->r32a, MC_DTYPE_F32, dy, c->dt, rows * h);
+    be->ops->set(be, scr->dw32, 0, (size_t)(2 * h) * sizeof(float)); /* dw32, db32 */
+    if (c->d->layernorm)
+        be->ops->layernorm_bwd(be, MC_DTYPE_F32, dx, scr->dw32, db ? scr->db32 : NULL,
+                               scr->r32a, x, scr->w32, mean, rstd, rows, h);
+    else
+        be->ops->rmsnorm_bwd(be, MC_DTYPE_F32, dx, scr->dw32, scr->r32a, x, scr->w32, rstd,
+                             rows, h);
+    be->ops->convert(be, mc_tp_wgrad_target(c->tp, dw, 0, h, false), c->dt, scr->dw32,
+                     MC_DTYPE_F32, h);
+    mc_tp_wgrad_commit(c->tp, dw, 0, h);
+    if (db) {
+        be->ops->convert(be, mc_tp_wgrad_target(c->tp, db, h, h, false), c->dt, scr->db32,
+                         MC_DTYPE_F32, h);
+        mc_tp_wgrad_commit(c->tp, db, h, h);
+    }
 }

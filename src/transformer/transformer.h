@@ -104,6 +104,10 @@ struct mc_tfm_scratch {
     void *norm_out;      /* [T, h] a norm's output (forward, and recomputed in backward) */
     float *norm_mean, *norm_rstd; /* [T] statistics of a recomputed norm (equal to the saved) */
     void *gamma1;        /* [max(h, hn)] 1 + weight of a zero-centered norm (NULL without) */
+    /* --fp32-residual-connection (NULL without): fp32 [T, h] work for the widened operands of
+     * the residual adds and the hidden-state norms, and [h] widened norm weight / bias and
+     * their fp32 grads (db32 = dw32 + h) */
+    float *r32a, *r32b, *w32, *b32, *dw32, *db32;
     void *act;           /* [T, ffn_l] the MLP activation (forward, recomputed in backward) */
     void *dqkv;          /* [T, qkv_l] */
     void *dctx;          /* [T, ctx_l] */
@@ -120,6 +124,7 @@ struct mc_tfm_scratch {
 struct mc_tfm_ctx {
     struct mc_backend *be;
     enum mc_dtype dt;         /* activations and weights (params_dtype) */
+    enum mc_dtype rdt;        /* the residual stream: dt, or F32 (--fp32-residual-connection) */
     const struct mc_tp_group *tp;
     const struct mc_gpt_config *cfg;
     const struct mc_tfm_dims *d;

@@ -38,6 +38,31 @@ static float hidden_scale(const struct mc_tfm_ctx *c)
     return mc_tfm_dropout_scale(c->dt, c->cfg->hidden_dropout);
 }
 
+/* out = residual + dropout(x + bias) on the T_sp rows. x (a row-parallel output) and the
+ * bias are dt; residual and out are the residual stream's c->rdt. With an fp32 stream
+ * (--fp32-residual-connection) x and the bias are widened and the sum stays fp32 (Megatron's
+ * _bias_dropout_add_func after upstream's fp32-residual fix, PR #3504: x and bias cast up to
+ * the residual's dtype; 0.12.1 cast the residual down instead, COMPATIBILITY.md), with the
+ * fp32 dropout scale. */
+static void residual_add(const struct mc_tfm_ctx *c, void *out, const void *x, const void *bias,
+                         const void *residual, const uint8_t *keep)
+{
+    struct mc_backend *be = c->be;
+    int64_t rows = c->T_sp, h = c->d->h;
+    if (c->rdt == c->dt) {
+        be->ops->bias_dropout_add(be, c->dt, out, x, bias, residual, keep, hidden_scale(c), rows,
+                                  h);
+        return;
+    }
+    be->ops->convert(be, c->scr->r32a, MC_DTYPE_F32, x, c->dt, rows * h);
+    if (bias)
+        be->ops->convert(be, c->scr->b32, MC_DTYPE_F32, bias, c->dt, h);
+    be->ops->bias_dropout_add(be, MC_DTYPE_F32, out, c->scr->r32a, bias ? c->scr->b32 : NULL,
+                              residual, keep, mc_tfm_dropout_scale(MC_DTYPE_F32,
+                                                                   c->cfg->hidden_dropout),
+                              rows, h);
+}
+
 /* Norms, bias-dropout-adds and residuals run on the T_sp rows of this rank; h2 is the work
  * buffer of the sequence-parallel gathers and reduce-scatters, h1 the row-parallel output. */
 mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
@@ -47,7 +72,7 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
     const struct mc_tfm_dims *d = c->d;
     struct mc_backend *be = c->be;
     void *tmp = c->scr->h1, *work = c->scr->h2, *ln = c->scr->norm_out, *act = c->scr->act;
-    int64_t T = c->T, Ts = c->T_sp;
+    int64_t T = c->T;
     mc_status st;
 
     mc_tfm_norm_forward(c, ln, a->ln1_mean, a->ln1_rstd, a->x_in, w->ln1_w, w->ln1_b);
@@ -63,8 +88,7 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
                                        work)) != MC_OK)
         return st;
     const uint8_t *k1 = hidden_keep(c, a->keep_attn_out, MC_TFM_SITE_ATTN_OUT(layer));
-    be->ops->bias_dropout_add(be, c->dt, a->x_mid, tmp, w->proj_b, a->x_in, k1,
-                              hidden_scale(c), Ts, d->h);
+    residual_add(c, a->x_mid, tmp, w->proj_b, a->x_in, k1);
 
     mc_tfm_norm_forward(c, ln, a->ln2_mean, a->ln2_rstd, a->x_mid, w->ln2_w, w->ln2_b);
     if (w->router_w) { /* a mixture-of-experts layer (transformer/moe/) */
@@ -80,8 +104,7 @@ mc_status mc_tfm_layer_forward(const struct mc_tfm_ctx *c, int64_t layer,
             return st;
     }
     const uint8_t *k2 = hidden_keep(c, a->keep_mlp_out, MC_TFM_SITE_MLP_OUT(layer));
-    be->ops->bias_dropout_add(be, c->dt, x_out, tmp, w->fc2_b, a->x_mid, k2, hidden_scale(c),
-                              Ts, d->h);
+    residual_add(c, x_out, tmp, w->fc2_b, a->x_mid, k2);
     return MC_OK;
 }
 
@@ -97,6 +120,7 @@ static const void *dropout_grad(const struct mc_tfm_ctx *c, void *buf, const voi
     return buf;
 }
 
+
 /* A row-parallel bias's grad (the bias is added after the reduction, on this rank's rows):
  * in dt through the wgrad temporary, then into the fp32 main grad. */
 static void bias_grad(const struct mc_tfm_ctx *c, float *db, const void *dy, int64_t rows,
@@ -104,6 +128,40 @@ static void bias_grad(const struct mc_tfm_ctx *c, float *db, const void *dy, int
 {
     c->be->ops->bias_grad(c->be, c->dt, mc_tp_wgrad_target(c->tp, db, 0, n, true), dy, rows, n);
     mc_tp_wgrad_commit(c->tp, db, 0, n);
+}
+
+/* The grad of a row-parallel output from the residual stream's grad dx: with an fp32 stream
+ * the fp32 dropout grad (into scratch r32b), the bias grad summed in fp32 and rounded once
+ * (the grad of the widened bias is the 16-bit param.grad), and dx * keep * scale rounded to dt
+ * into buf, the GEMM backward's input (the grad of the widened x). Returns that dt grad; the
+ * bias grad (when db) is done. */
+static const void *branch_grad(const struct mc_tfm_ctx *c, void *buf, float *db, const void *dx,
+                               const uint8_t *keep)
+{
+    struct mc_backend *be = c->be;
+    int64_t rows = c->T_sp, h = c->d->h;
+    if (c->rdt == c->dt) {
+        const void *dy = dropout_grad(c, buf, dx, keep);
+        if (db)
+            bias_grad(c, db, dy, rows, h);
+        return dy;
+    }
+    const float *g = dx;
+    if (c->hidden_dropout) {
+        be->ops->bias_dropout_add(be, MC_DTYPE_F32, c->scr->r32b, dx, NULL, NULL, keep,
+                                  mc_tfm_dropout_scale(MC_DTYPE_F32, c->cfg->hidden_dropout),
+                                  rows, h);
+        g = c->scr->r32b;
+    }
+    if (db) {
+        be->ops->set(be, c->scr->db32, 0, (size_t)h * sizeof(float));
+        be->ops->bias_grad(be, MC_DTYPE_F32, c->scr->db32, g, rows, h);
+        be->ops->convert(be, mc_tp_wgrad_target(c->tp, db, 0, h, false), c->dt, c->scr->db32,
+                         MC_DTYPE_F32, h);
+        mc_tp_wgrad_commit(c->tp, db, 0, h);
+    }
+    be->ops->convert(be, buf, c->dt, g, MC_DTYPE_F32, rows * h);
+    return buf;
 }
 
 /* The norm output of the forward, recomputed into scratch (same kernel, same inputs: the
@@ -123,14 +181,12 @@ static mc_status mlp_backward(const struct mc_tfm_ctx *c, const struct mc_tfm_la
     const struct mc_tfm_dims *d = c->d;
     struct mc_backend *be = c->be;
     struct mc_tfm_scratch *scr = c->scr;
-    int64_t T = c->T, Ts = c->T_sp;
+    int64_t T = c->T;
     mc_status st;
     if (w->router_w) {
         recompute_norm(c, a->x_mid, w->ln2_w, w->ln2_b);
         return mc_moe_layer_backward(c, w, g, a, scr->h2, dy, scr->norm_out);
     }
-    if (g->fc2_b)
-        bias_grad(c, g->fc2_b, dy, Ts, d->h);
     mc_tfm_mlp_act_forward(c, scr->act, a->fc1, w->fc1_b); /* recompute */
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dact, g->fc2_w, dy, scr->act, w->fc2_w,
                                         T, d->ffn_l, d->h, scr->h2)) != MC_OK)
@@ -153,17 +209,15 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
     mc_status st;
 
     /* MLP block (dy lives in h1 or dx; h2 gathers it; then h1 is the column work buffer) */
-    const void *dy = dropout_grad(c, scr->h1, dx, a->keep_mlp_out);
+    const void *dy = branch_grad(c, scr->h1, w->router_w ? NULL : g->fc2_b, dx, a->keep_mlp_out);
     if ((st = mlp_backward(c, w, g, a, dy)) != MC_OK)
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln2_w, g->ln2_b, scr->h2, a->x_mid, w->ln2_w, a->ln2_mean,
                          a->ln2_rstd);
-    be->ops->bias_dropout_add(be, c->dt, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
+    be->ops->bias_dropout_add(be, c->rdt, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
 
     /* attention block */
-    dy = dropout_grad(c, scr->h1, dx, a->keep_attn_out);
-    if (g->proj_b)
-        bias_grad(c, g->proj_b, dy, Ts, d->h);
+    dy = branch_grad(c, scr->h1, g->proj_b, dx, a->keep_attn_out);
     if ((st = mc_tp_linear_row_backward(be, c->tp, scr->dctx, g->proj_w, dy, a->ctx, w->proj_w,
                                         T, d->ctx_l, d->h, scr->h2)) != MC_OK)
         return st;
@@ -186,6 +240,6 @@ mc_status mc_tfm_layer_backward(const struct mc_tfm_ctx *c, int64_t layer,
         return st;
     mc_tfm_norm_backward(c, scr->h1, g->ln1_w, g->ln1_b, scr->h2, a->x_in, w->ln1_w, a->ln1_mean,
                          a->ln1_rstd);
-    be->ops->bias_dropout_add(be, c->dt, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
+    be->ops->bias_dropout_add(be, c->rdt, dx, scr->h1, NULL, dx, NULL, 1.0f, Ts, d->h);
     return MC_OK;
 }

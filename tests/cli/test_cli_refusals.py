@@ -91,8 +91,8 @@ def check_table(c):
 def check_values(c, tmp):
     save = ['--save', os.path.join(tmp, 'ck'), '--save-interval', '2']
     cases = [
-        ('fp32 residual', ['--bf16', '--fp32-residual-connection'],
-         ['--fp32-residual-connection is not implemented in megatron.c yet']),
+        ('fp32 residual with MoE', ['--bf16', '--fp32-residual-connection', '--num-experts', '2'],
+         ['--fp32-residual-connection with --num-experts is not implemented in megatron.c yet']),
         ('precision-aware optimizer', ['--bf16', '--use-distributed-optimizer',
                                        '--use-precision-aware-optimizer', '--exp-avg-dtype', 'fp16'],
          ['--use-precision-aware-optimizer is not implemented in megatron.c yet']),
@@ -156,10 +156,10 @@ def check_values(c, tmp):
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
     many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--ckpt-format', 'zarr',
-                          '--fp32-residual-connection', '--log-straggler',
+                          '--use-precision-aware-optimizer', '--log-straggler',
                           '--apply-residual-connection-post-layernorm', '--moe-input-jitter-eps', '0.1',
                           '--openai-gelu']
-    rc, msgs = both_ways(c, 'all at once', many, ['--fp32-residual-connection', '--log-straggler',
+    rc, msgs = both_ways(c, 'all at once', many, ['--use-precision-aware-optimizer', '--log-straggler',
                                                   '--apply-residual-connection-post-layernorm',
                                                   '--moe-input-jitter-eps', '--openai-gelu',
                                                   '--ckpt-format zarr is not supported'])
@@ -178,7 +178,7 @@ def check_values(c, tmp):
 def check_mpirun(c, tmp):
     """Two ranks: the refusals come once, from rank 0, after the one arguments dump (context
     parallelism needs the two ranks)."""
-    argv = TINY + ['--bf16', '--fp32-residual-connection', '--log-straggler',
+    argv = TINY + ['--bf16', '--fp32-residual-connection', '--num-experts', '2', '--log-straggler',
                    '--context-parallel-size', '2']
     out_path = os.path.join(tmp, 'mpi.out')
     env = {k: v for k, v in os.environ.items() if k not in ('RANK', 'WORLD_SIZE')}
@@ -193,9 +193,10 @@ def check_mpirun(c, tmp):
             refs == ['NotImplementedError: --context-parallel-size 2 is not supported by '
                      'megatron.c yet (context parallelism)',
                      'NotImplementedError: --log-straggler is not supported by '
-                     'megatron.c yet', 'NotImplementedError: --fp32-residual-connection is not '
-                     'implemented in megatron.c yet (the residual stream is in the 16-bit params '
-                     'dtype)'],
+                     'megatron.c yet', 'NotImplementedError: --fp32-residual-connection with '
+                     '--num-experts is not implemented in megatron.c yet (the fp32 residual '
+                     'stream runs without sequence parallelism, '
+                     '--distribute-saved-activations and MoE layers)'],
             'mpirun: refusals once: rc %d, %s' % (p.returncode, p.stderr[-500:]))
     c.check(out.count('------------------------ arguments ------------------------') == 1 and
             'NotImplementedError' not in out and 'MPI_ABORT' not in p.stderr,

@@ -8,7 +8,7 @@ import tempfile
 import numpy as np
 import torch
 
-from parity.configs import CONFIGS
+from parity.configs import CONFIGS, CONFIGS16
 from reference import gpt_twin as T
 from reference import mcdump
 
@@ -25,7 +25,7 @@ ADAM = dict(beta1=0.9, beta2=0.95, eps=1e-8, clip_grad=1.0)
 
 def make_case(name, seed):
     """Twin with fresh random weights and a random batch for CONFIGS[name]."""
-    cfg, opts = CONFIGS[name]
+    cfg, opts = CONFIGS[name] if name in CONFIGS else CONFIGS16[name]
     gen = torch.Generator().manual_seed(seed)
     twin = T.GPTTwin(cfg)
     T.randomize(twin, gen)

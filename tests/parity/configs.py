@@ -94,6 +94,14 @@ CONFIGS = {
     'rope_ignores_position_ids': (variant(GPT2, position_embedding_type=POS_ROPE), {'pos': True, 'mask': True}),
 }
 
+# 16-bit only configurations (tests/parity/test_mixed_parity.py): --fp32-residual-connection,
+# which Megatron refuses in fp32 (REFUSED below). The GPT-2 one with hidden dropout (the fp32
+# dropout of the residual adds and the embedding).
+CONFIGS16 = {
+    'gpt2_fp32res': (variant(GPT2, fp32_residual_connection=1, hidden_dropout=0.1), {}),
+    'llama_fp32res': (variant(LLAMA, fp32_residual_connection=1), {}),
+}
+
 # Configurations Megatron refuses (TransformerConfig.__post_init__ / validate_args): the C model
 # must refuse them too, with MC_ERR_CONFIG and a message naming the option. name -> (config,
 # text the message must contain).

@@ -50,7 +50,7 @@ BOUNDS = {
 # training: loss curve and grad norm relative errors; final main params vs max|want|
 TRAIN_BOUNDS = dict(loss=8e-3, grad_norm=4e-2, param=(5e-3, 1e-1))
 STEPS = 5
-NAMES = ['gpt2', 'llama']
+NAMES = ['gpt2', 'llama', 'gpt2_fp32res', 'llama_fp32res']
 
 
 def check(rep, stats, kind, name, got, want, dtype):

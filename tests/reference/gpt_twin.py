@@ -153,6 +153,16 @@ class Precision:
             return fn(*[x.float() if x is not None else None for x in xs]).to(self.dt)
         return self.r(fn(*[self.r(x) if x is not None else None for x in xs]))
 
+    def widened(self, fn, x, *ws):
+        """--fp32-residual-connection: fn in fp32 on the fp32 residual x (not rounded, its grad
+        stays fp32) and 16-bit operands ws widened (their grads rounded: the widening's
+        backward); the output rounded once to the dtype (the next GEMM's input)."""
+        if not self.fused:
+            raise NotImplementedError('fp32 residual connection: fused rounding points only')
+        if self.native:
+            return fn(x.float(), *[w.float() if w is not None else None for w in ws]).to(self.dt)
+        return self.r(fn(x, *[self.r(w) if w is not None else None for w in ws]))
+
     def mm(self, x, w):
         """x @ w^T: fp32 accumulation, one rounding (16-bit GEMM); the backward GEMMs likewise."""
         return self.r(torch.matmul(self.r(x), self.r(w).t()))
@@ -527,6 +537,8 @@ class Norm(torch.nn.Module):
         super().__init__()
         self.rms = c['normalization'] == NORM_RMSNORM
         self.eps = c['norm_epsilon']
+        # --fp32-residual-connection: the hidden-state norms read the fp32 residual stream
+        self.fp32_in = bool(c['fp32_residual_connection'])
         # --apply-layernorm-1p: the weight is stored zero-centered and the norm scales by
         # weight + 1 (FusedLayerNorm / TENorm zero_centered_gamma), initialized to zeros
         self.one_p = bool(c['layernorm_zero_centered_gamma'])
@@ -546,6 +558,8 @@ class Norm(torch.nn.Module):
 
     def forward16(self, x):
         p = self.prec
+        if self.fp32_in:  # fp32 input, 16-bit weights widened, output rounded once
+            return p.widened(self.norm, x, self.weight, self.bias)
         if p.fused:  # fp32 inside, output rounded once (apex's / TE's fused norm kernels)
             return p.fuse(self.norm, x, self.weight, self.bias)
         # eager: torch's own 16-bit norms, as Megatron's WrappedTorchNorm calls them: LayerNorm
@@ -748,6 +762,11 @@ class TransformerLayer(torch.nn.Module):
     def bias_dropout_add16(self, out, bias, residual, site):
         p = self.prec
         drop = lambda t: self.drop(t, self.c['hidden_dropout'], site, self.training)
+        if self.c['fp32_residual_connection']:
+            # upstream's fixed _bias_dropout_add_func (Megatron-LM PR #3504): x and bias cast up
+            # to the fp32 residual, the sum kept in fp32
+            up = (lambda t: t.float()) if p.native else p.r
+            return residual + drop(up(out) + up(bias) if bias is not None else up(out))
         if p.fused:  # one fp32 kernel, one rounding (bias_dropout_add_fused_train on a GPU)
             return p.fuse(lambda o, b, r: r + drop(o + b if b is not None else o), out, bias, residual)
         if bias is not None:  # eager: each op rounds
@@ -854,7 +873,10 @@ class GPTTwin(torch.nn.Module):
             else:
                 x = x + self.embedding.position_embeddings.weight[position_ids]
         x = x.transpose(0, 1).contiguous()
-        x = p.r(self.dropout(x, c['hidden_dropout'], 0, self.training))
+        if p.on and c['fp32_residual_connection']:  # embeddings.float(), then fp32 dropout
+            x = self.dropout(x.float() if p.native else x, c['hidden_dropout'], 0, self.training)
+        else:
+            x = p.r(self.dropout(x, c['hidden_dropout'], 0, self.training))
         self._hook('embedding.output', x)
         if attention_mask is None:
             attention_mask = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]

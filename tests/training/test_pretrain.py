@@ -123,7 +123,8 @@ def test_refusals(tmp):
     for extra, env, words in (
         (("--save", os.path.join(tmp, "ck"), "--save-interval", "2", "--ckpt-format", "zarr"), {},
          "--ckpt-format zarr is not supported by megatron.c yet (--save)"),
-        (("--bf16", "--fp32-residual-connection"), {}, "--fp32-residual-connection"),
+        (("--bf16", "--fp32-residual-connection", "--num-experts", "2"), {},
+         "--fp32-residual-connection with --num-experts"),
         ((), {"WORLD_SIZE": "2", "RANK": "0"}, "world size"),
     ):
         e = dict(os.environ, OMP_NUM_THREADS="1", **env)

@@ -118,6 +118,7 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
     return (struct mc_tfm_ctx){
         .be = m->be,
         .dt = m->dt,
+        .rdt = m->rdt,
         .tp = &m->tp,
         .cfg = c,
         .d = &m->dims,
@@ -147,9 +148,13 @@ static struct mc_tfm_ctx make_ctx(struct mc_gpt_model *m, const struct mc_gpt_sl
  * does that with RoPE; with learned positions it all-reduces and then splits: the same values,
  * as each token's row comes from exactly one rank) and the rest runs on those rows. */
 static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
-                       const struct mc_tfm_ctx *c, void *x0)
+                       const struct mc_tfm_ctx *c, void *x_out)
 {
     const struct mc_tfm_dims *d = &m->dims;
+    /* --fp32-residual-connection: the dt sum in scratch r32b, then embeddings.float() and the
+     * dropout in fp32 */
+    bool widen = m->rdt != m->dt;
+    void *x0 = widen ? (void *)m->scratch.r32b : x_out;
     mc_status st = mc_tp_embedding_forward(m->be, &m->tp, x0, m->word_w, sl->ids_sf, c->T, d->h,
                                            d->V_l, m->scratch.h2);
     if (st != MC_OK)
@@ -160,11 +165,13 @@ static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
                                   c->T_sp, d->h, 0, m->cfg.max_position_embeddings);
         m->be->ops->bias_dropout_add(m->be, m->dt, x0, x0, NULL, pe, NULL, 1.0f, c->T_sp, d->h);
     }
+    if (widen)
+        m->be->ops->convert(m->be, x_out, m->rdt, x0, m->dt, c->T_sp * d->h);
     if (c->hidden_dropout) {
         mc_tfm_dropout_mask(c, sl->emb_keep, MC_TFM_SITE_EMBEDDING, c->sp_first * d->h,
                             c->T_sp * d->h, m->cfg.hidden_dropout);
-        m->be->ops->bias_dropout_add(m->be, m->dt, x0, x0, NULL, NULL, sl->emb_keep,
-                                     mc_tfm_dropout_scale(m->dt, m->cfg.hidden_dropout),
+        m->be->ops->bias_dropout_add(m->be, m->rdt, x_out, x_out, NULL, NULL, sl->emb_keep,
+                                     mc_tfm_dropout_scale(m->rdt, m->cfg.hidden_dropout),
                                      c->T_sp, d->h);
     }
     return MC_OK;
@@ -174,22 +181,23 @@ static mc_status embed(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
  * under the same module name ("forward." in a run dump), backward ones to the run dump only.
  * One branch each while neither records. */
 static void hook_point(const struct mc_gpt_model *m, enum mc_dump_point pt, const char *name,
-                       const void *x, int64_t s, int64_t b, int64_t n)
+                       enum mc_dtype dt, const void *x, int64_t s, int64_t b, int64_t n)
 {
     bool debug = pt == MC_DUMP_POINT_FORWARD && mc_dump_hooks_active();
     if (!debug && !mc_dump_point_on(pt))
         return;
     int64_t shape[3] = {s, b, n};
     if (debug)
-        mc_dump_hook(name, m->dt, 3, shape, x);
-    mc_dump_point(pt, pt == MC_DUMP_POINT_FORWARD ? "forward." : "backward.", name, m->dt, 3,
+        mc_dump_hook(name, dt, 3, shape, x);
+    mc_dump_point(pt, pt == MC_DUMP_POINT_FORWARD ? "forward." : "backward.", name, dt, 3,
                   shape, x);
 }
 
-static void hook(const struct mc_gpt_model *m, const char *name, const void *x, int64_t s,
-                 int64_t b, int64_t n)
+/* dt: the tensor's dtype (m->dt, or m->rdt for the residual stream's) */
+static void hook(const struct mc_gpt_model *m, const char *name, enum mc_dtype dt, const void *x,
+                 int64_t s, int64_t b, int64_t n)
 {
-    hook_point(m, MC_DUMP_POINT_FORWARD, name, x, s, b, n);
+    hook_point(m, MC_DUMP_POINT_FORWARD, name, dt, x, s, b, n);
 }
 
 /* A layer's point: decoder.layers.<global index>.<what> (Megatron's module name). */
@@ -201,9 +209,9 @@ static void layer_point(const struct mc_gpt_model *m, enum mc_dump_point pt, int
     char name[64];
     snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)gl, what);
     if (strcmp(what, "input") == 0 && pt == MC_DUMP_POINT_FORWARD) /* not a debug hook point */
-        mc_dump_point(pt, "forward.", name, m->dt, 3, (int64_t[3]){s, b, m->dims.h}, x);
+        mc_dump_point(pt, "forward.", name, m->rdt, 3, (int64_t[3]){s, b, m->dims.h}, x);
     else
-        hook_point(m, pt, name, x, s, b, m->dims.h);
+        hook_point(m, pt, name, m->rdt, x, s, b, m->dims.h);
 }
 
 /* The context of global layer gl: the model's, or under MC_TEST_PERTURB_LN_EPS (tests of the
@@ -234,11 +242,11 @@ static mc_status head_forward(struct mc_gpt_model *m, struct mc_gpt_slot *sl,
     int64_t b = c->b, s = c->s, T = c->T;
     mc_status st;
     mc_tfm_norm_forward(c, sl->lnf, sl->lnf_mean, sl->lnf_rstd, sl->x_final, m->lnf_w, m->lnf_b);
-    hook(m, "decoder.final_layernorm.output", sl->lnf, c->T_sp / b, b, d->h);
+    hook(m, "decoder.final_layernorm.output", m->dt, sl->lnf, c->T_sp / b, b, d->h);
     if ((st = mc_tp_linear_col_forward(m->be, &m->tp, sl->logits, sl->lnf, output_weight(m), NULL,
                                        T, d->h, d->V_l, m->scratch.h2)) != MC_OK)
         return st;
-    hook(m, "output_layer.output", sl->logits, s, b, d->V_l);
+    hook(m, "output_layer.output", m->dt, sl->logits, s, b, d->V_l);
     if (!batch->labels)
         return MC_OK;
     if ((st = ids_to_backend(m, sl->labels_sf, batch->labels, b, s)) != MC_OK)
@@ -293,10 +301,10 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
             return st;
         if ((st = embed(m, sl, &c, x0)) != MC_OK)
             return st;
-        hook(m, "embedding.output", x0, c.T_sp / b, b, d->h);
+        hook(m, "embedding.output", m->rdt, x0, c.T_sp / b, b, d->h);
     } else {
         m->be->ops->copy_to_backend(m->be, x0, batch->hidden_in,
-                                    m->esize * (size_t)(c.T_sp * d->h));
+                                    m->rsize * (size_t)(c.T_sp * d->h));
     }
     if (m->cfg.distribute_saved_activations && (c.T_sp * d->h) % m->tp.size)
         return mc_error(MC_ERR_SHAPE, "forward: --distribute-saved-activations splits each "
@@ -309,9 +317,9 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
         void *out = l + 1 < d->L ? sl->acts[l + 1].x_in : sl->x_final;
         if (sl->ckpt[l]) /* the group's input: this rank's 1/tp of it is what stays */
             m->be->ops->copy(m->be, sl->ckpt[l],
-                             mc_tp_at(sl->acts[l].x_in, m->dt, m->tp.rank * (c.T_sp * d->h /
-                                                                            m->tp.size)),
-                             m->esize * (size_t)(c.T_sp * d->h / m->tp.size));
+                             mc_tp_at(sl->acts[l].x_in, m->rdt, m->tp.rank * (c.T_sp * d->h /
+                                                                             m->tp.size)),
+                             m->rsize * (size_t)(c.T_sp * d->h / m->tp.size));
         int64_t gl = d->layer_offset + l; /* dropout sites and layer scaling use the global index */
         layer_point(m, MC_DUMP_POINT_FORWARD, gl, "input", sl->acts[l].x_in, c.T_sp / b, b);
         if ((st = mc_gpt_hook_param_use(m, mc_gpt_layer_first_param(m, l + 1))) != MC_OK ||
@@ -375,14 +383,20 @@ static mc_status body_backward(struct mc_gpt_model *m, const struct mc_gpt_slot 
     if (!d->first_stage)
         return MC_OK;
     if (c->hidden_dropout)
-        m->be->ops->bias_dropout_add(m->be, m->dt, m->dx, m->dx, NULL, NULL, sl->emb_keep,
-                                     mc_tfm_dropout_scale(m->dt, m->cfg.hidden_dropout),
+        m->be->ops->bias_dropout_add(m->be, m->rdt, m->dx, m->dx, NULL, NULL, sl->emb_keep,
+                                     mc_tfm_dropout_scale(m->rdt, m->cfg.hidden_dropout),
                                      c->T_sp, d->h);
-    /* the backward of the sequence-parallel scatter: every rank needs every row's grad */
+    /* the backward of embeddings.float() (--fp32-residual-connection): the grad rounded to dt */
     void *dx = m->dx;
+    if (m->rdt != m->dt) {
+        dx = m->scratch.r32b;
+        m->be->ops->convert(m->be, dx, m->dt, m->dx, m->rdt, c->T_sp * d->h);
+    }
+    /* the backward of the sequence-parallel scatter: every rank needs every row's grad */
     if (m->cfg.sequence_parallel) {
+        void *shard = dx;
         dx = m->scratch.h1;
-        if ((st = mc_tp_all_gather_seq(&m->tp, dx, m->dx, c->T_sp * d->h)) != MC_OK)
+        if ((st = mc_tp_all_gather_seq(&m->tp, dx, shard, c->T_sp * d->h)) != MC_OK)
             return st;
     }
     /* the tied weight's first grad (the output layer's) waits in tied_wgrad (16-bit) */
@@ -449,6 +463,6 @@ mc_status mc_gpt_backward_stage(mc_gpt_model *m, const void *dhidden_out)
     sl->valid = false;
     struct mc_tfm_ctx c = make_ctx(m, sl);
     m->be->ops->copy_to_backend(m->be, m->dx, dhidden_out,
-                                m->esize * (size_t)(c.T_sp * m->dims.h));
+                                m->rsize * (size_t)(c.T_sp * m->dims.h));
     return body_backward(m, sl, &c);
 }

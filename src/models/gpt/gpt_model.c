@@ -359,6 +359,16 @@ struct carver {
     size_t used;
 };
 
+/* The params dtype and the residual stream's (--fp32-residual-connection: fp32 with 16-bit
+ * params, LanguageModelEmbedding's embeddings.float()). */
+static void set_dtypes(struct mc_gpt_model *m)
+{
+    m->dt = m->cfg.params_dtype;
+    m->esize = mc_dtype_size(m->dt);
+    m->rdt = m->cfg.fp32_residual_connection ? MC_DTYPE_F32 : m->dt;
+    m->rsize = mc_dtype_size(m->rdt);
+}
+
 static void *carve(struct carver *cv, int64_t n, size_t elem)
 {
     void *p = cv->base ? cv->base + cv->used : NULL;
@@ -421,9 +431,9 @@ static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
     /* outside the tensor-parallel regions: this rank's sequence shard */
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
     /* E: activations in dt; F: fp32 statistics; B: keep masks */
-    const size_t F = sizeof(float), B = 1, E = m->esize;
+    const size_t F = sizeof(float), B = 1, E = m->esize, R = m->rsize; /* R: residual stream */
     bool drop_h = m->cfg.hidden_dropout > 0.0f;
-    a->x_in = carve(cv, Ts * d->h, E);
+    a->x_in = carve(cv, Ts * d->h, R);
     a->ln1_mean = carve(cv, Ts, F);
     a->ln1_rstd = carve(cv, Ts, F);
     a->qkv = carve(cv, T * d->qkv_l, E);
@@ -432,7 +442,7 @@ static void carve_layer(const struct mc_gpt_model *m, struct carver *cv,
     a->lse = flash ? carve(cv, d->b_max * d->np_l * d->s_max, F) : NULL;
     a->ctx = carve(cv, T * d->ctx_l, E);
     a->keep_attn_out = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-    a->x_mid = carve(cv, Ts * d->h, E);
+    a->x_mid = carve(cv, Ts * d->h, R);
     a->ln2_mean = carve(cv, Ts, F);
     a->ln2_rstd = carve(cv, Ts, F);
     a->fc1 = moe ? carve(cv, d->moe_rows * d->moe_fc1_l, E) : carve(cv, T * d->fc1_l, E);
@@ -450,7 +460,7 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max;
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
-    const size_t F = sizeof(float), B = 1, E = m->esize;
+    const size_t F = sizeof(float), B = 1, E = m->esize, R = m->rsize;
     bool drop_h = m->cfg.hidden_dropout > 0.0f;
     for (int64_t l = 0; l < d->L; l++) {
         int64_t first = mc_gpt_recompute_group(m, l);
@@ -461,12 +471,12 @@ static void carve_slot(const struct mc_gpt_model *m, struct carver *cv, struct m
         }
         sl->acts[l] = m->rc_work[l - first];
         if (l == first && m->cfg.distribute_saved_activations)
-            sl->ckpt[l] = carve(cv, Ts * d->h / d->tp, E);
+            sl->ckpt[l] = carve(cv, Ts * d->h / d->tp, R);
         else if (l == first)
-            sl->acts[l].x_in = carve(cv, Ts * d->h, E);
+            sl->acts[l].x_in = carve(cv, Ts * d->h, R);
     }
     sl->emb_keep = drop_h ? carve(cv, Ts * d->h, B) : NULL;
-    sl->x_final = carve(cv, Ts * d->h, E);
+    sl->x_final = carve(cv, Ts * d->h, R);
     sl->lnf = carve(cv, Ts * d->h, E);
     sl->lnf_mean = carve(cv, Ts, F);
     sl->lnf_rstd = carve(cv, Ts, F);
@@ -487,16 +497,24 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     const struct mc_tfm_dims *d = &m->dims;
     int64_t T = d->b_max * d->s_max, P = d->b_max * d->np_l * d->s_max * d->s_max;
     int64_t Ts = m->cfg.sequence_parallel ? T / d->tp : T;
-    const size_t F = sizeof(float), B = 1, E = m->esize;
+    const size_t F = sizeof(float), B = 1, E = m->esize, R = m->rsize;
     bool drop_a = m->cfg.attention_dropout > 0.0f, flash = m->cfg.flash_attention;
     struct mc_tfm_scratch *s = &m->scratch;
     s->attn_a = flash ? NULL : carve(cv, P, E);
     s->attn_b = flash ? NULL : carve(cv, P, E);
     s->attn_keep = drop_a && !flash ? carve(cv, P, B) : NULL;
     s->attn_probs = selective_recompute(&m->cfg) ? carve(cv, P, E) : NULL;
-    s->h1 = carve(cv, T * d->h, E);
+    s->h1 = carve(cv, T * d->h, R); /* also a norm's input grad, in the residual dtype */
     s->h2 = carve(cv, T * d->h, E);
     s->norm_out = carve(cv, Ts * d->h, E);
+    if (m->rdt != m->dt) { /* --fp32-residual-connection: the fp32 sides of the mixed ops */
+        s->r32a = carve(cv, T * d->h, F);
+        s->r32b = carve(cv, T * d->h, F);
+        s->w32 = carve(cv, d->h, F);
+        s->b32 = carve(cv, d->h, F);
+        s->dw32 = carve(cv, 2 * d->h, F); /* dw32 then db32, cleared together */
+        s->db32 = s->dw32 ? s->dw32 + d->h : NULL;
+    }
     s->norm_mean = carve(cv, Ts, F);
     s->norm_rstd = carve(cv, Ts, F);
     s->gamma1 = m->cfg.layernorm_zero_centered_gamma ? carve(cv, d->h > d->hn ? d->h : d->hn, E)
@@ -520,7 +538,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     m->xent_target = carve(cv, T, F);
     m->loss_sf = carve(cv, T, F);
     m->dloss_sf = carve(cv, T, F);
-    m->dx = carve(cv, Ts * d->h, E);
+    m->dx = carve(cv, Ts * d->h, R);
     /* 16-bit sums over tp run in fp32 (tensor_parallel.h) */
     m->tp_red = m->dt != MC_DTYPE_F32 && d->tp > 1 ? carve(cv, T * d->h + T / d->tp * d->h, F)
                                                    : NULL;
@@ -530,7 +548,7 @@ static void carve_all(struct mc_gpt_model *m, struct carver *cv)
     }
     for (int64_t i = 0; i < m->rc_work_layers; i++)
         carve_layer(m, cv, &m->rc_work[i], false); /* full recompute: dense models only */
-    m->rc_out = m->rc_work_layers ? carve(cv, Ts * d->h, E) : NULL;
+    m->rc_out = m->rc_work_layers ? carve(cv, Ts * d->h, R) : NULL;
     size_t before = cv->used;
     for (int i = 0; i < m->n_slots; i++)
         carve_slot(m, cv, &m->slots[i]);
@@ -821,8 +839,7 @@ mc_status mc_gpt_model_init_backend(const struct mc_gpt_config *cfg, struct mc_b
         goto out_free;
     st = MC_ERR_NOMEM;
     derive_dims(&m->dims, &m->cfg);
-    m->dt = m->cfg.params_dtype;
-    m->esize = mc_dtype_size(m->dt);
+    set_dtypes(m);
     if ((st = check_backend_dtype(m)) != MC_OK)
         goto out_free;
     st = MC_ERR_NOMEM;
@@ -1011,8 +1028,7 @@ mc_status mc_gpt_config_activation_bytes(const struct mc_gpt_config *cfg, size_t
     if (st != MC_OK)
         return st;
     derive_dims(&m.dims, &m.cfg);
-    m.dt = m.cfg.params_dtype;
-    m.esize = mc_dtype_size(m.dt);
+    set_dtypes(&m);
     m.rc_work_layers = recompute_work_layers(&m);
     m.slots = alloc_slots(1, m.dims.L);
     m.rc_work = mc_calloc((size_t)(m.rc_work_layers > 0 ? m.rc_work_layers : 1),

@@ -45,6 +45,10 @@ struct mc_gpt_model {
      * params, same offsets), NULL with fp32, where the model computes on param_block. */
     enum mc_dtype dt;
     size_t esize;                    /* mc_dtype_size(dt) */
+    /* the residual stream (layer inputs and outputs, x_mid, their grads): dt, or F32 with
+     * --fp32-residual-connection and 16-bit params */
+    enum mc_dtype rdt;
+    size_t rsize;                    /* mc_dtype_size(rdt) */
     float *param_block, *grad_block;
     void *compute_block;
     /* the weights the model reads (dt: compute_block, or param_block with fp32) and the

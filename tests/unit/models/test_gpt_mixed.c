@@ -236,12 +236,14 @@ int main(void)
     check_training(false, 0.0f, 1e-2, 1e-3);
     check_training(true, 0.0f, 1e-2, 1e-3);
     check_training(false, 0.1f, 1e-2, 1e-3);
-    /* fp32 residual connection is not implemented with 16-bit params */
+    /* the fp32 residual stream is not implemented with MoE layers */
     struct mc_gpt_config c = config(false, MC_DTYPE_BF16, 0.0f);
     c.fp32_residual_connection = true;
+    c.num_moe_experts = 2;
     mc_gpt_model *m = NULL;
     CHECK(mc_gpt_model_init(&c, &m) == MC_ERR_UNSUPPORTED && m == NULL);
-    CHECK(strstr(mc_last_error(), "--fp32-residual-connection") != NULL);
+    CHECK(strstr(mc_last_error(), "--fp32-residual-connection with bfloat16 params and "
+                                  "--num-experts") != NULL);
     c = config(false, MC_DTYPE_I32, 0.0f);
     CHECK(mc_gpt_model_init(&c, &m) == MC_ERR_CONFIG && m == NULL);
     CHECK(mc_alloc_live_bytes() == 0);

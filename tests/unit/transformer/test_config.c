@@ -112,7 +112,8 @@ EDIT(e_std, c->init_method_std = -0.02f)
 EDIT(e_eps, c->norm_epsilon = 0.0f)
 EDIT(e_fp32res, c->fp32_residual_connection = true)
 EDIT(e_int_params, c->params_dtype = MC_DTYPE_I32)
-EDIT(e_bf16_fp32res, c->params_dtype = MC_DTYPE_BF16; c->fp32_residual_connection = true)
+EDIT(e_bf16_fp32res, c->params_dtype = MC_DTYPE_BF16; c->fp32_residual_connection = true;
+     c->sequence_parallel = true; c->tensor_model_parallel_size = 2)
 EDIT(e_norm, c->normalization = (enum mc_normalization)9)
 EDIT(e_pos, c->position_embedding_type = (enum mc_position_embedding)9)
 EDIT(e_act, c->activation = (enum mc_activation)9)
@@ -163,8 +164,8 @@ static const struct bad bads[] = {
     {"norm eps 0", e_eps, "--norm-epsilon", MC_ERR_CONFIG},
     {"fp32 residual in fp32", e_fp32res, "--fp32-residual-connection", MC_ERR_CONFIG},
     {"integer params", e_int_params, "params dtype int32", MC_ERR_CONFIG},
-    {"bf16 with fp32 residual", e_bf16_fp32res, "--fp32-residual-connection with bfloat16",
-     MC_ERR_UNSUPPORTED},
+    {"bf16 with fp32 residual and sp", e_bf16_fp32res,
+     "--fp32-residual-connection with bfloat16 params and --sequence-parallel", MC_ERR_UNSUPPORTED},
     {"bad normalization", e_norm, "--normalization", MC_ERR_CONFIG},
     {"bad position type", e_pos, "--position-embedding-type", MC_ERR_CONFIG},
     {"bad activation", e_act, "activation", MC_ERR_CONFIG},
