@@ -8,7 +8,7 @@
 #   llama: Llama-style (12 layers, hidden 768, 12 heads, 4 query groups, ffn 2048, RoPE,
 #          SwiGLU, RMSNorm, no biases, untied embeddings, vocabulary 32000)
 # FLASH=1 (default) adds --use-flash-attn (core attention keeps no [b, heads, s, s]
-# probabilities); FLASH=0 runs the unfused path.
+# probabilities); FLASH=0 runs the unfused path (--attention-backend unfused).
 # First the --dry-run count of every case (instant, no memory used), then the runs; a run whose
 # dry-run activation estimate passes MAX_ACT_GB (default: 3/4 of MemAvailable) is skipped, and
 # every run is bounded by `ulimit -v` (MAX_VM_GB, default 7/8 of MemAvailable) so that a run
@@ -51,7 +51,7 @@ args() { # model seq setting
     printf '%s' " --seq-length $2 --micro-batch-size 1 --global-batch-size 1 \
 --train-iters $ITERS --lr 1e-4 --log-interval 1 --mock-data --tokenizer-type NullTokenizer \
 --data-cache-path $TMP/cache --eval-iters 0 --log-memory-estimate"
-    if [ "$FLASH" = 1 ]; then printf ' --use-flash-attn'; fi
+    if [ "$FLASH" = 1 ]; then printf ' --use-flash-attn'; else printf ' --attention-backend unfused'; fi
     set -- $3
     case "$1" in
     none) ;;
