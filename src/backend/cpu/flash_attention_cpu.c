@@ -206,6 +206,21 @@ static void tile_keep(const struct fa *f, uint8_t *keep, int64_t bi, int64_t hl,
                             r->c2, r->c3, d->dropout);
 }
 
+/* Whether query row q of batch row bi's explicit mask masks every key (causal and window masks
+ * always leave a query its own position). Asked only of a row whose running max stayed at
+ * -inf or the masked fill: a row of NaN scores (a diverged run) has unmasked keys and goes on
+ * to NaN outputs, as the unfused op's softmax does, for the run's NaN checks to report. */
+static bool row_all_masked(const struct mc_attention_desc *d, int64_t bi, int64_t q)
+{
+    if (!d->mask)
+        return false;
+    const uint8_t *mr = d->mask + (bi * d->s + q) * d->s;
+    for (int64_t j = 0; j < d->s; j++)
+        if (!mr[j])
+            return false;
+    return true;
+}
+
 static _Noreturn void all_masked(int64_t bi, int64_t q)
 {
     mc_log(MC_LOG_ERROR, "flash attention: query %lld of batch row %lld has every key masked "
@@ -281,7 +296,7 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
         fk->gemm_nn(b->O, hn, b->S, BC, V, vld, nq, hn, nk, true);
     }
     for (int64_t i = 0; i < nq; i++) {
-        if (b->m[i] == -INFINITY || b->m[i] == -10000.0f)
+        if ((b->m[i] == -INFINITY || b->m[i] == -10000.0f) && row_all_masked(d, bi, q0 + i))
             all_masked(bi, q0 + i);
         fk->scale(b->O + i * hn, hn, 1.0f / b->l[i]);
         lse[(bi * d->heads + hl) * s + q0 + i] = b->m[i] + logf(b->l[i]);
