@@ -1,14 +1,23 @@
 /* Times one full training step (forward + backward + Adam) of a GPT through the public API.
  * A benchmark, not a test: bench/train_step/run.sh runs it beside PyTorch on the same model.
  *
- * usage: bench_train_step LAYERS HIDDEN HEADS VOCAB SEQ BATCH [ITERS [WARMUP]]
- * prints one line: "megatron.c tokens_per_s=<x> step_ms=<y> flops_per_step=<z>" */
+ * usage: bench_train_step [--breakdown] LAYERS HIDDEN HEADS VOCAB SEQ BATCH [ITERS [WARMUP]]
+ * prints one line: "megatron.c tokens_per_s=<x> step_ms=<y> flops_per_step=<z> ..." with the
+ * process CPU time per step and the minor page faults per step beside the wall time.
+ * --breakdown runs the model on the timed backend wrapper (src/backend/timed) and prints, after
+ * that line, the time per op class and per GEMM shape of the timed steps (docs/performance.md). */
 #include "megatron.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
 
+#include "backend/backend.h"
+#include "backend/cpu/kernels/kernels_avx512.h"
+#include "backend/timed/timed_backend.h"
+
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static double now_s(void)
@@ -16,6 +25,20 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu_s(void) /* every thread of the process */
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static long minor_faults(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
 }
 
 /* Megatron's per-iteration FLOP formula (training.py num_floating_point_operations) for a
@@ -35,8 +58,12 @@ static int die(const char *what, mc_status st)
 
 int main(int argc, char **argv)
 {
+    bool breakdown = argc > 1 && !strcmp(argv[1], "--breakdown");
+    if (breakdown)
+        argc--, argv++;
     if (argc < 7) {
-        fprintf(stderr, "usage: %s LAYERS HIDDEN HEADS VOCAB SEQ BATCH [ITERS [WARMUP]]\n", argv[0]);
+        fprintf(stderr, "usage: bench_train_step [--breakdown] LAYERS HIDDEN HEADS VOCAB SEQ BATCH "
+                "[ITERS [WARMUP]]\n");
         return 2;
     }
     struct mc_gpt_config cfg;
@@ -56,9 +83,14 @@ int main(int argc, char **argv)
     int warmup = argc > 8 ? atoi(argv[8]) : 2;
     int64_t b = cfg.micro_batch_size, s = cfg.seq_length, n = b * s;
 
-    mc_gpt_model *m = NULL;
-    mc_status st = mc_gpt_model_init(&cfg, &m);
+    struct mc_backend *cpu = NULL, *timed = NULL;
+    mc_status st = mc_backend_create(NULL, &cpu);
     if (st != MC_OK)
+        return die("backend", st);
+    if (breakdown && (st = mc_timed_backend_create(cpu, &timed)) != MC_OK)
+        return die("timed backend", st);
+    mc_gpt_model *m = NULL;
+    if ((st = mc_gpt_model_init_backend(&cfg, breakdown ? timed : cpu, &m)) != MC_OK)
         return die("model init", st);
     struct mc_optimizer_config ocfg;
     mc_opt_config_default(&ocfg);
@@ -81,11 +113,15 @@ int main(int argc, char **argv)
     }
     struct mc_gpt_batch batch = {.b = b, .s = s, .tokens = tokens, .labels = labels};
 
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
+    long f0 = 0;
     float first = 0, last = 0;
     for (int it = 0; it < warmup + iters; it++) {
-        if (it == warmup)
-            t0 = now_s();
+        if (it == warmup) {
+            if (timed)
+                mc_timed_backend_reset(timed);
+            t0 = now_s(), c0 = cpu_s(), f0 = minor_faults();
+        }
         mc_gpt_zero_grad(m);
         if ((st = mc_gpt_forward(m, &batch, true, loss)) != MC_OK)
             return die("forward", st);
@@ -101,15 +137,21 @@ int main(int argc, char **argv)
         if (it == 0)
             first = last;
     }
-    double dt = (now_s() - t0) / iters;
-    printf("megatron.c tokens_per_s=%.1f step_ms=%.2f flops_per_step=%.6g loss_first=%.4f loss_last=%.4f\n",
+    double wall = now_s() - t0, cpu_t = cpu_s() - c0, dt = wall / iters;
+    long faults = minor_faults() - f0;
+    printf("megatron.c tokens_per_s=%.1f step_ms=%.2f flops_per_step=%.6g loss_first=%.4f "
+           "loss_last=%.4f cpu_ms_per_step=%.2f minor_faults_per_step=%ld kernels=%s gemm=%s\n",
            (double)n / dt, dt * 1e3, step_flops(cfg.num_layers, cfg.hidden_size, cfg.vocab_size, s, b),
-           first, last);
+           first, last, cpu_t * 1e3 / iters, faults / iters, cpu->name, mc_gemm_blas_name());
+    if (timed)
+        mc_timed_backend_report(timed, stdout, iters, wall, cpu_t);
     mc_free(dloss);
     mc_free(loss);
     mc_free(labels);
     mc_free(tokens);
     mc_opt_free(opt);
     mc_gpt_model_free(m);
+    mc_timed_backend_free(timed);
+    mc_backend_free(cpu);
     return 0;
 }

@@ -13,7 +13,7 @@ static inline float pre(const float *x, const float *bias, int64_t r, int64_t c,
 
 void gelu_tanh_fwd_ref(float *y, const float *x, const float *bias, int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float v = pre(x, bias, r, c, cols);
@@ -24,7 +24,7 @@ void gelu_tanh_fwd_ref(float *y, const float *x, const float *bias, int64_t rows
 void gelu_tanh_bwd_ref(float *dx, const float *dy, const float *x, const float *bias,
                        int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float v = pre(x, bias, r, c, cols);
@@ -37,7 +37,7 @@ void gelu_tanh_bwd_ref(float *dx, const float *dy, const float *x, const float *
 
 void gelu_erf_fwd_ref(float *y, const float *x, const float *bias, int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float v = pre(x, bias, r, c, cols);
@@ -48,7 +48,7 @@ void gelu_erf_fwd_ref(float *y, const float *x, const float *bias, int64_t rows,
 void gelu_erf_bwd_ref(float *dx, const float *dy, const float *x, const float *bias,
                       int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float v = pre(x, bias, r, c, cols);
@@ -61,7 +61,7 @@ void gelu_erf_bwd_ref(float *dx, const float *dy, const float *x, const float *b
 void squared_relu_fwd_ref(float *y, const float *x, const float *bias, int64_t rows,
                           int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float v = pre(x, bias, r, c, cols);
@@ -73,7 +73,7 @@ void squared_relu_fwd_ref(float *y, const float *x, const float *bias, int64_t r
 void squared_relu_bwd_ref(float *dx, const float *dy, const float *x, const float *bias,
                           int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float v = pre(x, bias, r, c, cols);
@@ -83,7 +83,7 @@ void squared_relu_bwd_ref(float *dx, const float *dy, const float *x, const floa
 
 void swiglu_fwd_ref(float *y, const float *x, const float *bias, int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float g = pre(x, bias, r, c, 2 * cols), u = pre(x, bias, r, c + cols, 2 * cols);
@@ -94,7 +94,7 @@ void swiglu_fwd_ref(float *y, const float *x, const float *bias, int64_t rows, i
 void swiglu_bwd_ref(float *dx, const float *dy, const float *x, const float *bias, int64_t rows,
                     int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             float g = pre(x, bias, r, c, 2 * cols), u = pre(x, bias, r, c + cols, 2 * cols);

@@ -6,7 +6,7 @@
 void bias_grad_ref(float *db, const float *dy, int64_t rows, int64_t cols)
 {
     int64_t nblk = (cols + MC_REF_COL_BLOCK - 1) / MC_REF_COL_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t blk = 0; blk < nblk; blk++) {
         int64_t j0 = blk * MC_REF_COL_BLOCK;
         int64_t j1 = j0 + MC_REF_COL_BLOCK < cols ? j0 + MC_REF_COL_BLOCK : cols;
@@ -22,7 +22,7 @@ void bias_grad_ref(float *db, const float *dy, int64_t rows, int64_t cols)
 void bias_dropout_add_ref(float *y, const float *x, const float *bias, const float *residual,
                           const uint8_t *keep_mask, float scale, int64_t rows, int64_t cols)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
             int64_t i = r * cols + c;

@@ -8,7 +8,7 @@
 
 void xent_max_ref(float *max_local, const float *logits, int64_t n, int64_t v)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * v > 16384)
     for (int64_t r = 0; r < n; r++) {
         const float *lr = logits + r * v;
         float mx = -INFINITY;
@@ -22,7 +22,7 @@ void xent_sumexp_ref(float *sumexp_local, float *target_logit, const float *logi
                      const float *max, const int64_t *target, int64_t n, int64_t v,
                      int64_t v_start)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * v > 16384)
     for (int64_t r = 0; r < n; r++) {
         const float *lr = logits + r * v;
         double s = 0.0;
@@ -38,7 +38,7 @@ void xent_bwd_ref(float *dlogits, const float *logits, const float *max, const f
                   const int64_t *target, const float *dloss, int64_t n, int64_t v,
                   int64_t v_start)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * v > 16384)
     for (int64_t r = 0; r < n; r++) {
         const float *lr = logits + r * v;
         float *dr = dlogits + r * v;

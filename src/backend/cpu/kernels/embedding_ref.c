@@ -9,7 +9,7 @@
 void embedding_fwd_ref(float *y, const float *w, const int64_t *ids, int64_t n, int64_t h,
                        int64_t vocab_start, int64_t vocab_local)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * h > 16384)
     for (int64_t t = 0; t < n; t++) {
         int64_t id = ids[t] - vocab_start;
         if (id >= 0 && id < vocab_local)
@@ -23,7 +23,7 @@ void embedding_bwd_ref(float *dw, const float *dy, const int64_t *ids, int64_t n
                        int64_t vocab_start, int64_t vocab_local)
 {
     int64_t nblk = (h + MC_REF_COL_BLOCK - 1) / MC_REF_COL_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * h > 16384)
     for (int64_t blk = 0; blk < nblk; blk++) {
         int64_t j0 = blk * MC_REF_COL_BLOCK;
         int64_t j1 = j0 + MC_REF_COL_BLOCK < h ? j0 + MC_REF_COL_BLOCK : h;

@@ -11,7 +11,7 @@
 void layernorm_fwd_ref(float *y, float *mean, float *rstd, const float *x, const float *w,
                        const float *b, int64_t rows, int64_t h, float eps)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * h > 16384)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h;
         double s = 0.0;
@@ -39,7 +39,7 @@ void layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy, const f
                        const float *w, const float *mean, const float *rstd, int64_t rows,
                        int64_t h)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * h > 16384)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h, *dyr = dy + r * h;
         double sg = 0.0, sgx = 0.0;
@@ -57,7 +57,7 @@ void layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy, const f
         }
     }
     int64_t nblk = (h + MC_REF_COL_BLOCK - 1) / MC_REF_COL_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * h > 16384)
     for (int64_t blk = 0; blk < nblk; blk++) {
         int64_t j0 = blk * MC_REF_COL_BLOCK;
         int64_t j1 = j0 + MC_REF_COL_BLOCK < h ? j0 + MC_REF_COL_BLOCK : h;
@@ -81,7 +81,7 @@ void layernorm_bwd_ref(float *dx, float *dw, float *db, const float *dy, const f
 void rmsnorm_fwd_ref(float *y, float *rstd, const float *x, const float *w, int64_t rows,
                      int64_t h, float eps)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * h > 16384)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h;
         double s = 0.0;
@@ -99,7 +99,7 @@ void rmsnorm_fwd_ref(float *y, float *rstd, const float *x, const float *w, int6
 void rmsnorm_bwd_ref(float *dx, float *dw, const float *dy, const float *x, const float *w,
                      const float *rstd, int64_t rows, int64_t h)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * h > 16384)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h, *dyr = dy + r * h;
         double sgx = 0.0;
@@ -111,7 +111,7 @@ void rmsnorm_bwd_ref(float *dx, float *dw, const float *dy, const float *x, cons
             dxr[j] = rstd[r] * (dyr[j] * w[j] - xr[j] * rstd[r] * mgx);
     }
     int64_t nblk = (h + MC_REF_COL_BLOCK - 1) / MC_REF_COL_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * h > 16384)
     for (int64_t blk = 0; blk < nblk; blk++) {
         int64_t j0 = blk * MC_REF_COL_BLOCK;
         int64_t j1 = j0 + MC_REF_COL_BLOCK < h ? j0 + MC_REF_COL_BLOCK : h;

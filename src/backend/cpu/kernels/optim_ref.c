@@ -7,6 +7,11 @@
 
 /* Chunk length depends on n only, so the order of the double partial sums is fixed. */
 #define SUMSQ_MAX_CHUNKS 1024
+/* Below this many elements the ops run on the calling thread alone: most of a GPT's tensors
+ * (biases, norm weights) are this small, and a parallel region per tensor cost more than the
+ * work (each waits for a thread that may be descheduled on a shared machine). Which thread
+ * computes an element or a chunk never changes its value, so the results are the same bits. */
+#define PAR_MIN 65536
 
 double sumsq_ref(const float *x, int64_t n)
 {
@@ -17,7 +22,7 @@ double sumsq_ref(const float *x, int64_t n)
         chunk = (n + SUMSQ_MAX_CHUNKS - 1) / SUMSQ_MAX_CHUNKS;
     int64_t nchunks = (n + chunk - 1) / chunk;
     double part[SUMSQ_MAX_CHUNKS];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nchunks > 1)
     for (int64_t c = 0; c < nchunks; c++) {
         int64_t i1 = (c + 1) * chunk < n ? (c + 1) * chunk : n;
         double s = 0.0;
@@ -34,7 +39,7 @@ double sumsq_ref(const float *x, int64_t n)
 int64_t count_zeros_ref(const float *x, int64_t n)
 {
     int64_t z = 0;
-#pragma omp parallel for schedule(static) reduction(+ : z)
+#pragma omp parallel for schedule(static) reduction(+ : z) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         z += x[i] == 0.0f;
     return z;
@@ -42,7 +47,7 @@ int64_t count_zeros_ref(const float *x, int64_t n)
 
 void scale_ref(float *x, float s, int64_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         x[i] *= s;
 }
@@ -58,7 +63,7 @@ void adamw_ref(float *p, float *m, float *v, const float *g, int64_t n, float lr
     float step_size = (float)((double)lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
     float om_b1 = (float)(1.0 - (double)b1), om_b2 = (float)(1.0 - (double)b2);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN / 4)
     for (int64_t i = 0; i < n; i++) {
         float pi = p[i] * decay;
         float mi = m[i] * b1 + g[i] * om_b1;
@@ -73,7 +78,7 @@ void adamw_ref(float *p, float *m, float *v, const float *g, int64_t n, float lr
 void sgd_ref(float *p, float *buf, const float *g, int64_t n, float lr, float momentum, float wd,
              bool first_step)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN / 4)
     for (int64_t i = 0; i < n; i++) {
         float d = wd != 0.0f ? g[i] + wd * p[i] : g[i];
         if (momentum != 0.0f) {
