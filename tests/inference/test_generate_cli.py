@@ -137,7 +137,8 @@ def main():
                  "--max-position-embeddings", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
                  "--train-iters", "1", "--lr", "1e-3", "--mock-data", "--tokenizer-type", "NullTokenizer",
                  "--vocab-size", "4096", "--data-cache-path", os.path.join(tmp, "cache"),
-                 "--ckpt-format", "torch_dist", "--eval-iters", "0", "--save", dist, "--save-interval", "1"])
+                 "--ckpt-format", "torch_dist", "--eval-iters", "0", "--save", dist, "--save-interval", "1",
+                 "--attention-backend", "unfused"])  # the local-spec run's attention, so the same weights
         if C.check(p.returncode == 0, "pretrain_gpt torch_dist: %s" % p.stderr[-1500:]):
             outs = []
             for ckpt in (ck, dist):

@@ -104,9 +104,11 @@ def main():
         got = run(GPT2, tmp, 2, 1, per_token + DISTOPT + BUCKETS)
         worst = compare("gpt2 dp2 distopt buckets --calculate-per-token-loss", ref, got)
         report.append(f"gpt2 dp2 distopt per-token loss: max rel diff {worst:.1e}")
-        # SGD, and the zero count: untied embedding rows of the padded vocabulary get no grad
+        # SGD, and the zero count: untied embedding rows of the padded vocabulary get no grad.
+        # Unfused attention: the key bias's grad is zero in exact arithmetic, and flash
+        # attention's rounding leaves it exactly zero in some layouts and not in others
         sgd = ["--optimizer", "sgd", "--log-num-zeros-in-grad", "--vocab-size", "4000",
-               "--untie-embeddings-and-output-weights"]
+               "--untie-embeddings-and-output-weights", "--attention-backend", "unfused"]
         ref = run(GPT2, tmp, extra=sgd)
         got = run(GPT2, tmp, 4, 2, sgd + DISTOPT + BUCKETS)
         worst = compare("gpt2 tp2 dp2 distopt sgd", ref, got)
