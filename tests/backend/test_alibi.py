@@ -18,7 +18,8 @@ tasks/models/common/alibi.py, core/transformer/alibi_attention.py), in float64 b
   -inf (every masked key, documents too), scores clamped at finfo.min, softmax; without
   --fill-neg-inf the causal mask is applied as by the row form (MindSpeed's flash path does;
   its unfused square path would attend to future keys: COMPATIBILITY.md).
-Checked: fp32 ctx, lse and dqkv of both op pairs within 1e-5 relative; flash = unfused within
+Checked: fp32 ctx, lse and dqkv of both op pairs within 1e-5 relative (2.5e-5 for the row
+form's ctx and dqkv, whose scores are ~50); flash = unfused within
 1e-6 / 4e-6 (sum orders; 5e-6 / 8e-6 for the row form, whose scores carry slope * j); --fill-neg-inf on and off bit for bit the same; the row and square
 forms within 1e-5 of each other (softmax ignores a row's constant); causal, documents, GQA,
 dropout, query-key layer scaling, head counts that are not powers of two, heads of a
@@ -140,14 +141,19 @@ def one_case(tmp, gen, kernel_sets, heads, groups, total, first, kind, square, p
         got = {n: F.get(tmp, n, shp, "float32") for n, shp in
                (("ctx", shp_ctx), ("dqkv", shp_qkv), ("u_ctx", shp_ctx), ("u_dqkv", shp_qkv))}
         lse = F.get(tmp, "lse", (b, heads, s), "float32")
+        # the row form's scores reach slope * j * mult (~50 here), where one fp32 ulp is 3.8e-6:
+        # each probability carries that rounding, twice in the flash backward (the score and the
+        # stored lse it recomputes P from), and dS = P (dP - D) cancels, so the element-wise
+        # error reaches 1.2e-5 on some seeds (48109: flash dqkv; typical 4e-6 to 8e-6)
+        rtol = 1e-5 if square else 2.5e-5
         for neg_inf in (False, True):
             r_ctx, r_lse, r_dq = reference(qkv, dctx, c, mask, keep, slopes, square, neg_inf)
             tag = " (fill-neg-inf)" if neg_inf else ""
-            F.close("flash ctx vs torch" + tag, got["ctx"], r_ctx, 1e-5)
+            F.close("flash ctx vs torch" + tag, got["ctx"], r_ctx, rtol)
             F.close("flash lse vs torch" + tag, lse, r_lse, 1e-5)
-            F.close("flash dqkv vs torch" + tag, got["dqkv"], r_dq, 1e-5)
-            F.close("unfused ctx vs torch" + tag, got["u_ctx"], r_ctx, 1e-5)
-            F.close("unfused dqkv vs torch" + tag, got["u_dqkv"], r_dq, 1e-5)
+            F.close("flash dqkv vs torch" + tag, got["dqkv"], r_dq, rtol)
+            F.close("unfused ctx vs torch" + tag, got["u_ctx"], r_ctx, rtol)
+            F.close("unfused dqkv vs torch" + tag, got["u_dqkv"], r_dq, rtol)
         # the row form's scores carry slope * j (up to ~25 here): its fp32 sums round at that
         # magnitude, a few 1e-6 of a probability, in a different order in the two op pairs
         F.normwise("flash ctx vs unfused", got["ctx"], got["u_ctx"], 1e-6 if square else 5e-6)
