@@ -119,7 +119,11 @@ def run_megatron(case, tmp, extra=(), port=29600, iters=ITERS, variant=None, tim
                                        *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
-    return [p.returncode for p in procs], "\n".join(outs)
+    rcs = [p.returncode for p in procs]
+    for r, (rc, out) in enumerate(zip(rcs, outs)):
+        if rc:  # every failing rank's own tail: the joined output's tail shows the last rank only
+            print(f"Megatron {case} rank {r} exited {rc}; its last lines:\n{out[-1500:]}", flush=True)
+    return rcs, "\n".join(outs)
 
 
 def mpirun(n):

@@ -4,17 +4,17 @@ lines (MC_TEST_LOG_EXACT=1) of 8 iterations:
 - Llama style (untied): pp2 within 1e-5 (the model's numbers are the same, tests/unit/models/
   test_gpt_pipeline.c; the grad norm sums over the stages in another order; measured 1.1e-7);
   activations and grads travel as bf16 messages (Megatron's pipeline_dtype);
-- GPT-2 style (tied embeddings): pp2 and pp2 x vpp2 are bit-identical to each other and within
-  2e-3 of one stage (one stage sums the tied weight's two bf16 grads in bf16, as autograd does;
+- GPT-2 style (tied embeddings): pp2 x vpp2 within 1e-4 of pp2 (the same model numbers; each
+  rank's fp32 grad-norm partial sums add its two chunks in another order: on Zen 3 they rounded
+  alike, on Zen 4 the grad norm of one iteration is 1 ulp apart, 6.8e-8; through the clip factor
+  and bf16 roundings such an ulp can grow, as in llama pp2 below), both within 2e-3 of one stage (one stage sums the tied weight's two bf16 grads in bf16, as autograd does;
   two stages sum the two copies' fp32 main grads over the embedding group, as Megatron does;
   Adam turns those last-bit grad differences into update differences; measured 8.3e-4);
   dp2 within 1e-5 (fp32 main-grad all-reduce; measured bit-identical); tp2 within 2e-3 (bf16
   partial sums rounded per rank before the fp32 all-reduce; measured 7.4e-4). Printed.
 The padded vocabulary is kept equal across tp (--make-vocab-size-divisible-by 128 / tp).
-These runs use the unfused attention (--attention-backend unfused): the bit-identity and the
-1e-5 above hold for its numbers, where the stages' grad-norm sums, in another order, happen to
-round alike. With flash attention's numbers (the default) gpt2 pp2 x vpp2's grad norm of
-iteration 8 differs from pp2's by 9e-8, and in llama pp2 a grad norm 1.1e-7 apart at iteration 2
+These runs use the unfused attention (--attention-backend unfused). With flash attention's
+numbers (the default) gpt2 pp2 x vpp2's grad norm of iteration 8 differs from pp2's by 9e-8, and in llama pp2 a grad norm 1.1e-7 apart at iteration 2
 moves the clipped update by an ulp that a bf16 rounding turns into 5.6e-5 by iteration 6; flash
 attention's gpt2 pp2 x vpp2 is checked within 1e-6 of its pp2."""
 import os
@@ -70,7 +70,9 @@ def main():
         tp2 = run(gpt2(4), tmp, np=2, tp=2)
         w_pp, w_dp, w_tp = worst(pp2, ref), worst(dp2, ref), worst(tp2, ref)
         print(f"gpt2 bf16 vs one process: pp2 {w_pp:.2e}, dp2 {w_dp:.2e}, tp2 {w_tp:.2e}")
-        check(vpp == pp2, "gpt2 bf16 pp2 x vpp2 = pp2 bit for bit")
+        w_v = worst(vpp, pp2)
+        print(f"gpt2 bf16 pp2 x vpp2 vs pp2: {w_v:.2e}")
+        check(w_v < 1e-4, f"gpt2 bf16 pp2 x vpp2 within 1e-4 of pp2 (got {w_v:.2e})")
         check(w_pp < 2e-3, f"gpt2 bf16 pp2 within 2e-3 of one stage (got {w_pp:.2e})")
         check(w_dp < 1e-5, f"gpt2 bf16 dp2 within 1e-5 (got {w_dp:.2e})")
         check(w_tp < 2e-3, f"gpt2 bf16 tp2 within 2e-3 (got {w_tp:.2e})")
