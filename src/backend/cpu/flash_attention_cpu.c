@@ -6,7 +6,9 @@
  * Forward, one task per (batch row, head, query tile of BR rows): the key tiles of BC keys
  * stream past the query tile with the online softmax (running max m and sum l per row; the
  * output rescaled by exp(m_old - m_new)); only ctx and the row log-sum-exp lse = m + log(l)
- * (fp32) are kept. Backward recomputes each tile's probabilities as exp(score - lse) and uses
+ * (fp32) are kept; each group's K^T tiles and V rows are packed once, as fp32, before the
+ * query tiles read them (and the backward packs a group's q and dctx rows once per task).
+ * Backward recomputes each tile's probabilities as exp(score - lse) and uses
  * D = rowsum(dctx * ctx) for the softmax backward (dS = P * (dP - D)); one task per (batch row,
  * key/value group) walks the key tiles, and for each the group's query heads in head order
  * and their query tiles, so dK and dV of the group are summed in a fixed order and dQ has a
@@ -232,7 +234,7 @@ static _Noreturn void all_masked(int64_t bi, int64_t q)
 /* ---- forward ------------------------------------------------------------------------------ */
 
 struct fwd_buf {
-    float *q, *k, *kt, *v, *S, *O, *m, *l;
+    float *q, *S, *O, *m, *l;
     uint8_t *keep;
 };
 
@@ -240,9 +242,6 @@ static struct fwd_buf fwd_buf(float *base, int64_t hn)
 {
     struct fwd_buf b;
     b.q = base; base += BR * hn;
-    b.k = base; base += BC * hn;
-    b.kt = base; base += BC * hn;
-    b.v = base; base += BC * hn;
     b.S = base; base += BR * BC;
     b.O = base; base += BR * hn;
     b.m = base; base += BR;
@@ -250,18 +249,54 @@ static struct fwd_buf fwd_buf(float *base, int64_t hn)
     b.keep = (uint8_t *)base; /* BR * BC bytes */
     return b;
 }
-#define FWD_FLOATS(hn) (5 * BR * (hn) + BR * BC + 2 * BR + BR * BC / 4 + 64)
+#define FWD_FLOATS(hn) (2 * BR * (hn) + BR * BC + 2 * BR + BR * BC / 4 + 64)
+
+/* K and V of one (batch row, group) as fp32, packed once before the query tiles read them:
+ * K^T tile by tile (kt + k0 * hn: [hn, BC], the B operand of q k^T) and V rows contiguous
+ * ([s, hn]). Every query tile of the group's heads reads them, so packing per (query tile, key
+ * tile) pair would repeat the transposes s / BR times, and reading K, V in place walks one
+ * page per row (rows are b * qkv_ld apart), past the TLB from s = 4k. */
+struct kv_pack {
+    float *kt, *v;
+};
+
+static struct kv_pack kv_pack_of(float *base, int64_t s, int64_t hn, int64_t bg, int64_t ng)
+{
+    int64_t panel = (s + BC - 1) / BC * BC * hn;
+    struct kv_pack p = {base + bg * panel, base + (ng + bg) * panel};
+    return p;
+}
+
+/* n rows of hn values from element off of src (row stride f->qld) into dst [n, hn] as fp32 */
+static void copy_rows(const struct fa *f, const void *src, int64_t off, int64_t n, float *dst)
+{
+    int64_t hn = f->d->hn, ld;
+    const float *r = rows(f, src, off, f->qld, n, dst, &ld);
+    if (r != dst)
+        for (int64_t i = 0; i < n; i++)
+            memcpy(dst + i * hn, r + i * ld, sizeof(float) * (size_t)hn);
+}
+
+/* Key tile kt of group g in batch row bi into its packs; tmp holds BC * hn floats. */
+static void kv_pack_tile(const struct fa *f, const void *qkv, struct kv_pack p, int64_t bi,
+                         int64_t g, int64_t kt, float *tmp)
+{
+    int64_t s = f->d->s, hn = f->d->hn, k0 = kt * BC, nk = s - k0 < BC ? s - k0 : BC;
+    int64_t ko = k_off(f, bi, g);
+    copy_rows(f, qkv, ko + k0 * f->qld, nk, tmp);
+    pack_t(p.kt + k0 * hn, tmp, hn, nk, hn);
+    copy_rows(f, qkv, ko + hn + k0 * f->qld, nk, p.v + k0 * hn);
+}
 
 /* Query tile qt of head hl in batch row bi: ctx rows and lse. */
 static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse, int64_t bi,
-                     int64_t hl, int64_t qt, struct fwd_buf *b)
+                     int64_t hl, int64_t qt, const struct kv_pack *kv, struct fwd_buf *b)
 {
     const struct mc_attention_desc *d = f->d;
     const struct mc_flash_kernels *fk = f->fk;
     int64_t s = d->s, hn = d->hn, q0 = qt * BR, nq = s - q0 < BR ? s - q0 : BR;
     const uint8_t *mb = d->mask ? d->mask + bi * s * s : NULL;
-    int64_t qld, kld, vld, kend = mb ? s : q0 + nq;
-    int64_t ko = k_off(f, bi, hl / f->per_group);
+    int64_t qld, kend = mb ? s : q0 + nq;
     const float *Q = rows(f, qkv, q_off(f, bi, hl) + q0 * f->qld, f->qld, nq, b->q, &qld);
     for (int64_t i = 0; i < nq; i++) {
         b->m[i] = -INFINITY;
@@ -273,10 +308,8 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
         int ms = mb ? mask_state(mb, s, q0, nq, k0, nk) : 0;
         if (ms == 2)
             continue;
-        const float *K = rows(f, qkv, ko + k0 * f->qld, f->qld, nk, b->k, &kld);
-        const float *V = rows(f, qkv, ko + hn + k0 * f->qld, f->qld, nk, b->v, &vld);
-        pack_t(b->kt, K, kld, nk, hn);
-        fk->gemm_nn(b->S, BC, Q, qld, b->kt, BC, nq, nk, hn, false);
+        const float *KT = kv->kt + k0 * hn, *V = kv->v + k0 * hn;
+        fk->gemm_nn(b->S, BC, Q, qld, KT, BC, nq, nk, hn, false);
         tile_scores(f, b->S, mb, ms, hl, q0, nq, k0, nk);
         if (d->dropout > 0.0f)
             tile_keep(f, b->keep, bi, hl, q0, nq, k0, nk);
@@ -293,7 +326,7 @@ static void fwd_tile(const struct fa *f, const void *qkv, void *ctx, float *lse,
                     row[j] = kp[j] ? row[j] * f->drop_scale : 0.0f;
             }
         }
-        fk->gemm_nn(b->O, hn, b->S, BC, V, vld, nq, hn, nk, true);
+        fk->gemm_nn(b->O, hn, b->S, BC, V, hn, nq, hn, nk, true);
     }
     for (int64_t i = 0; i < nq; i++) {
         if ((b->m[i] == -INFINITY || b->m[i] == -10000.0f) && row_all_masked(d, bi, q0 + i))
@@ -318,15 +351,27 @@ void mc_cpu_flash_attention_fwd(struct mc_backend *be, const struct mc_attention
         mc_cpu_need_half(d->dt, op);
     struct fa f = fa_init(be, d);
     int64_t nqt = (d->s + BR - 1) / BR, ntask = d->b * d->heads * nqt;
+    int64_t nkt = (d->s + BC - 1) / BC, ng = d->b * d->groups;
+    float *kv = mc_cpu_scratch(2 * ng * nkt * BC * d->hn, op);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < ng * nkt; t++) {
+        float *tmp = mc_cpu_scratch(BC * d->hn, op);
+        int64_t bg = t / nkt;
+        kv_pack_tile(&f, qkv, kv_pack_of(kv, d->s, d->hn, bg, ng), bg / d->groups,
+                     bg % d->groups, t % nkt, tmp);
+        mc_cpu_release(tmp);
+    }
     /* the last query tiles have the most keys under causal masking: they go first */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < ntask; t++) {
-        int64_t qt = nqt - 1 - t % nqt, bh = t / nqt;
+        int64_t qt = nqt - 1 - t % nqt, bh = t / nqt, bi = bh / d->heads, hl = bh % d->heads;
         float *buf = mc_cpu_scratch(FWD_FLOATS(d->hn), op);
         struct fwd_buf b = fwd_buf(buf, d->hn);
-        fwd_tile(&f, qkv, ctx, lse, bh / d->heads, bh % d->heads, qt, &b);
+        struct kv_pack p = kv_pack_of(kv, d->s, d->hn, bi * d->groups + hl / f.per_group, ng);
+        fwd_tile(&f, qkv, ctx, lse, bi, hl, qt, &p, &b);
         mc_cpu_release(buf);
     }
+    mc_cpu_release(kv);
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */
@@ -336,6 +381,7 @@ struct bwd_buf {
     uint8_t *keep;
     float *D;  /* [per_group, s] rowsum(dctx * ctx) */
     float *dQ; /* [per_group, s, hn] */
+    float *Qp, *Gp; /* [per_group, s, hn]: q and dctx of the group's heads, fp32, contiguous */
 };
 
 static struct bwd_buf bwd_buf(float *base, int64_t hn, int64_t s, int64_t per_group)
@@ -355,11 +401,13 @@ static struct bwd_buf bwd_buf(float *base, int64_t hn, int64_t s, int64_t per_gr
     b.tmp = base; base += hn;
     b.D = base; base += per_group * s;
     b.dQ = base; base += per_group * s * hn;
+    b.Qp = base; base += per_group * s * hn;
+    b.Gp = base; base += per_group * s * hn;
     b.keep = (uint8_t *)base;
     return b;
 }
 #define BWD_FLOATS(hn, s, pg) (2 * BR * (hn) + 6 * BC * (hn) + 3 * BR * BC + (hn) + (pg) * (s) + \
-                               (pg) * (s) * (hn) + BR * BC / 4 + 64)
+                               3 * (pg) * (s) * (hn) + BR * BC / 4 + 64)
 
 /* D[i] = sum_c dctx[i, c] * ctx[i, c] for every row of head hl (fp32, c ascending) */
 static void bwd_rowsum(const struct fa *f, const void *ctx, const void *dctx, int64_t bi,
@@ -384,18 +432,16 @@ static void bwd_rowsum(const struct fa *f, const void *ctx, const void *dctx, in
 static void bwd_pair(const struct fa *f, const void *qkv, const void *dctx, const float *lse,
                      int64_t bi, int64_t hl, int64_t k0, int64_t nk, const float *K,
                      int64_t kld, int64_t q0, int64_t nq, const float *D, float *dQ,
-                     struct bwd_buf *b)
+                     const float *Qh, const float *Gh, struct bwd_buf *b)
 {
     const struct mc_attention_desc *d = f->d;
     const struct mc_flash_kernels *fk = f->fk;
-    int64_t s = d->s, hn = d->hn, qld, gld;
+    int64_t s = d->s, hn = d->hn, qld = hn, gld = hn;
     const uint8_t *mb = d->mask ? d->mask + bi * s * s : NULL;
     int ms = mb ? mask_state(mb, s, q0, nq, k0, nk) : 0;
     if (ms == 2)
         return;
-    const float *Q = rows(f, qkv, q_off(f, bi, hl) + q0 * f->qld, f->qld, nq, b->q, &qld);
-    int64_t co = bi * d->ctx_ld + hl * hn + q0 * f->cld;
-    const float *G = rows(f, dctx, co, f->cld, nq, b->dout, &gld);
+    const float *Q = Qh + q0 * hn, *G = Gh + q0 * hn;
     fk->gemm_nn(b->S, BC, Q, qld, b->kt, BC, nq, nk, hn, false);
     tile_scores(f, b->S, mb, ms, hl, q0, nq, k0, nk);
     const float *L = lse + (bi * d->heads + hl) * s + q0;
@@ -446,9 +492,25 @@ static void bwd_group(const struct fa *f, const void *qkv, const void *ctx, cons
     for (int64_t h = 0; h < pg; h++)
         bwd_rowsum(f, ctx, dctx, bi, h0 + h, b->D + h * s, b);
     memset(b->dQ, 0, sizeof(float) * (size_t)(pg * s * hn));
+    /* q and dctx of the group as fp32 rows, once: every key tile reads them all, and in place
+     * each row is on its own page (rows b * qkv_ld apart) */
+    for (int64_t h = 0; h < pg; h++) {
+        int64_t qo = q_off(f, bi, h0 + h), co = bi * d->ctx_ld + (h0 + h) * hn;
+        for (int64_t q0 = 0; q0 < s; q0 += BR) {
+            int64_t nq = s - q0 < BR ? s - q0 : BR, ld;
+            copy_rows(f, qkv, qo + q0 * f->qld, nq, b->Qp + (h * s + q0) * hn);
+            const float *G = rows(f, dctx, co + q0 * f->cld, f->cld, nq, b->Gp +
+                                  (h * s + q0) * hn, &ld);
+            if (G != b->Gp + (h * s + q0) * hn)
+                for (int64_t i = 0; i < nq; i++)
+                    memcpy(b->Gp + (h * s + q0 + i) * hn, G + i * ld, sizeof(float) * (size_t)hn);
+        }
+    }
     for (int64_t k0 = 0; k0 < s; k0 += BC) {
         int64_t nk = s - k0 < BC ? s - k0 : BC;
-        const float *K = rows(f, qkv, ko + k0 * f->qld, f->qld, nk, b->k, &kld);
+        copy_rows(f, qkv, ko + k0 * f->qld, nk, b->k);
+        const float *K = b->k;
+        kld = hn;
         const float *V = rows(f, qkv, ko + hn + k0 * f->qld, f->qld, nk, b->v, &vld);
         pack_t(b->kt, K, kld, nk, hn);
         pack_t(b->vt, V, vld, nk, hn);
@@ -461,7 +523,8 @@ static void bwd_group(const struct fa *f, const void *qkv, const void *ctx, cons
         for (int64_t h = 0; h < pg; h++)
             for (int64_t q0 = qstart; q0 < qend; q0 += BR)
                 bwd_pair(f, qkv, dctx, lse, bi, h0 + h, k0, nk, K, kld, q0,
-                         s - q0 < BR ? s - q0 : BR, b->D + h * s, b->dQ + h * s * hn, b);
+                         s - q0 < BR ? s - q0 : BR, b->D + h * s, b->dQ + h * s * hn,
+                         b->Qp + h * s * hn, b->Gp + h * s * hn, b);
         store_rows(f, dqkv, ko + k0 * f->qld, f->qld, b->dK, nk, d->alpha, b->tmp);
         store_rows(f, dqkv, ko + hn + k0 * f->qld, f->qld, b->dV, nk, 1.0f, b->tmp);
     }

@@ -1,6 +1,6 @@
 /* The tile kernels of the CPU flash attention (flash_attention.h) with AVX2 + FMA: the products
- * as register-blocked outer products (two rows of C by 32 columns in eight accumulators, each
- * step a broadcast of A times four vectors of B), the exponential as the Cephes expf
+ * as register-blocked outer products (six rows of C by 16 columns in twelve accumulators, each
+ * step six broadcasts of A times two vectors of B), the exponential as the Cephes expf
  * polynomial on 8 lanes (range reduction by ln 2 in two parts, degree-6 polynomial, 2^n put
  * into the exponent field; within 2 ulp of expf, 0 below -87.3 like the reference). Every sum
  * runs in a fixed order, so a result depends on the arguments only (not on the thread). */
@@ -9,92 +9,91 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* C[2 rows, 32 cols] (+)= A rows (a[r][k] = A[r * ars + k * aks]) @ B[K, 32]: eight named
- * accumulators (an array indexed in a loop ends up on the stack) */
-static void block2x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
-                      const float *B, int64_t ldb, int64_t K, bool acc)
+/* The products: C cut into blocks of 6 rows by 16 columns, each block one pass over k with its
+ * twelve accumulators in registers (each k: two vectors of B, six broadcasts of A, twelve
+ * FMAs; twelve independent sums cover the FMA latency of both ports, and the 8 loads per 12
+ * FMAs leave the load ports idle a third of the time). The last rows take a block of R < 6
+ * rows, the last columns 8 wide, then one at a time. Each C element is one chain of FMAs over
+ * k ascending, so the result depends on the shapes only. a[m][k] = A[m * ams + k * aks]. */
+#define ACC2(i) __m256 c##i##0 = z, c##i##1 = z;
+#define LOAD2(i)                                                                                 \
+    if (R > i) {                                                                                 \
+        c##i##0 = _mm256_loadu_ps(C + i * ldc);                                                  \
+        c##i##1 = _mm256_loadu_ps(C + i * ldc + 8);                                              \
+    }
+#define FMA2(i)                                                                                  \
+    if (R > i) {                                                                                 \
+        __m256 a = _mm256_broadcast_ss(ak + i * ams);                                            \
+        c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);                                               \
+        c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1);                                               \
+    }
+#define STORE2(i)                                                                                \
+    if (R > i) {                                                                                 \
+        _mm256_storeu_ps(C + i * ldc, c##i##0);                                                  \
+        _mm256_storeu_ps(C + i * ldc + 8, c##i##1);                                              \
+    }
+
+/* R (1..6, a constant at each call) rows by 16 columns */
+static inline __attribute__((always_inline)) void block16(float *C, int64_t ldc, const float *A,
+                                                          int64_t ams, int64_t aks,
+                                                          const float *B, int64_t ldb, int R,
+                                                          int64_t K, bool acc)
 {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
-    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    __m256 z = _mm256_setzero_ps();
+    ACC2(0) ACC2(1) ACC2(2) ACC2(3) ACC2(4) ACC2(5)
     if (acc) {
-        c00 = _mm256_loadu_ps(C), c01 = _mm256_loadu_ps(C + 8);
-        c02 = _mm256_loadu_ps(C + 16), c03 = _mm256_loadu_ps(C + 24);
-        c10 = _mm256_loadu_ps(C + ldc), c11 = _mm256_loadu_ps(C + ldc + 8);
-        c12 = _mm256_loadu_ps(C + ldc + 16), c13 = _mm256_loadu_ps(C + ldc + 24);
+        LOAD2(0) LOAD2(1) LOAD2(2) LOAD2(3) LOAD2(4) LOAD2(5)
     }
     for (int64_t k = 0; k < K; k++) {
-        const float *b = B + k * ldb;
+        const float *ak = A + k * aks, *b = B + k * ldb;
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        __m256 b2 = _mm256_loadu_ps(b + 16), b3 = _mm256_loadu_ps(b + 24);
-        __m256 a0 = _mm256_broadcast_ss(A + k * aks), a1 = _mm256_broadcast_ss(A + ars + k * aks);
-        c00 = _mm256_fmadd_ps(a0, b0, c00);
-        c01 = _mm256_fmadd_ps(a0, b1, c01);
-        c02 = _mm256_fmadd_ps(a0, b2, c02);
-        c03 = _mm256_fmadd_ps(a0, b3, c03);
-        c10 = _mm256_fmadd_ps(a1, b0, c10);
-        c11 = _mm256_fmadd_ps(a1, b1, c11);
-        c12 = _mm256_fmadd_ps(a1, b2, c12);
-        c13 = _mm256_fmadd_ps(a1, b3, c13);
+        FMA2(0) FMA2(1) FMA2(2) FMA2(3) FMA2(4) FMA2(5)
     }
-    _mm256_storeu_ps(C, c00), _mm256_storeu_ps(C + 8, c01);
-    _mm256_storeu_ps(C + 16, c02), _mm256_storeu_ps(C + 24, c03);
-    _mm256_storeu_ps(C + ldc, c10), _mm256_storeu_ps(C + ldc + 8, c11);
-    _mm256_storeu_ps(C + ldc + 16, c12), _mm256_storeu_ps(C + ldc + 24, c13);
+    STORE2(0) STORE2(1) STORE2(2) STORE2(3) STORE2(4) STORE2(5)
 }
 
-/* one row, 32 columns */
-static void block1x32(float *C, const float *A, int64_t aks, const float *B, int64_t ldb,
-                      int64_t K, bool acc)
-{
-    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-    if (acc) {
-        c0 = _mm256_loadu_ps(C), c1 = _mm256_loadu_ps(C + 8);
-        c2 = _mm256_loadu_ps(C + 16), c3 = _mm256_loadu_ps(C + 24);
-    }
-    for (int64_t k = 0; k < K; k++) {
-        const float *b = B + k * ldb;
-        __m256 a = _mm256_broadcast_ss(A + k * aks);
-        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b), c0);
-        c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 8), c1);
-        c2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 16), c2);
-        c3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(b + 24), c3);
-    }
-    _mm256_storeu_ps(C, c0), _mm256_storeu_ps(C + 8, c1);
-    _mm256_storeu_ps(C + 16, c2), _mm256_storeu_ps(C + 24, c3);
-}
-
-/* R (1 or 2) rows, 8 columns */
-static void block8(float *C, int64_t ldc, const float *A, int64_t ars, int64_t aks,
+/* R (1..6) rows by 8 columns */
+static void block8(float *C, int64_t ldc, const float *A, int64_t ams, int64_t aks,
                    const float *B, int64_t ldb, int R, int64_t K, bool acc)
 {
-    __m256 c0 = acc ? _mm256_loadu_ps(C) : _mm256_setzero_ps();
-    __m256 c1 = acc && R == 2 ? _mm256_loadu_ps(C + ldc) : _mm256_setzero_ps();
+    __m256 c[6];
+    for (int r = 0; r < R; r++)
+        c[r] = acc ? _mm256_loadu_ps(C + r * ldc) : _mm256_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         __m256 b = _mm256_loadu_ps(B + k * ldb);
-        c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + k * aks), b, c0);
-        if (R == 2)
-            c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + ars + k * aks), b, c1);
+        for (int r = 0; r < R; r++)
+            c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + r * ams + k * aks), b, c[r]);
     }
-    _mm256_storeu_ps(C, c0);
-    if (R == 2)
-        _mm256_storeu_ps(C + ldc, c1);
+    for (int r = 0; r < R; r++)
+        _mm256_storeu_ps(C + r * ldc, c[r]);
 }
 
-/* Rows of C two at a time; columns 32, then 8, then one at a time. a[m][k] = A[m * ams +
- * k * aks]: (lda, 1) for A, (1, lda) for A^T. */
+/* the 16-column blocks of R rows, R a constant in each case (so block16 keeps its
+ * accumulators in registers) */
+static void row_block(float *C, int64_t ldc, const float *A, int64_t ams, int64_t aks,
+                      const float *B, int64_t ldb, int R, int64_t N16, int64_t K, bool acc)
+{
+    for (int64_t n = 0; n < N16; n += 16)
+        switch (R) {
+        case 6: block16(C + n, ldc, A, ams, aks, B + n, ldb, 6, K, acc); break;
+        case 5: block16(C + n, ldc, A, ams, aks, B + n, ldb, 5, K, acc); break;
+        case 4: block16(C + n, ldc, A, ams, aks, B + n, ldb, 4, K, acc); break;
+        case 3: block16(C + n, ldc, A, ams, aks, B + n, ldb, 3, K, acc); break;
+        case 2: block16(C + n, ldc, A, ams, aks, B + n, ldb, 2, K, acc); break;
+        default: block16(C + n, ldc, A, ams, aks, B + n, ldb, 1, K, acc); break;
+        }
+}
+
 static void gemm_any(float *C, int64_t ldc, const float *A, int64_t ams, int64_t aks,
                      const float *B, int64_t ldb, int64_t M, int64_t N, int64_t K, bool acc)
 {
-    for (int64_t m = 0; m < M; m += 2) {
-        int R = M - m >= 2 ? 2 : 1;
+    int64_t N16 = N / 16 * 16;
+    for (int64_t m = 0; m < M; m += 6) {
+        int R = M - m >= 6 ? 6 : (int)(M - m);
         const float *a = A + m * ams;
         float *c = C + m * ldc;
-        int64_t n = 0;
-        for (; n + 32 <= N; n += 32)
-            if (R == 2)
-                block2x32(c + n, ldc, a, ams, aks, B + n, ldb, K, acc);
-            else
-                block1x32(c + n, a, aks, B + n, ldb, K, acc);
+        row_block(c, ldc, a, ams, aks, B, ldb, R, N16, K, acc);
+        int64_t n = N16;
         for (; n + 8 <= N; n += 8)
             block8(c + n, ldc, a, ams, aks, B + n, ldb, R, K, acc);
         for (; n < N; n++)
