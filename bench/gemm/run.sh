@@ -19,3 +19,11 @@ for T in $Ts; do
 done
 for lib in openblas blis onednn; do "$out/gemm_$lib" det 2 512; done
 for lib in openblas blis onednn; do OMP_NUM_THREADS=2 "$out/gemm_$lib" mix 2 1024; done
+# The backend's own tiled path (gemm_blas, the library chosen by cmake): bench_gemm_tiled is built
+# by CMake into build/bench. CPU clock on 1 thread, wall clock on 2.
+if [ -x "$out/bench_gemm_tiled" ]; then
+  for T in $Ts; do
+    BENCH_CPUTIME=1 OMP_NUM_THREADS=1 "$out/bench_gemm_tiled" "$T" "${MIN_S:-0.3}"
+    OMP_NUM_THREADS=2 "$out/bench_gemm_tiled" "$T" "${MIN_S:-0.3}"
+  done
+fi

@@ -42,18 +42,36 @@ void gotoblas_dynamic_quit(void) __attribute__((weak));
 #error "gemm_blas.c: define one of MC_BLAS_OPENBLAS, MC_BLAS_BLIS, MC_BLAS_ONEDNN (cmake/blas.cmake)"
 #endif
 
-/* Tiles of C: start at 256 x 1024 and halve (columns first, down to 64 x 256) until there are
- * at least MIN_TILES, so that a few threads get balanced work even for T = 256 or the 768 x 768
- * weight grads. Depends on the shape only, never on the thread count. */
-#define MIN_TILES 24
+/* Tiles of C: start at 512 x 1024 and halve (columns first, down to 64 x 256) until there are
+ * at least MIN_TILES, so that two threads get balanced work even for T = 256. Depends on the
+ * shape only, never on the thread count. Larger tiles pay: every tile is one library call that
+ * packs its own panels, and on Zen 3 (1 thread, CPU clock) the old 256-row / 24-tile rule cost
+ * NN 2048x768x3072 57 GFLOP/s (512 x 768 tiles: 73) and NN 2048x3072x768 34 (512 x 1024: 65).
+ * Transposed A (the weight grads, C += dY^T X with K = tokens): oneDNN 2.6.3's AVX2 sgemm runs
+ * a TN call with fewer than ~768 rows of C at half its rate (Zen 3, 1 thread, CPU clock: TN
+ * 3072x768x2048 in 128 x 256 tiles 31 GFLOP/s, 384 x 768 tiles 36, 768 x 768 tiles 74, one
+ * call 64-76; docs/gemm.md). So TN tiles keep 768 rows and cut the columns, at most 1024 wide,
+ * halved down to 384 until there are two tiles (two threads get work). */
+#define MIN_TILES 4
+#define TN_ROWS 768
 
 struct tiling {
     int64_t tm, tn, ntn, ntiles;
 };
 
-static struct tiling tiles_for(int64_t M, int64_t N)
+static struct tiling tiles_for(bool ta, int64_t M, int64_t N)
 {
-    struct tiling t = {256, 1024, 0, 0};
+    if (ta) {
+        struct tiling t = {TN_ROWS, N < 1024 ? N : 1024, 0, 0};
+        for (;;) {
+            t.ntn = (N + t.tn - 1) / t.tn;
+            t.ntiles = (M + t.tm - 1) / t.tm * t.ntn;
+            if (t.ntiles >= 2 || t.tn <= 384)
+                return t;
+            t.tn = (t.tn + 1) / 2;
+        }
+    }
+    struct tiling t = {512, 1024, 0, 0};
     for (;;) {
         t.ntn = (N + t.tn - 1) / t.tn;
         t.ntiles = (M + t.tm - 1) / t.tm * t.ntn;
@@ -165,7 +183,7 @@ void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     MC_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
               ldb <= INT32_MAX && ldc <= INT32_MAX);
 #endif
-    struct tiling tl = tiles_for(M, N);
+    struct tiling tl = tiles_for(ta, M, N);
     /* small products are not worth waking the team; which thread runs a tile never matters */
     bool par = tl.ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
 #pragma omp parallel if (par)
@@ -199,7 +217,7 @@ void gemm_blas_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
     pthread_once(&blas_once, blas_setup_once);
     if (M <= 0 || N <= 0)
         return;
-    struct tiling tl = tiles_for(M, N);
+    struct tiling tl = tiles_for(ta, M, N);
     bool par = tl.ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
     size_t es = mc_dtype_size(ab_dt), cs = mc_dtype_size(c_dt);
     bool c16 = c_dt != MC_DTYPE_F32;
