@@ -231,9 +231,11 @@ MINDSPEED_REFUSED_VALUES = [
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
     'fp32_residual_connection': "with --bf16/--fp16 upstream's fp32 stream (not 0.12.1's, COMPATIBILITY.md); refused with --sequence-parallel, --distribute-saved-activations, --num-experts",
-    'use_precision_aware_optimizer': 'refused: not implemented yet (Transformer Engine FusedAdam state precisions)',
+    'use_precision_aware_optimizer': 'Transformer Engine FusedAdam\'s update and state dtypes (docs/loss-scaling.md); fp8 states and --save/--load refused',
     'fp16_lm_cross_entropy': 'needs --fp16; no numeric effect, as in Megatron core_v0.12.1 (its cross entropy widens the logits to fp32 either way)',
-    'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer (refused), as in Megatron',
+    'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer, as in Megatron',
+    'exp_avg_dtype': 'fp8 refused (no Float8Tensor on a CPU); fp16 scaled per tensor as TE FusedAdam',
+    'exp_avg_sq_dtype': 'fp8 refused (no Float8Tensor on a CPU); fp16 scaled per tensor as TE FusedAdam',
     'ckpt_format': '--save writes torch and torch_dist (torch_dist: fp32, bf16 and fp16, the ordinary or the distributed optimizer; the distributed optimizer with --no-ckpt-fully-parallel-save is refused by name); --load reads torch and torch_dist',
     'use_dist_ckpt_deprecated': 'deprecated, no effect (--ckpt-format chooses the format)',
     'dist_ckpt_strictness': 'torch_dist loads: Megatron\'s checks and messages for unexpected and missing keys; return_* report nothing (Megatron\'s load_checkpoint has no taker for the returned keys)',

@@ -26,6 +26,12 @@ struct mc_optimizer_config {
     double min_loss_scale;            /* --min-loss-scale 1.0 */
     double loss_scale_window;         /* --loss-scale-window 1000 (Megatron's type is float) */
     int64_t hysteresis;               /* --hysteresis 2 */
+    /* --use-precision-aware-optimizer (distributed optimizer, Adam): Transformer Engine
+     * FusedAdam's update with these storage dtypes (F32, or F16; optimizer/te_fused_adam.h) */
+    bool precision_aware;
+    enum mc_dtype main_params_dtype;  /* --main-params-dtype fp32 */
+    enum mc_dtype exp_avg_dtype;      /* --exp-avg-dtype fp32 */
+    enum mc_dtype exp_avg_sq_dtype;   /* --exp-avg-sq-dtype fp32 */
 };
 MC_API void mc_opt_config_default(struct mc_optimizer_config *cfg);
 

@@ -14,7 +14,13 @@
  * With an fp16 grad buffer (mc_param_set.grad_dtype F16) the buffer and the shards hold fp16
  * values in fp32 memory: the pre-scaling and the reduce-scatter's sum are rounded to fp16
  * (ddp.c's mc_ddp_round_grads, which says how the sum compares with NCCL's), and main_grad is
- * then _copy_model_grads_to_main_grads' float() of the fp16 shard. */
+ * then _copy_model_grads_to_main_grads' float() of the fp16 shard.
+ * --use-precision-aware-optimizer (cfg.precision_aware) steps each shard with Transformer
+ * Engine FusedAdam's update instead (optimizer/te_fused_adam.h, as Megatron hands the shards of
+ * the 16-bit params to FusedAdam with master_weights): its states in their storage dtypes, the
+ * grad read as the buffer holds it (Megatron's decoupled_grad is the buffer shard itself, so
+ * the unscaling and clipping round in the buffer's dtype), and with bf16 params and fp32
+ * masters the bf16 weights rounded as the kernel's param remainders leave them. */
 #include "distributed/distrib_optimizer.h"
 
 #include <limits.h>
@@ -23,6 +29,7 @@
 
 #include "distributed/ddp.h"
 #include "optimizer/optimizer_internal.h"
+#include "optimizer/te_fused_adam.h"
 
 struct mc_distopt {
     struct mc_optimizer_config cfg;
@@ -50,6 +57,12 @@ struct mc_distopt {
     /* the DistributedOptimizer's grad scaler (with several model chunks chunk 0's is the one
      * mc_distopt_step_chunks uses, as Megatron's one optimizer over every chunk) */
     struct mc_grad_scaler scaler;
+    /* --use-precision-aware-optimizer: TE FusedAdam's dtypes, per param its shard's scales
+     * (master, exp_avg, exp_avg_sq) and an fp16 master shard when --main-params-dtype fp16 */
+    bool pa, pa_started;
+    struct mc_te_adam_cfg te;
+    float *pa_scale;   /* [3 * n_params] */
+    float *master16;   /* [shard_numel] or NULL */
 };
 
 static mc_comm_request *grad_req(mc_distopt *o, int64_t b) { return o->grad_req + b; }
@@ -150,7 +163,16 @@ static mc_status alloc_shards(mc_distopt *o)
                              zeroed(o->set->be, (size_t)o->shard_numel * sizeof(float)));
     o->state = MC_MEM_AS(MC_MEM_OPTIMIZER,
                          zeroed(o->set->be, (size_t)(blocks * o->shard_numel) * sizeof(float)));
-    return o->buffer && o->main_grad && o->state ? MC_OK : MC_ERR_NOMEM;
+    if (!o->buffer || !o->main_grad || !o->state)
+        return MC_ERR_NOMEM;
+    if (!o->pa)
+        return MC_OK;
+    o->pa_scale = mc_calloc((size_t)(3 * o->set->n_params), sizeof(float));
+    if (o->te.param_dt != MC_DTYPE_F32 && o->te.master_dt == MC_DTYPE_F16)
+        o->master16 = MC_MEM_AS(MC_MEM_OPTIMIZER,
+                                zeroed(o->set->be, (size_t)o->shard_numel * sizeof(float)));
+    return o->pa_scale && (o->master16 || o->te.master_dt != MC_DTYPE_F16 ||
+                           o->te.param_dt == MC_DTYPE_F32) ? MC_OK : MC_ERR_NOMEM;
 }
 
 mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, const struct mc_param_set *s,
@@ -166,6 +188,10 @@ mc_status mc_distopt_init(const struct mc_optimizer_config *cfg, const struct mc
         return MC_ERR_NOMEM;
     o->cfg = *cfg;
     o->set = s;
+    o->pa = cfg->precision_aware;
+    o->te = (struct mc_te_adam_cfg){cfg->adam_beta1, cfg->adam_beta2, cfg->adam_eps,
+                                    s->compute_dtype, cfg->main_params_dtype, cfg->exp_avg_dtype,
+                                    cfg->exp_avg_sq_dtype};
     /* the distributed optimizer is a MixedPrecisionOptimizer even in fp32 */
     if ((st = mc_grad_scaler_init(&o->scaler, cfg, true))) {
         mc_free(o);
@@ -206,7 +232,9 @@ void mc_distopt_free(mc_distopt *o)
         o->set->be->ops->free(o->set->be, o->buffer);
         o->set->be->ops->free(o->set->be, o->main_grad);
         o->set->be->ops->free(o->set->be, o->state);
+        o->set->be->ops->free(o->set->be, o->master16);
     }
+    mc_free(o->pa_scale);
     mc_free(o->shard_off);
     mc_free(o->grad_req);
     mc_free(o->param_req);
@@ -239,6 +267,12 @@ mc_status mc_distopt_gather_whole(mc_distopt *o, enum mc_distopt_array which, fl
     if (which != MC_DISTOPT_MAIN_GRAD && adam != (which != MC_DISTOPT_MOMENTUM))
         return mc_error(MC_ERR_CONFIG, "distributed optimizer: no such state (%s)",
                         adam ? "Adam keeps exp_avg and exp_avg_sq" : "SGD keeps momentum");
+    if (o->pa && ((which == MC_DISTOPT_EXP_AVG && o->te.m_dt != MC_DTYPE_F32) ||
+                  (which == MC_DISTOPT_EXP_AVG_SQ && o->te.v_dt != MC_DTYPE_F32)))
+        return mc_error(MC_ERR_UNSUPPORTED, "--use-precision-aware-optimizer: the shards of an "
+                        "fp16 %s hold scaled values (a scale per shard); gathering them whole is "
+                        "not implemented", which == MC_DISTOPT_EXP_AVG ? "--exp-avg-dtype" :
+                        "--exp-avg-sq-dtype");
     float *full = mc_alloc((size_t)o->map.numel * sizeof(float));
     if (!full)
         return mc_error(MC_ERR_NOMEM, "distributed optimizer: out of memory gathering shards");
@@ -401,16 +435,27 @@ static mc_status start_param_bucket(mc_distopt *o, int64_t b, bool async)
 /* The 16-bit model weights of bucket b follow its all-gathered fp32 params (Megatron gathers
  * the 16-bit params themselves: the same values, round(main), on every rank). The bucket's
  * params are consecutive in the set, so one conversion covers them. No-op in fp32. */
+static void refresh_range(mc_distopt *o, int64_t lo, int64_t hi)
+{
+    const struct mc_param_set *s = o->set;
+    if (s->compute_dtype == MC_DTYPE_F32 || !s->compute_block || hi <= lo)
+        return;
+    char *w16 = (char *)s->compute_block + (size_t)lo * mc_dtype_size(s->compute_dtype);
+    if (o->pa && mc_te_adam_remainders(&o->te)) /* the param-remainder kernel's rounding */
+        mc_te_adam_bf16_params((uint16_t *)w16, s->param_block + lo, hi - lo);
+    else
+        s->be->ops->convert(s->be, w16, s->compute_dtype, s->param_block + lo, MC_DTYPE_F32,
+                            hi - lo);
+}
+
 static void refresh_bucket(mc_distopt *o, int64_t b)
 {
     const struct mc_param_set *s = o->set;
     int64_t first = o->bucket_first[b], end = b > 0 ? o->bucket_first[b - 1] : s->n_params;
-    if (s->compute_dtype == MC_DTYPE_F32 || !s->compute_block || end <= first)
+    if (end <= first)
         return;
-    int64_t lo = s->params[first].offset;
-    int64_t hi = s->params[end - 1].offset + s->params[end - 1].view.numel;
-    char *w16 = (char *)s->compute_block + (size_t)lo * mc_dtype_size(s->compute_dtype);
-    s->be->ops->convert(s->be, w16, s->compute_dtype, s->param_block + lo, MC_DTYPE_F32, hi - lo);
+    refresh_range(o, s->params[first].offset,
+                  s->params[end - 1].offset + s->params[end - 1].view.numel);
 }
 
 static mc_status finish_param_bucket(mc_distopt *o, int64_t b)
@@ -498,11 +543,42 @@ void mc_distopt_set_decoupled_lr(mc_distopt *o, float lr)
     o->decoupled_lr = lr;
 }
 
+/* FusedAdam.step over this rank's shards: each param's piece is one optimizer param (its
+ * states and their scales initialized at the first step, as FusedAdam's lazy
+ * initialize_state). */
+static void update_precision_aware(mc_distopt *o, float lr, float weight_decay)
+{
+    const struct mc_param_set *s = o->set;
+    for (int64_t i = 0; i < s->n_params; i++) {
+        int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
+        if (n == 0)
+            continue;
+        float wd = s->params[i].view.no_weight_decay ? 0.0f : weight_decay;
+        float lr_i = o->decoupled && mc_opt_param_is_embedding_or_output(&s->params[i].view)
+                         ? o->decoupled_lr : lr;
+        float *sc = o->pa_scale + 3 * i;
+        struct mc_te_adam_tensor t = {
+            .n = n, .p = s->param_block + at_m,
+            .master = o->master16 ? o->master16 + at_s : NULL,
+            .m = o->state + at_s, .v = o->state + o->shard_numel + at_s,
+            .scale = {sc[0], sc[1], sc[2]}, .g = o->main_grad + at_s};
+        if (!o->pa_started)
+            mc_te_adam_init(&o->te, &t);
+        mc_te_adam_step(&o->te, &t, lr_i, wd, o->step);
+        memcpy(sc, t.scale, sizeof(t.scale));
+    }
+    o->pa_started = true;
+}
+
 static void update(mc_distopt *o, float lr, float weight_decay)
 {
     const struct mc_param_set *s = o->set;
     const struct mc_optimizer_config *c = &o->cfg;
     o->step++;
+    if (o->pa) {
+        update_precision_aware(o, lr, weight_decay);
+        return;
+    }
     for (int64_t i = 0; i < s->n_params; i++) {
         int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
         if (n == 0)
@@ -538,8 +614,13 @@ static mc_status reduce_grads(mc_distopt *o, float grad_scale, float post_scale)
 static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight_decay)
 {
     const struct mc_param_set *s = o->set;
-    if (coeff < 1.0f)
+    if (coeff < 1.0f) {
         s->be->ops->scale(s->be, MC_DTYPE_F32, o->main_grad, coeff, o->shard_numel);
+        /* precision-aware: clip_grad_by_total_norm_fp32 scales decoupled_grad, the buffer */
+        mc_status st = o->pa ? mc_ddp_round_grads(s, o->main_grad, o->shard_numel) : MC_OK;
+        if (st)
+            return st;
+    }
     update(o, lr, weight_decay);
     /* with overlap the whole buffer gets the params before the first all-gather starts */
     if (o->overlap_param_gather && o->dp > 1)
@@ -548,7 +629,7 @@ static mc_status apply_update(mc_distopt *o, float coeff, float lr, float weight
     mc_status st = all_gather(o);
     /* the 16-bit weights: now, or bucket by bucket as overlapped all-gathers finish */
     if (!st && !(o->overlap_param_gather && o->dp > 1))
-        mc_param_set_refresh_compute(s);
+        refresh_range(o, 0, s->n_elements);
     return st;
 }
 
@@ -563,9 +644,16 @@ static mc_status unscale_and_check(mc_distopt *const *os, int n, bool *found)
         return MC_OK;
     float inv = mc_grad_scaler_inv_scale(g);
     bool any = false;
-    for (int c = 0; c < n; c++)
+    for (int c = 0; c < n; c++) {
         any |= mc_opt_check_and_unscale(os[c]->set->be, os[c]->main_grad, os[c]->shard_numel,
                                         inv);
+        /* precision-aware: the unscaling writes decoupled_grad, the 16-bit buffer itself */
+        mc_status st = os[c]->pa && inv != 1.0f
+                           ? mc_ddp_round_grads(os[c]->set, os[c]->main_grad, os[c]->shard_numel)
+                           : MC_OK;
+        if (st)
+            return st;
+    }
     float f = any ? 1.0f : 0.0f;
     mc_status st = mc_comm_all_reduce(os[0]->world_comm, &f, 1, MC_DTYPE_F32, MC_COMM_MAX,
                                       "distributed optimizer found-inf all-reduce");

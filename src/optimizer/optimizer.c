@@ -55,6 +55,18 @@ mc_status mc_opt_config_check(const struct mc_optimizer_config *c)
         return mc_error(MC_ERR_CONFIG, "--clip-grad (%g) must be >= 0", (double)c->clip_grad);
     if (c->fp16 && c->bf16)
         return mc_error(MC_ERR_CONFIG, "--fp16 and --bf16 given together (expected one)");
+    if (c->precision_aware && c->optimizer != MC_OPT_ADAM)
+        return mc_error(MC_ERR_CONFIG, "--use-precision-aware-optimizer only supported with adam");
+    const enum mc_dtype dts[3] = {c->main_params_dtype, c->exp_avg_dtype, c->exp_avg_sq_dtype};
+    const char *names[3] = {"--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"};
+    for (int i = 0; i < 3; i++) {
+        if (dts[i] != MC_DTYPE_F32 && !c->precision_aware)
+            return mc_error(MC_ERR_CONFIG, "%s can only be fp32 when not using precision-aware "
+                            "optimizer", names[i]);
+        if (dts[i] != MC_DTYPE_F32 && dts[i] != MC_DTYPE_F16)
+            return mc_error(MC_ERR_CONFIG, "%s: only fp32 and fp16 are implemented (fp8 "
+                            "states need Transformer Engine's Float8Tensor)", names[i]);
+    }
     return MC_OK;
 }
 
@@ -70,6 +82,9 @@ mc_status mc_opt_init_chunks(const struct mc_optimizer_config *cfg,
     mc_status st = mc_opt_config_check(cfg);
     if (st != MC_OK)
         return st;
+    if (cfg->precision_aware) /* OptimizerConfig.__post_init__'s rule */
+        return mc_error(MC_ERR_CONFIG, "--use-precision-aware-optimizer only supported with "
+                        "distributed optimizer");
     mc_optimizer *o = mc_calloc(1, sizeof(*o));
     if (!o)
         return MC_ERR_NOMEM;

@@ -370,4 +370,15 @@ void mc_opt_config_from_args(const struct mc_args *a, struct mc_optimizer_config
     cfg->min_loss_scale = mc_args_float(a, A(min_loss_scale));
     cfg->loss_scale_window = mc_args_float(a, A(loss_scale_window));
     cfg->hysteresis = mc_args_int(a, A(hysteresis));
+    /* validate.c maps the dtype options to torch dtype names; fp8 (torch.uint8) is refused
+     * before this (refusals.c), mc_opt_config_check names it otherwise */
+    cfg->precision_aware = mc_args_bool(a, A(use_precision_aware_optimizer));
+    enum mc_dtype *dts[3] = {&cfg->main_params_dtype, &cfg->exp_avg_dtype,
+                             &cfg->exp_avg_sq_dtype};
+    const char *d[3] = {mc_args_str(a, A(main_params_dtype)), mc_args_str(a, A(exp_avg_dtype)),
+                        mc_args_str(a, A(exp_avg_sq_dtype))};
+    for (int i = 0; i < 3; i++)
+        *dts[i] = !strcmp(d[i], "torch.float16") ? MC_DTYPE_F16
+                  : !strcmp(d[i], "torch.bfloat16") ? MC_DTYPE_BF16
+                  : !strcmp(d[i], "torch.uint8") ? MC_DTYPE_U8 : MC_DTYPE_F32;
 }

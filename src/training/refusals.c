@@ -230,15 +230,29 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
     bool bf16 = mc_args_bool(a, A(bf16)), fp16 = mc_args_bool(a, A(fp16));
     /* --grad-reduce-in-bf16 trains: a bf16 grad buffer (mc_param_set.grad_dtype). A non-fp32
      * --main-grads-dtype etc. act only with --use-precision-aware-optimizer, as in Megatron
-     * (validate.c's OptimizerConfig rules stop them otherwise). That optimizer is Transformer
-     * Engine's FusedAdam: bf16 states rounded after each step, fp16/fp8 states with a
-     * per-tensor scale, fp32 masters kept as the bf16 param plus an int16 remainder (the param
-     * rounded half up, not to even). None of it is emulated. */
-    if (mc_args_bool(a, A(use_precision_aware_optimizer)))
-        refuse(r, "--use-precision-aware-optimizer is not implemented in megatron.c yet "
-               "(Transformer Engine FusedAdam's reduced-precision main params, grads and Adam "
-               "states are not emulated): drop it and the --main-grads-dtype, "
-               "--main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype options");
+     * (validate.c's OptimizerConfig rules stop them otherwise). That optimizer trains as
+     * Transformer Engine's FusedAdam (optimizer/te_fused_adam.h, docs/loss-scaling.md); what
+     * it cannot do on a CPU, or what megatron.c does not write yet, is refused here. */
+    if (mc_args_bool(a, A(use_precision_aware_optimizer))) {
+        const char *opt[2] = {"--exp-avg-dtype", "--exp-avg-sq-dtype"};
+        const char *val[2] = {mc_args_str(a, A(exp_avg_dtype)), mc_args_str(a, A(exp_avg_sq_dtype))};
+        for (int i = 0; i < 2; i++)
+            if (str_is(val[i], "fp8") || str_is(val[i], "torch.uint8"))
+                refuse(r, "--use-precision-aware-optimizer with %s fp8 is not supported by "
+                       "megatron.c: FusedAdam keeps fp8 states as Transformer Engine Float8Tensors "
+                       "(E4M3 with a per-tensor scale, quantized by TE's CUDA kernels), which have "
+                       "no CPU implementation here; use fp16 or fp32", opt[i]);
+        /* Megatron's own checkpoints of this optimizer are not a format to copy yet: with bf16
+         * params FusedAdam's master is the int16 param remainder, which distrib_optim.pt stores
+         * as float values (and Megatron cannot load back); fp16 states are stored unscaled */
+        bool save = !mc_args_is_none(a, A(save)), load = !mc_args_is_none(a, A(load));
+        if (save || load)
+            refuse(r, "--use-precision-aware-optimizer with %s is not implemented in megatron.c "
+                   "yet (checkpoints of Transformer Engine FusedAdam's master params and scaled "
+                   "states): train without %s, or without the precision-aware optimizer",
+                   save && load ? "--save/--load" : save ? "--save" : "--load",
+                   save && load ? "--save/--load" : save ? "--save" : "--load");
+    }
     /* the fp32 residual stream (upstream's fixed semantics, COMPATIBILITY.md) runs where its
      * buffers never leave the rank in the params dtype */
     if ((bf16 || fp16) && mc_args_bool(a, A(fp32_residual_connection))) {
