@@ -1,14 +1,16 @@
 /* Vectorized fp32 math for the AVX2 kernels: exp, sigmoid, erf, tail loads/stores and
  * horizontal reductions, 8 lanes wide. The same formulas as vec_avx512.h (Cephes exp
- * polynomial, Numerical Recipes' erfc form); AVX2 has no VSCALEFPS, so 2^n is built in the
- * exponent bits in two halves (2^(n/2) * 2^(n - n/2)), which keeps underflow to denormals/0 and
- * overflow to +inf right. Included only by *_avx2.c files (built with -mavx2 -mfma -mf16c).
+ * polynomial, Numerical Recipes' erfc form); AVX2 has no VSCALEFPS, so the polynomial is scaled
+ * by 2^n in two exponent-field halves (by 2^(n/2), then by 2^(n - n/2)), which keeps underflow
+ * to denormals/0 and overflow to +inf right. Included only by *_avx2.c files (built with -mavx2
+ * -mfma -mf16c) and tests/unit/backend/test_vec_math_avx2.c (accuracy bounds measured there).
  * No Megatron counterpart: CUDA provides these as device intrinsics (expf, erff). */
 #ifndef MC_VEC_AVX2_H
 #define MC_VEC_AVX2_H
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #define VL8 8 /* floats per vector */
 
@@ -23,15 +25,18 @@ static inline __m256i tail_mask8(int64_t n)
 static inline __m256 v8_loadu(const float *p, __m256i m) { return _mm256_maskload_ps(p, m); }
 static inline void v8_storeu(float *p, __m256i m, __m256 v) { _mm256_maskstore_ps(p, m, v); }
 
-/* 2^n for integral n in [-150, 128], as the product of two exponent-field powers. */
-static inline __m256 v8_pow2(__m256 n)
+/* p * 2^n for integral n in [-150, 128]: p times 2^(n/2), then times 2^(n - n/2), each an exact
+ * power in the exponent field. Scaling p twice (not p times the product of the powers, which is
+ * inf for n = 128) rounds once, at the second multiply, so overflow and denormal results are
+ * right. */
+static inline __m256 v8_ldexp(__m256 p, __m256 n)
 {
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i h = _mm256_srai_epi32(ni, 1), l = _mm256_sub_epi32(ni, h);
     const __m256i bias = _mm256_set1_epi32(127);
     __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
     __m256 b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(l, bias), 23));
-    return _mm256_mul_ps(a, b);
+    return _mm256_mul_ps(_mm256_mul_ps(p, a), b);
 }
 
 /* exp(x): x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r, times 2^n. NaN propagates. */
@@ -53,7 +58,7 @@ static inline __m256 v8_exp(__m256 x)
     __m256 r2 = _mm256_mul_ps(r, r);
     p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     /* NaN: n converts to INT_MIN; keep the NaN from p (p is NaN there) */
-    return _mm256_mul_ps(p, v8_pow2(n));
+    return v8_ldexp(p, n);
 }
 
 /* 1 / (1 + exp(-x)) */
@@ -94,5 +99,39 @@ static inline __m256 v8_erf(__m256 x)
     __m256 is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.5f), _CMP_LT_OQ);
     return _mm256_blendv_ps(big, small, is_small);
 }
+
+/* Horizontal sum and max in a fixed order (halves, then pairs, then lanes): the same bits on
+ * every call, so row reductions do not depend on the thread count. */
+static inline float v8_hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float v8_hmax(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* All-ones lanes where the byte p[k] (k < min(n, 8)) is nonzero, zero lanes elsewhere: the
+ * uint8 keep/attention masks as a float lane mask (AVX2 has no masked byte load). */
+static inline __m256 v8_bytes_nonzero(const uint8_t *p, int64_t n)
+{
+    uint64_t b = 0;
+    if (n >= 8)
+        memcpy(&b, p, 8);
+    else
+        memcpy(&b, p, (size_t)n);
+    __m256i w = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b));
+    __m256i zero = _mm256_cmpeq_epi32(w, _mm256_setzero_si256());
+    return _mm256_castsi256_ps(_mm256_xor_si256(zero, _mm256_set1_epi32(-1)));
+}
+
+static inline __m256 v8_mask_ps(__m256i m) { return _mm256_castsi256_ps(m); }
 
 #endif /* MC_VEC_AVX2_H */
