@@ -53,7 +53,7 @@ static const struct mc_cpu_kernels avx512_ops = {
     .sgd = sgd_avx512,
 };
 
-/* For AVX2 + FMA + F16C CPUs without usable AVX-512 (AMD Zen 2/3, many Intel client parts). */
+/* For AVX2 + FMA + F16C CPUs without usable AVX-512: AMD before Zen 4, most Intel client parts. */
 static const struct mc_cpu_kernels avx2_ops = {
     .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-avx2",
