@@ -84,15 +84,18 @@ def main():
         if rep.failed:
             bad.append('%s (MC_PARITY_SEED=%d)' % (name, seed + i))
     if not args:
-        # the scalar reference kernels too (the default is the fastest table the CPU supports)
-        for i, name in enumerate(['gpt2', 'llama']):
-            rep = check_config(name, seed + 100 + i, tmp, verbose, kernels='ref')
-            for line in rep.lines:
-                print(line)
-            passed += rep.passed
-            failed += rep.failed
-            if rep.failed:
-                bad.append('%s/ref (MC_PARITY_SEED=%d)' % (name, seed + 100 + i))
+        # the scalar reference kernels and the AVX2 table too (the default is the fastest table
+        # the CPU supports; MC_KERNELS=avx2 falls back to it where AVX2 + FMA cannot run)
+        for k, kernels in enumerate(['ref', 'avx2']):
+            for i, name in enumerate(['gpt2', 'llama']):
+                s = seed + 100 * (k + 1) + i
+                rep = check_config(name, s, tmp, verbose, kernels=kernels)
+                for line in rep.lines:
+                    print(line)
+                passed += rep.passed
+                failed += rep.failed
+                if rep.failed:
+                    bad.append('%s/%s (MC_PARITY_SEED=%d)' % (name, kernels, s))
         for name in REFUSED:
             rep = check_refused(name, tmp)
             for line in rep.lines:

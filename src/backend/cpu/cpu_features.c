@@ -90,6 +90,13 @@ bool mc_cpu_has_avx512(void)
     return f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->fma;
 }
 
+/* f->avx2, fma and f16c already require XCR0 bits 1 and 2 (the OS saves XMM and YMM state). */
+bool mc_cpu_has_avx2(void)
+{
+    const struct mc_cpu_features *f = mc_cpu_features();
+    return f->os_avx && f->avx2 && f->fma && f->f16c;
+}
+
 void mc_cpu_features_str(char *buf, int size)
 {
     const struct mc_cpu_features *f = mc_cpu_features();

@@ -25,6 +25,9 @@ const struct mc_cpu_features *mc_cpu_features(void);
 /* True when the AVX-512 kernel set (F + BW + VL + DQ, with OS support) can run. */
 bool mc_cpu_has_avx512(void);
 
+/* True when the AVX2 kernel set (AVX2 + FMA + F16C, with the OS saving YMM state) can run. */
+bool mc_cpu_has_avx2(void);
+
 /* Writes a space-separated list of usable features ("avx2 fma avx512f ...") into buf. */
 void mc_cpu_features_str(char *buf, int size);
 

@@ -150,7 +150,7 @@ static void test_tables(void)
     printf("backend tables: %d\n", n);
 
     const struct mc_cpu_kernels *k[] = {mc_cpu_kernels_ref(), mc_cpu_kernels_ref_blas(),
-                                        mc_cpu_kernels_avx512()};
+                                        mc_cpu_kernels_avx2(), mc_cpu_kernels_avx512()};
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         CHECK(k[i]->version == MC_CPU_KERNELS_VERSION && k[i]->name && *k[i]->name);
         CHECK(count_null_slots(k[i], offsetof(struct mc_cpu_kernels, gemm), sizeof *k[i],

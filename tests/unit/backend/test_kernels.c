@@ -1,7 +1,8 @@
-/* Every AVX-512 kernel against the scalar reference table (mc_cpu_kernels_ref()) on random shapes
- * with ragged tails, the same kernels on 1, 2 and 3 threads compared bit for bit, the BLAS GEMM
- * against the reference GEMM, the AVX2/F16C dtype conversions against theirs, and the table
- * selection (MC_KERNELS=ref). Ops whose fast version
+/* Every kernel of each fast table the CPU can run (cpu-avx512, cpu-avx2: both on an AVX-512
+ * machine) against the scalar reference table (mc_cpu_kernels_ref()) on random shapes with ragged
+ * tails, the same kernels on 1, 2 and 3 threads compared bit for bit, the BLAS GEMM against the
+ * reference GEMM, the AVX2/F16C dtype conversions against theirs, and the table selection
+ * (MC_KERNELS=ref, avx2, avx512, auto). Ops whose fast version
  * repeats the reference's fp32 operations (column sums, AdamW, RoPE, embedding, ...) must match
  * it exactly; transcendental ops get tolerances stated next to each check. */
 #include "backend/backend.h"
@@ -58,7 +59,8 @@ static int same_bits(const char *what, const float *a, const float *b, int64_t n
     return 0;
 }
 
-static const struct mc_cpu_kernels *R;
+static const struct mc_cpu_kernels *R; /* the references */
+static const struct mc_cpu_kernels *F; /* the fast table under test */
 static const int threads[] = {1, 2, 3};
 
 /* ---- elementwise activations ------------------------------------------------------------- */
@@ -110,13 +112,13 @@ static void test_activations(void)
         int64_t r = shapes[s][0], c = shapes[s][1];
         /* tanh/erf forms: the reference's 1 + tanh(z) / 1 + erf(z) cancel for negative inputs,
          * so the absolute tolerance is a few ulp of 1 (times |x| <= 7). */
-        check_act("gelu_tanh", gelu_tanh_fwd_avx512, R->gelu_tanh_fwd, gelu_tanh_bwd_avx512, R->gelu_tanh_bwd, r, c, 1, 2e-6, 2e-6);
-        check_act("gelu_erf", gelu_erf_fwd_avx512, R->gelu_erf_fwd, gelu_erf_bwd_avx512, R->gelu_erf_bwd, r, c, 1, 2e-6, 2e-6);
-        check_act("squared_relu", squared_relu_fwd_avx512, R->squared_relu_fwd, squared_relu_bwd_avx512, R->squared_relu_bwd, r, c, 1, 0, 0);
-        check_act("swiglu", swiglu_fwd_avx512, R->swiglu_fwd, swiglu_bwd_avx512, R->swiglu_bwd, r, c, 2, 2e-6, 1e-6);
+        check_act("gelu_tanh", F->gelu_tanh_fwd, R->gelu_tanh_fwd, F->gelu_tanh_bwd, R->gelu_tanh_bwd, r, c, 1, 2e-6, 2e-6);
+        check_act("gelu_erf", F->gelu_erf_fwd, R->gelu_erf_fwd, F->gelu_erf_bwd, R->gelu_erf_bwd, r, c, 1, 2e-6, 2e-6);
+        check_act("squared_relu", F->squared_relu_fwd, R->squared_relu_fwd, F->squared_relu_bwd, R->squared_relu_bwd, r, c, 1, 0, 0);
+        check_act("swiglu", F->swiglu_fwd, R->swiglu_fwd, F->swiglu_bwd, R->swiglu_bwd, r, c, 2, 2e-6, 1e-6);
     }
     for (int64_t c = 1; c <= 100; c++) /* every tail length */
-        check_act("gelu_tanh", gelu_tanh_fwd_avx512, R->gelu_tanh_fwd, gelu_tanh_bwd_avx512, R->gelu_tanh_bwd, 2, c, 1, 2e-6, 2e-6);
+        check_act("gelu_tanh", F->gelu_tanh_fwd, R->gelu_tanh_fwd, F->gelu_tanh_bwd, R->gelu_tanh_bwd, 2, c, 1, 2e-6, 2e-6);
 }
 
 /* Runs `body` (which writes `out` of n floats) on 1, 2, 3 threads; checks the results agree
@@ -150,7 +152,7 @@ static void test_norms(void)
         char what[96];
         snprintf(what, sizeof what, "layernorm rows=%lld h=%lld", (long long)rows, (long long)h);
         R->layernorm_fwd(yr, mur, rsr, x, w, b, rows, h, 1e-5f);
-        ACROSS_THREADS(what, y, n, layernorm_fwd_avx512(y, mu, rs, x, w, b, rows, h, 1e-5f));
+        ACROSS_THREADS(what, y, n, F->layernorm_fwd(y, mu, rs, x, w, b, rows, h, 1e-5f));
         check_tensor_close("layernorm_fwd mean", mu, mur, rows, tol, 1e-7);
         check_tensor_close("layernorm_fwd rstd", rs, rsr, rows, tol, 0);
         check_tensor_close("layernorm_fwd y", y, yr, n, tol, tol);
@@ -159,26 +161,26 @@ static void test_norms(void)
         ACROSS_THREADS(what, dx, n, {
             memcpy(dw, dw0, (size_t)h * 4);
             memcpy(db, db0, (size_t)h * 4);
-            layernorm_bwd_avx512(dx, dw, db, dy, x, w, mur, rsr, rows, h);
+            F->layernorm_bwd(dx, dw, db, dy, x, w, mur, rsr, rows, h);
         });
         check_tensor_close("layernorm_bwd dx", dx, dxr, n, tol, tol);
         same_bits("layernorm_bwd dw", dw, dwr, h);
         same_bits("layernorm_bwd db", db, dbr, h);
         /* no bias */
         R->layernorm_fwd(yr, mur, rsr, x, w, NULL, rows, h, 1e-5f);
-        layernorm_fwd_avx512(y, mu, rs, x, w, NULL, rows, h, 1e-5f);
+        F->layernorm_fwd(y, mu, rs, x, w, NULL, rows, h, 1e-5f);
         check_tensor_close("layernorm_fwd no bias", y, yr, n, tol, tol);
 
         snprintf(what, sizeof what, "rmsnorm rows=%lld h=%lld", (long long)rows, (long long)h);
         R->rmsnorm_fwd(yr, rsr, x, w, rows, h, 1e-5f);
-        ACROSS_THREADS(what, y, n, rmsnorm_fwd_avx512(y, rs, x, w, rows, h, 1e-5f));
+        ACROSS_THREADS(what, y, n, F->rmsnorm_fwd(y, rs, x, w, rows, h, 1e-5f));
         check_tensor_close("rmsnorm_fwd rstd", rs, rsr, rows, tol, 0);
         check_tensor_close("rmsnorm_fwd y", y, yr, n, tol, tol);
         memcpy(dwr, dw0, (size_t)h * 4);
         R->rmsnorm_bwd(dxr, dwr, dy, x, w, rsr, rows, h);
         ACROSS_THREADS(what, dx, n, {
             memcpy(dw, dw0, (size_t)h * 4);
-            rmsnorm_bwd_avx512(dx, dw, dy, x, w, rsr, rows, h);
+            F->rmsnorm_bwd(dx, dw, dy, x, w, rsr, rows, h);
         });
         check_tensor_close("rmsnorm_bwd dx", dx, dxr, n, tol, tol);
         same_bits("rmsnorm_bwd dw", dw, dwr, h);
@@ -207,14 +209,14 @@ static void test_softmax(void)
             R->masked_softmax_fwd(pr, bh, sq, sk, mult, m);
             ACROSS_THREADS(what, p, n, {
                 memcpy(p, x, (size_t)n * 4);
-                masked_softmax_fwd_avx512(p, bh, sq, sk, mult, m);
+                F->masked_softmax_fwd(p, bh, sq, sk, mult, m);
             });
             check_tensor_close(what, p, pr, n, 4e-6, 1e-9);
             float *gr = fdup(dp, n), *g = fdup(dp, n);
             R->masked_softmax_bwd(gr, pr, bh, sq, sk, mult);
             ACROSS_THREADS(what, g, n, {
                 memcpy(g, dp, (size_t)n * 4);
-                masked_softmax_bwd_avx512(g, pr, bh, sq, sk, mult);
+                F->masked_softmax_bwd(g, pr, bh, sq, sk, mult);
             });
             check_tensor_close("softmax bwd", g, gr, n, 1e-5, 1e-6 * sqrt((double)sk));
             mc_free(pr); mc_free(p); mc_free(gr); mc_free(g);
@@ -236,17 +238,17 @@ static void test_xent(void)
         float *mx = rnd(n, 0, 1), *mxr = rnd(n, 0, 1), *se = rnd(n, 0, 1), *ser = rnd(n, 0, 1);
         float *tl = rnd(n, 0, 1), *tlr = rnd(n, 0, 1);
         R->xent_max(mxr, lg, n, v);
-        ACROSS_THREADS("xent_max", mx, n, xent_max_avx512(mx, lg, n, v));
+        ACROSS_THREADS("xent_max", mx, n, F->xent_max(mx, lg, n, v));
         same_bits("xent_max", mx, mxr, n);
         R->xent_sumexp(ser, tlr, lg, mxr, tg, n, v, v_start);
-        ACROSS_THREADS("xent_sumexp", se, n, xent_sumexp_avx512(se, tl, lg, mxr, tg, n, v, v_start));
+        ACROSS_THREADS("xent_sumexp", se, n, F->xent_sumexp(se, tl, lg, mxr, tg, n, v, v_start));
         check_tensor_close("xent_sumexp", se, ser, n, 2e-7 * sqrt((double)v) + 2e-7, 0);
         same_bits("xent target logit", tl, tlr, n);
         float *dr = fdup(lg, n * v), *d = fdup(lg, n * v);
         R->xent_bwd(dr, dr, mxr, ser, tg, dloss, n, v, v_start); /* in place (aliasing) */
         ACROSS_THREADS("xent_bwd", d, n * v, {
             memcpy(d, lg, (size_t)(n * v) * 4);
-            xent_bwd_avx512(d, d, mxr, ser, tg, dloss, n, v, v_start);
+            F->xent_bwd(d, d, mxr, ser, tg, dloss, n, v, v_start);
         });
         check_tensor_close("xent_bwd", d, dr, n * v, 4e-7, 1e-12);
         mc_free(lg); mc_free(dloss); mc_free(tg); mc_free(mx); mc_free(mxr); mc_free(se);
@@ -263,7 +265,7 @@ static void test_exp_accuracy(void)
     for (int64_t i = 0; i < v; i++) x[i] = -103.0f + 191.0f * (float)i / (float)(v - 1);
     float zero = 0, one = 1;
     int64_t tg = -1;
-    xent_bwd_avx512(e, x, &zero, &one, &tg, &one, 1, v, 0);
+    F->xent_bwd(e, x, &zero, &one, &tg, &one, 1, v, 0);
     double worst = 0;
     for (int64_t i = 0; i < v; i++) {
         want[i] = expf(x[i]);
@@ -273,13 +275,13 @@ static void test_exp_accuracy(void)
             worst = u > worst ? u : worst;
         }
     }
-    printf("exp: max error %.2f ulp over [-103, 88]\n", worst);
+    printf("exp (%s): max error %.2f ulp over [-103, 88]\n", F->name, worst);
     CHECK(worst <= 2.0);
     check_tensor_close("exp denormal range", e, want, v, 1e-6, 1e-44);
     x[0] = NAN;
     x[1] = INFINITY;
     x[2] = -INFINITY;
-    xent_bwd_avx512(e, x, &zero, &one, &tg, &one, 1, 3, 0);
+    F->xent_bwd(e, x, &zero, &one, &tg, &one, 1, 3, 0);
     CHECK(isnan(e[0]));
     CHECK(isinf(e[1]) && e[1] > 0);
     CHECK(e[2] == 0.0f);
@@ -296,7 +298,7 @@ static void test_bias_embedding_rope(void)
         R->bias_grad(dbr, dy, rows, cols);
         ACROSS_THREADS("bias_grad", db, cols, {
             memcpy(db, db0, (size_t)cols * 4);
-            bias_grad_avx512(db, dy, rows, cols);
+            F->bias_grad(db, dy, rows, cols);
         });
         same_bits("bias_grad", db, dbr, cols);
 
@@ -308,7 +310,7 @@ static void test_bias_embedding_rope(void)
             const float *b = v & 1 ? db0 : NULL, *rr = v & 2 ? res : NULL;
             const uint8_t *k = v & 4 ? keep : NULL;
             R->bias_dropout_add(yr, dy, b, rr, k, 1.0f / 0.9f, rows, cols);
-            ACROSS_THREADS("bias_dropout_add", y, n, bias_dropout_add_avx512(y, dy, b, rr, k, 1.0f / 0.9f, rows, cols));
+            ACROSS_THREADS("bias_dropout_add", y, n, F->bias_dropout_add(y, dy, b, rr, k, 1.0f / 0.9f, rows, cols));
             same_bits("bias_dropout_add", y, yr, n);
         }
 
@@ -319,13 +321,13 @@ static void test_bias_embedding_rope(void)
         for (int64_t t = 0; t < rows; t++) ids[t] = (int64_t)(urand() * 60.0f);
         float *w = rnd(vl * h, -1, 1), *e = rnd(n, 0, 1), *er = rnd(n, 0, 1);
         R->embedding_fwd(er, w, ids, rows, h, vs, vl);
-        ACROSS_THREADS("embedding_fwd", e, n, embedding_fwd_avx512(e, w, ids, rows, h, vs, vl));
+        ACROSS_THREADS("embedding_fwd", e, n, F->embedding_fwd(e, w, ids, rows, h, vs, vl));
         same_bits("embedding_fwd", e, er, n);
         float *dw0 = rnd(vl * h, -1, 1), *dwr = fdup(dw0, vl * h), *dw = fdup(dw0, vl * h);
         R->embedding_bwd(dwr, dy, ids, rows, h, vs, vl);
         ACROSS_THREADS("embedding_bwd", dw, vl * h, {
             memcpy(dw, dw0, (size_t)(vl * h) * 4);
-            embedding_bwd_avx512(dw, dy, ids, rows, h, vs, vl);
+            F->embedding_bwd(dw, dy, ids, rows, h, vs, vl);
         });
         same_bits("embedding_bwd", dw, dwr, vl * h);
 
@@ -341,7 +343,7 @@ static void test_bias_embedding_rope(void)
                     (dir ? R->rope_bwd : R->rope_fwd)(tr, c, sn, sl, bh, hn, rot, il);
                     ACROSS_THREADS("rope", t, nt, {
                         memcpy(t, t0, (size_t)nt * 4);
-                        (dir ? rope_bwd_avx512 : rope_fwd_avx512)(t, c, sn, sl, bh, hn, rot, il);
+                        (dir ? F->rope_bwd : F->rope_fwd)(t, c, sn, sl, bh, hn, rot, il);
                     });
                     same_bits(dir ? "rope_bwd" : "rope_fwd", t, tr, nt);
                     mc_free(tr); mc_free(t);
@@ -366,7 +368,7 @@ static void test_optim(void)
         float *p = fdup(p0, n), *m = fdup(m0, n), *v = fdup(v0, n);
         for (int64_t step = 1; step <= 3; step++) {
             R->adamw(pr, mr, vr, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
-            adamw_avx512(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+            F->adamw(p, m, v, g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         }
         same_bits("adamw p", p, pr, n);
         same_bits("adamw m", m, mr, n);
@@ -374,20 +376,20 @@ static void test_optim(void)
         float *b = fdup(m0, n), *br = fdup(m0, n);
         for (int st = 0; st < 2; st++) {
             R->sgd(pr, br, g, n, 0.1f, 0.9f, 1e-2f, st == 0);
-            sgd_avx512(p, b, g, n, 0.1f, 0.9f, 1e-2f, st == 0);
+            F->sgd(p, b, g, n, 0.1f, 0.9f, 1e-2f, st == 0);
         }
         same_bits("sgd p", p, pr, n);
         same_bits("sgd buf", b, br, n);
         float *before = fdup(pr, n);
         R->scale(pr, 0.37f, n);
-        ACROSS_THREADS("scale", p, n, { memcpy(p, before, (size_t)n * 4); scale_avx512(p, 0.37f, n); });
+        ACROSS_THREADS("scale", p, n, { memcpy(p, before, (size_t)n * 4); F->scale(p, 0.37f, n); });
         same_bits("scale", p, pr, n);
         mc_free(before);
-        CHECK(count_zeros_avx512(g, n) == R->count_zeros(g, n));
+        CHECK(F->count_zeros(g, n) == R->count_zeros(g, n));
         double want = R->sumsq(g, n), got = 0;
         for (size_t k = 0; k < 3; k++) {
             omp_set_num_threads(threads[k]);
-            double r = sumsq_avx512(g, n);
+            double r = F->sumsq(g, n);
             if (k == 0) got = r;
             else CHECK(memcmp(&r, &got, sizeof r) == 0);
         }
@@ -505,11 +507,16 @@ static void test_select(void)
     CHECK(!f->avx512bw || f->avx512f);    /* the "usable" flags nest */
     CHECK(!f->avx512f || f->os_avx512);
     CHECK(!f->os_avx512 || f->os_avx);
-    const char *fast = mc_cpu_has_avx512() ? "cpu-avx512" : "cpu-ref+blas";
+    CHECK(!mc_cpu_has_avx2() || f->os_avx);
+    const char *fast = mc_cpu_has_avx512() ? "cpu-avx512"
+                       : mc_cpu_has_avx2() ? "cpu-avx2" : "cpu-ref+blas";
     CHECK(child_select("ref", "cpu-ref") == 0);
     CHECK(child_select(NULL, fast) == 0);
     CHECK(child_select("auto", fast) == 0);
+    CHECK(child_select("avx512", fast) == 0);
     CHECK(child_select("bogus", fast) == 0);
+    /* forced where it can run (also on AVX-512 CPUs), else the automatic choice */
+    CHECK(child_select("avx2", mc_cpu_has_avx2() ? "cpu-avx2" : fast) == 0);
 }
 
 /* The AVX2 + F16C dtype conversions against the scalar references, bit for bit: every 16-bit
@@ -579,19 +586,25 @@ int main(void)
     test_select(); /* forks: first, before any OpenMP thread exists */
     R = mc_cpu_kernels_ref();
     test_convert();
-    if (!mc_cpu_has_avx512()) {
-        printf("test_kernels: this CPU/OS cannot run AVX-512; only selection and GEMM tested\n");
-        test_gemm();
-        test_gemm_threads();
-        return test_summary("test_kernels");
+    const struct mc_cpu_kernels *fast[2];
+    int nfast = 0;
+    if (mc_cpu_has_avx512()) fast[nfast++] = mc_cpu_kernels_avx512();
+    else printf("test_kernels: this CPU/OS cannot run AVX-512; cpu-avx512 not tested\n");
+    if (mc_cpu_has_avx2()) fast[nfast++] = mc_cpu_kernels_avx2();
+    else printf("test_kernels: this CPU/OS cannot run AVX2 + FMA + F16C; cpu-avx2 not tested\n");
+    uint64_t seed = rng_state; /* every table sees the same inputs (and the GEMM tests too) */
+    for (int i = 0; i < nfast; i++) {
+        F = fast[i];
+        rng_state = seed;
+        fprintf(stderr, "test_kernels: %s against cpu-ref\n", F->name); /* labels what follows */
+        test_exp_accuracy();
+        test_activations();
+        test_norms();
+        test_softmax();
+        test_xent();
+        test_bias_embedding_rope();
+        test_optim();
     }
-    test_exp_accuracy();
-    test_activations();
-    test_norms();
-    test_softmax();
-    test_xent();
-    test_bias_embedding_rope();
-    test_optim();
     test_gemm();
     test_gemm_threads();
     return test_summary("test_kernels");

@@ -14,7 +14,7 @@
 
 struct mc_cpu_kernels {
     int version;      /* MC_CPU_KERNELS_VERSION */
-    const char *name; /* "cpu-ref", "cpu-ref+blas", "cpu-avx512" */
+    const char *name; /* "cpu-ref", "cpu-ref+blas", "cpu-avx2", "cpu-avx512" */
 
     /* dst[i] = src[i] converted between F32, BF16 and F16 (core/dtype.c's rounding: nearest
      * even; widening exact; same dtype copies the bits). */
@@ -129,8 +129,10 @@ const struct mc_cpu_kernels *mc_cpu_kernels_ref(void);
 const struct mc_cpu_kernels *mc_cpu_kernels_ref_blas(void);
 /* The AVX-512 table (select.c), whether or not this CPU can run it. */
 const struct mc_cpu_kernels *mc_cpu_kernels_avx512(void);
-/* The table chosen for this machine once (select.c): MC_KERNELS=ref forces the references;
- * the choice is logged. */
+/* The AVX2 + FMA table (select.c), whether or not this CPU can run it. */
+const struct mc_cpu_kernels *mc_cpu_kernels_avx2(void);
+/* The table chosen for this machine once (select.c): MC_KERNELS=ref forces the references,
+ * MC_KERNELS=avx2 the AVX2 table (where it can run); the choice is logged. */
 const struct mc_cpu_kernels *mc_cpu_kernels_select(void);
 
 #endif /* MC_CPU_KERNELS_H */
