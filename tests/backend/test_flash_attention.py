@@ -10,7 +10,7 @@ MC_FLASH_SEED repeats a run), through tests/drivers/flash_driver:
   layer scaling, and sequence lengths that leave partial tiles. Both tile kernels: the
   references (MC_KERNELS=ref) and the AVX2 ones where the CPU has them.
 - Dropout: the keep mask is the unfused op's (out_u_keep, the same Philox elements), and the
-  flash results equal the unfused op's within 1e-6 for ctx and 4e-6 for dqkv (max |difference|
+  flash results equal the unfused op's within 2e-6 for ctx and 4e-6 for dqkv (max |difference|
   over max |value|).
 - Threads: the outputs for 1, 2 and 3 OpenMP threads are the same bytes.
 - bf16 (and fp16 with torch 2.x): the error against float64 of our 16-bit flash attention is at
@@ -189,7 +189,9 @@ def test_fp32(tmp, gen, kernel_sets):
             close("ctx vs torch float64", got_ctx, ctx, 1e-5)
             close("lse vs torch float64", get(tmp, "lse", (b, heads, s), "float32"), lse, 1e-5)
             close("dqkv vs torch float64", got_dq, dqkv, 1e-5)
-            normwise("ctx vs unfused op", got_ctx, get(tmp, "u_ctx", shp_ctx, "float32"), 1e-6)
+            # ctx: two fp32 results, each up to ~1e-6 from float64 (1.12e-6 apart seen on Zen 4,
+            # random mask, the AVX2 tiles)
+            normwise("ctx vs unfused op", got_ctx, get(tmp, "u_ctx", shp_ctx, "float32"), 2e-6)
             # dqkv sums s products per element in another order than the unfused GEMMs, each
             # fp32 result ~1e-6 from float64 on its own (1.04e-6 apart seen, MC_FLASH_SEED=41620)
             normwise("dqkv vs unfused op", got_dq, get(tmp, "u_dqkv", shp_qkv, "float32"), 4e-6)
