@@ -48,7 +48,8 @@ def compare(name, ref, got):
     p, exact, valid, train = got
     check(p.returncode == 0, f"{name}: exit 0 (got {p.returncode}: {p.stderr[-800:]})")
     check(len(exact) == 12, f"{name}: 12 [exact] lines, printed once (got {len(exact)})")
-    check(train == ref[3], f"{name}: one training line per iteration, same consumed samples")
+    check(train == ref[3], f"{name}: one training line per iteration, same consumed samples "
+          f"(got {train}, one process {ref[3]}; stdout tail: {p.stdout[-600:]!r})")
     check(len(valid) == len(ref[2]) == 4, f"{name}: 4 validation lines (got {len(valid)})")
     return compare_curves(name, exact, ref[1], valid, ref[2])
 
