@@ -404,7 +404,7 @@ static struct dot_prim *dot_get(bool ta, bool tb, int64_t m, int64_t n, int64_t 
     pthread_mutex_lock(&dot_lock);
     e = dot_find(ta, tb, m, n, k);
     if (!e) {
-        e = mc_alloc(sizeof *e);
+        e = malloc(sizeof *e); /* lives as long as oneDNN's JIT code: not mc_alloc's count */
         MC_ASSERT(e);
         *e = (struct dot_prim){.ta = ta, .tb = tb, .m = m, .n = n, .k = k};
         const char *impl;
@@ -430,7 +430,7 @@ static struct dot_prim *dot_get(bool ta, bool tb, int64_t m, int64_t n, int64_t 
 static void dot_drop(struct dot_prim *e)
 {
     dnnl_primitive_destroy(e->prim);
-    mc_free(e);
+    free(e);
 }
 
 void gemm_dot_bf16_clear_cache(void)
