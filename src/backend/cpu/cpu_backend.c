@@ -211,7 +211,7 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
  * summation order. So it is NOT chosen by timing, which varies between ranks and runs and
  * would make a bf16 run's numbers depend on timing noise: where it is available it is taken by
  * rule (a function of the CPU's features only), and all the times are logged beside the choice
- * in one line (a warning follows if dot timed slower). fp16 always widens (no fast fp16 dot
+ * in one line (which says so if dot timed slower). fp16 always widens (no fast fp16 dot
  * product here, and fp16 must keep fp32 accuracy). MC_GEMM16=copies|tiles|dot forces one (dot
  * where unavailable: a warning and the rule). The choice is made once per dtype per process. */
 enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES, G16_DOT };
@@ -287,14 +287,15 @@ static enum gemm16_path gemm16_time(struct mc_backend *be, bool ta, bool tb, int
     else
         snprintf(dot, sizeof dot, "no bf16 dot products (%s)",
                  dt == MC_DTYPE_BF16 ? why : "fp16 widens");
+    char slower[96] = "";
+    if (dot_ok && best[G16_DOT] > best[widen])
+        snprintf(slower, sizeof slower, "; dot timed slower on this shape, MC_GEMM16=%s widens",
+                 g16_names[widen]);
     mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to fp32 "
-           "copies %.2f ms, widen per tile %.2f ms (+ %s), %s; using %s%s", mc_dtype_name(dt),
+           "copies %.2f ms, widen per tile %.2f ms (+ %s), %s; using %s%s%s", mc_dtype_name(dt),
            mc_dtype_name(c_dt), (long long)M, (long long)N, (long long)K_, be->n_threads,
            best[G16_COPIES], best[G16_TILES], mc_gemm_blas_name(), dot, g16_names[p],
-           dot_ok ? " (by rule, not by time: it changes the bits)" : "");
-    if (dot_ok && best[G16_DOT] > best[widen])
-        mc_log(MC_LOG_WARN, "16-bit GEMM: bf16 dot products timed slower than widening %s on "
-               "this shape; MC_GEMM16=%s uses that", g16_names[widen], g16_names[widen]);
+           dot_ok ? " (by rule, not by time: it changes the bits)" : "", slower);
     return p;
 }
 
