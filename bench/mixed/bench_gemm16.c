@@ -4,8 +4,9 @@
  * whole (convert_avx2, rows over the threads, as gemm_half), gemm_blas, C rounded; "tiles":
  * gemm_blas_half; "dot": gemm_dot_bf16 (AVX512-BF16; skipped where not available). Beside them
  * the fp32 gemm_blas on the same shape, for the ratio the issue asks about.
- * Usage: bench_gemm16 <T> [reps]; threads from OMP_NUM_THREADS. Prints GFLOP/s per shape
- * (best of reps after one warm-up). A benchmark, not a test. */
+ * Usage: bench_gemm16 <T> [reps]; threads from OMP_NUM_THREADS; BENCH_ONLY=<linear> runs one
+ * (qkv, proj, fc1, fc2, logits). Prints GFLOP/s per shape (best of reps after one warm-up).
+ * A benchmark, not a test. */
 #include "backend/cpu/kernels/kernels_avx512.h"
 
 #include <omp.h>
@@ -91,7 +92,10 @@ int main(int argc, char **argv)
     printf("%-7s %-7s %6s %6s %6s %9s %9s %9s %9s %7s\n", "linear", "case", "M", "N", "K",
            "copies", "tiles", "dot", "fp32", "dot/f32");
     double tot_s[4] = {0}, tot_f = 0;
+    const char *only = getenv("BENCH_ONLY");
     for (size_t l = 0; l < sizeof lin / sizeof lin[0]; l++) {
+        if (only && strcmp(only, lin[l].name))
+            continue;
         int64_t in = lin[l].in, out = lin[l].out, big = (T > out ? T : out) * in;
         int64_t bigo = T * (in > out ? in : out) > big ? T * (in > out ? in : out) : big;
         uint16_t *A = buf(2 * (size_t)bigo), *B = buf(2 * (size_t)bigo), *C = buf(2 * (size_t)bigo);
