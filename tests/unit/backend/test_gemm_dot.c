@@ -1,7 +1,7 @@
 /* gemm_dot_bf16 (gemm_blas.c: bf16 A and B on AVX512-BF16 dot products through oneDNN's bf16
  * matmul, fp32 accumulation) against a float64 sum of the same bf16 values: every transpose,
- * strided operands, ragged shapes cut into several tiles (and one below the threading
- * threshold, one with K = 0), beta 0 (NaN in C ignored) and 0.5, C fp32 and bf16; the same
+ * strided operands, ragged shapes cut into several tiles (and ones below the threading
+ * threshold, K = 0, 1 x 1 and one row), beta 0 (NaN in C ignored) and 0.5, C fp32 and bf16; the same
  * bits on 1, 2 and 3 threads with the primitives re-created each time. Then what the kernel
  * does with Inf, NaN and denormals (docs/cpu_backend.md). Skipped, with the reason printed,
  * where the CPU has no AVX512-BF16 or megatron.c was built without oneDNN.
@@ -172,7 +172,9 @@ int main(void)
         return 0;
     }
     printf("test_gemm_dot: oneDNN kernel %s\n", why);
-    const struct shape sh[] = {{300, 700, 67}, {800, 600, 40}, {37, 53, 129}, {4, 6, 0}};
+    /* several tiles (threaded), 2 TN row tiles, one tile, K = 0, MoE's 1 x 1 dot, one row */
+    const struct shape sh[] = {{300, 700, 67}, {800, 600, 40}, {37, 53, 129}, {4, 6, 0},
+                               {1, 1, 77}, {1, 300, 33}};
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
         for (int t = 0; t < 4; t++)
             test_case(t & 1, t & 2, sh[s]);
