@@ -4,9 +4,12 @@ Engine FusedAdam's update, src/optimizer/te_fused_adam_ref.c) end to end, 8 iter
 GPT-2-style model, from the [exact] lines of MC_TEST_LOG_EXACT=1:
 
 - --bf16 (fp32 masters kept as bf16 params + remainders, fp32 states): dp2 under mpirun gives
-  the single process's grad norm and params norm bit for bit (the same shards' updates, only
-  split over ranks) and its lm loss within 1e-6 relative (the dp loss average, as without the
-  option); with --overlap-grad-reduce --overlap-param-gather over several buckets (the bf16
+  the single process's grad norm and params norm within 1e-6 relative (the same shards'
+  updates, only split over ranks; but each rank rounds its sum of squares to fp32 before the
+  fp32 all-reduce, so the grad norm can be an ulp apart: with the widened 16-bit GEMM it
+  measured bit for bit, with bf16 dot products, the default on AVX512-BF16 CPUs, 1 ulp at 2 of
+  8 iterations, 1.1e-7, Zen 4) and its lm loss within 1e-6 relative (the dp loss average, as
+  without the option); with --overlap-grad-reduce --overlap-param-gather over several buckets (the bf16
   weights rounded bucket by bucket as their all-gathers finish) within 1e-4 of it: the buckets
   cut the shards elsewhere, so the fp32 sums of squares behind the grad norm add in another
   order, and a last-bit change of the clip factor reaches the bf16 weights (Zen 4: 1 ulp of the
@@ -63,8 +66,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         bf = run(tmp, "bf16 dp1", ["--bf16", *PA])
         bf2 = run(tmp, "bf16 dp2", ["--bf16", *PA], np=2)
-        same = all(x[2] == y[2] and x[3] == y[3] for x, y in zip(bf, bf2)) and len(bf2) == 8
-        check(same, "bf16 precision-aware: dp2 grad norm and params norm bit-identical to dp1")
+        same = all(rel(x[2], y[2]) < 1e-6 and rel(x[3], y[3]) < 1e-6
+                   for x, y in zip(bf, bf2)) and len(bf2) == 8
+        check(same, "bf16 precision-aware: dp2 grad norm and params norm within 1e-6 of dp1")
         check(all(rel(x[1], y[1]) < 1e-6 for x, y in zip(bf, bf2)),
               "bf16 precision-aware: dp2 lm loss within 1e-6 of dp1")
         print(f"bf16 dp2 vs dp1: max rel diff {worst(bf, bf2):.1e}")

@@ -15,6 +15,7 @@
 #include "core/rng.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -200,15 +201,23 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
     mc_cpu_release(b);
 }
 
-/* ---- the 16-bit GEMM on the library: two ways to feed it, chosen by timing ---------------
+/* ---- the 16-bit GEMM on the library: three ways to feed it --------------------------------
  * "copies": widen A and B into whole fp32 copies, gemm_blas, round C (gemm_half above);
  * "tiles": gemm_blas_half widens per C tile (no full-size copies). Both make the same library
- * calls on the same values, so they give the same bits (test_half_ops checks); the faster one
- * on the first 16-bit GEMM's shape is used from then on, and the choice is logged once.
- * MC_GEMM16=copies|tiles forces one. */
-enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES };
-static enum gemm16_path g16_path = G16_UNSET;
+ * calls on the same values, so they give the same bits (test_half_ops checks): the faster one
+ * on the first 16-bit GEMM's shape is used from then on.
+ * "dot" (bf16 only, CPUs with AVX512-BF16): gemm_dot_bf16 multiplies in bf16 with fp32
+ * accumulation at twice the fp32 rate (Zen 4); its bits differ from the widen feeds by the fp32
+ * summation order. So it is NOT chosen by timing, which varies between ranks and runs and
+ * would make a bf16 run's numbers depend on timing noise: where it is available it is taken by
+ * rule (a function of the CPU's features only), and all the times are logged beside the choice
+ * in one line (which says so if dot timed slower). fp16 always widens (no fast fp16 dot
+ * product here, and fp16 must keep fp32 accuracy). MC_GEMM16=copies|tiles|dot forces one (dot
+ * where unavailable: a warning and the rule). The choice is made once per dtype per process. */
+enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES, G16_DOT };
+static enum gemm16_path g16_path[2] = {G16_UNSET, G16_UNSET}; /* [0] bf16, [1] fp16 */
 static pthread_mutex_t g16_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *const g16_names[] = {"unset", "copies", "tiles", "dot"};
 
 static double now_ms(void)
 {
@@ -222,54 +231,99 @@ static void gemm16_run(struct mc_backend *be, enum gemm16_path p, bool ta, bool 
                        int64_t lda, const void *B, int64_t ldb, float beta, void *C,
                        enum mc_dtype c_dt, int64_t ldc)
 {
-    if (p == G16_TILES)
+    if (p == G16_DOT)
+        gemm_dot_bf16(ta, tb, M, N, K_, alpha, A, lda, B, ldb, beta, C, c_dt, ldc,
+                      K(be)->convert);
+    else if (p == G16_TILES)
         gemm_blas_half(ta, tb, M, N, K_, alpha, A, dt, lda, B, ldb, beta, C, c_dt, ldc,
                        K(be)->convert);
     else
         gemm_half(be, ta, tb, M, N, K_, alpha, A, dt, lda, B, ldb, beta, C, c_dt, ldc);
 }
 
-/* The path for this process: forced by MC_GEMM16, else timed once on this call's shape (into a
- * scratch C, twice each, the faster of each kept). */
+/* MC_GEMM16 as a path, G16_UNSET when unset or not usable for dt (with a warning). */
+static enum gemm16_path gemm16_forced(enum mc_dtype dt, bool dot_ok, const char *why)
+{
+    const char *env = getenv("MC_GEMM16");
+    if (!env || !*env)
+        return G16_UNSET;
+    for (int q = G16_COPIES; q <= G16_DOT; q++)
+        if (!strcmp(env, g16_names[q])) {
+            if (q != G16_DOT || dot_ok)
+                return (enum gemm16_path)q;
+            mc_log(MC_LOG_WARN, "MC_GEMM16=dot: no bf16 dot-product GEMM for %s (%s); choosing "
+                   "as without it", mc_dtype_name(dt),
+                   dt == MC_DTYPE_BF16 ? why : "bf16 only");
+            return G16_UNSET;
+        }
+    mc_log(MC_LOG_WARN, "MC_GEMM16=%s is not one of copies, tiles, dot; choosing as without it",
+           env);
+    return G16_UNSET;
+}
+
+/* Times each candidate on this call's shape (into a scratch C, twice each, the faster kept),
+ * logs the times and the choice: dot by rule where available, else the faster widen feed. */
+static enum gemm16_path gemm16_time(struct mc_backend *be, bool ta, bool tb, int64_t M,
+                                    int64_t N, int64_t K_, const void *A, enum mc_dtype dt,
+                                    int64_t lda, const void *B, int64_t ldb, enum mc_dtype c_dt,
+                                    bool dot_ok, const char *why)
+{
+    void *c = mc_cpu_scratch(M * N, "gemm"); /* fp32-sized: fits either C dtype */
+    double best[4] = {0, 1e300, 1e300, 1e300};
+    for (int rep = 0; rep < 2; rep++)
+        for (int q = G16_COPIES; q <= (dot_ok ? G16_DOT : G16_TILES); q++) {
+            double t0 = now_ms();
+            gemm16_run(be, (enum gemm16_path)q, ta, tb, M, N, K_, 1.0f, A, dt, lda, B, ldb,
+                       0.0f, c, c_dt, N);
+            double t = now_ms() - t0;
+            best[q] = t < best[q] ? t : best[q];
+        }
+    mc_cpu_release(c);
+    enum gemm16_path widen = best[G16_TILES] < best[G16_COPIES] ? G16_TILES : G16_COPIES;
+    enum gemm16_path p = dot_ok ? G16_DOT : widen;
+    char dot[160];
+    if (dot_ok)
+        snprintf(dot, sizeof dot, "bf16 dot products %.2f ms (%s)", best[G16_DOT], why);
+    else
+        snprintf(dot, sizeof dot, "no bf16 dot products (%s)",
+                 dt == MC_DTYPE_BF16 ? why : "fp16 widens");
+    char slower[96] = "";
+    if (dot_ok && best[G16_DOT] > best[widen])
+        snprintf(slower, sizeof slower, "; dot timed slower on this shape, MC_GEMM16=%s widens",
+                 g16_names[widen]);
+    mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to fp32 "
+           "copies %.2f ms, widen per tile %.2f ms (+ %s), %s; using %s%s%s", mc_dtype_name(dt),
+           mc_dtype_name(c_dt), (long long)M, (long long)N, (long long)K_, be->n_threads,
+           best[G16_COPIES], best[G16_TILES], mc_gemm_blas_name(), dot, g16_names[p],
+           dot_ok ? " (by rule, not by time: it changes the bits)" : "", slower);
+    return p;
+}
+
+/* The path for dt in this process: forced by MC_GEMM16, else gemm16_time on this call's shape;
+ * chosen once under the lock, then read without it. */
 static enum gemm16_path gemm16_choose(struct mc_backend *be, bool ta, bool tb, int64_t M,
                                       int64_t N, int64_t K_, const void *A, enum mc_dtype dt,
                                       int64_t lda, const void *B, int64_t ldb,
                                       enum mc_dtype c_dt)
 {
+    enum gemm16_path *slot = &g16_path[dt == MC_DTYPE_F16];
     pthread_mutex_lock(&g16_lock);
-    enum gemm16_path p = __atomic_load_n(&g16_path, __ATOMIC_ACQUIRE);
+    enum gemm16_path p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (p != G16_UNSET) {
         pthread_mutex_unlock(&g16_lock);
         return p;
     }
-    const char *env = getenv("MC_GEMM16");
-    if (env && (!strcmp(env, "copies") || !strcmp(env, "tiles"))) {
-        p = !strcmp(env, "tiles") ? G16_TILES : G16_COPIES;
-        mc_log(MC_LOG_INFO, "16-bit GEMM: widen %s + %s (forced by MC_GEMM16)",
-               p == G16_TILES ? "per tile" : "to fp32 copies", mc_gemm_blas_name());
-    } else {
-        if (env && *env)
-            mc_log(MC_LOG_WARN, "MC_GEMM16=%s is not one of copies, tiles; choosing by timing",
-                   env);
-        void *c = mc_cpu_scratch(M * N, "gemm"); /* fp32-sized: fits either C dtype */
-        double best[3] = {1e300, 1e300, 1e300};
-        for (int rep = 0; rep < 2; rep++)
-            for (int q = G16_COPIES; q <= G16_TILES; q++) {
-                double t0 = now_ms();
-                gemm16_run(be, (enum gemm16_path)q, ta, tb, M, N, K_, 1.0f, A, dt, lda, B, ldb,
-                           0.0f, c, c_dt, N);
-                double t = now_ms() - t0;
-                best[q] = t < best[q] ? t : best[q];
-            }
-        mc_cpu_release(c);
-        p = best[G16_TILES] < best[G16_COPIES] ? G16_TILES : G16_COPIES;
-        mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to "
-               "fp32 copies %.2f ms, widen per tile %.2f ms (+ %s); using %s", mc_dtype_name(dt),
-               mc_dtype_name(c_dt), (long long)M, (long long)N, (long long)K_, be->n_threads,
-               best[G16_COPIES], best[G16_TILES], mc_gemm_blas_name(),
-               p == G16_TILES ? "per tile" : "copies");
-    }
-    __atomic_store_n(&g16_path, p, __ATOMIC_RELEASE);
+    const char *why = "";
+    bool dot_ok = dt == MC_DTYPE_BF16 && gemm_dot_bf16_available(&why);
+    p = gemm16_forced(dt, dot_ok, why);
+    if (p != G16_UNSET)
+        mc_log(MC_LOG_INFO, "16-bit GEMM (%s): %s (forced by MC_GEMM16; + %s)",
+               mc_dtype_name(dt), p == G16_DOT ? "bf16 dot products" : p == G16_TILES ?
+               "widen per tile" : "widen to fp32 copies", p == G16_DOT ? why :
+               mc_gemm_blas_name());
+    else
+        p = gemm16_time(be, ta, tb, M, N, K_, A, dt, lda, B, ldb, c_dt, dot_ok, why);
+    __atomic_store_n(slot, p, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g16_lock);
     return p;
 }
@@ -299,7 +353,8 @@ static void cpu_gemm(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t
     } else if (K(be)->gemm != gemm_blas || M <= 0 || N <= 0) {
         gemm_half(be, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);
     } else {
-        enum gemm16_path p = __atomic_load_n(&g16_path, __ATOMIC_ACQUIRE);
+        enum gemm16_path *slot = &g16_path[a_dt == MC_DTYPE_F16];
+        enum gemm16_path p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
         if (p == G16_UNSET)
             p = gemm16_choose(be, ta, tb, M, N, K_, A, a_dt, lda, B, ldb, c_dt);
         gemm16_run(be, p, ta, tb, M, N, K_, alpha, A, a_dt, lda, B, ldb, beta, C, c_dt, ldc);

@@ -269,3 +269,327 @@ void gemm_blas_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
         mc_free(pc);
     }
 }
+
+/* ---- bf16 A and B: dot products in 16 bits, fp32 accumulation ------------------------------
+ * On a CPU with AVX512-BF16, VDPBF16PS multiplies pairs of bf16 values and adds the products
+ * to fp32 accumulators at twice the fp32 FMA rate (Zen 4, docs/performance.md). oneDNN's
+ * matmul primitive JITs such kernels ("brg:avx512_core_bf16"); this feeds it with the tiles of
+ * gemm_blas: per tile, op(A)'s rows and op(B)'s columns are copied into dense bf16 panels
+ * (2.6.3's brgemm matmul takes dense operands only; strided ones fall to a slower kernel), one
+ * single-threaded primitive call writes an fp32 tile, and C = round_C(alpha tile + beta C) is
+ * applied here, exactly as gemm_blas_half does. The products of two bf16 values are exact in
+ * fp32, so the result differs from the widen paths (the reference) only in the fp32 summation
+ * order and rounding inside the kernel; tests/unit/backend/test_half_ops.c bounds it against
+ * float64. VDPBF16PS treats denormal inputs as zero and flushes denormal results, whatever
+ * MXCSR says (docs/cpu_backend.md has what was measured).
+ *
+ * Primitives are created inside our OpenMP team with the thread count set to 1, so oneDNN
+ * blocks them for one thread whatever OMP_NUM_THREADS is (the bits depend on the shape only),
+ * and cached per (transposes, m, n, k): the tiles of a model make a handful of shapes. Entries
+ * are immutable once published at the head of a list, so lookups take no lock. Beyond
+ * DOT_CACHE_MAX shapes (generation with growing contexts) a primitive is made for the call and
+ * destroyed after it: slower, same bits. The scratchpad is ours (user mode), one per thread,
+ * so concurrent calls of one primitive share nothing. */
+#if defined(MC_BLAS_ONEDNN)
+#define DOT_CACHE_MAX 256
+
+struct dot_prim {
+    bool ta, tb;
+    int64_t m, n, k;
+    dnnl_primitive_t prim;
+    size_t scratch; /* bytes of user scratchpad it needs */
+    struct dot_prim *next;
+};
+
+static dnnl_engine_t dot_engine;
+static struct dot_prim *dot_cache; /* published with release stores; never unlinked in use */
+static int dot_cached;
+static pthread_mutex_t dot_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t dot_once = PTHREAD_ONCE_INIT;
+static char dot_impl[96], dot_why[160];
+
+/* Dense memory descriptors of one tile: op(A) [m, k], op(B) [k, n] (bf16, transposed ones
+ * stored column-major), the fp32 tile [m, n]. */
+static void dot_descs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, dnnl_memory_desc_t *a,
+                      dnnl_memory_desc_t *b, dnnl_memory_desc_t *c)
+{
+    dnnl_dims_t da = {m, k}, db = {k, n}, dc = {m, n};
+    dnnl_dims_t sa = {ta ? 1 : k, ta ? m : 1}, sb = {tb ? 1 : n, tb ? k : 1}, sc = {n, 1};
+    MC_ASSERT(dnnl_memory_desc_init_by_strides(a, 2, da, dnnl_bf16, sa) == dnnl_success);
+    MC_ASSERT(dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_bf16, sb) == dnnl_success);
+    MC_ASSERT(dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc) == dnnl_success);
+}
+
+/* A primitive for one tile shape, or NULL (and *impl says why) if oneDNN refuses it. The
+ * caller has set the OpenMP thread count to 1 (see above). */
+static dnnl_primitive_t dot_create(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                   size_t *scratch, const char **impl)
+{
+    dnnl_memory_desc_t a, b, c;
+    dot_descs(ta, tb, m, n, k, &a, &b, &c);
+    dnnl_matmul_desc_t d;
+    dnnl_primitive_attr_t attr;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p = NULL;
+    *impl = "no bf16 matmul in this oneDNN";
+    MC_ASSERT(dnnl_matmul_desc_init(&d, &a, &b, NULL, &c) == dnnl_success);
+    MC_ASSERT(dnnl_primitive_attr_create(&attr) == dnnl_success);
+    MC_ASSERT(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+              dnnl_success);
+    if (dnnl_primitive_desc_create(&pd, &d, attr, dot_engine, NULL) == dnnl_success) {
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl);
+        *scratch = dnnl_memory_desc_get_size(
+                dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+        if (dnnl_primitive_create(&p, pd) != dnnl_success)
+            p = NULL;
+        dnnl_primitive_desc_destroy(pd);
+    }
+    dnnl_primitive_attr_destroy(attr);
+    return p;
+}
+
+/* Once: the CPU must have AVX512-BF16 and oneDNN must pick a JIT bf16 kernel for a probe
+ * shape (not its reference implementation, which would be far slower). */
+static void dot_setup(void)
+{
+    if (!mc_cpu_features()->avx512_bf16) {
+        snprintf(dot_why, sizeof dot_why, "the CPU has no AVX512-BF16");
+        return;
+    }
+    if (dnnl_engine_create(&dot_engine, dnnl_cpu, 0) != dnnl_success) {
+        snprintf(dot_why, sizeof dot_why, "oneDNN made no CPU engine");
+        return;
+    }
+    size_t scratch = 0;
+    const char *impl;
+    dnnl_primitive_t p = NULL;
+#pragma omp parallel num_threads(1)
+    {
+        omp_set_num_threads(1);
+        p = dot_create(false, false, 64, 64, 64, &scratch, &impl);
+    }
+    if (p && strstr(impl, "bf16") && strncmp(impl, "ref", 3))
+        snprintf(dot_impl, sizeof dot_impl, "%s", impl);
+    else
+        snprintf(dot_why, sizeof dot_why, "oneDNN's bf16 matmul is '%s', not a JIT bf16 kernel",
+                 impl);
+    if (p)
+        dnnl_primitive_destroy(p);
+}
+
+bool gemm_dot_bf16_available(const char **why)
+{
+    pthread_once(&dot_once, dot_setup);
+    if (why)
+        *why = dot_impl[0] ? dot_impl : dot_why;
+    return dot_impl[0] != 0;
+}
+
+static struct dot_prim *dot_find(bool ta, bool tb, int64_t m, int64_t n, int64_t k)
+{
+    for (struct dot_prim *e = __atomic_load_n(&dot_cache, __ATOMIC_ACQUIRE); e; e = e->next)
+        if (e->ta == ta && e->tb == tb && e->m == m && e->n == n && e->k == k)
+            return e;
+    return NULL;
+}
+
+/* The cached primitive for a tile shape; *owned when the cache is full and the caller must
+ * dot_drop it after use. Stops the process if oneDNN refuses a shape the probe allowed. */
+static struct dot_prim *dot_get(bool ta, bool tb, int64_t m, int64_t n, int64_t k, bool *owned)
+{
+    *owned = false;
+    struct dot_prim *e = dot_find(ta, tb, m, n, k);
+    if (e)
+        return e;
+    pthread_mutex_lock(&dot_lock);
+    e = dot_find(ta, tb, m, n, k);
+    if (!e) {
+        e = malloc(sizeof *e); /* lives as long as oneDNN's JIT code: not mc_alloc's count */
+        MC_ASSERT(e);
+        *e = (struct dot_prim){.ta = ta, .tb = tb, .m = m, .n = n, .k = k};
+        const char *impl;
+        e->prim = dot_create(ta, tb, m, n, k, &e->scratch, &impl);
+        if (!e->prim) {
+            mc_log(MC_LOG_ERROR, "bf16 dot GEMM: oneDNN made no matmul for %c%c %lld x %lld x "
+                   "%lld (%s)", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n,
+                   (long long)k, impl);
+            abort();
+        }
+        if (dot_cached < DOT_CACHE_MAX) {
+            e->next = dot_cache;
+            __atomic_store_n(&dot_cache, e, __ATOMIC_RELEASE);
+            dot_cached++;
+        } else {
+            *owned = true;
+        }
+    }
+    pthread_mutex_unlock(&dot_lock);
+    return e;
+}
+
+static void dot_drop(struct dot_prim *e)
+{
+    dnnl_primitive_destroy(e->prim);
+    free(e);
+}
+
+void gemm_dot_bf16_clear_cache(void)
+{
+    pthread_mutex_lock(&dot_lock);
+    for (struct dot_prim *e = dot_cache, *next; e; e = next) {
+        next = e->next;
+        dot_drop(e);
+    }
+    dot_cache = NULL;
+    dot_cached = 0;
+    pthread_mutex_unlock(&dot_lock);
+}
+
+/* What one thread of the team holds: panels, the fp32 tile, a row of C, a scratchpad. */
+struct dot_work {
+    uint16_t *pa, *pb;
+    float *pc, *row;
+    void *scratch;
+    size_t scratch_bytes;
+    dnnl_stream_t stream;
+};
+
+/* rows x cols bf16 values with row stride ld, as a dense block: src itself if already dense. */
+static const uint16_t *dense(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols,
+                             int64_t ld)
+{
+    if (ld == cols || rows == 1)
+        return src;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + r * cols, src + r * ld, (size_t)cols * 2);
+    return dst;
+}
+
+static dnnl_memory_t dot_mem(const dnnl_memory_desc_t *md, const void *p)
+{
+    dnnl_memory_t m;
+    MC_ASSERT(dnnl_memory_create(&m, md, dot_engine, (void *)p) == dnnl_success);
+    return m;
+}
+
+/* tile = op(a) op(b), fp32 [m, n] dense, by one single-threaded primitive call. */
+static void dot_tile(struct dot_work *w, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                     const uint16_t *a, const uint16_t *b, float *tile)
+{
+    bool owned;
+    struct dot_prim *e = dot_get(ta, tb, m, n, k, &owned);
+    if (e->scratch > w->scratch_bytes) {
+        mc_free(w->scratch);
+        w->scratch = mc_alloc(e->scratch);
+        MC_ASSERT(w->scratch);
+        w->scratch_bytes = e->scratch;
+    }
+    dnnl_memory_desc_t da, db, dc, ds;
+    dot_descs(ta, tb, m, n, k, &da, &db, &dc);
+    dnnl_dims_t sd = {(int64_t)(e->scratch ? e->scratch : 1)};
+    MC_ASSERT(dnnl_memory_desc_init_by_tag(&ds, 1, sd, dnnl_u8, dnnl_a) == dnnl_success);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, dot_mem(&da, a)},
+                               {DNNL_ARG_WEIGHTS, dot_mem(&db, b)},
+                               {DNNL_ARG_DST, dot_mem(&dc, tile)},
+                               {DNNL_ARG_SCRATCHPAD, dot_mem(&ds, w->scratch)}};
+    MC_ASSERT(dnnl_primitive_execute(e->prim, w->stream, e->scratch ? 4 : 3, args) ==
+              dnnl_success);
+    MC_ASSERT(dnnl_stream_wait(w->stream) == dnnl_success);
+    for (int i = 0; i < 4; i++)
+        dnnl_memory_destroy(args[i].memory);
+    if (owned)
+        dot_drop(e);
+}
+
+/* C block [m, n] (stride ldc) = round_C(alpha tile + beta C), as gemm_blas_half rounds. */
+static void dot_store(struct dot_work *w, const float *tile, int64_t m, int64_t n, float alpha,
+                      float beta, char *C, enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv)
+{
+    size_t cs = mc_dtype_size(c_dt);
+    for (int64_t i = 0; i < m; i++) {
+        char *c = C + (size_t)(i * ldc) * cs;
+        float *out = c_dt == MC_DTYPE_F32 ? (float *)c : w->row;
+        if (beta != 0.0f && c_dt != MC_DTYPE_F32)
+            cv(w->row, MC_DTYPE_F32, c, c_dt, n);
+        for (int64_t j = 0; j < n; j++)
+            out[j] = beta == 0.0f ? alpha * tile[i * n + j]
+                                  : alpha * tile[i * n + j] + beta * out[j];
+        if (c_dt != MC_DTYPE_F32)
+            cv(c, c_dt, w->row, MC_DTYPE_F32, n);
+    }
+}
+
+/* One tile of C: op(A) rows i0.., op(B) columns j0.. made dense, the product, the store. */
+static void dot_run_tile(struct dot_work *w, bool ta, bool tb, int64_t m, int64_t n, int64_t K,
+                         float alpha, const uint16_t *A, int64_t lda, const uint16_t *B,
+                         int64_t ldb, float beta, char *C, enum mc_dtype c_dt, int64_t ldc,
+                         mc_convert_fn cv)
+{
+    if (K > 0) {
+        const uint16_t *a = ta ? dense(w->pa, A, K, m, lda) : dense(w->pa, A, m, K, lda);
+        const uint16_t *b = tb ? dense(w->pb, B, n, K, ldb) : dense(w->pb, B, K, n, ldb);
+        dot_tile(w, ta, tb, m, n, K, a, b, w->pc);
+    } else {
+        memset(w->pc, 0, (size_t)(m * n) * sizeof(float));
+    }
+    dot_store(w, w->pc, m, n, alpha, beta, C, c_dt, ldc, cv);
+}
+
+void gemm_dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                   enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv)
+{
+    const char *why;
+    if (!gemm_dot_bf16_available(&why)) {
+        mc_log(MC_LOG_ERROR, "bf16 dot GEMM called where it is not available (%s)", why);
+        abort();
+    }
+    MC_ASSERT(c_dt == MC_DTYPE_F32 || c_dt == MC_DTYPE_BF16);
+    if (M <= 0 || N <= 0)
+        return;
+    struct tiling tl = tiles_for(ta, M, N);
+    bool par = tl.ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
+    size_t cs = mc_dtype_size(c_dt);
+    size_t panel = (size_t)(tl.tm > tl.tn ? tl.tm : tl.tn) * (size_t)(K > 0 ? K : 1);
+#pragma omp parallel if (par)
+    {
+        omp_set_num_threads(1); /* primitives made here are blocked for one thread */
+        struct dot_work w = {.pa = mc_alloc(panel * 2), .pb = mc_alloc(panel * 2),
+                             .pc = mc_alloc((size_t)(tl.tm * tl.tn) * sizeof(float)),
+                             .row = mc_alloc((size_t)tl.tn * sizeof(float))};
+        MC_ASSERT(w.pa && w.pb && w.pc && w.row);
+        MC_ASSERT(dnnl_stream_create(&w.stream, dot_engine, dnnl_stream_default_flags) ==
+                  dnnl_success);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tl.ntiles; t++) {
+            int64_t i0 = t / tl.ntn * tl.tm, j0 = t % tl.ntn * tl.tn;
+            int64_t m = M - i0 < tl.tm ? M - i0 : tl.tm, n = N - j0 < tl.tn ? N - j0 : tl.tn;
+            const uint16_t *a = (const uint16_t *)A + (ta ? i0 : i0 * lda);
+            const uint16_t *b = (const uint16_t *)B + (tb ? j0 * ldb : j0);
+            dot_run_tile(&w, ta, tb, m, n, K, alpha, a, lda, b, ldb, beta,
+                         (char *)C + (size_t)(i0 * ldc + j0) * cs, c_dt, ldc, cv);
+        }
+        dnnl_stream_destroy(w.stream);
+        mc_free(w.pa); mc_free(w.pb); mc_free(w.pc); mc_free(w.row); mc_free(w.scratch);
+    }
+}
+#else
+bool gemm_dot_bf16_available(const char **why)
+{
+    if (why)
+        *why = "megatron.c was built with a GEMM library other than oneDNN (MC_BLAS)";
+    return false;
+}
+
+void gemm_dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                   enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv)
+{
+    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A; (void)lda; (void)B;
+    (void)ldb; (void)beta; (void)C; (void)c_dt; (void)ldc; (void)cv;
+    mc_log(MC_LOG_ERROR, "bf16 dot GEMM: needs oneDNN (configure with -DMC_BLAS=onednn)");
+    abort();
+}
+
+void gemm_dot_bf16_clear_cache(void) {}
+#endif

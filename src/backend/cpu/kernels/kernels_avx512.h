@@ -25,6 +25,16 @@ typedef void (*mc_convert_fn)(void *dst, enum mc_dtype dst_dt, const void *src,
 void gemm_blas_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                     const void *A, enum mc_dtype ab_dt, int64_t lda, const void *B, int64_t ldb,
                     float beta, void *C, enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv);
+/* GEMM with bf16 A, B and C of bf16 or F32 on AVX512-BF16 dot products (oneDNN's bf16 matmul),
+ * fp32 accumulation, the tiles of gemm_blas; C rounded with cv as gemm_blas_half does. Differs
+ * from gemm_blas_half only in the fp32 summation order (gemm_blas.c). Stops the process where
+ * gemm_dot_bf16_available is false; that says why (or names oneDNN's kernel) in *why. */
+bool gemm_dot_bf16_available(const char **why);
+void gemm_dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, void *C,
+                   enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv);
+/* Drops the cached primitives (tests: the next calls create them again); no GEMM may run. */
+void gemm_dot_bf16_clear_cache(void);
 /* "OpenBLAS (SkylakeX kernels)" etc.; also performs the one-time library setup. */
 const char *mc_gemm_blas_name(void);
 
