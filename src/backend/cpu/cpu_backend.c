@@ -207,17 +207,20 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
  * calls on the same values, so they give the same bits (test_half_ops checks): the faster one
  * on the first 16-bit GEMM's shape is used from then on.
  * "dot" (bf16 only, CPUs with AVX512-BF16): gemm_dot_bf16 multiplies in bf16 with fp32
- * accumulation at twice the fp32 rate (Zen 4); its bits differ from the widen feeds by the fp32
- * summation order. So it is NOT chosen by timing, which varies between ranks and runs and
- * would make a bf16 run's numbers depend on timing noise: where it is available it is taken by
- * rule (a function of the CPU's features only), and all the times are logged beside the choice
- * in one line (which says so if dot timed slower). fp16 always widens (no fast fp16 dot
+ * accumulation, at twice the fp32 rate on Zen 4 but half of it on Intel Xeons without AMX; its
+ * bits differ from the widen feeds by the fp32 summation order. So it is NOT chosen by timing
+ * the GEMM, which varies between ranks and runs and would make a bf16 run's numbers depend on
+ * timing noise: it is taken where the CPU's dot products run at >= DOT_MIN_RATIO times its fp32
+ * FMAs (bf16_dot_rate_ratio_avx512bf16, a register-only probe: ~2 or ~0.5, far from the
+ * threshold on either family, so every rank decides alike), and all the times are logged
+ * beside the choice in one line (which says so if dot timed slower). fp16 always widens (no fast fp16 dot
  * product here, and fp16 must keep fp32 accuracy). MC_GEMM16=copies|tiles|dot forces one (dot
  * where unavailable: a warning and the rule). The choice is made once per dtype per process. */
 enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES, G16_DOT };
 static enum gemm16_path g16_path[2] = {G16_UNSET, G16_UNSET}; /* [0] bf16, [1] fp16 */
 static pthread_mutex_t g16_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const g16_names[] = {"unset", "copies", "tiles", "dot"};
+#define DOT_MIN_RATIO 1.3
 
 static double now_ms(void)
 {
@@ -262,12 +265,14 @@ static enum gemm16_path gemm16_forced(enum mc_dtype dt, bool dot_ok, const char 
 }
 
 /* Times each candidate on this call's shape (into a scratch C, twice each, the faster kept),
- * logs the times and the choice: dot by rule where available, else the faster widen feed. */
+ * logs the times and the choice: dot where available and its probed rate ratio is at least
+ * DOT_MIN_RATIO, else the faster widen feed. */
 static enum gemm16_path gemm16_time(struct mc_backend *be, bool ta, bool tb, int64_t M,
                                     int64_t N, int64_t K_, const void *A, enum mc_dtype dt,
                                     int64_t lda, const void *B, int64_t ldb, enum mc_dtype c_dt,
                                     bool dot_ok, const char *why)
 {
+    double ratio = dot_ok ? bf16_dot_rate_ratio_avx512bf16() : 0.0;
     void *c = mc_cpu_scratch(M * N, "gemm"); /* fp32-sized: fits either C dtype */
     double best[4] = {0, 1e300, 1e300, 1e300};
     for (int rep = 0; rep < 2; rep++)
@@ -280,22 +285,26 @@ static enum gemm16_path gemm16_time(struct mc_backend *be, bool ta, bool tb, int
         }
     mc_cpu_release(c);
     enum gemm16_path widen = best[G16_TILES] < best[G16_COPIES] ? G16_TILES : G16_COPIES;
-    enum gemm16_path p = dot_ok ? G16_DOT : widen;
-    char dot[160];
+    bool dot_fast = dot_ok && ratio >= DOT_MIN_RATIO;
+    enum gemm16_path p = dot_fast ? G16_DOT : widen;
+    char dot[192];
     if (dot_ok)
-        snprintf(dot, sizeof dot, "bf16 dot products %.2f ms (%s)", best[G16_DOT], why);
+        snprintf(dot, sizeof dot, "bf16 dot products %.2f ms (%s; their probed rate %.2fx the "
+                 "fp32 FMA's, %s %.1f)", best[G16_DOT], why, ratio, dot_fast ? ">=" : "<",
+                 DOT_MIN_RATIO);
     else
         snprintf(dot, sizeof dot, "no bf16 dot products (%s)",
                  dt == MC_DTYPE_BF16 ? why : "fp16 widens");
     char slower[96] = "";
-    if (dot_ok && best[G16_DOT] > best[widen])
+    if (dot_fast && best[G16_DOT] > best[widen])
         snprintf(slower, sizeof slower, "; dot timed slower on this shape, MC_GEMM16=%s widens",
                  g16_names[widen]);
     mc_log(MC_LOG_INFO, "16-bit GEMM (%s, C %s, %lld x %lld x %lld, %d threads): widen to fp32 "
            "copies %.2f ms, widen per tile %.2f ms (+ %s), %s; using %s%s%s", mc_dtype_name(dt),
            mc_dtype_name(c_dt), (long long)M, (long long)N, (long long)K_, be->n_threads,
            best[G16_COPIES], best[G16_TILES], mc_gemm_blas_name(), dot, g16_names[p],
-           dot_ok ? " (by rule, not by time: it changes the bits)" : "", slower);
+           dot_fast ? " (by the rate probe, not by this timing: it changes the bits)" : "",
+           slower);
     return p;
 }
 

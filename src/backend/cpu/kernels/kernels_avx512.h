@@ -35,6 +35,9 @@ void gemm_dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
                    enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv);
 /* Drops the cached primitives (tests: the next calls create them again); no GEMM may run. */
 void gemm_dot_bf16_clear_cache(void);
+/* VDPBF16PS's FLOP rate over the fp32 AVX-512 FMA's on this CPU (kernels/dot_rate_avx512bf16.c;
+ * about 2 on Zen 4, 0.5 on Intel without AMX); only where the CPU has AVX512-BF16. */
+double bf16_dot_rate_ratio_avx512bf16(void);
 /* "OpenBLAS (SkylakeX kernels)" etc.; also performs the one-time library setup. */
 const char *mc_gemm_blas_name(void);
 
