@@ -5,7 +5,8 @@
  * prints one line: "megatron.c tokens_per_s=<x> step_ms=<y> flops_per_step=<z> ..." with the
  * process CPU time per step and the minor page faults per step beside the wall time.
  * --breakdown runs the model on the timed backend wrapper (src/backend/timed) and prints, after
- * that line, the time per op class and per GEMM shape of the timed steps (docs/performance.md). */
+ * that line, the time per op class and per GEMM shape of the timed steps (docs/performance.md).
+ * MC_BENCH_FLASH=1: flash attention; MC_BENCH_DTYPE=bfloat16|float16: the 16-bit model. */
 #include "megatron.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
@@ -79,6 +80,11 @@ int main(int argc, char **argv)
     cfg.hidden_dropout = 0.0f;
     cfg.attention_dropout = 0.0f;
     cfg.flash_attention = getenv("MC_BENCH_FLASH") && atoi(getenv("MC_BENCH_FLASH")); /* bench/flash */
+    /* MC_BENCH_DTYPE=bfloat16|float16: the --bf16 / --fp16 model (fp32 main params and grads),
+     * so --breakdown can attribute a 16-bit step too (bench/mixed times it beside PyTorch) */
+    const char *dtn = getenv("MC_BENCH_DTYPE");
+    cfg.params_dtype = dtn && !strcmp(dtn, "bfloat16") ? MC_DTYPE_BF16
+                       : dtn && !strcmp(dtn, "float16") ? MC_DTYPE_F16 : MC_DTYPE_F32;
     int iters = argc > 7 ? atoi(argv[7]) : 5;
     int warmup = argc > 8 ? atoi(argv[8]) : 2;
     int64_t b = cfg.micro_batch_size, s = cfg.seq_length, n = b * s;
@@ -94,6 +100,8 @@ int main(int argc, char **argv)
         return die("model init", st);
     struct mc_optimizer_config ocfg;
     mc_opt_config_default(&ocfg);
+    ocfg.bf16 = cfg.params_dtype == MC_DTYPE_BF16;
+    ocfg.fp16 = cfg.params_dtype == MC_DTYPE_F16;
     mc_optimizer *opt = NULL;
     if ((st = mc_opt_init(&ocfg, mc_gpt_param_set(m), &opt)) != MC_OK)
         return die("optimizer init", st);
