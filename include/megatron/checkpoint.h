@@ -69,6 +69,9 @@ struct mc_ckpt_options {
      * keys a torch_dist load requests but the checkpoint lacks ("unexpected") and those it holds
      * that no rank requests ("missing") */
     const char *strictness;
+    /* Where the strictness warnings go on every rank (Megatron's validation logger prints on each
+     * rank, its own unexpected keys); NULL: the load's log (rank 0's in pretrain_gpt) */
+    FILE *strict_log;
     bool load_rng;             /* not --no-load-rng (which keys a torch_dist load requests) */
     /* The args Namespace to save (a new value in doc d), and the check of a loaded one
      * (check_checkpoint_args and the counters restored from it; `path` names the file in

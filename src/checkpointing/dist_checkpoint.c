@@ -978,11 +978,21 @@ static bool requested_extra(const struct reader *r, const struct mc_ckpt_state *
     return false;
 }
 
+/* One warning as Megatron's logger prints it, in a write of its own (flushed before and after,
+ * as its StreamHandler flushes each record), so mpirun forwards it whole beside other ranks'. */
+static void warn_all(FILE *out, const char *msg)
+{
+    fflush(out);
+    fprintf(out, "WARNING:megatron.core.dist_checkpointing.validation:%s\n", msg);
+    fflush(out);
+}
+
 /* Megatron's validate_integrity_and_strict_load before the load: "unexpected" keys (this rank
  * requests them, the checkpoint lacks them) and, for the *_all modes, "missing" ones (the
- * checkpoint holds them, no rank requests them), raised or logged with Megatron's message. The
- * load then goes on as Megatron's: an unexpected parameter still fails it (Megatron's
- * model.load_state_dict is strict), missing keys are not read. */
+ * checkpoint holds them, no rank requests them), raised or logged (by every rank, each with its
+ * own unexpected keys, as Megatron's logger) with Megatron's message. The load then goes on as
+ * Megatron's: an unexpected parameter still fails it (Megatron's model.load_state_dict is
+ * strict), missing keys are not read. */
 static mc_status strict_check(const struct reader *r, const struct mc_ckpt_state *s,
                               const struct mc_pk *common, FILE *log)
 {
@@ -1032,8 +1042,8 @@ static mc_status strict_check(const struct reader *r, const struct mc_ckpt_state
             if (raise)
                 st = mc_error(MC_ERR_FORMAT, "%s (--dist-ckpt-strictness %s): "
                               "CheckpointingException: %s", r->dir, mode, msg);
-            else if (log)
-                fprintf(log, "WARNING:megatron.core.dist_checkpointing.validation:%s\n", msg);
+            else if (s->opts.strict_log || log)
+                warn_all(s->opts.strict_log ? s->opts.strict_log : log, msg);
         }
         mc_free(msg), mc_free(a), mc_free(b);
     }

@@ -74,6 +74,7 @@ void mc_train_ckpt_options(const struct mc_args *a, bool saving, struct mc_ckpt_
     o->read_dist = !strcmp(o->ckpt_format, "torch_dist") || mc_args_bool(a, MC_A_auto_detect_ckpt_format);
     o->ckpt_step = mc_args_is_none(a, MC_A_ckpt_step) ? 0 : mc_args_int(a, MC_A_ckpt_step);
     o->strictness = mc_args_str(a, MC_A_dist_ckpt_strictness);
+    o->strict_log = stdout; /* Megatron's CustomHandler: sys.stdout of every rank */
     o->load_rng = !mc_args_bool(a, MC_A_no_load_rng);
 }
 

@@ -4,7 +4,8 @@ the ordinary optimizer:
 - the layout is Megatron's: every key, global shape and chunk of Megatron's own torch_dist save of
   the same case (tests/golden/checkpointing/dist_<case>/), each chunk in the same .distcp file at
   the same place in the file's order, the rng_state and rerun_state_machine_state objects
-  included (and common.pt's rerun_state_machine {'mode': DISABLED} as Megatron's);
+  included (and common.pt's keys in Megatron's order, its rerun_state_machine {'mode': DISABLED}
+  as Megatron's);
 - Megatron loads ours with its default flags (restoring our rng_state) and continues: iterations
   4-6 within 1e-5 relative of ours (Megatron run live with MC_MEGATRON_ROOT and PyPI torch 2.x,
   MC_TORCH2_PYTHON; else its logged continuation from our checkpoint,
@@ -89,8 +90,10 @@ import torch
 sys.path.insert(0, sys.argv[3])
 import torch_stubs  # the Megatron classes common.pt names
 torch_stubs.install()
-rerun = [torch.load(d + "/common.pt", weights_only=False).get("rerun_state_machine") for d in sys.argv[1:3]]
+commons = [torch.load(d + "/common.pt", weights_only=False) for d in sys.argv[1:3]]
+rerun = [c.get("rerun_state_machine") for c in commons]
 print("rerun", str(rerun[0]) == str(rerun[1]) and rerun[0] is not None, rerun[0])
+print("common.pt keys", list(commons[0]) == list(commons[1]), list(commons[0]))
 bad = [k for k in set(ours[0]) | set(theirs[0]) if ours[0].get(k) != theirs[0].get(k)]
 print("keys", len(ours[0]), "differ", sorted(bad)[:5])
 print("files", sorted(ours[1]) == sorted(theirs[1]) and all(ours[1][f] == theirs[1][f] for f in ours[1]))
@@ -110,7 +113,8 @@ def check_layout(case, save, tmp):
                         os.path.dirname(os.path.abspath(__file__))],
                        capture_output=True, text=True, timeout=300)
     check(r.returncode == 0 and "differ []" in r.stdout and "files True" in r.stdout and
-          "by the same ranks True" in r.stdout and "rerun True" in r.stdout,
+          "by the same ranks True" in r.stdout and "rerun True" in r.stdout and
+          "common.pt keys True" in r.stdout,
           f"{case}: layout as Megatron's: {r.stdout} {r.stderr[-500:]}")
     print(f"{case}: layout as Megatron's:", r.stdout.split("\n")[0])
 
