@@ -27,7 +27,11 @@ several seeds), engine vs twin:
         grads  typical <= 7e-4 (norm weights), worst <= 1.5e-3 (10-60% differ)
         5 steps: loss curve <= 3.6e-4, grad norm <= 7e-3, final params worst <= 2.7e-3
 Bounds (BOUNDS, TRAIN_BOUNDS) are 2-3x the worst measured (5 steps amplify: Adam turns the
-sign of tiny noisy grads into lr-sized steps).
+sign of tiny noisy grads into lr-sized steps). One flip early in the forward cascades: causal
+attention carries it to every later token of that sequence (seed 1523036500, llama: token 2 of
+sequence 0, then 18% of layer 0's outputs and 80-90% of all bf16 grads one ulp apart, grad
+typical 5.7e-3). A bf16 ulp is 2^-8..2^-7 of the value, so the bf16 grad typical bound is
+1.2e-2, about 1.5 ulp at the top of a binade; a wrong op is far above that.
 
 The seed is random per run and printed; rerun with MC_PARITY_SEED=<seed> [config names]."""
 import os
@@ -42,7 +46,7 @@ from parity.test_adam_parity import schedule
 
 # (typical, worst) of |got - want| / max|want| per tensor kind
 BOUNDS = {
-    'bf16': {'logits': (2e-3, 2.5e-2), 'loss': (2e-3, 2.5e-2), 'grad': (5e-3, 4e-2),
+    'bf16': {'logits': (2e-3, 2.5e-2), 'loss': (2e-3, 2.5e-2), 'grad': (1.2e-2, 4e-2),
              'layer': (2e-3, 2.5e-2)},
     'fp16': {'logits': (3e-4, 4e-3), 'loss': (3e-4, 4e-3), 'grad': (1.5e-3, 6e-3),
              'layer': (3e-4, 4e-3)},
