@@ -225,12 +225,26 @@ static float round_to(enum mc_dtype dt, float x)
     return dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(x)) : mc_f16_to_f32(mc_f32_to_f16(x));
 }
 
-/* x = float(round(x)) over n elements */
-static void round_inplace(enum mc_dtype dt, float *x, int64_t n)
+/* x = float(round(x)) over n elements with the table's (vectorized) convert, through a stack
+ * buffer of 16-bit values: the same bits as round_to per element. */
+#define ROUND_CHUNK 2048
+
+static void round_span(const struct mc_cpu_kernels *k, enum mc_dtype dt, float *x, int64_t n)
 {
+    uint16_t h[ROUND_CHUNK];
+    for (int64_t i = 0; i < n; i += ROUND_CHUNK) {
+        int64_t m = n - i < ROUND_CHUNK ? n - i : ROUND_CHUNK;
+        k->convert(h, dt, x + i, MC_DTYPE_F32, m);
+        k->convert(x + i, MC_DTYPE_F32, h, dt, m);
+    }
+}
+
+static void round_inplace(const struct mc_cpu_kernels *k, enum mc_dtype dt, float *x, int64_t n)
+{
+    const int64_t B = 8 * ROUND_CHUNK;
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++)
-        x[i] = round_to(dt, x[i]);
+    for (int64_t i = 0; i < n; i += B)
+        round_span(k, dt, x + i, n - i < B ? n - i : B);
 }
 
 /* The fp32 probabilities from widened qkv: scores = round(alpha q k^T), then the fp32 masked
@@ -245,7 +259,7 @@ static void half_probs(const struct mc_cpu_kernels *k, const struct mc_attention
         k->gemm(false, true, s, s, d->hn, d->alpha, hp.q, hp.ld, hp.k, hp.ld, 0.0f, sf + i * ss,
                 s);
     }
-    round_inplace(d->dt, sf, nbh * ss);
+    round_inplace(k, d->dt, sf, nbh * ss);
     if (d->alibi_slopes)
         add_alibi(d, sf);
     if (d->mask) {
@@ -258,25 +272,22 @@ static void half_probs(const struct mc_cpu_kernels *k, const struct mc_attention
 }
 
 /* x = keep ? round(x * scale16) : 0 on 16-bit values held as fp32 (dropout and its backward) */
-static void half_dropout(const struct mc_attention_desc *d, float *x, const uint8_t *keep,
-                         int64_t n)
+static void half_dropout(const struct mc_cpu_kernels *k, const struct mc_attention_desc *d,
+                         float *x, const uint8_t *keep, int64_t n)
 {
     float scale = round_to(d->dt, 1.0f / (1.0f - d->dropout));
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++)
-        x[i] = keep[i] ? round_to(d->dt, x[i] * scale) : 0.0f;
+        x[i] = keep[i] ? x[i] * scale : 0.0f;
+    round_inplace(k, d->dt, x, n);
 }
 
 /* Rows [s] x [hn] of fp32 src (packed) into the 16-bit dst with row stride ld. */
-static void store_head(enum mc_dtype dt, void *dst, int64_t ld, const float *src, int64_t s,
-                       int64_t hn)
+static void store_head(const struct mc_cpu_kernels *k, enum mc_dtype dt, void *dst, int64_t ld,
+                       const float *src, int64_t s, int64_t hn)
 {
-    uint16_t *o = dst;
     for (int64_t r = 0; r < s; r++)
-        for (int64_t c = 0; c < hn; c++) {
-            float v = src[r * hn + c];
-            o[r * ld + c] = dt == MC_DTYPE_BF16 ? mc_f32_to_bf16(v) : mc_f32_to_f16(v);
-        }
+        k->convert((uint16_t *)dst + r * ld, dt, src + r * hn, MC_DTYPE_F32, hn);
 }
 
 static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
@@ -293,7 +304,7 @@ static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_
     k->convert(sf, MC_DTYPE_F32, probs, d->dt, nbh * ss);
     if (d->dropout > 0.0f) {
         attention_keep(d, w->keep);
-        half_dropout(d, sf, w->keep, nbh * ss);
+        half_dropout(k, d, sf, w->keep, nbh * ss);
     }
     int64_t hn = d->hn;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -302,7 +313,7 @@ static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_
         struct heads hp = head_ptrs(d, qf, bi, hl);
         float *c = mc_cpu_scratch(s * hn, op);
         k->gemm(false, false, s, hn, s, 1.0f, sf + i * ss, s, hp.v, hp.ld, 0.0f, c, hn);
-        store_head(d->dt, (uint16_t *)ctx + bi * d->ctx_ld + hl * hn, d->b * d->ctx_ld, c, s,
+        store_head(k, d->dt, (uint16_t *)ctx + bi * d->ctx_ld + hl * hn, d->b * d->ctx_ld, c, s,
                    hn);
         mc_cpu_release(c);
     }
@@ -318,13 +329,15 @@ static void add_heads(float *acc, const float *x, int64_t n, bool first)
 }
 
 /* x = round(round(x) * alpha), or round(x) when alpha is 1 (baddbmm's backward) */
-static void round_scaled(enum mc_dtype dt, float *x, int64_t n, float alpha)
+static void round_scaled(const struct mc_cpu_kernels *k, enum mc_dtype dt, float *x, int64_t n,
+                         float alpha)
 {
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = round_to(dt, x[i]);
-        if (alpha != 1.0f)
-            x[i] = round_to(dt, x[i] * alpha);
-    }
+    round_span(k, dt, x, n);
+    if (alpha == 1.0f)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= alpha;
+    round_span(k, dt, x, n);
 }
 
 static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_desc *d,
@@ -341,7 +354,7 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
     float *pd = mc_cpu_widen(k, probs, d->dt, nbh * ss, op);
     if (d->dropout > 0.0f) {
         attention_keep(d, w->keep);
-        half_dropout(d, pd, w->keep, nbh * ss);
+        half_dropout(k, d, pd, w->keep, nbh * ss);
     }
     float *dp = mc_cpu_scratch(nbh * ss, op);
     uint16_t *dq16 = dqkv;
@@ -356,17 +369,17 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
             int64_t off = (bi * d->heads + hl) * ss;
             k->gemm(false, true, s, s, hn, 1.0f, dc, ldc, hp.v, hp.ld, 0.0f, dp + off, s);
             k->gemm(true, false, s, hn, s, 1.0f, pd + off, s, dc, ldc, 0.0f, tmp, hn);
-            round_scaled(d->dt, tmp, s * hn, 1.0f);
+            round_scaled(k, d->dt, tmp, s * hn, 1.0f);
             add_heads(acc, tmp, s * hn, hl == g * per_group);
         }
         struct head_offs dh = head_offs(d, bi, g * per_group);
-        store_head(d->dt, dq16 + dh.v, dh.ld, acc, s, hn);
+        store_head(k, d->dt, dq16 + dh.v, dh.ld, acc, s, hn);
         mc_cpu_release(tmp);
         mc_cpu_release(acc);
     }
-    round_inplace(d->dt, dp, nbh * ss); /* dprobs (bmm output) in 16 bits */
+    round_inplace(k, d->dt, dp, nbh * ss); /* dprobs (bmm output) in 16 bits */
     if (d->dropout > 0.0f)
-        half_dropout(d, dp, w->keep, nbh * ss);
+        half_dropout(k, d, dp, w->keep, nbh * ss);
     /* the softmax backward in fp32 from the probs torch saved: fp32 (recomputed) with
      * softmax_in_fp32, else the 16-bit ones */
     float *pf = pd;
@@ -377,7 +390,7 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
     }
     k->masked_softmax_bwd(dp, pf, nbh, s, s, d->mult);
     zero_masked(d, dp);
-    round_inplace(d->dt, dp, nbh * ss); /* dscores in 16 bits */
+    round_inplace(k, d->dt, dp, nbh * ss); /* dscores in 16 bits */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < d->b * d->groups; i++) {
         int64_t bi = i / d->groups, g = i % d->groups;
@@ -387,14 +400,14 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
             struct head_offs dh = head_offs(d, bi, hl);
             int64_t off = (bi * d->heads + hl) * ss;
             k->gemm(false, false, s, hn, s, 1.0f, dp + off, s, hp.k, hp.ld, 0.0f, tmp, hn);
-            round_scaled(d->dt, tmp, s * hn, d->alpha);
-            store_head(d->dt, dq16 + dh.q, dh.ld, tmp, s, hn);
+            round_scaled(k, d->dt, tmp, s * hn, d->alpha);
+            store_head(k, d->dt, dq16 + dh.q, dh.ld, tmp, s, hn);
             k->gemm(true, false, s, hn, s, 1.0f, dp + off, s, hp.q, hp.ld, 0.0f, tmp, hn);
-            round_scaled(d->dt, tmp, s * hn, d->alpha);
+            round_scaled(k, d->dt, tmp, s * hn, d->alpha);
             add_heads(acc, tmp, s * hn, hl == g * per_group);
         }
         struct head_offs dh = head_offs(d, bi, g * per_group);
-        store_head(d->dt, dq16 + dh.k, dh.ld, acc, s, hn);
+        store_head(k, d->dt, dq16 + dh.k, dh.ld, acc, s, hn);
         mc_cpu_release(tmp);
         mc_cpu_release(acc);
     }

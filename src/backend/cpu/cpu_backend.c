@@ -370,6 +370,122 @@ static void cpu_gemm(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_t
     }
 }
 
+/* Element e of a 16-bit array, as a pointer. */
+static const void *at16(const void *p, int64_t e) { return (const uint16_t *)p + e; }
+
+/* ---- row-wise 16-bit ops staged in one parallel region ------------------------------------
+ * The row-wise ops (activations, bias-dropout-add, norm forwards, cross-entropy) widen and
+ * round a block of rows at a time, each thread its own blocks, inside ONE parallel region: a
+ * pass per block (widen, the fp32 kernel, round) would open three or four OpenMP regions per
+ * block, and on a shared machine each region's barrier waits for a descheduled thread (a bf16
+ * GELU measured 7x its fp32 time that way, one region per pass). The fp32 kernels' own
+ * parallel loops run nested, so inactive (one thread), on the block. Blocks are about 32K
+ * elements of the widest tensor (fp32 copies that stay in L2 between the passes) and at least
+ * four per thread. Every kernel computes each row on its own, so the bits are those of
+ * whole-tensor staging (test_half_ops covers several blocks). */
+#define STAGE_ELEMS 32768
+#define STAGE_MAX 4
+
+struct stage16 {
+    enum mc_dtype dt;
+    int nin, nout;
+    const void *in[STAGE_MAX]; /* 16-bit [rows, in_w[i]]; NULL: absent (its fp32 copy too) */
+    int64_t in_w[STAGE_MAX];
+    void *out[STAGE_MAX]; /* 16-bit [rows, out_w[i]], rounded from the kernel's fp32 output */
+    int64_t out_w[STAGE_MAX];
+};
+
+/* The fp32 kernel on rows [r0, r0 + nr): in[i] / out[i] are the block's fp32 copies. */
+typedef void (*stage_fn)(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                         int64_t r0, int64_t nr, const void *ctx);
+
+static int64_t stage_rows_per_block(const struct stage16 *s, int64_t rows)
+{
+    int64_t w = 1;
+    for (int i = 0; i < s->nin; i++)
+        w = s->in_w[i] > w ? s->in_w[i] : w;
+    for (int i = 0; i < s->nout; i++)
+        w = s->out_w[i] > w ? s->out_w[i] : w;
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    int64_t rb = STAGE_ELEMS / w, even = (rows + 4 * nt - 1) / (4 * nt);
+    rb = rb < even ? rb : even;
+    return rb > 0 ? rb : 1;
+}
+
+static void stage_block(const struct mc_cpu_kernels *k, const struct stage16 *s, float *const *in,
+                        float *const *out, int64_t r0, int64_t nr, stage_fn fn, const void *ctx)
+{
+    for (int i = 0; i < s->nin; i++)
+        if (in[i])
+            k->convert(in[i], MC_DTYPE_F32, at16(s->in[i], r0 * s->in_w[i]), s->dt,
+                       nr * s->in_w[i]);
+    fn(k, in, out, r0, nr, ctx);
+    for (int i = 0; i < s->nout; i++)
+        k->convert((void *)at16(s->out[i], r0 * s->out_w[i]), s->dt, out[i], MC_DTYPE_F32,
+                   nr * s->out_w[i]);
+}
+
+/* Runs fn over all rows, block by block; an output may be one of the inputs (in place). */
+static void stage_rows(struct mc_backend *be, const struct stage16 *s, int64_t rows, stage_fn fn,
+                       const void *ctx, const char *op)
+{
+    const struct mc_cpu_kernels *k = K(be);
+    int64_t rb = stage_rows_per_block(s, rows), nblk = (rows + rb - 1) / rb, per = 0;
+    for (int i = 0; i < s->nin; i++)
+        per += s->in[i] ? rb * s->in_w[i] : 0;
+    for (int i = 0; i < s->nout; i++)
+        per += rb * s->out_w[i];
+#pragma omp parallel if (nblk > 1)
+    {
+        float *buf = mc_cpu_scratch(per, op), *in[STAGE_MAX] = {0}, *out[STAGE_MAX] = {0};
+        float *p = buf;
+        for (int i = 0; i < s->nin; i++)
+            if (s->in[i]) {
+                in[i] = p;
+                p += rb * s->in_w[i];
+            }
+        for (int i = 0; i < s->nout; i++) {
+            out[i] = p;
+            p += rb * s->out_w[i];
+        }
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < nblk; b++) {
+            int64_t r0 = b * rb;
+            stage_block(k, s, in, out, r0, rows - r0 < rb ? rows - r0 : rb, fn, ctx);
+        }
+        mc_cpu_release(buf);
+    }
+}
+
+struct norm_ctx {
+    float *mean, *rstd; /* [rows] fp32 statistics (mean: LayerNorm only; NULL allowed) */
+    const float *w, *b;
+    int64_t h;
+    float eps;
+};
+
+static float *at_row(float *p, int64_t r0) { return p ? p + r0 : NULL; }
+
+static void layernorm_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                           int64_t r0, int64_t nr, const void *ctx)
+{
+    const struct norm_ctx *c = ctx;
+    k->layernorm_fwd(out[0], at_row(c->mean, r0), at_row(c->rstd, r0), in[0], c->w, c->b, nr,
+                     c->h, c->eps);
+}
+
+static void rmsnorm_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                         int64_t r0, int64_t nr, const void *ctx)
+{
+    const struct norm_ctx *c = ctx;
+    k->rmsnorm_fwd(out[0], at_row(c->rstd, r0), in[0], c->w, nr, c->h, c->eps);
+}
+
+/* The norm forwards are row-wise (stage_rows); their backwards sum dw, db over all rows, so
+ * they stay staged whole (the kernel's column sums decide the bits). */
 static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, float *mean,
                               float *rstd, const void *x, const void *w, const void *b,
                               int64_t rows, int64_t h, float eps)
@@ -380,11 +496,10 @@ static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, 
         K(be)->layernorm_fwd(y, mean, rstd, x, w, b, rows, h, eps);
         return;
     }
-    float *xf = W(x, dt, rows * h), *wf = W(w, dt, h), *bf = W(b, dt, h);
-    float *yf = mc_cpu_scratch(rows * h, op);
-    K(be)->layernorm_fwd(yf, mean, rstd, xf, wf, bf, rows, h, eps);
-    NARROW(y, dt, yf, rows * h);
-    mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(bf); mc_cpu_release(yf);
+    struct norm_ctx c = {mean, rstd, W(w, dt, h), W(b, dt, h), h, eps};
+    struct stage16 s = {dt, 1, 1, {x}, {h}, {y}, {h}};
+    stage_rows(be, &s, rows, layernorm_rows, &c, op);
+    mc_cpu_release((float *)c.w); mc_cpu_release((float *)c.b);
 }
 
 /* dw, db: parameter grads, the ADD rule dw = round(dw + contribution). */
@@ -416,10 +531,10 @@ static void cpu_rmsnorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, fl
         K(be)->rmsnorm_fwd(y, rstd, x, w, rows, h, eps);
         return;
     }
-    float *xf = W(x, dt, rows * h), *wf = W(w, dt, h), *yf = mc_cpu_scratch(rows * h, op);
-    K(be)->rmsnorm_fwd(yf, rstd, xf, wf, rows, h, eps);
-    NARROW(y, dt, yf, rows * h);
-    mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(yf);
+    struct norm_ctx c = {NULL, rstd, W(w, dt, h), NULL, h, eps};
+    struct stage16 s = {dt, 1, 1, {x}, {h}, {y}, {h}};
+    stage_rows(be, &s, rows, rmsnorm_rows, &c, op);
+    mc_cpu_release((float *)c.w);
 }
 
 static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, void *dw,
@@ -440,22 +555,28 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
     mc_cpu_release(dyf); mc_cpu_release(xf); mc_cpu_release(wf); mc_cpu_release(dwf); mc_cpu_release(dxf);
 }
 
-/* Rows per block for the row-wise 16-bit ops below (activations, bias-dropout-add): they are
- * widened and rounded a block of rows at a time (about 256K elements of the widest tensor)
- * instead of as whole-tensor fp32 copies. Their kernels compute each row on its own, so the
- * bits are those of the whole-tensor staging (test_half_ops covers several blocks). */
-static int64_t row_block(int64_t width)
-{
-    int64_t r = ((int64_t)1 << 18) / (width > 0 ? width : 1);
-    return r > 0 ? r : 1;
-}
-
-/* Element e of a 16-bit array, as a pointer. */
-static const void *at16(const void *p, int64_t e) { return (const uint16_t *)p + e; }
-
 /* The activations share one shape: forward (y, x, bias), backward (dx, dy, x, bias); x and dx
  * have xw = cols (2 * cols for SwiGLU's [gate | up]) columns, y and dy have cols. */
+struct act_ctx {
+    const float *bias; /* widened once, [xw] */
+    int64_t cols;
+};
+
 #define CPU_ACTIVATION(opn, XW)                                                               \
+    static void opn##_fwd_rows(const struct mc_cpu_kernels *k, float *const *in,              \
+                               float *const *out, int64_t r0, int64_t nr, const void *ctx)    \
+    {                                                                                         \
+        const struct act_ctx *c = ctx;                                                        \
+        (void)r0;                                                                             \
+        k->opn##_fwd(out[0], in[0], c->bias, nr, c->cols);                                    \
+    }                                                                                         \
+    static void opn##_bwd_rows(const struct mc_cpu_kernels *k, float *const *in,              \
+                               float *const *out, int64_t r0, int64_t nr, const void *ctx)    \
+    {                                                                                         \
+        const struct act_ctx *c = ctx;                                                        \
+        (void)r0;                                                                             \
+        k->opn##_bwd(out[0], in[0], in[1], c->bias, nr, c->cols);                             \
+    }                                                                                         \
     static void cpu_##opn##_fwd(struct mc_backend *be, enum mc_dtype dt, void *y,             \
                                 const void *x, const void *bias, int64_t rows, int64_t cols)  \
     {                                                                                         \
@@ -465,18 +586,11 @@ static const void *at16(const void *p, int64_t e) { return (const uint16_t *)p +
             K(be)->opn##_fwd(y, x, bias, rows, cols);                                         \
             return;                                                                           \
         }                                                                                     \
-        int64_t xw = (XW) * cols, rb = row_block(xw);                                         \
-        float *bf = W(bias, dt, xw), *xf = mc_cpu_scratch(rb * xw, op);                       \
-        float *yf = mc_cpu_scratch(rb * cols, op);                                            \
-        for (int64_t r0 = 0; r0 < rows; r0 += rb) {                                           \
-            int64_t nr = rows - r0 < rb ? rows - r0 : rb;                                     \
-            K(be)->convert(xf, MC_DTYPE_F32, at16(x, r0 * xw), dt, nr * xw);                  \
-            K(be)->opn##_fwd(yf, xf, bf, nr, cols);                                           \
-            NARROW((void *)at16(y, r0 * cols), dt, yf, nr * cols);                            \
-        }                                                                                     \
-        mc_cpu_release(xf);                                                                   \
-        mc_cpu_release(bf);                                                                   \
-        mc_cpu_release(yf);                                                                   \
+        int64_t xw = (XW) * cols;                                                             \
+        struct act_ctx c = {W(bias, dt, xw), cols};                                           \
+        struct stage16 s = {dt, 1, 1, {x}, {xw}, {y}, {cols}};                                \
+        stage_rows(be, &s, rows, opn##_fwd_rows, &c, op);                                     \
+        mc_cpu_release((float *)c.bias);                                                      \
     }                                                                                         \
     static void cpu_##opn##_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,            \
                                 const void *dy, const void *x, const void *bias,              \
@@ -488,39 +602,48 @@ static const void *at16(const void *p, int64_t e) { return (const uint16_t *)p +
             K(be)->opn##_bwd(dx, dy, x, bias, rows, cols);                                    \
             return;                                                                           \
         }                                                                                     \
-        int64_t xw = (XW) * cols, rb = row_block(xw);                                         \
-        float *bf = W(bias, dt, xw), *xf = mc_cpu_scratch(rb * xw, op);                       \
-        float *dyf = mc_cpu_scratch(rb * cols, op), *dxf = mc_cpu_scratch(rb * xw, op);       \
-        for (int64_t r0 = 0; r0 < rows; r0 += rb) {                                           \
-            int64_t nr = rows - r0 < rb ? rows - r0 : rb;                                     \
-            K(be)->convert(xf, MC_DTYPE_F32, at16(x, r0 * xw), dt, nr * xw);                  \
-            K(be)->convert(dyf, MC_DTYPE_F32, at16(dy, r0 * cols), dt, nr * cols);            \
-            K(be)->opn##_bwd(dxf, dyf, xf, bf, nr, cols);                                     \
-            NARROW((void *)at16(dx, r0 * xw), dt, dxf, nr * xw);                              \
-        }                                                                                     \
-        mc_cpu_release(dyf);                                                                  \
-        mc_cpu_release(xf);                                                                   \
-        mc_cpu_release(bf);                                                                   \
-        mc_cpu_release(dxf);                                                                  \
+        int64_t xw = (XW) * cols;                                                             \
+        struct act_ctx c = {W(bias, dt, xw), cols};                                           \
+        struct stage16 s = {dt, 2, 1, {dy, x}, {cols, xw}, {dx}, {xw}};                       \
+        stage_rows(be, &s, rows, opn##_bwd_rows, &c, op);                                     \
+        mc_cpu_release((float *)c.bias);                                                      \
     }
 CPU_ACTIVATION(gelu_tanh, 1)
 CPU_ACTIVATION(gelu_erf, 1)
 CPU_ACTIVATION(squared_relu, 1)
 CPU_ACTIVATION(swiglu, 2)
 
+/* Column blocks of 64 (the kernels' owner blocks, ref.h's MC_REF_COL_BLOCK): each thread widens
+ * its blocks' columns of dy and db and runs the fp32 column sum on them, which adds every
+ * column's rows in order as on the whole matrix: the same bits, without a full fp32 copy of
+ * dy and in one parallel region. */
+#define BIAS_COLS 64
+
 static void cpu_bias_grad(struct mc_backend *be, enum mc_dtype dt, void *db, const void *dy,
                           int64_t rows, int64_t cols)
 {
     const char *op = "bias_grad";
     need_op_dt(dt, op);
+    const struct mc_cpu_kernels *k = K(be);
     if (dt == MC_DTYPE_F32) {
-        K(be)->bias_grad(db, dy, rows, cols);
+        k->bias_grad(db, dy, rows, cols);
         return;
     }
-    float *dyf = W(dy, dt, rows * cols), *dbf = W(db, dt, cols);
-    K(be)->bias_grad(dbf, dyf, rows, cols);
-    NARROW(db, dt, dbf, cols);
-    mc_cpu_release(dyf); mc_cpu_release(dbf);
+    int64_t nblk = (cols + BIAS_COLS - 1) / BIAS_COLS;
+#pragma omp parallel if (nblk > 1 && rows * cols > 16384)
+    {
+        float *buf = mc_cpu_scratch((rows + 1) * BIAS_COLS, op), *dbf = buf + rows * BIAS_COLS;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < nblk; b++) {
+            int64_t j0 = b * BIAS_COLS, n = cols - j0 < BIAS_COLS ? cols - j0 : BIAS_COLS;
+            for (int64_t r = 0; r < rows; r++)
+                k->convert(buf + r * n, MC_DTYPE_F32, at16(dy, r * cols + j0), dt, n);
+            k->convert(dbf, MC_DTYPE_F32, at16(db, j0), dt, n);
+            k->bias_grad(dbf, buf, rows, n);
+            k->convert((void *)at16(db, j0), dt, dbf, MC_DTYPE_F32, n);
+        }
+        mc_cpu_release(buf);
+    }
 }
 
 /* The dropout scale in a 16-bit op is rounded to the dtype first: torch's CPU dropout
@@ -534,6 +657,21 @@ static float half_scale(struct mc_backend *be, enum mc_dtype dt, float scale)
     return f;
 }
 
+struct bda_ctx {
+    const float *bias;
+    const uint8_t *keep; /* [rows, cols] or NULL */
+    float scale;
+    int64_t cols;
+};
+
+static void bda_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                     int64_t r0, int64_t nr, const void *ctx)
+{
+    const struct bda_ctx *c = ctx;
+    k->bias_dropout_add(out[0], in[0], c->bias, in[1], c->keep ? c->keep + r0 * c->cols : NULL,
+                        c->scale, nr, c->cols);
+}
+
 static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *y, const void *x,
                                  const void *bias, const void *residual,
                                  const uint8_t *keep_mask, float scale, int64_t rows,
@@ -545,23 +683,10 @@ static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *
         K(be)->bias_dropout_add(y, x, bias, residual, keep_mask, scale, rows, cols);
         return;
     }
-    int64_t rb = row_block(cols);
-    float *bf = W(bias, dt, cols), *xf = mc_cpu_scratch(rb * cols, op);
-    float *rf = residual ? mc_cpu_scratch(rb * cols, op) : NULL;
-    float *yf = mc_cpu_scratch(rb * cols, op);
-    float s16 = half_scale(be, dt, scale);
-    for (int64_t r0 = 0; r0 < rows; r0 += rb) {
-        int64_t nr = rows - r0 < rb ? rows - r0 : rb, e = r0 * cols;
-        K(be)->convert(xf, MC_DTYPE_F32, at16(x, e), dt, nr * cols);
-        if (rf)
-            K(be)->convert(rf, MC_DTYPE_F32, at16(residual, e), dt, nr * cols);
-        K(be)->bias_dropout_add(yf, xf, bf, rf, keep_mask ? keep_mask + e : NULL, s16, nr, cols);
-        NARROW((void *)at16(y, e), dt, yf, nr * cols);
-    }
-    mc_cpu_release(xf);
-    mc_cpu_release(bf);
-    mc_cpu_release(rf);
-    mc_cpu_release(yf);
+    struct bda_ctx c = {W(bias, dt, cols), keep_mask, half_scale(be, dt, scale), cols};
+    struct stage16 s = {dt, 2, 1, {x, residual}, {cols, cols}, {y}, {cols}};
+    stage_rows(be, &s, rows, bda_rows, &c, op);
+    mc_cpu_release((float *)c.bias);
 }
 
 static void cpu_masked_softmax_fwd(struct mc_backend *be, enum mc_dtype dt, void *p, int64_t bh,
@@ -684,9 +809,38 @@ static void cpu_embedding_bwd(struct mc_backend *be, enum mc_dtype dt, void *dw,
     }
 }
 
-/* Cross-entropy on 16-bit logits: rows are independent, so they are widened a block of rows at
- * a time (about 1M elements) instead of the whole [n, v] at once; the bits are the same. */
-static int64_t xent_rows(int64_t v) { return v >= (1 << 20) ? 1 : (1 << 20) / (v > 0 ? v : 1); }
+/* Cross-entropy on 16-bit logits: rows are independent (stage_rows). */
+struct xent_ctx {
+    float *max_local, *sumexp, *target_logit; /* [n] fp32, per op */
+    const float *max, *sumexp_in, *dloss;
+    const int64_t *target;
+    int64_t v, v_start;
+};
+
+static void xent_max_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                          int64_t r0, int64_t nr, const void *ctx)
+{
+    const struct xent_ctx *c = ctx;
+    (void)out;
+    k->xent_max(c->max_local + r0, in[0], nr, c->v);
+}
+
+static void xent_sumexp_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                             int64_t r0, int64_t nr, const void *ctx)
+{
+    const struct xent_ctx *c = ctx;
+    (void)out;
+    k->xent_sumexp(c->sumexp + r0, c->target_logit + r0, in[0], c->max + r0, c->target + r0, nr,
+                   c->v, c->v_start);
+}
+
+static void xent_bwd_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
+                          int64_t r0, int64_t nr, const void *ctx)
+{
+    const struct xent_ctx *c = ctx;
+    k->xent_bwd(out[0], in[0], c->max + r0, c->sumexp_in + r0, c->target + r0, c->dloss + r0,
+                nr, c->v, c->v_start);
+}
 
 static void cpu_xent_max(struct mc_backend *be, enum mc_dtype dt, float *max_local,
                          const void *logits, int64_t n, int64_t v)
@@ -697,14 +851,9 @@ static void cpu_xent_max(struct mc_backend *be, enum mc_dtype dt, float *max_loc
         K(be)->xent_max(max_local, logits, n, v);
         return;
     }
-    int64_t rb = xent_rows(v);
-    float *lf = mc_cpu_scratch(rb * v, op);
-    for (int64_t r0 = 0; r0 < n; r0 += rb) {
-        int64_t nr = n - r0 < rb ? n - r0 : rb;
-        K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + (size_t)(r0 * v) * 2, dt, nr * v);
-        K(be)->xent_max(max_local + r0, lf, nr, v);
-    }
-    mc_cpu_release(lf);
+    struct xent_ctx c = {.max_local = max_local, .v = v};
+    struct stage16 s = {dt, 1, 0, {logits}, {v}, {NULL}, {0}};
+    stage_rows(be, &s, n, xent_max_rows, &c, op);
 }
 
 static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sumexp_local,
@@ -717,15 +866,10 @@ static void cpu_xent_sumexp(struct mc_backend *be, enum mc_dtype dt, float *sume
         K(be)->xent_sumexp(sumexp_local, target_logit, logits, max, target, n, v, v_start);
         return;
     }
-    int64_t rb = xent_rows(v);
-    float *lf = mc_cpu_scratch(rb * v, op);
-    for (int64_t r0 = 0; r0 < n; r0 += rb) {
-        int64_t nr = n - r0 < rb ? n - r0 : rb;
-        K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + (size_t)(r0 * v) * 2, dt, nr * v);
-        K(be)->xent_sumexp(sumexp_local + r0, target_logit + r0, lf, max + r0, target + r0, nr,
-                           v, v_start);
-    }
-    mc_cpu_release(lf);
+    struct xent_ctx c = {.sumexp = sumexp_local, .target_logit = target_logit, .max = max,
+                         .target = target, .v = v, .v_start = v_start};
+    struct stage16 s = {dt, 1, 0, {logits}, {v}, {NULL}, {0}};
+    stage_rows(be, &s, n, xent_sumexp_rows, &c, op);
 }
 
 static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
@@ -739,16 +883,10 @@ static void cpu_xent_bwd(struct mc_backend *be, enum mc_dtype dt, void *dlogits,
         K(be)->xent_bwd(dlogits, logits, max, sumexp, target, dloss, n, v, v_start);
         return;
     }
-    int64_t rb = xent_rows(v);
-    float *lf = mc_cpu_scratch(rb * v, op);
-    for (int64_t r0 = 0; r0 < n; r0 += rb) {
-        int64_t nr = n - r0 < rb ? n - r0 : rb;
-        size_t off = (size_t)(r0 * v) * 2;
-        K(be)->convert(lf, MC_DTYPE_F32, (const char *)logits + off, dt, nr * v);
-        K(be)->xent_bwd(lf, lf, max + r0, sumexp + r0, target + r0, dloss + r0, nr, v, v_start);
-        K(be)->convert((char *)dlogits + off, dt, lf, MC_DTYPE_F32, nr * v);
-    }
-    mc_cpu_release(lf);
+    struct xent_ctx c = {.max = max, .sumexp_in = sumexp, .dloss = dloss, .target = target,
+                         .v = v, .v_start = v_start};
+    struct stage16 s = {dt, 1, 1, {logits}, {v}, {dlogits}, {v}};
+    stage_rows(be, &s, n, xent_bwd_rows, &c, op);
 }
 
 static double cpu_sumsq(struct mc_backend *be, enum mc_dtype dt, const void *x, int64_t n)

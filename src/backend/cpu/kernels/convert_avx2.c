@@ -52,6 +52,21 @@ static inline void store8(void *p, enum mc_dtype t, int64_t i, __m256 x)
 /* Block size per OpenMP chunk: a multiple of 8 so only the last block has a scalar tail. */
 #define CHUNK 16384
 
+static void convert_span(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                         int64_t i0, int64_t i1)
+{
+    size_t ds = mc_dtype_size(dst_dt), ss = mc_dtype_size(src_dt);
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8)
+        store8(dst, dst_dt, i, load8(src, src_dt, i));
+    if (i < i1)
+        convert_ref((char *)dst + (size_t)i * ds, dst_dt, (const char *)src + (size_t)i * ss,
+                    src_dt, i1 - i);
+}
+
+/* Spans up to 64K elements run on the caller's thread without entering OpenMP at all: the
+ * 16-bit ops widen and round many short rows and blocks from inside their own parallel
+ * regions, where even an inactive nested region costs more than the conversion. */
 void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                   int64_t n)
 {
@@ -61,16 +76,15 @@ void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtyp
         memmove(dst, src, (size_t)n * mc_dtype_size(dst_dt));
         return;
     }
+    if (n <= 65536) {
+        convert_span(dst, dst_dt, src, src_dt, 0, n);
+        return;
+    }
     int64_t nblk = (n + CHUNK - 1) / CHUNK;
-    size_t ds = mc_dtype_size(dst_dt), ss = mc_dtype_size(src_dt);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n, i = i0;
-        for (; i + 8 <= i1; i += 8)
-            store8(dst, dst_dt, i, load8(src, src_dt, i));
-        if (i < i1)
-            convert_ref((char *)dst + (size_t)i * ds, dst_dt, (const char *)src + (size_t)i * ss,
-                        src_dt, i1 - i);
+        int64_t i0 = b * CHUNK;
+        convert_span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
     }
 }
 
