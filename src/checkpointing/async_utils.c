@@ -102,6 +102,8 @@ void mc_async_queue_abandon(struct mc_async_queue *q)
     while (q->head) {
         struct mc_async_call *c = pop(q);
         pthread_join(c->thread, NULL);
+        if (c->r.abandon)
+            c->r.abandon(c->r.ctx);
         c->r.free(c->r.ctx);
         mc_free(c);
     }

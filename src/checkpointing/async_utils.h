@@ -22,6 +22,9 @@ struct mc_async_request {
     mc_status (*write)(void *ctx);
     mc_status (*finalize)(void *ctx, mc_status written);
     void (*free)(void *ctx);
+    /* After an error, instead of finalize (NULL: nothing): removes what the save wrote, so no
+     * half-written iter_N.tmp directory outlives a run that stopped cleanly. */
+    void (*abandon)(void *ctx);
     void *ctx;
     mc_status (*all_ok)(void *comm_ctx, bool *ok);
     void *comm_ctx;
@@ -47,8 +50,9 @@ mc_status mc_async_queue_maybe_finalize(struct mc_async_queue *q, bool blocking)
 /* get_num_unfinalized_calls: the same on every rank. */
 int mc_async_queue_unfinalized(const struct mc_async_queue *q);
 
-/* After an error: waits for the writers still running and frees their saves unfinalized (their
- * iter_N.tmp directories are never renamed; the last good checkpoint stays the tracker's). */
+/* After an error: waits for the writers still running, abandons their saves unfinalized (their
+ * iter_N.tmp directories are never renamed, and their abandon removes them; the last good
+ * checkpoint stays the tracker's). */
 void mc_async_queue_abandon(struct mc_async_queue *q);
 
 /* Test only (MC_TEST_SLOW_WRITE=ms, docs/formats/checkpoint.md): a torch_dist save waits this

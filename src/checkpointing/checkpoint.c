@@ -1061,6 +1061,15 @@ static mc_status async_finalize(void *ctx, mc_status st)
     return finish_save(&j->s, st, j->log);
 }
 
+/* A save left unfinalized after an error: its owner removes iter_N.tmp (a save queued after
+ * one that failed would otherwise leave its half-written directory behind). */
+static void async_abandon(void *ctx)
+{
+    struct async_save *j = ctx;
+    if (single(&j->s) || j->s.write_tracker)
+        remove_tree(j->tmp);
+}
+
 static void async_free(void *ctx)
 {
     struct async_save *j = ctx;
@@ -1118,7 +1127,8 @@ mc_status mc_ckpt_save_async(const struct mc_ckpt_state *s, FILE *log, struct mc
         return st;
     }
     mc_crc32_update(0, "", 0); /* builds the CRC tables here, before a writer thread reads them */
-    struct mc_async_request r = {async_write, async_finalize, async_free, j, s->all_ok, s->barrier_ctx};
+    struct mc_async_request r = {async_write, async_finalize, async_free, async_abandon, j, s->all_ok,
+                                 s->barrier_ctx};
     if ((st = mc_async_queue_schedule(q, &r)))
         return st;
     if (log) {

@@ -222,8 +222,11 @@ with tempfile.TemporaryDirectory() as tmp:
     good = file_hashes(os.path.join(fd, "iter_0000002"))
     t0 = time.time()
     try:
+        # the other rank's writer is slowed so that the save at 6 is always queued behind the
+        # failed one at 4 (found at the last finalize): its iter_0000006.tmp must go too
         r = run_pretrain(base(tmp, 6, fd, ["--async-save", "--load", fd]), np=2,
-                         env=dict(env, MC_TEST_FAIL_WRITE_RANK="1"), timeout=120)
+                         env=dict(env, MC_TEST_FAIL_WRITE_RANK="1", MC_TEST_SLOW_WRITE="150"),
+                         timeout=120)
         hung = False
     except subprocess.TimeoutExpired:
         hung = True
