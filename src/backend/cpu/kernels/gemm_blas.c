@@ -297,9 +297,17 @@ void gemm_blas_half(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
 #if defined(MC_BLAS_ONEDNN)
 #define DOT_CACHE_MAX 256
 
-struct dot_prim {
+/* A tile's shape and where its result goes: the fp32 tile buffer (ldc 0, dense [m, n]) or C
+ * itself (dtype c_dt, row stride ldc). */
+struct dot_shape {
     bool ta, tb;
     int64_t m, n, k;
+    enum mc_dtype c_dt;
+    int64_t ldc;
+};
+
+struct dot_prim {
+    struct dot_shape sh;
     dnnl_primitive_t prim;
     size_t scratch; /* bytes of user scratchpad it needs */
     struct dot_prim *next;
@@ -312,25 +320,27 @@ static pthread_mutex_t dot_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t dot_once = PTHREAD_ONCE_INIT;
 static char dot_impl[96], dot_why[160];
 
-/* Dense memory descriptors of one tile: op(A) [m, k], op(B) [k, n] (bf16, transposed ones
- * stored column-major), the fp32 tile [m, n]. */
-static void dot_descs(bool ta, bool tb, int64_t m, int64_t n, int64_t k, dnnl_memory_desc_t *a,
-                      dnnl_memory_desc_t *b, dnnl_memory_desc_t *c)
+/* Memory descriptors of one tile: op(A) [m, k], op(B) [k, n] (dense bf16, transposed ones
+ * stored column-major), the result [m, n] (the fp32 tile, or C's rows). */
+static void dot_descs(const struct dot_shape *t, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
+                      dnnl_memory_desc_t *c)
 {
+    int64_t m = t->m, n = t->n, k = t->k;
     dnnl_dims_t da = {m, k}, db = {k, n}, dc = {m, n};
-    dnnl_dims_t sa = {ta ? 1 : k, ta ? m : 1}, sb = {tb ? 1 : n, tb ? k : 1}, sc = {n, 1};
+    dnnl_dims_t sa = {t->ta ? 1 : k, t->ta ? m : 1}, sb = {t->tb ? 1 : n, t->tb ? k : 1};
+    dnnl_dims_t sc = {t->ldc ? t->ldc : n, 1};
+    dnnl_data_type_t ct = t->ldc && t->c_dt == MC_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
     MC_ASSERT(dnnl_memory_desc_init_by_strides(a, 2, da, dnnl_bf16, sa) == dnnl_success);
     MC_ASSERT(dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_bf16, sb) == dnnl_success);
-    MC_ASSERT(dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc) == dnnl_success);
+    MC_ASSERT(dnnl_memory_desc_init_by_strides(c, 2, dc, ct, sc) == dnnl_success);
 }
 
 /* A primitive for one tile shape, or NULL (and *impl says why) if oneDNN refuses it. The
  * caller has set the OpenMP thread count to 1 (see above). */
-static dnnl_primitive_t dot_create(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                                   size_t *scratch, const char **impl)
+static dnnl_primitive_t dot_create(const struct dot_shape *t, size_t *scratch, const char **impl)
 {
     dnnl_memory_desc_t a, b, c;
-    dot_descs(ta, tb, m, n, k, &a, &b, &c);
+    dot_descs(t, &a, &b, &c);
     dnnl_matmul_desc_t d;
     dnnl_primitive_attr_t attr;
     dnnl_primitive_desc_t pd;
@@ -370,7 +380,8 @@ static void dot_setup(void)
 #pragma omp parallel num_threads(1)
     {
         omp_set_num_threads(1);
-        p = dot_create(false, false, 64, 64, 64, &scratch, &impl);
+        struct dot_shape probe = {false, false, 64, 64, 64, MC_DTYPE_F32, 0};
+        p = dot_create(&probe, &scratch, &impl);
     }
     if (p && strstr(impl, "bf16") && strncmp(impl, "ref", 3))
         snprintf(dot_impl, sizeof dot_impl, "%s", impl);
@@ -389,34 +400,40 @@ bool gemm_dot_bf16_available(const char **why)
     return dot_impl[0] != 0;
 }
 
-static struct dot_prim *dot_find(bool ta, bool tb, int64_t m, int64_t n, int64_t k)
+static bool same_shape(const struct dot_shape *x, const struct dot_shape *y)
+{
+    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k &&
+           x->ldc == y->ldc && (!x->ldc || x->c_dt == y->c_dt);
+}
+
+static struct dot_prim *dot_find(const struct dot_shape *t)
 {
     for (struct dot_prim *e = __atomic_load_n(&dot_cache, __ATOMIC_ACQUIRE); e; e = e->next)
-        if (e->ta == ta && e->tb == tb && e->m == m && e->n == n && e->k == k)
+        if (same_shape(&e->sh, t))
             return e;
     return NULL;
 }
 
 /* The cached primitive for a tile shape; *owned when the cache is full and the caller must
  * dot_drop it after use. Stops the process if oneDNN refuses a shape the probe allowed. */
-static struct dot_prim *dot_get(bool ta, bool tb, int64_t m, int64_t n, int64_t k, bool *owned)
+static struct dot_prim *dot_get(const struct dot_shape *t, bool *owned)
 {
     *owned = false;
-    struct dot_prim *e = dot_find(ta, tb, m, n, k);
+    struct dot_prim *e = dot_find(t);
     if (e)
         return e;
     pthread_mutex_lock(&dot_lock);
-    e = dot_find(ta, tb, m, n, k);
+    e = dot_find(t);
     if (!e) {
         e = malloc(sizeof *e); /* lives as long as oneDNN's JIT code: not mc_alloc's count */
         MC_ASSERT(e);
-        *e = (struct dot_prim){.ta = ta, .tb = tb, .m = m, .n = n, .k = k};
+        *e = (struct dot_prim){.sh = *t};
         const char *impl;
-        e->prim = dot_create(ta, tb, m, n, k, &e->scratch, &impl);
+        e->prim = dot_create(t, &e->scratch, &impl);
         if (!e->prim) {
             mc_log(MC_LOG_ERROR, "bf16 dot GEMM: oneDNN made no matmul for %c%c %lld x %lld x "
-                   "%lld (%s)", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n,
-                   (long long)k, impl);
+                   "%lld (%s)", t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', (long long)t->m,
+                   (long long)t->n, (long long)t->k, impl);
             abort();
         }
         if (dot_cached < DOT_CACHE_MAX) {
@@ -476,12 +493,13 @@ static dnnl_memory_t dot_mem(const dnnl_memory_desc_t *md, const void *p)
     return m;
 }
 
-/* tile = op(a) op(b), fp32 [m, n] dense, by one single-threaded primitive call. */
-static void dot_tile(struct dot_work *w, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                     const uint16_t *a, const uint16_t *b, float *tile)
+/* out = op(a) op(b) by one single-threaded primitive call: the dense fp32 tile (t->ldc 0) or
+ * C's rows (rounded to bf16 by oneDNN when C is bf16). */
+static void dot_tile(struct dot_work *w, const struct dot_shape *t, const uint16_t *a,
+                     const uint16_t *b, void *out)
 {
     bool owned;
-    struct dot_prim *e = dot_get(ta, tb, m, n, k, &owned);
+    struct dot_prim *e = dot_get(t, &owned);
     if (e->scratch > w->scratch_bytes) {
         mc_free(w->scratch);
         w->scratch = mc_alloc(e->scratch);
@@ -489,12 +507,12 @@ static void dot_tile(struct dot_work *w, bool ta, bool tb, int64_t m, int64_t n,
         w->scratch_bytes = e->scratch;
     }
     dnnl_memory_desc_t da, db, dc, ds;
-    dot_descs(ta, tb, m, n, k, &da, &db, &dc);
+    dot_descs(t, &da, &db, &dc);
     dnnl_dims_t sd = {(int64_t)(e->scratch ? e->scratch : 1)};
     MC_ASSERT(dnnl_memory_desc_init_by_tag(&ds, 1, sd, dnnl_u8, dnnl_a) == dnnl_success);
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, dot_mem(&da, a)},
                                {DNNL_ARG_WEIGHTS, dot_mem(&db, b)},
-                               {DNNL_ARG_DST, dot_mem(&dc, tile)},
+                               {DNNL_ARG_DST, dot_mem(&dc, out)},
                                {DNNL_ARG_SCRATCHPAD, dot_mem(&ds, w->scratch)}};
     MC_ASSERT(dnnl_primitive_execute(e->prim, w->stream, e->scratch ? 4 : 3, args) ==
               dnnl_success);
@@ -529,10 +547,15 @@ static void dot_run_tile(struct dot_work *w, bool ta, bool tb, int64_t m, int64_
                          int64_t ldb, float beta, char *C, enum mc_dtype c_dt, int64_t ldc,
                          mc_convert_fn cv)
 {
+    /* C = op(A) op(B): the primitive writes C itself (no fp32 tile, no second pass) */
+    bool direct = K > 0 && alpha == 1.0f && beta == 0.0f;
     if (K > 0) {
         const uint16_t *a = ta ? dense(w->pa, A, K, m, lda) : dense(w->pa, A, m, K, lda);
         const uint16_t *b = tb ? dense(w->pb, B, n, K, ldb) : dense(w->pb, B, K, n, ldb);
-        dot_tile(w, ta, tb, m, n, K, a, b, w->pc);
+        struct dot_shape t = {ta, tb, m, n, K, c_dt, direct ? ldc : 0};
+        dot_tile(w, &t, a, b, direct ? (void *)C : w->pc);
+        if (direct)
+            return;
     } else {
         memset(w->pc, 0, (size_t)(m * n) * sizeof(float));
     }
