@@ -613,11 +613,22 @@ CPU_ACTIVATION(gelu_erf, 1)
 CPU_ACTIVATION(squared_relu, 1)
 CPU_ACTIVATION(swiglu, 2)
 
-/* Column blocks of 64 (the kernels' owner blocks, ref.h's MC_REF_COL_BLOCK): each thread widens
- * its blocks' columns of dy and db and runs the fp32 column sum on them, which adds every
- * column's rows in order as on the whole matrix: the same bits, without a full fp32 copy of
- * dy and in one parallel region. */
+/* Each thread owns a range of whole 64-column blocks (the kernels' owner blocks, ref.h's
+ * MC_REF_COL_BLOCK) and walks the rows in order, widening its part of each row and adding it to
+ * fp32 column sums that start at zero; then db = round(db + sum). That is the kernels' sum,
+ * column by column in row order, so the same bits, with dy read row by row (a column block
+ * read down the rows touched a new page per row) and no fp32 copy of dy. */
 #define BIAS_COLS 64
+
+static void bias_grad_cols(const struct mc_cpu_kernels *k, enum mc_dtype dt, void *db,
+                           const void *dy, int64_t rows, int64_t cols, int64_t j0, int64_t n,
+                           float *acc)
+{
+    memset(acc, 0, (size_t)n * sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        k->accumulate(acc, MC_DTYPE_F32, at16(dy, r * cols + j0), dt, n);
+    k->accumulate((void *)at16(db, j0), dt, acc, MC_DTYPE_F32, n); /* db = round(db + sum) */
+}
 
 static void cpu_bias_grad(struct mc_backend *be, enum mc_dtype dt, void *db, const void *dy,
                           int64_t rows, int64_t cols)
@@ -632,17 +643,17 @@ static void cpu_bias_grad(struct mc_backend *be, enum mc_dtype dt, void *db, con
     int64_t nblk = (cols + BIAS_COLS - 1) / BIAS_COLS;
 #pragma omp parallel if (nblk > 1 && rows * cols > 16384)
     {
-        float *buf = mc_cpu_scratch((rows + 1) * BIAS_COLS, op), *dbf = buf + rows * BIAS_COLS;
-#pragma omp for schedule(static)
-        for (int64_t b = 0; b < nblk; b++) {
-            int64_t j0 = b * BIAS_COLS, n = cols - j0 < BIAS_COLS ? cols - j0 : BIAS_COLS;
-            for (int64_t r = 0; r < rows; r++)
-                k->convert(buf + r * n, MC_DTYPE_F32, at16(dy, r * cols + j0), dt, n);
-            k->convert(dbf, MC_DTYPE_F32, at16(db, j0), dt, n);
-            k->bias_grad(dbf, buf, rows, n);
-            k->convert((void *)at16(db, j0), dt, dbf, MC_DTYPE_F32, n);
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(), t = omp_get_thread_num();
+#endif
+        int64_t j0 = nblk * t / nt * BIAS_COLS, j1 = nblk * (t + 1) / nt * BIAS_COLS;
+        j1 = j1 < cols ? j1 : cols;
+        if (j1 > j0) {
+            float *buf = mc_cpu_scratch(j1 - j0, op);
+            bias_grad_cols(k, dt, db, dy, rows, cols, j0, j1 - j0, buf);
+            mc_cpu_release(buf);
         }
-        mc_cpu_release(buf);
     }
 }
 

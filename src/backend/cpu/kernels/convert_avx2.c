@@ -88,26 +88,37 @@ void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtyp
     }
 }
 
+static void accumulate_span(void *dst, enum mc_dtype dst_dt, const void *src,
+                            enum mc_dtype src_dt, int64_t i0, int64_t i1)
+{
+    size_t ds = mc_dtype_size(dst_dt), ss = mc_dtype_size(src_dt);
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        /* a + b, with a's NaN where a is NaN (accumulate_ref's rule: the operand order of a
+         * commutative add, and so the NaN payload, is otherwise the compiler's) */
+        __m256 a = load8(dst, dst_dt, i), b = load8(src, src_dt, i);
+        __m256 nan_a = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+        store8(dst, dst_dt, i, _mm256_blendv_ps(_mm256_add_ps(a, b), _mm256_add_ps(a, a), nan_a));
+    }
+    if (i < i1)
+        accumulate_ref((char *)dst + (size_t)i * ds, dst_dt, (const char *)src + (size_t)i * ss,
+                       src_dt, i1 - i);
+}
+
+/* Like convert_avx2: up to 64K elements on the caller's thread, without OpenMP. */
 void accumulate_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                      int64_t n)
 {
     if (n <= 0)
         return;
+    if (n <= 65536) {
+        accumulate_span(dst, dst_dt, src, src_dt, 0, n);
+        return;
+    }
     int64_t nblk = (n + CHUNK - 1) / CHUNK;
-    size_t ds = mc_dtype_size(dst_dt), ss = mc_dtype_size(src_dt);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * CHUNK, i1 = i0 + CHUNK < n ? i0 + CHUNK : n, i = i0;
-        for (; i + 8 <= i1; i += 8) {
-            /* a + b, with a's NaN where a is NaN (accumulate_ref's rule: the operand order of
-             * a commutative add, and so the NaN payload, is otherwise the compiler's) */
-            __m256 a = load8(dst, dst_dt, i), b = load8(src, src_dt, i);
-            __m256 nan_a = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
-            store8(dst, dst_dt, i,
-                   _mm256_blendv_ps(_mm256_add_ps(a, b), _mm256_add_ps(a, a), nan_a));
-        }
-        if (i < i1)
-            accumulate_ref((char *)dst + (size_t)i * ds, dst_dt,
-                           (const char *)src + (size_t)i * ss, src_dt, i1 - i);
+        int64_t i0 = b * CHUNK;
+        accumulate_span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
     }
 }
