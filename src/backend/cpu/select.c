@@ -20,8 +20,8 @@
 static const struct mc_cpu_kernels avx512_ops = {
     .version = MC_CPU_KERNELS_VERSION,
     .name = "cpu-avx512",
-    .convert = convert_avx2, /* every AVX-512 CPU has AVX2 and F16C */
-    .accumulate = accumulate_avx2,
+    .convert = convert_avx512,
+    .accumulate = accumulate_avx512,
     .gemm = gemm_blas,
     .layernorm_fwd = layernorm_fwd_avx512,
     .layernorm_bwd = layernorm_bwd_avx512,

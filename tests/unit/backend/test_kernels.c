@@ -519,10 +519,47 @@ static void test_select(void)
     CHECK(child_select("avx2", mc_cpu_has_avx2() ? "cpu-avx2" : fast) == 0);
 }
 
-/* The AVX2 + F16C dtype conversions against the scalar references, bit for bit: every 16-bit
- * pattern widened; random fp32 bit patterns (every exponent, NaNs with payloads, subnormals)
- * plus every fp32 that is a rounding tie or a neighbour of one narrowed; accumulate on random
- * pairs; odd lengths for the scalar tails; 1, 2, 3 threads. */
+/* The AVX2 + F16C and the AVX-512 dtype conversions against the scalar references, bit for
+ * bit: every 16-bit pattern widened; random fp32 bit patterns (every exponent, NaNs with
+ * payloads, subnormals) plus every fp32 that is a rounding tie or a neighbour of one narrowed;
+ * accumulate on random pairs; odd lengths for the scalar tails; lengths above and below the
+ * 64K elements where they start using OpenMP; 1, 2, 3 threads. */
+typedef void (*conv_fn)(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                        int64_t n);
+
+static void convert_one(const char *name, conv_fn conv, conv_fn acc, const uint32_t *x,
+                        const uint32_t *y, uint32_t *a, uint32_t *b, int64_t n)
+{
+    const enum mc_dtype dts[3] = {MC_DTYPE_F32, MC_DTYPE_BF16, MC_DTYPE_F16};
+    for (int di = 0; di < 3; di++)
+        for (int si = 0; si < 3; si++)
+            for (int t = 0; t < 3; t++) {
+                omp_set_num_threads(threads[t]);
+                enum mc_dtype dd = dts[di], sd = dts[si];
+                int64_t m = sd == MC_DTYPE_F32 ? n : 2 * n - 3; /* 16-bit: both halves of x */
+                if (dd != MC_DTYPE_F32 && sd != MC_DTYPE_F32)
+                    m = 2 * n - 3;
+                memset(a, 0, 8 * (size_t)n);
+                memset(b, 0, 8 * (size_t)n);
+                convert_ref(a, dd, x, sd, m);
+                conv(b, dd, x, sd, m);
+                char what[96];
+                snprintf(what, sizeof what, "convert_%s %s <- %s (n %lld, %d threads)", name,
+                         mc_dtype_name(dd), mc_dtype_name(sd), (long long)m, threads[t]);
+                same_bits(what, (float *)a, (float *)b, 2 * n);
+                /* accumulate: dst = a copy of y in dd, += x in sd */
+                int64_t k = n - 5;
+                convert_ref(a, dd, y, MC_DTYPE_F32, k);
+                convert_ref(b, dd, y, MC_DTYPE_F32, k);
+                accumulate_ref(a, dd, x, sd, k);
+                acc(b, dd, x, sd, k);
+                snprintf(what, sizeof what, "accumulate_%s %s += %s (n %lld, %d threads)", name,
+                         mc_dtype_name(dd), mc_dtype_name(sd), (long long)k, threads[t]);
+                same_bits(what, (float *)a, (float *)b, 2 * n);
+            }
+    omp_set_num_threads(threads[0]);
+}
+
 static void test_convert(void)
 {
     const struct mc_cpu_features *f = mc_cpu_features();
@@ -530,7 +567,6 @@ static void test_convert(void)
         printf("test_kernels: no AVX2/F16C: convert_avx2 not tested\n");
         return;
     }
-    const enum mc_dtype dts[3] = {MC_DTYPE_F32, MC_DTYPE_BF16, MC_DTYPE_F16};
     int64_t n = 3 * 65536 + 7;
     uint32_t *x = mc_alloc(4 * (size_t)n), *y = mc_alloc(4 * (size_t)n);
     uint32_t *a = mc_alloc(8 * (size_t)n), *b = mc_alloc(8 * (size_t)n); /* 2n fp32 */
@@ -548,33 +584,14 @@ static void test_convert(void)
     }
     for (int64_t i = 0; i < 65536; i++) /* every 16-bit pattern, twice per word */
         x[i] = (uint32_t)i | (uint32_t)i << 16;
-    for (int di = 0; di < 3; di++)
-        for (int si = 0; si < 3; si++)
-            for (int t = 0; t < 3; t++) {
-                omp_set_num_threads(threads[t]);
-                enum mc_dtype dd = dts[di], sd = dts[si];
-                int64_t m = sd == MC_DTYPE_F32 ? n : 2 * n - 3; /* 16-bit: both halves of x */
-                if (dd != MC_DTYPE_F32 && sd != MC_DTYPE_F32)
-                    m = 2 * n - 3;
-                memset(a, 0, 8 * (size_t)n);
-                memset(b, 0, 8 * (size_t)n);
-                convert_ref(a, dd, x, sd, m);
-                convert_avx2(b, dd, x, sd, m);
-                char what[96];
-                snprintf(what, sizeof what, "convert_avx2 %s <- %s (%d threads)",
-                         mc_dtype_name(dd), mc_dtype_name(sd), threads[t]);
-                same_bits(what, (float *)a, (float *)b, 2 * n);
-                /* accumulate: dst = a copy of y in dd, += x in sd */
-                int64_t k = n - 5;
-                convert_ref(a, dd, y, MC_DTYPE_F32, k);
-                convert_ref(b, dd, y, MC_DTYPE_F32, k);
-                accumulate_ref(a, dd, x, sd, k);
-                accumulate_avx2(b, dd, x, sd, k);
-                snprintf(what, sizeof what, "accumulate_avx2 %s += %s (%d threads)",
-                         mc_dtype_name(dd), mc_dtype_name(sd), threads[t]);
-                same_bits(what, (float *)a, (float *)b, 2 * n);
-            }
-    omp_set_num_threads(threads[0]);
+    bool avx512 = f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
+    for (int64_t len = n; len > 0; len = len == n ? 1003 : 0) {
+        convert_one("avx2", convert_avx2, accumulate_avx2, x, y, a, b, len);
+        if (avx512)
+            convert_one("avx512", convert_avx512, accumulate_avx512, x, y, a, b, len);
+    }
+    if (!avx512)
+        printf("test_kernels: no AVX-512: convert_avx512 not tested\n");
     mc_free(x);
     mc_free(y);
     mc_free(a);

@@ -14,6 +14,11 @@ void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtyp
                   int64_t n);
 void accumulate_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                      int64_t n);
+/* The same at AVX-512 width (convert_avx512.c): the cpu-avx512 table's. */
+void convert_avx512(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                    int64_t n);
+void accumulate_avx512(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
+                       int64_t n);
 
 void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
