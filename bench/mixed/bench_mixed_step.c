@@ -3,7 +3,10 @@
  * through the public API. A benchmark, not a test: bench/mixed/run.sh runs it beside PyTorch.
  *
  * usage: bench_mixed_step DTYPE LAYERS HIDDEN HEADS VOCAB SEQ BATCH [ITERS [WARMUP]]
- * prints one line: "megatron.c <dtype> tokens_per_s=<x> step_ms=<y> ..." */
+ * MC_BENCH_FLASH=0|1 (default 1): the unfused attention or flash attention (the attention of
+ * pretrain_gpt's default --transformer-impl transformer_engine; PyTorch's peer uses its fused
+ * scaled_dot_product_attention).
+ * prints one line: "megatron.c <dtype> tokens_per_s=<x> step_ms=<y> ... attention=<which>" */
 #include "megatron.h"
 #include "megatron/gpt.h"
 #include "megatron/optimizer.h"
@@ -64,6 +67,7 @@ int main(int argc, char **argv)
     cfg.hidden_dropout = 0.0f;
     cfg.attention_dropout = 0.0f;
     cfg.params_dtype = pdt;
+    cfg.flash_attention = !getenv("MC_BENCH_FLASH") || atoi(getenv("MC_BENCH_FLASH"));
     int iters = argc > 7 ? atoi(argv[7]) : 5;
     int warmup = argc > 8 ? atoi(argv[8]) : 2;
     int64_t b = cfg.micro_batch_size, s = cfg.seq_length, n = b * s;
@@ -116,9 +120,10 @@ int main(int argc, char **argv)
             first = last;
     }
     double dt = (now_s() - t0) / iters;
-    printf("megatron.c %s tokens_per_s=%.1f step_ms=%.2f flops_per_step=%.6g loss_first=%.4f loss_last=%.4f\n",
+    printf("megatron.c %s tokens_per_s=%.1f step_ms=%.2f flops_per_step=%.6g loss_first=%.4f "
+           "loss_last=%.4f attention=%s\n",
            dtn, (double)n / dt, dt * 1e3, step_flops(cfg.num_layers, cfg.hidden_size, cfg.vocab_size, s, b),
-           first, last);
+           first, last, cfg.flash_attention ? "flash" : "unfused");
     mc_free(dloss);
     mc_free(loss);
     mc_free(labels);
