@@ -36,7 +36,10 @@ for r in $(seq "$rounds"); do
   for dt in float32 bfloat16 float16; do
     out=$("$bin" "$dt" "${shape[@]}" "$it" "$wu" 2>&1)
     if [ "$r" = 1 ]; then
-      [ "$dt" = float32 ] && echo "$out" | grep -m1 -oE 'CPU kernels: .*|attention=.*' | sed 's/^/  /' || true
+      if [ "$dt" = float32 ]; then
+        echo "$out" | grep -m1 -o 'CPU kernels: .*' | sed 's/^/  /' || true
+        echo "$out" | grep -m1 -o 'attention=.*' | sed 's/^/  /' || true
+      fi
       echo "$out" | grep -m1 -o '16-bit GEMM .*' | sed 's/^/  /' || true
     fi
     add "megatron.c $dt" "$(echo "$out" | grep -oE 'step_ms=[0-9.]+' | cut -d= -f2)"

@@ -468,19 +468,33 @@ void gemm_dot_bf16_clear_cache(void)
 
 /* What one thread of the team holds: panels, the fp32 tile, a row of C, a scratchpad. */
 struct dot_work {
-    uint16_t *pa, *pb;
-    float *pc, *row;
-    void *scratch;
-    size_t scratch_bytes;
+    void *pa, *pb, *pc, *row, *scratch;
+    size_t pa_bytes, pb_bytes, pc_bytes, row_bytes, scratch_bytes;
     dnnl_stream_t stream;
 };
 
-/* rows x cols bf16 values with row stride ld, as a dense block: src itself if already dense. */
-static const uint16_t *dense(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols,
-                             int64_t ld)
+/* *p with at least `bytes`, grown on first need: a panel only for an operand that is not
+ * dense already, the fp32 tile only where C is not written directly (a logits GEMM's panels
+ * are ~100 MB per thread: allocated, even untouched, they inflated the run's peak). */
+static void *grow(void **p, size_t *have, size_t bytes)
+{
+    if (bytes > *have) {
+        mc_free(*p);
+        *p = MC_MEM_AS(MC_MEM_WORKSPACE, mc_alloc(bytes));
+        MC_ASSERT(*p);
+        *have = bytes;
+    }
+    return *p;
+}
+
+/* rows x cols bf16 values with row stride ld, as a dense block: src itself if already dense,
+ * else a copy in *buf. */
+static const uint16_t *dense(void **buf, size_t *have, const uint16_t *src, int64_t rows,
+                             int64_t cols, int64_t ld)
 {
     if (ld == cols || rows == 1)
         return src;
+    uint16_t *dst = grow(buf, have, (size_t)(rows * cols) * 2);
     for (int64_t r = 0; r < rows; r++)
         memcpy(dst + r * cols, src + r * ld, (size_t)cols * 2);
     return dst;
@@ -500,12 +514,7 @@ static void dot_tile(struct dot_work *w, const struct dot_shape *t, const uint16
 {
     bool owned;
     struct dot_prim *e = dot_get(t, &owned);
-    if (e->scratch > w->scratch_bytes) {
-        mc_free(w->scratch);
-        w->scratch = mc_alloc(e->scratch);
-        MC_ASSERT(w->scratch);
-        w->scratch_bytes = e->scratch;
-    }
+    grow(&w->scratch, &w->scratch_bytes, e->scratch);
     dnnl_memory_desc_t da, db, dc, ds;
     dot_descs(t, &da, &db, &dc);
     dnnl_dims_t sd = {(int64_t)(e->scratch ? e->scratch : 1)};
@@ -530,14 +539,15 @@ static void dot_store(struct dot_work *w, const float *tile, int64_t m, int64_t 
     size_t cs = mc_dtype_size(c_dt);
     for (int64_t i = 0; i < m; i++) {
         char *c = C + (size_t)(i * ldc) * cs;
-        float *out = c_dt == MC_DTYPE_F32 ? (float *)c : w->row;
+        float *out = c_dt == MC_DTYPE_F32 ? (float *)c
+                                          : grow(&w->row, &w->row_bytes, (size_t)n * sizeof(float));
         if (beta != 0.0f && c_dt != MC_DTYPE_F32)
-            cv(w->row, MC_DTYPE_F32, c, c_dt, n);
+            cv(out, MC_DTYPE_F32, c, c_dt, n);
         for (int64_t j = 0; j < n; j++)
             out[j] = beta == 0.0f ? alpha * tile[i * n + j]
                                   : alpha * tile[i * n + j] + beta * out[j];
         if (c_dt != MC_DTYPE_F32)
-            cv(c, c_dt, w->row, MC_DTYPE_F32, n);
+            cv(c, c_dt, out, MC_DTYPE_F32, n);
     }
 }
 
@@ -549,17 +559,20 @@ static void dot_run_tile(struct dot_work *w, bool ta, bool tb, int64_t m, int64_
 {
     /* C = op(A) op(B): the primitive writes C itself (no fp32 tile, no second pass) */
     bool direct = K > 0 && alpha == 1.0f && beta == 0.0f;
+    float *tile = direct ? NULL : grow(&w->pc, &w->pc_bytes, (size_t)(m * n) * sizeof(float));
     if (K > 0) {
-        const uint16_t *a = ta ? dense(w->pa, A, K, m, lda) : dense(w->pa, A, m, K, lda);
-        const uint16_t *b = tb ? dense(w->pb, B, n, K, ldb) : dense(w->pb, B, K, n, ldb);
+        const uint16_t *a = ta ? dense(&w->pa, &w->pa_bytes, A, K, m, lda)
+                               : dense(&w->pa, &w->pa_bytes, A, m, K, lda);
+        const uint16_t *b = tb ? dense(&w->pb, &w->pb_bytes, B, n, K, ldb)
+                               : dense(&w->pb, &w->pb_bytes, B, K, n, ldb);
         struct dot_shape t = {ta, tb, m, n, K, c_dt, direct ? ldc : 0};
-        dot_tile(w, &t, a, b, direct ? (void *)C : w->pc);
+        dot_tile(w, &t, a, b, direct ? (void *)C : tile);
         if (direct)
             return;
     } else {
-        memset(w->pc, 0, (size_t)(m * n) * sizeof(float));
+        memset(tile, 0, (size_t)(m * n) * sizeof(float));
     }
-    dot_store(w, w->pc, m, n, alpha, beta, C, c_dt, ldc, cv);
+    dot_store(w, tile, m, n, alpha, beta, C, c_dt, ldc, cv);
 }
 
 void gemm_dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -577,14 +590,10 @@ void gemm_dot_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
     struct tiling tl = tiles_for(ta, M, N);
     bool par = tl.ntiles > 1 && (double)M * (double)N * (double)K > 4e6;
     size_t cs = mc_dtype_size(c_dt);
-    size_t panel = (size_t)(tl.tm > tl.tn ? tl.tm : tl.tn) * (size_t)(K > 0 ? K : 1);
 #pragma omp parallel if (par)
     {
         omp_set_num_threads(1); /* primitives made here are blocked for one thread */
-        struct dot_work w = {.pa = mc_alloc(panel * 2), .pb = mc_alloc(panel * 2),
-                             .pc = mc_alloc((size_t)(tl.tm * tl.tn) * sizeof(float)),
-                             .row = mc_alloc((size_t)tl.tn * sizeof(float))};
-        MC_ASSERT(w.pa && w.pb && w.pc && w.row);
+        struct dot_work w = {0};
         MC_ASSERT(dnnl_stream_create(&w.stream, dot_engine, dnnl_stream_default_flags) ==
                   dnnl_success);
 #pragma omp for schedule(static)
