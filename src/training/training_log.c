@@ -2,6 +2,8 @@
  * (core_v0.12.1): the bytes are Megatron's so log parsers keep working (spec
  * megatron-training-cli.md sections 5-6). */
 #include "training/trainer.h"
+
+#include "models/gpt/gpt_model.h"
 #include "training/recompute_budget.h"
 
 #include "training/theoretical_memory.h"
@@ -107,7 +109,8 @@ mc_status mc_train_print_training_line(struct trainer *t, int64_t iteration, dou
  * (the --dry-run lines). N is Megatron's parameter count of the most loaded shard; bytes per
  * parameter are what the engine allocates (docs/memory.md): fp32 master weights (+ the 16-bit
  * compute copy), fp32 grads (+ the distributed optimizer's grad shard), Adam's two moments or
- * SGD's momentum (sharded by the distributed optimizer), and its full-size gather buffer. */
+ * SGD's momentum (sharded by the distributed optimizer), and its full-size gather buffer; with
+ * 16-bit params the model's dt weight-grad temporaries, as the model allocated them. */
 static void estimate_by_category(const struct trainer *t, const struct mc_memory_estimate *e,
                                  double est[MC_MEM_COUNT], bool known[MC_MEM_COUNT])
 {
@@ -121,6 +124,8 @@ static void estimate_by_category(const struct trainer *t, const struct mc_memory
         known[c] = false;
     est[MC_MEM_PARAMS] = n * (4.0 + (half ? 2.0 : 0.0));
     est[MC_MEM_GRADS] = n * 4.0 + (distopt ? n * 4.0 / dp : 0.0);
+    for (int c = 0; c < t->m.vp; c++) /* 16 bits: each chunk's dt weight-grad temporaries */
+        est[MC_MEM_GRADS] += (double)mc_gpt_wgrad_temp_bytes(t->m.chunks[c]);
     est[MC_MEM_OPTIMIZER] = n * (opt && !strcmp(opt, "sgd") ? 4.0 : 8.0) / shard;
     known[MC_MEM_PARAMS] = known[MC_MEM_GRADS] = known[MC_MEM_OPTIMIZER] = true;
     if (mc_args_int(a, MC_A_pipeline_model_parallel_size) == 1) {

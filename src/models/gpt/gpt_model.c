@@ -756,6 +756,18 @@ static mc_status alloc_wgrad(struct mc_gpt_model *m)
     return MC_OK;
 }
 
+size_t mc_gpt_wgrad_temp_bytes(const struct mc_gpt_model *m)
+{
+    if (m->dt == MC_DTYPE_F32)
+        return 0;
+    int64_t n = largest_param(m);
+    n = n < 2 * m->dims.h ? 2 * m->dims.h : n;
+    size_t bytes = (size_t)n * m->esize;
+    if (m->tied_wgrad)
+        bytes += (size_t)(m->dims.V_l * m->dims.h) * m->esize;
+    return bytes;
+}
+
 /* Design §1 (Megatron with --use-cpu-initialization): the fp32 master init rounded to dt
  * gives the model's weights, and the main params are float() of those. */
 static void round_initial_params(struct mc_gpt_model *m)

@@ -142,6 +142,10 @@ static inline mc_status mc_gpt_hook_param_use(struct mc_gpt_model *m, int64_t en
 int64_t mc_gpt_recompute_group(const struct mc_gpt_model *m, int64_t l);
 int64_t mc_gpt_recompute_group_end(const struct mc_gpt_model *m, int64_t first);
 
+/* Bytes of the 16-bit weight-grad temporaries (0 in fp32): the dt grad of the largest
+ * parameter and, when this stage holds both uses of the tied word embedding, their dt sum. */
+size_t mc_gpt_wgrad_temp_bytes(const struct mc_gpt_model *m);
+
 /* Index of the first parameter of local layer l (l = L: the first one after the layers). */
 int64_t mc_gpt_layer_first_param(const struct mc_gpt_model *m, int64_t l);
 
