@@ -426,12 +426,17 @@ def op_attention(c):
         compare(c, "attn probs " + what, c.get("probs", (b, heads, s, s)), c.ref(probs),
                 8 if loose else 1, mean_bound=0.02 if loose else 0.01)
         # bf16 too: a prob rounded the other way now and then moves a ctx element by a few
-        # ulps (4 seen with MC_OPS_SEED=53024, fp32 softmax); the mean bound stays tight
+        # ulps (4 seen with MC_OPS_SEED=53024, fp32 softmax); the mean bound stays tight.
+        # fp16: each flipped prob moves the hn ctx elements of its row, and where those cancel
+        # towards zero the error is counted in ulps of ulp_errors' floor (2^-10 of the largest
+        # element): MC_OPS_SEED=10078 (masked, dropout 0.1) had probs at most 2 ulps off and
+        # 0.6% of ctx elements off, worst 408.5, mean 0.147 ulp. A wrong op is off everywhere.
         compare(c, "attn ctx " + what, c.get("ctx", (s, b, heads * hn)), c.ref(ctx),
-                256 if loose else 8, mean_bound=0.1 if loose else 0.01)
-        # and so a dqkv element (3 ulps seen with MC_OPS_SEED=60710, masked, dropout 0.1)
+                1024 if loose else 32, mean_bound=0.3 if loose else 0.01)
+        # and so a dqkv element (3 ulps seen with MC_OPS_SEED=60710, masked, dropout 0.1; bf16
+        # 10 ulps with MC_OPS_SEED=11013, causal, dropout 0.1, fp32 softmax, mean 0.003)
         compare(c, "attn dqkv " + what, c.get("dqkv", (s, b, (heads + 2 * groups) * hn)),
-                c.ref(ql.grad), 256 if loose else 8, mean_bound=0.1 if loose else 0.01)
+                c.ref(ql.grad), 1024 if loose else 32, mean_bound=0.3 if loose else 0.01)
 
 
 def op_accumulate(c):
