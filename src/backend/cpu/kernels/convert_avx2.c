@@ -49,9 +49,6 @@ static inline void store8(void *p, enum mc_dtype t, int64_t i, __m256 x)
     _mm_storeu_si128((__m128i *)((uint16_t *)p + i), h);
 }
 
-/* Block size per OpenMP chunk: a multiple of 8 so only the last block has a scalar tail. */
-#define CHUNK 16384
-
 static void convert_span(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                          int64_t i0, int64_t i1)
 {
@@ -64,9 +61,6 @@ static void convert_span(void *dst, enum mc_dtype dst_dt, const void *src, enum 
                     src_dt, i1 - i);
 }
 
-/* Spans up to 64K elements run on the caller's thread without entering OpenMP at all: the
- * 16-bit ops widen and round many short rows and blocks from inside their own parallel
- * regions, where even an inactive nested region costs more than the conversion. */
 void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                   int64_t n)
 {
@@ -76,16 +70,7 @@ void convert_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtyp
         memmove(dst, src, (size_t)n * mc_dtype_size(dst_dt));
         return;
     }
-    if (n <= 65536) {
-        convert_span(dst, dst_dt, src, src_dt, 0, n);
-        return;
-    }
-    int64_t nblk = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * CHUNK;
-        convert_span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
-    }
+    convert_split(convert_span, dst, dst_dt, src, src_dt, n);
 }
 
 static void accumulate_span(void *dst, enum mc_dtype dst_dt, const void *src,
@@ -105,20 +90,9 @@ static void accumulate_span(void *dst, enum mc_dtype dst_dt, const void *src,
                        src_dt, i1 - i);
 }
 
-/* Like convert_avx2: up to 64K elements on the caller's thread, without OpenMP. */
 void accumulate_avx2(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                      int64_t n)
 {
-    if (n <= 0)
-        return;
-    if (n <= 65536) {
-        accumulate_span(dst, dst_dt, src, src_dt, 0, n);
-        return;
-    }
-    int64_t nblk = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * CHUNK;
-        accumulate_span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
-    }
+    if (n > 0)
+        convert_split(accumulate_span, dst, dst_dt, src, src_dt, n);
 }

@@ -47,9 +47,6 @@ static inline void store16(void *p, enum mc_dtype t, int64_t i, __m512 x)
     _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), h);
 }
 
-/* Block size per OpenMP chunk: a multiple of 16 so only the last block has a scalar tail. */
-#define CHUNK 16384
-
 static void convert_span(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                          int64_t i0, int64_t i1)
 {
@@ -62,8 +59,6 @@ static void convert_span(void *dst, enum mc_dtype dst_dt, const void *src, enum 
                     src_dt, i1 - i);
 }
 
-/* Spans up to 64K elements run on the caller's thread without entering OpenMP (as
- * convert_avx2: the staged 16-bit ops call it from inside their own parallel regions). */
 void convert_avx512(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                     int64_t n)
 {
@@ -73,16 +68,7 @@ void convert_avx512(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dt
         memmove(dst, src, (size_t)n * mc_dtype_size(dst_dt));
         return;
     }
-    if (n <= 65536) {
-        convert_span(dst, dst_dt, src, src_dt, 0, n);
-        return;
-    }
-    int64_t nblk = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * CHUNK;
-        convert_span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
-    }
+    convert_split(convert_span, dst, dst_dt, src, src_dt, n);
 }
 
 static void accumulate_span(void *dst, enum mc_dtype dst_dt, const void *src,
@@ -104,16 +90,6 @@ static void accumulate_span(void *dst, enum mc_dtype dst_dt, const void *src,
 void accumulate_avx512(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                        int64_t n)
 {
-    if (n <= 0)
-        return;
-    if (n <= 65536) {
-        accumulate_span(dst, dst_dt, src, src_dt, 0, n);
-        return;
-    }
-    int64_t nblk = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t i0 = b * CHUNK;
-        accumulate_span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
-    }
+    if (n > 0)
+        convert_split(accumulate_span, dst, dst_dt, src, src_dt, n);
 }

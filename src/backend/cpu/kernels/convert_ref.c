@@ -56,3 +56,19 @@ void accumulate_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dt
     for (int64_t i = 0; i < n; i++)
         store_f32(dst, dst_dt, i, nan_first_add(load_f32(dst, dst_dt, i), load_f32(src, src_dt, i)));
 }
+
+void convert_split(mc_convert_span_fn span, void *dst, enum mc_dtype dst_dt, const void *src,
+                   enum mc_dtype src_dt, int64_t n)
+{
+    enum { CHUNK = 16384 };
+    if (n <= 65536) {
+        span(dst, dst_dt, src, src_dt, 0, n);
+        return;
+    }
+    int64_t nblk = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t i0 = b * CHUNK;
+        span(dst, dst_dt, src, src_dt, i0, i0 + CHUNK < n ? i0 + CHUNK : n);
+    }
+}

@@ -537,10 +537,10 @@ static void dot_store(struct dot_work *w, const float *tile, int64_t m, int64_t 
                       float beta, char *C, enum mc_dtype c_dt, int64_t ldc, mc_convert_fn cv)
 {
     size_t cs = mc_dtype_size(c_dt);
+    float *row = c_dt == MC_DTYPE_F32 ? NULL : grow(&w->row, &w->row_bytes, (size_t)n * sizeof(float));
     for (int64_t i = 0; i < m; i++) {
         char *c = C + (size_t)(i * ldc) * cs;
-        float *out = c_dt == MC_DTYPE_F32 ? (float *)c
-                                          : grow(&w->row, &w->row_bytes, (size_t)n * sizeof(float));
+        float *out = row ? row : (float *)c;
         if (beta != 0.0f && c_dt != MC_DTYPE_F32)
             cv(out, MC_DTYPE_F32, c, c_dt, n);
         for (int64_t j = 0; j < n; j++)

@@ -16,6 +16,17 @@ void convert_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype
 void accumulate_ref(void *dst, enum mc_dtype dst_dt, const void *src, enum mc_dtype src_dt,
                     int64_t n);
 
+/* A vector conversion (or accumulation) over elements [i0, i1) of dst and src. */
+typedef void (*mc_convert_span_fn)(void *dst, enum mc_dtype dst_dt, const void *src,
+                                   enum mc_dtype src_dt, int64_t i0, int64_t i1);
+/* Runs span over [0, n): up to 64K elements on the caller's thread without entering OpenMP at
+ * all (the staged 16-bit ops convert many short rows and blocks from inside their own parallel
+ * regions, where even an inactive nested region costs more than the conversion), else over the
+ * threads in blocks of 16384 elements (a multiple of every vector width, so only the last block
+ * has a scalar tail). */
+void convert_split(mc_convert_span_fn span, void *dst, enum mc_dtype dst_dt, const void *src,
+                   enum mc_dtype src_dt, int64_t n);
+
 void gemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 void gemm_blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
