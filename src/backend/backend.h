@@ -27,7 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MC_BACKEND_VERSION 4
+#define MC_BACKEND_VERSION 5
+#define MC_BACKEND_MEASURES 4 /* slots of measure() / adopt() */
 
 struct mc_backend_ops;
 
@@ -143,6 +144,16 @@ struct mc_backend_ops {
     void (*copy)(struct mc_backend *be, void *dst, const void *src, size_t bytes);
     void (*set)(struct mc_backend *be, void *dst, int byte, size_t bytes); /* memset */
     void (*sync)(struct mc_backend *be);
+
+    /* ---- measured choices that change the numbers ----
+     * A backend may choose kernels by measuring the machine. Where a choice changes the bits,
+     * every rank of a job must choose alike, or a rank's timing noise makes its numbers (and the
+     * run's) differ from the others'. measure() fills m with this process's measurements (the
+     * CPU backend: m[0] = its bf16 dot products' FLOP rate over its fp32 FMAs', 0 without them;
+     * unused slots 0); the caller combines every rank's (the trainer: the largest of each)
+     * and hands the result to adopt(), after which this process chooses from those values. A backend that is never given adopt() chooses from its own. */
+    void (*measure)(struct mc_backend *be, double m[MC_BACKEND_MEASURES]);
+    void (*adopt)(struct mc_backend *be, const double m[MC_BACKEND_MEASURES]);
 
     /* ---- dtype conversion (mixed precision: main params and grads in fp32) ---- */
     /* dst[i] = src[i] converted (16-bit outputs rounded to nearest even; widening exact). */

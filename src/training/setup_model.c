@@ -262,6 +262,20 @@ static mc_status pp_setup(struct trainer *t)
                               "embedding-group word-embedding weight all-reduce");
 }
 
+/* The backend's measured choices that change the numbers (backend.h: measure, adopt), made
+ * alike on every rank: each rank measures, the world takes the largest of each value, and
+ * every rank adopts that (any rule every rank applies to the same numbers would do). Collective over the world. */
+static mc_status agree_backend_measures(struct mc_backend *be)
+{
+    double m[MC_BACKEND_MEASURES];
+    be->ops->measure(be, m);
+    mc_status st = mc_comm_all_reduce(mc_train_world_comm, m, MC_BACKEND_MEASURES, MC_DTYPE_F64,
+                                      MC_COMM_MAX, "backend measurements all-reduce");
+    if (!st)
+        be->ops->adopt(be, m);
+    return st;
+}
+
 /* MC_BACKEND names the backend (backend.h: cpu, cpu-ref, cpu-sim); unset or empty: "cpu". */
 static const char *backend_name(void)
 {
@@ -284,6 +298,8 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
     int64_t n_params = 0;
     if (!st)
         st = mc_backend_create(backend_name(), &t->m.be);
+    if (!st)
+        st = agree_backend_measures(t->m.be);
     /* get_model: one model per chunk, built with the virtual rank set to the chunk */
     for (int v = 0; v < t->m.vp && !st; v++) {
         c.virtual_pipeline_model_parallel_rank = v;

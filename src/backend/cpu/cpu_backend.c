@@ -211,16 +211,21 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
  * bits differ from the widen feeds by the fp32 summation order. So it is NOT chosen by timing
  * the GEMM, which varies between ranks and runs and would make a bf16 run's numbers depend on
  * timing noise: it is taken where the CPU's dot products run at >= DOT_MIN_RATIO times its fp32
- * FMAs (bf16_dot_rate_ratio_avx512bf16, a register-only probe: ~2 or ~0.5, far from the
- * threshold on either family, so every rank decides alike), and all the times are logged
- * beside the choice in one line (which says so if dot timed slower). fp16 always widens (no fast fp16 dot
- * product here, and fp16 must keep fp32 accuracy). MC_GEMM16=copies|tiles|dot forces one (dot
+ * FMAs (bf16_dot_rate_ratio_avx512bf16, a register-only probe: ~2 on Zen 4, ~0.5 on Intel
+ * Xeons without AMX; a loaded Zen 4 reads anywhere from 1.36 to 2.75, hence a threshold of 1, a
+ * factor of two from either). A job's ranks decide from one number: the trainer gathers each
+ * rank's probe through measure() and hands every rank the largest through adopt(). All the
+ * times are logged beside the choice in one line (which says so if dot timed slower). fp16
+ * always widens (no fast fp16 dot product here, and fp16 must keep fp32 accuracy). MC_GEMM16=copies|tiles|dot forces one (dot
  * where unavailable: a warning and the rule). The choice is made once per dtype per process. */
 enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES, G16_DOT };
 static enum gemm16_path g16_path[2] = {G16_UNSET, G16_UNSET}; /* [0] bf16, [1] fp16 */
 static pthread_mutex_t g16_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *const g16_names[] = {"unset", "copies", "tiles", "dot"};
-#define DOT_MIN_RATIO 1.3
+#define DOT_MIN_RATIO 1.0
+/* the dot/FMA rate ratio the choice reads: < 0 until probed or adopted */
+static double g16_ratio = -1.0;
+static bool g16_adopted;
 
 static double now_ms(void)
 {
@@ -264,6 +269,35 @@ static enum gemm16_path gemm16_forced(enum mc_dtype dt, bool dot_ok, const char 
     return G16_UNSET;
 }
 
+/* The dot/FMA rate ratio: adopted, else this process's probe (once). Under g16_lock. */
+static double dot_ratio_locked(void)
+{
+    if (g16_ratio < 0)
+        g16_ratio = bf16_dot_rate_ratio_avx512bf16();
+    return g16_ratio;
+}
+
+static void cpu_measure(struct mc_backend *be, double m[MC_BACKEND_MEASURES])
+{
+    (void)be;
+    const char *why;
+    memset(m, 0, MC_BACKEND_MEASURES * sizeof *m);
+    pthread_mutex_lock(&g16_lock);
+    if (gemm_dot_bf16_available(&why))
+        m[0] = dot_ratio_locked();
+    pthread_mutex_unlock(&g16_lock);
+}
+
+/* Takes the job's ratio. A choice made before stays (the trainer adopts before any GEMM). */
+static void cpu_adopt(struct mc_backend *be, const double m[MC_BACKEND_MEASURES])
+{
+    (void)be;
+    pthread_mutex_lock(&g16_lock);
+    g16_ratio = m[0];
+    g16_adopted = true;
+    pthread_mutex_unlock(&g16_lock);
+}
+
 /* Times each candidate on this call's shape (into a scratch C, twice each, the faster kept),
  * logs the times and the choice: dot where available and its probed rate ratio is at least
  * DOT_MIN_RATIO, else the faster widen feed. */
@@ -272,7 +306,7 @@ static enum gemm16_path gemm16_time(struct mc_backend *be, bool ta, bool tb, int
                                     int64_t lda, const void *B, int64_t ldb, enum mc_dtype c_dt,
                                     bool dot_ok, const char *why)
 {
-    double ratio = dot_ok ? bf16_dot_rate_ratio_avx512bf16() : 0.0;
+    double ratio = dot_ok ? dot_ratio_locked() : 0.0;
     void *c = mc_cpu_scratch(M * N, "gemm"); /* fp32-sized: fits either C dtype */
     double best[4] = {0, 1e300, 1e300, 1e300};
     for (int rep = 0; rep < 2; rep++)
@@ -290,8 +324,8 @@ static enum gemm16_path gemm16_time(struct mc_backend *be, bool ta, bool tb, int
     char dot[192];
     if (dot_ok)
         snprintf(dot, sizeof dot, "bf16 dot products %.2f ms (%s; their probed rate %.2fx the "
-                 "fp32 FMA's, %s %.1f)", best[G16_DOT], why, ratio, dot_fast ? ">=" : "<",
-                 DOT_MIN_RATIO);
+                 "fp32 FMA's%s, %s %.1f)", best[G16_DOT], why, ratio,
+                 g16_adopted ? ", the job's largest" : "", dot_fast ? ">=" : "<", DOT_MIN_RATIO);
     else
         snprintf(dot, sizeof dot, "no bf16 dot products (%s)",
                  dt == MC_DTYPE_BF16 ? why : "fp16 widens");
@@ -1035,6 +1069,8 @@ static const struct mc_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .set = cpu_set,
     .sync = cpu_sync,
+    .measure = cpu_measure,
+    .adopt = cpu_adopt,
     .convert = cpu_convert,
     .accumulate = cpu_accumulate,
     .gemm = cpu_gemm,

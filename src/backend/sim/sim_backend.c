@@ -170,6 +170,14 @@ static void sim_set(struct mc_backend *be, void *dst, int byte, size_t bytes)
 }
 
 static void sim_sync(struct mc_backend *be) { (void)be; }
+static void sim_measure(struct mc_backend *be, double m[MC_BACKEND_MEASURES])
+{
+    IN(be)->ops->measure(IN(be), m);
+}
+static void sim_adopt(struct mc_backend *be, const double m[MC_BACKEND_MEASURES])
+{
+    IN(be)->ops->adopt(IN(be), m);
+}
 
 static void sim_convert(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
                         enum mc_dtype src_dt, int64_t n)
@@ -554,6 +562,8 @@ static const struct mc_backend_ops sim_ops = {
     .copy = sim_copy,
     .set = sim_set,
     .sync = sim_sync,
+    .measure = sim_measure,
+    .adopt = sim_adopt,
     .convert = sim_convert,
     .accumulate = sim_accumulate,
     .gemm = sim_gemm,

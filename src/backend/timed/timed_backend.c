@@ -129,6 +129,15 @@ static void t_set(struct mc_backend *be, void *dst, int byte, size_t bytes)
     T(C_COPY, set(IN(be), dst, byte, bytes));
 }
 static void t_sync(struct mc_backend *be) { T(C_COPY, sync(IN(be))); }
+/* start-up measurements, not ops of a step: forwarded untimed */
+static void t_measure(struct mc_backend *be, double m[MC_BACKEND_MEASURES])
+{
+    IN(be)->ops->measure(IN(be), m);
+}
+static void t_adopt(struct mc_backend *be, const double m[MC_BACKEND_MEASURES])
+{
+    IN(be)->ops->adopt(IN(be), m);
+}
 
 static void t_convert(struct mc_backend *be, void *dst, enum mc_dtype ddt, const void *src,
                       enum mc_dtype sdt, int64_t n)
@@ -344,6 +353,8 @@ static const struct mc_backend_ops timed_ops = {
     .copy = t_copy,
     .set = t_set,
     .sync = t_sync,
+    .measure = t_measure,
+    .adopt = t_adopt,
     .convert = t_convert,
     .accumulate = t_accumulate,
     .gemm = t_gemm,
