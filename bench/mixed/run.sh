@@ -10,6 +10,8 @@
 #   and prints each one's median (this 2-core VM's speed drifts by 10-20% between minutes); the PyTorch peer is bench/setup_torch.sh's (or MC_TORCH2);
 #   MC_BENCH_FLASH=1 (default): flash attention, as pretrain_gpt's default transformer_engine
 #   spec and PyTorch's scaled_dot_product_attention; 0: the unfused attention
+#   WIDEN=1 adds a bf16 run with MC_GEMM16=copies (the widened fp32 GEMM a CPU without fast
+#   bf16 dot products takes: a stand-in for it on a CPU that has them); TORCH=0 skips PyTorch
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here"
@@ -44,7 +46,11 @@ for r in $(seq "$rounds"); do
     fi
     add "megatron.c $dt" "$(echo "$out" | grep -oE 'step_ms=[0-9.]+' | cut -d= -f2)"
   done
-  if [ -n "$py" ]; then
+  if [ "${WIDEN:-0}" = 1 ]; then
+    out=$(MC_GEMM16=copies "$bin" bfloat16 "${shape[@]}" "$it" "$wu" 2>&1)
+    add "megatron.c bf16 widened" "$(echo "$out" | grep -oE 'step_ms=[0-9.]+' | cut -d= -f2)"
+  fi
+  if [ -n "$py" ] && [ "${TORCH:-1}" = 1 ]; then
     for dt in float32 bfloat16; do
       out=$("$py" bench/mixed/torch_autocast.py "$dt" "${shape[@]}" "$it" "$wu" "$th" 2>/dev/null || echo failed)
       ver=$(echo "$out" | awk '{print $2}')
