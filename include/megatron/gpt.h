@@ -9,16 +9,20 @@
  * are vocab-parallel; with tensor_model_parallel_size == 1 the communication is a no-op.
  *
  * Dtypes (mixed precision): the model computes in dt = cfg->params_dtype (fp32, bf16 or fp16,
- * Megatron's params_dtype). Its activations, the logits, the pipeline messages (Megatron's
- * pipeline_dtype) and their grads are dt, so the pointers below that carry them are
- * `void *` to cfg->params_dtype elements. The parameter views (mc_param_view.data, .grad)
- * are always fp32: the main params and main grads; with 16-bit dt the weights forward and
- * backward read are the parameter set's compute block (param_set.h), rounded from them. */
+ * Megatron's params_dtype). Its activations and the logits are dt; the pipeline messages
+ * (Megatron's pipeline_dtype) and their grads are the residual stream's dtype: dt, or fp32 with
+ * fp32_residual_connection. What crosses the model's boundary as activations (the logits, a
+ * stage's output and input grad, the previous stage's output and the next one's grad coming
+ * in) is a tensor view (megatron/tensor.h) that carries its dtype, shape and memory, checked
+ * where it comes in. The parameter views (mc_param_view.data, .grad) are always fp32: the main
+ * params and main grads; with 16-bit dt the weights forward and backward read are the
+ * parameter set's compute block (param_set.h), rounded from them. */
 #ifndef MEGATRON_GPT_H
 #define MEGATRON_GPT_H
 
 #include "megatron.h"
 #include "megatron/param_set.h"
+#include "megatron/tensor.h"
 #include "megatron/transformer_config.h"
 
 #ifdef __cplusplus
@@ -62,9 +66,10 @@ struct mc_gpt_batch {
     const int64_t *labels;        /* [b, s]; NULL = return logits only */
     const int64_t *position_ids;  /* [b, s]; NULL = 0..s-1 (RoPE always uses 0..s-1) */
     const uint8_t *attention_mask;/* [b, 1, s, s], 1 = masked out; NULL = causal */
-    const void *hidden_in;        /* [s, b, h] in params_dtype: the previous stage's output,
-                                     pipeline stages after the first only (tokens are not
-                                     read there) */
+    /* The previous stage's output (mc_gpt_stage_tensor's dtype and shape, in host memory or
+     * the model's backend's), pipeline stages after the first only (tokens are not read
+     * there); NULL on the first stage. */
+    const struct mc_tensor *hidden_in;
 };
 
 /* Forward. With labels: writes per-token losses [b, s] to `loss` (Megatron's GPTModel returns
@@ -80,9 +85,10 @@ struct mc_gpt_batch {
 MC_API mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool training,
                                 float *loss /* [b, s] or NULL */);
 /* Logits of the last forward, sequence-first [s, b, V/tp] in params_dtype, as Megatron's output
- * layer makes them (the loss reads them widened to fp32, Megatron's output.float()).
- * mc_gpt_backward overwrites them with their gradient (rounded to params_dtype). */
-MC_API const void *mc_gpt_logits(const mc_gpt_model *m);
+ * layer makes them (the loss reads them widened to fp32, Megatron's output.float()), in the
+ * model's backend's memory. mc_gpt_backward overwrites them with their gradient (rounded to
+ * params_dtype). data is NULL before a forward and on stages before the last. */
+MC_API struct mc_tensor mc_gpt_logits(const mc_gpt_model *m);
 /* Backward from d(loss)/d(per-token loss) [b, s]. Parameter grads are ACCUMULATED (+=).
  * Needs the previous call to be a successful forward with labels (one backward per forward). */
 MC_API mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss /* [b, s] */);
@@ -101,15 +107,20 @@ MC_API mc_status mc_gpt_sequence_parallel_grad_sync(mc_gpt_model *m);
  * activations in params_dtype, norm and loss statistics fp32). */
 MC_API size_t mc_gpt_activation_bytes(const mc_gpt_model *m);
 
-/* Pipeline stages (every tensor here in params_dtype). A stage that is not the last produces
- * its output hidden states [s, b, h]
- * ([s/tp, b, h], this rank's sequence shard, with sequence_parallel)
- * (valid until the next forward) instead of logits and loss; it takes the grad of that output
- * in mc_gpt_backward_stage instead of mc_gpt_backward. A stage that is not the first reads
- * batch->hidden_in and, after backward, offers the grad of it (valid until the next forward). */
-MC_API const void *mc_gpt_stage_output(const mc_gpt_model *m);
-MC_API mc_status mc_gpt_backward_stage(mc_gpt_model *m, const void *dhidden_out /* [s, b, h] */);
-MC_API const void *mc_gpt_stage_input_grad(const mc_gpt_model *m);
+/* Pipeline stages. Every tensor between stages is mc_gpt_stage_tensor(m, b, s): [s, b, h]
+ * ([s/tp, b, h], this rank's sequence shard, with sequence_parallel) of the residual stream's
+ * dtype (Megatron's pipeline_dtype); that call gives its dtype and shape with data NULL.
+ * A stage that is not the last produces its output hidden states (mc_gpt_stage_output, valid
+ * until the next forward, in the backend's memory) instead of logits and loss; it takes the
+ * grad of that output in mc_gpt_backward_stage instead of mc_gpt_backward (host or backend
+ * memory; a dtype or shape other than the stage tensor's is MC_ERR_SHAPE). A stage that is not
+ * the first reads batch->hidden_in and, after backward, offers the grad of it
+ * (mc_gpt_stage_input_grad, valid until the next forward). The outputs' data is NULL where the
+ * stage has none (the last stage's output, the first stage's input grad). */
+MC_API struct mc_tensor mc_gpt_stage_tensor(const mc_gpt_model *m, int64_t b, int64_t s);
+MC_API struct mc_tensor mc_gpt_stage_output(const mc_gpt_model *m);
+MC_API mc_status mc_gpt_backward_stage(mc_gpt_model *m, const struct mc_tensor *dhidden_out);
+MC_API struct mc_tensor mc_gpt_stage_input_grad(const mc_gpt_model *m);
 /* The model-parallel (tp x pp) communicator, an MPI_Comm * that outlives the model: with
  * pipeline_model_parallel_size > 1 the optimizer's grad norm and zero count are reduced over it
  * (Megatron's model-parallel group); MC_ERR_UNSUPPORTED without it. */

@@ -132,6 +132,20 @@ static int pp_slot_for(const struct pp_pass *r, int chunk, int64_t k)
     return (int)(k % n);
 }
 
+/* A message of the schedule (host memory: its receive buffers) as the model's stage tensor of
+ * the micro-batch held; NULL stays NULL. The model's outputs go the other way as data pointers
+ * the schedule sends in place: the CPU backends' memory is host memory (a device backend's
+ * would be staged to the host here, through its copy ops). */
+static const struct mc_tensor *pp_message(const mc_gpt_model *m, const struct mc_micro_batch *mb,
+                                          const void *data, struct mc_tensor *view)
+{
+    if (!data)
+        return NULL;
+    *view = mc_gpt_stage_tensor(m, mb->b, mb->s);
+    view->data = (void *)data;
+    return view;
+}
+
 static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const void *input)
 {
     struct trainer *t = r->t;
@@ -153,10 +167,12 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const v
         mc_gpt_set_moe_aux_loss_scale(m, (float)(mc_args_bool(t->a, MC_A_calculate_per_token_loss)
                                                  ? ls : ls / (double)r->num_micro));
     }
+    struct mc_tensor in;
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
                               .position_ids = mb->position_ids,
-                              .attention_mask = mb->attention_mask, .hidden_in = input};
+                              .attention_mask = mb->attention_mask,
+                              .hidden_in = pp_message(m, mb, input, &in)};
     st = mc_gpt_forward(m, &gb, r->training, last ? t->d.loss : NULL);
     mc_timer_stop(fwd);
     /* forward-only passes (evaluation) take no backward: their slot is free again */
@@ -183,7 +199,7 @@ static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const void *i
     mc_status st = pp_run_forward(r, chunk, k, input);
     if (st)
         return st;
-    *output = mc_gpt_stage_output(r->t->m.chunks[chunk]);
+    *output = mc_gpt_stage_output(r->t->m.chunks[chunk]).data;
     if (!pp_last(r->t, chunk))
         return MC_OK;
     double num, den;
@@ -223,10 +239,11 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const void *
                                    (size_t)n * sizeof(float));
         st = mc_gpt_backward(m, t->d.dloss);
     } else {
-        st = mc_gpt_backward_stage(m, output_grad);
+        struct mc_tensor g;
+        st = mc_gpt_backward_stage(m, pp_message(m, &t->d.batch, output_grad, &g));
     }
     mc_timer_stop(bwd);
-    *input_grad = mc_gpt_stage_input_grad(m);
+    *input_grad = mc_gpt_stage_input_grad(m).data;
     return st;
 }
 

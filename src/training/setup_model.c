@@ -235,14 +235,12 @@ static mc_status interleaved_init(struct trainer *t, const struct mc_pp_p2p *p)
 static mc_status pp_setup(struct trainer *t)
 {
     const struct mc_gpt_config *c = mc_gpt_model_config(t->m.model);
+    /* the messages: the model's stage tensor of a full micro-batch ([s/tp, b, h] with
+     * --sequence-parallel; Megatron's pipeline_dtype, fp32 with --fp32-residual-connection) */
+    struct mc_tensor msg = mc_gpt_stage_tensor(t->m.model, t->d.mbs, t->d.seq);
     struct mc_pp_p2p p = {t->par.ps.group[MC_PS_PP].comm, t->par.ps.pp,
-                          mc_ps_rank(&t->par.ps, MC_PS_PP),
-                          t->d.seq * t->d.mbs * c->hidden_size /
-                              (c->sequence_parallel ? c->tensor_model_parallel_size : 1),
-                          NULL, NULL, false, /* [s/tp, b, h] with --sequence-parallel */
-                          /* Megatron's pipeline_dtype; fp32 with --fp32-residual-connection
-                           * (the residual stream's, as upstream's TransformerConfig sets it) */
-                          c->fp32_residual_connection ? MC_DTYPE_F32 : c->params_dtype};
+                          mc_ps_rank(&t->par.ps, MC_PS_PP), mc_tensor_numel(&msg),
+                          NULL, NULL, false, msg.dtype};
     if (t->par.ps.pp == 1) /* forward_backward_no_pipelining: no buffers, no exchanges */
         return mc_pp_schedule_init(&t->pp.pipe, &p);
     mc_status st = MC_OK;

@@ -339,7 +339,7 @@ int main(int argc, char **argv)
         mc_dump_hooks_disable();
     }
     int64_t lshape[3] = {s, b, c->padded_vocab_size / c->tensor_model_parallel_size};
-    TRY(mc_dump_add(out, "logits", c->params_dtype, 3, lshape, mc_gpt_logits(m)));
+    TRY(mc_dump_add(out, "logits", c->params_dtype, 3, lshape, mc_gpt_logits(m).data));
 
     float *loss = mc_alloc((size_t)n * sizeof(float));
     if (!loss)

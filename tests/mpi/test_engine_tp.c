@@ -272,8 +272,8 @@ static void sp_extras(int rank, int tp, MPI_Comm *comm)
     CHECK(mc_gpt_forward(ms, &bt, true, NULL) == MC_OK);
     int64_t rows = n / tp * c1.hidden_size; /* [s/tp, b, h]: rows rank*n/tp .. of [s, b, h] */
     check_tensor_close("sp stage output = this rank's rows of the tp=1 output",
-                       mc_gpt_stage_output(ms),
-                       (const float *)mc_gpt_stage_output(ref) + rank * rows, rows,
+                       mc_gpt_stage_output(ms).data,
+                       (const float *)mc_gpt_stage_output(ref).data + rank * rows, rows,
                        2e-5, 1e-6);
     struct mc_gpt_batch odd = {B, S - 1, tok, NULL, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(ms, &odd, false, NULL) == MC_ERR_SHAPE); /* s % tp != 0 */

@@ -20,6 +20,47 @@ static mc_status check_ids(const int64_t *ids, int64_t n, int64_t limit, const c
     return MC_OK;
 }
 
+/* A tensor coming in at the stage boundary (what names it in errors) must be the stage tensor
+ * of a b x s micro-batch, in host memory or the model's backend's. */
+static mc_status check_stage_tensor(const struct mc_gpt_model *m, const struct mc_tensor *t,
+                                    int64_t b, int64_t s, const char *what)
+{
+    struct mc_tensor want = mc_gpt_stage_tensor(m, b, s);
+    if (!t || !t->data)
+        return mc_error(MC_ERR_SHAPE, "pipeline stage %d: %s is missing",
+                        m->cfg.pipeline_model_parallel_rank, what);
+    if (t->dtype != want.dtype || !mc_tensor_same_shape(t, &want))
+        return mc_error(MC_ERR_SHAPE, "%s is %s [%lld, %lld, %lld] (%d dims); expected %s "
+                        "[%lld, %lld, %lld] (the residual stream's dtype, [s%s, b, h])", what,
+                        mc_dtype_name(t->dtype), (long long)t->shape[0], (long long)t->shape[1],
+                        (long long)t->shape[2], t->ndim, mc_dtype_name(want.dtype),
+                        (long long)want.shape[0], (long long)want.shape[1],
+                        (long long)want.shape[2], m->cfg.sequence_parallel ? "/tp" : "");
+    return MC_OK;
+}
+
+/* Copies a checked stage tensor into the backend buffer dst: within the model's backend, from
+ * the host, or from another backend's memory (another model's, e.g. the previous stage in
+ * this process) through the host with that backend's copy op. */
+static mc_status stage_tensor_in(struct mc_gpt_model *m, void *dst, const struct mc_tensor *t)
+{
+    struct mc_backend *be = m->be, *from = (struct mc_backend *)t->backend;
+    size_t n = mc_tensor_nbytes(t);
+    if (from == be) {
+        be->ops->copy(be, dst, t->data, n);
+    } else if (!from) {
+        be->ops->copy_to_backend(be, dst, t->data, n);
+    } else {
+        void *h = MC_MEM_AS(MC_MEM_WORKSPACE, mc_alloc(n));
+        if (!h)
+            return mc_error(MC_ERR_NOMEM, "no host memory to stage a %zu-byte stage tensor", n);
+        from->ops->copy_to_host(from, h, t->data, n);
+        be->ops->copy_to_backend(be, dst, h, n);
+        mc_free(h);
+    }
+    return MC_OK;
+}
+
 static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_batch *bt)
 {
     const struct mc_gpt_config *c = &m->cfg;
@@ -28,9 +69,6 @@ static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_b
         return mc_error(MC_ERR_SHAPE, "forward: no batch");
     if (d->first_stage && !bt->tokens)
         return mc_error(MC_ERR_SHAPE, "forward: no tokens");
-    if (!d->first_stage && !bt->hidden_in)
-        return mc_error(MC_ERR_SHAPE, "forward: pipeline stage %d needs the previous stage's "
-                        "output (batch hidden_in)", c->pipeline_model_parallel_rank);
     if (bt->b < 1 || bt->b > c->micro_batch_size)
         return mc_error(MC_ERR_SHAPE, "forward: batch size %lld is outside [1, %lld] "
                         "(--micro-batch-size)", (long long)bt->b,
@@ -55,6 +93,9 @@ static mc_status check_batch(const struct mc_gpt_model *m, const struct mc_gpt_b
         (st = check_ids(bt->position_ids, n, c->max_position_embeddings, "position_ids",
                         "--max-position-embeddings")) != MC_OK)
         return st;
+    if (!d->first_stage)
+        return check_stage_tensor(m, bt->hidden_in, bt->b, bt->s,
+                                  "forward: the previous stage's output (batch hidden_in)");
     return MC_OK;
 }
 
@@ -303,8 +344,8 @@ mc_status mc_gpt_forward(mc_gpt_model *m, const struct mc_gpt_batch *batch, bool
             return st;
         hook(m, "embedding.output", m->rdt, x0, c.T_sp / b, b, d->h);
     } else {
-        m->be->ops->copy_to_backend(m->be, x0, batch->hidden_in,
-                                    m->rsize * (size_t)(c.T_sp * d->h));
+        if ((st = stage_tensor_in(m, x0, batch->hidden_in)) != MC_OK)
+            return st;
     }
     if (m->cfg.distribute_saved_activations && (c.T_sp * d->h) % m->tp.size)
         return mc_error(MC_ERR_SHAPE, "forward: --distribute-saved-activations splits each "
@@ -449,7 +490,7 @@ mc_status mc_gpt_backward(mc_gpt_model *m, const float *dloss)
     return body_backward(m, sl, &c);
 }
 
-mc_status mc_gpt_backward_stage(mc_gpt_model *m, const void *dhidden_out)
+mc_status mc_gpt_backward_stage(mc_gpt_model *m, const struct mc_tensor *dhidden_out)
 {
     if (m->dims.last_stage)
         return mc_error(MC_ERR_SHAPE, "mc_gpt_backward_stage is for pipeline stages before the "
@@ -458,11 +499,13 @@ mc_status mc_gpt_backward_stage(mc_gpt_model *m, const void *dhidden_out)
     if (!sl->valid)
         return mc_error(MC_ERR_SHAPE, "backward needs a successful forward "
                         "(and at most one backward per forward)");
-    if (!dhidden_out)
-        return mc_error(MC_ERR_SHAPE, "backward: no output grad");
+    mc_status st = check_stage_tensor(m, dhidden_out, sl->b, sl->s,
+                                      "backward: the grad of this stage's output");
+    if (st)
+        return st;
     sl->valid = false;
     struct mc_tfm_ctx c = make_ctx(m, sl);
-    m->be->ops->copy_to_backend(m->be, m->dx, dhidden_out,
-                                m->rsize * (size_t)(c.T_sp * m->dims.h));
+    if ((st = stage_tensor_in(m, m->dx, dhidden_out)) != MC_OK)
+        return st;
     return body_backward(m, sl, &c);
 }

@@ -88,14 +88,17 @@ static void pass(mc_gpt_model *m, const float *hidden_in, const float *dout, boo
         dl[i] = 1.0f / (float)N;
     }
     bool last = m->dims.last_stage;
+    struct mc_tensor x = mc_gpt_stage_tensor(m, B, S), g = x;
+    x.data = (void *)hidden_in;
+    g.data = (void *)dout;
     struct mc_gpt_batch bt = {B, S, m->dims.first_stage ? tok : NULL, last ? lab : NULL, NULL,
-                              NULL, hidden_in};
+                              NULL, hidden_in ? &x : NULL};
     mc_gpt_set_step(m, 1);
     CHECK(mc_gpt_forward(m, &bt, true, last ? out : NULL) == MC_OK);
     if (!last)
-        memcpy(out, mc_gpt_stage_output(m), sizeof(float) * N * (size_t)m->dims.h);
+        memcpy(out, mc_gpt_stage_output(m).data, sizeof(float) * N * (size_t)m->dims.h);
     if (backward)
-        CHECK((last ? mc_gpt_backward(m, dl) : mc_gpt_backward_stage(m, dout)) == MC_OK);
+        CHECK((last ? mc_gpt_backward(m, dl) : mc_gpt_backward_stage(m, &g)) == MC_OK);
 }
 
 static void check_stage(const char *label, mc_gpt_model *m, const float *hidden_in,

@@ -265,7 +265,10 @@ static void test_api(void)
     /* logits-only forward; the loss is log-softmax of those logits over the padded vocab */
     struct mc_gpt_batch bl = {B, S, tok, NULL, NULL, NULL, NULL};
     CHECK(mc_gpt_forward(m0, &bl, false, NULL) == MC_OK);
-    const float *lg = mc_gpt_logits(m0);
+    struct mc_tensor lt = mc_gpt_logits(m0);
+    CHECK(lt.dtype == MC_DTYPE_F32 && lt.ndim == 3 && lt.shape[0] == S && lt.shape[1] == B &&
+          lt.shape[2] == V && lt.backend != NULL);
+    const float *lg = lt.data;
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t si = 0; si < S; si++) {
             const float *row = lg + (si * B + bi) * V;
@@ -376,7 +379,7 @@ static void test_hooks(void)
         }
         const struct mc_dump_tensor *lg = mc_dump_find(d, "output_layer.output");
         CHECK(lg && lg->shape[2] == 80 &&
-              memcmp(lg->data, mc_gpt_logits(m), sizeof(float) * (size_t)(S * B * 80)) == 0);
+              memcmp(lg->data, mc_gpt_logits(m).data, sizeof(float) * (size_t)(S * B * 80)) == 0);
         mc_dump_free(d);
     }
     remove(path);

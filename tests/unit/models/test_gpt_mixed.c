@@ -128,7 +128,8 @@ static void check_init_and_grads(bool llama, enum mc_dtype dt)
                 mc_dtype_name(dt));
     CHECK(off == 0);
     /* the logits are dt, and so is their grad after backward */
-    CHECK(mc_gpt_logits(m16) != NULL);
+    struct mc_tensor lt = mc_gpt_logits(m16);
+    CHECK(lt.data != NULL && lt.dtype == dt);
 out:
     mc_gpt_model_free(m16);
     mc_gpt_model_free(m32);

@@ -105,14 +105,17 @@ static void run(const char *label, bool llama, int ranks, int vp, enum mc_dtype 
     struct mc_gpt_batch bt = {B, S, tok, lab, NULL, NULL, NULL};
     mc_gpt_set_step(ref, 2);
     CHECK(mc_gpt_forward(ref, &bt, true, l1) == MC_OK);
-    const void *hid = NULL;
+    struct mc_tensor hid = {0};
     for (int r = 0; r < pp; r++) {
         mc_gpt_set_step(st[r], 2);
         struct mc_gpt_batch sb = {B, S, r == 0 ? tok : NULL, r == pp - 1 ? lab : NULL, NULL, NULL,
-                                  hid};
+                                  r == 0 ? NULL : &hid};
         CHECK(mc_gpt_forward(st[r], &sb, true, r == pp - 1 ? lp : NULL) == MC_OK);
         hid = mc_gpt_stage_output(st[r]);
-        CHECK((hid == NULL) == (r == pp - 1));
+        CHECK((hid.data == NULL) == (r == pp - 1));
+        /* the boundary tensor says what it is: [s, b, h] of params_dtype in the stage's memory */
+        CHECK(hid.dtype == c1.params_dtype && hid.ndim == 3 && hid.shape[0] == S &&
+              hid.shape[1] == B && hid.shape[2] == h && hid.backend != NULL);
     }
     CHECK(memcmp(l1, lp, sizeof l1) == 0);
 
@@ -123,10 +126,12 @@ static void run(const char *label, bool llama, int ranks, int vp, enum mc_dtype 
         mc_gpt_zero_grad(st[r]);
         if (r == pp - 1)
             CHECK(mc_gpt_backward(st[r], dl) == MC_OK);
-        else
-            CHECK(mc_gpt_backward_stage(st[r], mc_gpt_stage_input_grad(st[r + 1])) == MC_OK);
+        else {
+            struct mc_tensor g = mc_gpt_stage_input_grad(st[r + 1]);
+            CHECK(mc_gpt_backward_stage(st[r], &g) == MC_OK);
+        }
     }
-    CHECK(mc_gpt_stage_input_grad(st[0]) == NULL);
+    CHECK(mc_gpt_stage_input_grad(st[0]).data == NULL);
     int64_t wi = mc_gpt_param_index(st[0], "embedding.word_embeddings.weight");
     int64_t oi = mc_gpt_param_index(st[pp - 1], "output_layer.weight");
     for (int r = 0; r < pp; r++)
@@ -170,9 +175,31 @@ static void run(const char *label, bool llama, int ranks, int vp, enum mc_dtype 
     /* wrong calls for a stage are refused */
     if (pp > 1) {
         CHECK(mc_gpt_backward(st[0], dl) == MC_ERR_SHAPE);
-        CHECK(mc_gpt_backward_stage(st[pp - 1], dl) == MC_ERR_SHAPE);
+        struct mc_tensor g = mc_gpt_stage_tensor(st[pp - 1], B, S);
+        g.data = dl;
+        CHECK(mc_gpt_backward_stage(st[pp - 1], &g) == MC_ERR_SHAPE);
         struct mc_gpt_batch nb = {B, S, tok, NULL, NULL, NULL, NULL};
         CHECK(mc_gpt_forward(st[1], &nb, false, NULL) == MC_ERR_SHAPE); /* no hidden_in */
+        /* a hidden_in of another dtype or shape is refused, naming what was expected */
+        float *x = calloc((size_t)(n * h), sizeof(float));
+        struct mc_tensor wrong = mc_gpt_stage_tensor(st[1], B, S);
+        enum mc_dtype other = c1.params_dtype == MC_DTYPE_F32 ? MC_DTYPE_F16 : MC_DTYPE_F32;
+        char got[64], want[64];
+        snprintf(got, sizeof got, "is %s [12, 2, 32]", mc_dtype_name(other));
+        snprintf(want, sizeof want, "expected %s [12, 2, 32]", mc_dtype_name(c1.params_dtype));
+        wrong.data = x;
+        wrong.dtype = other;
+        nb.tokens = NULL;
+        nb.hidden_in = &wrong;
+        CHECK(mc_gpt_forward(st[1], &nb, false, NULL) == MC_ERR_SHAPE);
+        CHECK(strstr(mc_last_error(), got) && strstr(mc_last_error(), want));
+        wrong = mc_gpt_stage_tensor(st[1], B, S - 1);
+        wrong.data = x;
+        CHECK(mc_gpt_forward(st[1], &nb, false, NULL) == MC_ERR_SHAPE);
+        wrong = mc_gpt_stage_tensor(st[1], B, S);
+        wrong.data = x;
+        CHECK(mc_gpt_forward(st[1], &nb, false, NULL) == MC_OK);
+        free(x);
         CHECK(mc_gpt_forward(st[0], &bt, false, lp) == MC_ERR_SHAPE);   /* loss on stage 0 */
     }
     for (int r = 0; r < pp; r++)

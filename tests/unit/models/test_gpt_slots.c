@@ -93,7 +93,7 @@ static int forward(mc_gpt_model *m, int k, bool last, struct result *r, uint8_t 
     mc_gpt_set_step(m, 10 + k); /* the pipeline's step per micro-batch */
     int st = mc_gpt_forward(m, &bt, true, last ? r->loss[k] : NULL);
     if (!st && !last)
-        memcpy(r->out[k], mc_gpt_stage_output(m), sizeof(r->out[k]));
+        memcpy(r->out[k], mc_gpt_stage_output(m).data, sizeof(r->out[k]));
     return st;
 }
 
@@ -105,7 +105,9 @@ static int backward(mc_gpt_model *m, int k, bool last)
     if (last)
         return mc_gpt_backward(m, dl);
     out_grad(k, g);
-    return mc_gpt_backward_stage(m, g);
+    struct mc_tensor gt = mc_gpt_stage_tensor(m, B, S);
+    gt.data = g;
+    return mc_gpt_backward_stage(m, &gt);
 }
 
 static void run(const char *label, bool llama, int pp)
@@ -191,15 +193,19 @@ static void run_middle(void)
             in[k][i] = (float)((i * 13 + k * 5) % 17) * 0.1f - 0.8f;
     for (int k = 0; k < K; k++) {
         make_batch(k, tok, lab, mask);
-        struct mc_gpt_batch bt = {B, S, NULL, NULL, NULL, mask, in[k]};
+        struct mc_tensor x = mc_gpt_stage_tensor(one, B, S);
+        x.data = in[k];
+        struct mc_gpt_batch bt = {B, S, NULL, NULL, NULL, mask, &x};
         mc_gpt_set_step(one, k);
         CHECK(mc_gpt_forward(one, &bt, true, NULL) == MC_OK);
         CHECK(backward(one, k, false) == MC_OK);
-        memcpy(dx1[k], mc_gpt_stage_input_grad(one), sizeof(dx1[k]));
+        memcpy(dx1[k], mc_gpt_stage_input_grad(one).data, sizeof(dx1[k]));
     }
     for (int k = 0; k < K; k++) {
         make_batch(k, tok, lab, mask);
-        struct mc_gpt_batch bt = {B, S, NULL, NULL, NULL, mask, in[k]};
+        struct mc_tensor x = mc_gpt_stage_tensor(many, B, S);
+        x.data = in[k];
+        struct mc_gpt_batch bt = {B, S, NULL, NULL, NULL, mask, &x};
         mc_gpt_set_step(many, k);
         CHECK(mc_gpt_use_slot(many, k) == MC_OK);
         CHECK(mc_gpt_forward(many, &bt, true, NULL) == MC_OK);
@@ -207,7 +213,7 @@ static void run_middle(void)
     for (int k = K - 1; k >= 0; k--) {
         CHECK(mc_gpt_use_slot(many, k) == MC_OK);
         CHECK(backward(many, k, false) == MC_OK);
-        memcpy(dxk[k], mc_gpt_stage_input_grad(many), sizeof(dxk[k]));
+        memcpy(dxk[k], mc_gpt_stage_input_grad(many).data, sizeof(dxk[k]));
     }
     CHECK(check_tensor_close("middle stage input grads", dxk[0], dx1[0], K * N * H, 0.0, 0.0));
     mc_gpt_model_free(one);
