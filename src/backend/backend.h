@@ -151,7 +151,8 @@ struct mc_backend_ops {
      * run's) differ from the others'. measure() fills m with this process's measurements (the
      * CPU backend: m[0] = its bf16 dot products' FLOP rate over its fp32 FMAs', 0 without them;
      * unused slots 0); the caller combines every rank's (the trainer: the largest of each)
-     * and hands the result to adopt(), after which this process chooses from those values. A backend that is never given adopt() chooses from its own. */
+     * and hands the result to adopt(), after which this process chooses from those values. A
+     * backend that is never given adopt() chooses from its own. */
     void (*measure)(struct mc_backend *be, double m[MC_BACKEND_MEASURES]);
     void (*adopt)(struct mc_backend *be, const double m[MC_BACKEND_MEASURES]);
 

@@ -262,7 +262,8 @@ static mc_status pp_setup(struct trainer *t)
 
 /* The backend's measured choices that change the numbers (backend.h: measure, adopt), made
  * alike on every rank: each rank measures, the world takes the largest of each value, and
- * every rank adopts that (any rule every rank applies to the same numbers would do). Collective over the world. */
+ * every rank adopts that (any rule every rank applies to the same numbers would do).
+ * Collective over the world. */
 static mc_status agree_backend_measures(struct mc_backend *be)
 {
     double m[MC_BACKEND_MEASURES];

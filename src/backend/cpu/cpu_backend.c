@@ -216,8 +216,9 @@ static void gemm_half(struct mc_backend *be, bool ta, bool tb, int64_t M, int64_
  * factor of two from either). A job's ranks decide from one number: the trainer gathers each
  * rank's probe through measure() and hands every rank the largest through adopt(). All the
  * times are logged beside the choice in one line (which says so if dot timed slower). fp16
- * always widens (no fast fp16 dot product here, and fp16 must keep fp32 accuracy). MC_GEMM16=copies|tiles|dot forces one (dot
- * where unavailable: a warning and the rule). The choice is made once per dtype per process. */
+ * always widens (no fast fp16 dot product here, and fp16 must keep fp32 accuracy).
+ * MC_GEMM16=copies|tiles|dot forces one (dot where unavailable: a warning and the rule). The
+ * choice is made once per dtype per process. */
 enum gemm16_path { G16_UNSET, G16_COPIES, G16_TILES, G16_DOT };
 static enum gemm16_path g16_path[2] = {G16_UNSET, G16_UNSET}; /* [0] bf16, [1] fp16 */
 static pthread_mutex_t g16_lock = PTHREAD_MUTEX_INITIALIZER;
