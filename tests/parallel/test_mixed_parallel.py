@@ -47,6 +47,12 @@ def run(model, tmp, np=1, tp=1, pp=1, extra=()):
     check(p.returncode == 0 and len(exact) == ITERS,
           f"{' '.join(extra)} tp{tp} pp{pp} np{np}: exit 0 with {ITERS} [exact] lines "
           f"(got {p.returncode}, {len(exact)}: {p.stderr[-600:]})")
+    # the 16-bit GEMM path is chosen from one dot/FMA rate reading for the whole job (every
+    # rank adopts the largest probe), so no rank's timing noise can give it other numerics
+    probe = [ln for ln in (p.stdout + p.stderr).splitlines() if "probed rate" in ln]
+    if probe:
+        check(all("the job's largest" in ln for ln in probe),
+              f"tp{tp} pp{pp} np{np}: the rate reading adopted job-wide ({probe[0][-200:]})")
     return exact
 
 
