@@ -314,7 +314,6 @@ int main(int argc, char **argv)
     mc_gpt_model *m = NULL;
     TRY(mc_gpt_model_init(&cfg, &m));
     load_params(in, m);
-    const struct mc_gpt_config *c = mc_gpt_model_config(m);
 
     const struct mc_dump_tensor *tok = mc_dump_find(in, "tokens");
     if (!tok || tok->ndim != 2)
@@ -338,8 +337,8 @@ int main(int argc, char **argv)
         TRY(mc_dump_hooks_flush());
         mc_dump_hooks_disable();
     }
-    int64_t lshape[3] = {s, b, c->padded_vocab_size / c->tensor_model_parallel_size};
-    TRY(mc_dump_add(out, "logits", c->params_dtype, 3, lshape, mc_gpt_logits(m).data));
+    struct mc_tensor lg = mc_gpt_logits(m); /* [s, b, V/tp] */
+    TRY(mc_dump_add(out, "logits", lg.dtype, lg.ndim, lg.shape, lg.data));
 
     float *loss = mc_alloc((size_t)n * sizeof(float));
     if (!loss)

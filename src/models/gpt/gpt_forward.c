@@ -21,7 +21,7 @@ static mc_status check_ids(const int64_t *ids, int64_t n, int64_t limit, const c
 }
 
 /* A tensor coming in at the stage boundary (what names it in errors) must be the stage tensor
- * of a b x s micro-batch, in host memory or the model's backend's. */
+ * of a b x s micro-batch (in any memory: stage_tensor_in copies from each kind). */
 static mc_status check_stage_tensor(const struct mc_gpt_model *m, const struct mc_tensor *t,
                                     int64_t b, int64_t s, const char *what)
 {

@@ -978,20 +978,13 @@ void mc_gpt_set_step(mc_gpt_model *m, int64_t step)
     m->micro_next = 0;
 }
 
-/* A view of the model's backend memory (data may be NULL). */
-static struct mc_tensor backend_view(const mc_gpt_model *m, void *data, enum mc_dtype dt,
-                                     int ndim, const int64_t *shape)
-{
-    struct mc_tensor t = mc_tensor_view(data, dt, ndim, shape);
-    t.backend = m->be;
-    return t;
-}
-
 struct mc_tensor mc_gpt_logits(const mc_gpt_model *m)
 {
     const struct mc_gpt_slot *sl = &m->slots[m->cur];
     int64_t shape[3] = {sl->s, sl->b, m->dims.V_l};
-    return backend_view(m, m->dims.last_stage ? sl->logits : NULL, m->dt, 3, shape);
+    struct mc_tensor t = mc_tensor_view(sl->logits, m->dt, 3, shape); /* NULL off the last stage */
+    t.backend = m->be;
+    return t;
 }
 
 mc_status mc_gpt_set_mp_comm(mc_gpt_model *m, void *mpi_comm)
@@ -1020,18 +1013,24 @@ struct mc_tensor mc_gpt_stage_tensor(const mc_gpt_model *m, int64_t b, int64_t s
     return mc_tensor_view(NULL, m->rdt, 3, shape);
 }
 
-struct mc_tensor mc_gpt_stage_output(const mc_gpt_model *m)
+/* The stage tensor of the current slot's micro-batch over data in the model's memory. */
+static struct mc_tensor stage_view(const mc_gpt_model *m, void *data)
 {
     const struct mc_gpt_slot *sl = &m->slots[m->cur];
     struct mc_tensor t = mc_gpt_stage_tensor(m, sl->b, sl->s);
-    return backend_view(m, m->dims.last_stage ? NULL : sl->x_final, t.dtype, t.ndim, t.shape);
+    t.data = data;
+    t.backend = m->be;
+    return t;
+}
+
+struct mc_tensor mc_gpt_stage_output(const mc_gpt_model *m)
+{
+    return stage_view(m, m->dims.last_stage ? NULL : m->slots[m->cur].x_final);
 }
 
 struct mc_tensor mc_gpt_stage_input_grad(const mc_gpt_model *m)
 {
-    const struct mc_gpt_slot *sl = &m->slots[m->cur];
-    struct mc_tensor t = mc_gpt_stage_tensor(m, sl->b, sl->s);
-    return backend_view(m, m->dims.first_stage ? NULL : m->dx, t.dtype, t.ndim, t.shape);
+    return stage_view(m, m->dims.first_stage ? NULL : m->dx);
 }
 
 mc_status mc_gpt_set_tp_comm(mc_gpt_model *m, void *mpi_comm)
