@@ -9,7 +9,6 @@
 
 #include "backend/cpu/half_cpu.h"
 #include "core/dtype.h"
-#include "core/rng.h"
 
 /* Element offsets of query head hl of batch row bi inside the fused QKV activations (its
  * query, and its group's key and value); consecutive sequence positions are b * qkv_ld apart. */
@@ -41,15 +40,16 @@ static struct heads head_ptrs(const struct mc_attention_desc *d, const float *qk
 
 /* keep masks for every (b, local head) block: element index in the GLOBAL [b, heads, s, s]
  * layout, so the masks do not depend on the tensor-parallel size. */
-static void attention_keep(const struct mc_attention_desc *d, uint8_t *keep)
+static void attention_keep(const struct mc_cpu_kernels *k, const struct mc_attention_desc *d,
+                           uint8_t *keep)
 {
     int64_t ss = d->s * d->s;
     const struct mc_dropout_stream *r = &d->rng;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < d->b * d->heads; i++) {
         int64_t bi = i / d->heads, head = d->head_first + i % d->heads;
-        mc_rng_dropout_mask(keep + i * ss, (bi * d->heads_total + head) * ss, ss, r->seed,
-                            r->c1_hi, r->c2, r->c3, d->dropout);
+        k->dropout_mask(keep + i * ss, (bi * d->heads_total + head) * ss, ss, r->seed, r->c1_hi,
+                        r->c2, r->c3, d->dropout);
     }
 }
 
@@ -122,7 +122,7 @@ void mc_cpu_attention_fwd(struct mc_backend *be, const struct mc_attention_desc 
     }
     const float *p = probs;
     if (d->dropout > 0.0f) {
-        attention_keep(d, w->keep);
+        attention_keep(k, d, w->keep);
         k->bias_dropout_add(w->a, probs, NULL, NULL, w->keep, 1.0f / (1.0f - d->dropout),
                             nbh * s, s);
         p = w->a;
@@ -176,7 +176,7 @@ void mc_cpu_attention_bwd(struct mc_backend *be, const struct mc_attention_desc 
     float scale = 1.0f / (1.0f - d->dropout);
     const float *pd = probs;
     if (d->dropout > 0.0f) {
-        attention_keep(d, w->keep);
+        attention_keep(k, d, w->keep);
         k->bias_dropout_add(w->a, probs, NULL, NULL, w->keep, scale, nbh * s, s);
         pd = w->a;
     }
@@ -303,7 +303,7 @@ static void attention_fwd_half(struct mc_backend *be, const struct mc_attention_
     k->convert(probs, d->dt, sf, MC_DTYPE_F32, nbh * ss); /* probs rounded */
     k->convert(sf, MC_DTYPE_F32, probs, d->dt, nbh * ss);
     if (d->dropout > 0.0f) {
-        attention_keep(d, w->keep);
+        attention_keep(k, d, w->keep);
         half_dropout(k, d, sf, w->keep, nbh * ss);
     }
     int64_t hn = d->hn;
@@ -353,7 +353,7 @@ static void attention_bwd_half(struct mc_backend *be, const struct mc_attention_
     /* pd: the 16-bit probs after dropout (the second bmm's input), as fp32 */
     float *pd = mc_cpu_widen(k, probs, d->dt, nbh * ss, op);
     if (d->dropout > 0.0f) {
-        attention_keep(d, w->keep);
+        attention_keep(k, d, w->keep);
         half_dropout(k, d, pd, w->keep, nbh * ss);
     }
     float *dp = mc_cpu_scratch(nbh * ss, op);

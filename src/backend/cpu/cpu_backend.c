@@ -1015,8 +1015,7 @@ static void cpu_sgd(struct mc_backend *be, enum mc_dtype p_dt, enum mc_dtype g_d
 static void cpu_dropout_mask(struct mc_backend *be, uint8_t *keep,
                              const struct mc_dropout_stream *r, int64_t first, int64_t n, float p)
 {
-    (void)be;
-    mc_rng_dropout_mask(keep, first, n, r->seed, r->c1_hi, r->c2, r->c3, p);
+    K(be)->dropout_mask(keep, first, n, r->seed, r->c1_hi, r->c2, r->c3, p);
 }
 
 static void cpu_fill_normal(struct mc_backend *be, enum mc_dtype dt, void *out, int64_t first,

@@ -39,7 +39,6 @@
 #include "backend/cpu/half_cpu.h"
 #include "backend/cpu/kernels/flash_attention.h"
 #include "core/dtype.h"
-#include "core/rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -204,8 +203,8 @@ static void tile_keep(const struct fa *f, uint8_t *keep, int64_t bi, int64_t hl,
     const struct mc_dropout_stream *r = &d->rng;
     int64_t base = (bi * d->heads_total + d->head_first + hl) * d->s * d->s;
     for (int64_t i = 0; i < nq; i++)
-        mc_rng_dropout_mask(keep + i * BC, base + (q0 + i) * d->s + k0, nk, r->seed, r->c1_hi,
-                            r->c2, r->c3, d->dropout);
+        f->k->dropout_mask(keep + i * BC, base + (q0 + i) * d->s + k0, nk, r->seed, r->c1_hi,
+                           r->c2, r->c3, d->dropout);
 }
 
 /* Whether query row q of batch row bi's explicit mask masks every key (causal and window masks

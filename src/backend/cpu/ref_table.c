@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "backend/cpu/kernels/ref.h"
+#include "core/rng.h"
 
 #include <pthread.h>
 
@@ -26,6 +27,7 @@ static const struct mc_cpu_kernels ref_ops = {
     .swiglu_bwd = swiglu_bwd_ref,
     .bias_grad = bias_grad_ref,
     .bias_dropout_add = bias_dropout_add_ref,
+    .dropout_mask = mc_rng_dropout_mask, /* the definition itself (core/rng.c) */
     .masked_softmax_fwd = masked_softmax_fwd_ref,
     .masked_softmax_bwd = masked_softmax_bwd_ref,
     .rope_fwd = rope_fwd_ref,

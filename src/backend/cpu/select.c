@@ -11,6 +11,7 @@
 #include "backend/cpu/kernels/kernels_avx2.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "backend/cpu/kernels/ref.h"
+#include "core/rng.h"
 #include "megatron.h"
 
 #include <pthread.h>
@@ -37,6 +38,7 @@ static const struct mc_cpu_kernels avx512_ops = {
     .swiglu_bwd = swiglu_bwd_avx512,
     .bias_grad = bias_grad_avx512,
     .bias_dropout_add = bias_dropout_add_avx512,
+    .dropout_mask = dropout_mask_avx512,
     .masked_softmax_fwd = masked_softmax_fwd_avx512,
     .masked_softmax_bwd = masked_softmax_bwd_avx512,
     .rope_fwd = rope_fwd_avx512,
@@ -74,6 +76,7 @@ static const struct mc_cpu_kernels avx2_ops = {
     .swiglu_bwd = swiglu_bwd_avx2,
     .bias_grad = bias_grad_avx2,
     .bias_dropout_add = bias_dropout_add_avx2,
+    .dropout_mask = mc_rng_dropout_mask, /* scalar: no AVX2 Philox yet */
     .masked_softmax_fwd = masked_softmax_fwd_avx2,
     .masked_softmax_bwd = masked_softmax_bwd_avx2,
     .rope_fwd = rope_fwd_avx2,

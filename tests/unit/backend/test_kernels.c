@@ -289,6 +289,42 @@ static void test_exp_accuracy(void)
 }
 
 /* ---- bias, dropout-add, embedding, rope: exact ------------------------------------------- */
+/* Dropout keep flags: the same bits as the definition (cpu-ref calls core/rng.c) on windows that
+ * start and end anywhere in a Philox block and in a vector group, from one flag to the size
+ * that splits across threads, at drop rates including 0, 1 and fp32 values next to a
+ * representable u = k * 2^-24 (the >= edge), with c1_hi and 64-bit counters in use. */
+static void test_dropout_mask(void)
+{
+    const int64_t firsts[] = {0, 1, 3, 31, 32, 33, 4097, ((int64_t)1 << 45) + 5};
+    const int64_t lens[] = {1, 3, 4, 31, 32, 64, 65, 1000, 70001};
+    const float ps[] = {0.0f, 0.1f, 0.5f, 1.0f, 0x1.99999ap-4f, 0x1.999998p-4f, 0.9999999f};
+    for (size_t a = 0; a < sizeof firsts / sizeof firsts[0]; a++)
+        for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b++) {
+            int64_t first = firsts[a], n = lens[b];
+            float p = ps[(a + b) % (sizeof ps / sizeof ps[0])];
+            uint64_t seed = ((uint64_t)a << 40) ^ (0x9E3779B97F4A7C15ull * (b + 1));
+            uint32_t c1_hi = (uint32_t)((a * 7919 + b) & 0xffff), c2 = (uint32_t)b * 31u + 7u;
+            uint32_t c3 = 0xffffffffu - (uint32_t)a;
+            uint8_t *want = mc_alloc((size_t)n), *got = mc_alloc((size_t)n);
+            MC_ASSERT(want && got);
+            R->dropout_mask(want, first, n, seed, c1_hi, c2, c3, p);
+            for (size_t t = 0; t < 3; t++) {
+                omp_set_num_threads(threads[t]);
+                memset(got, 0xee, (size_t)n);
+                F->dropout_mask(got, first, n, seed, c1_hi, c2, c3, p);
+                test_checks++;
+                if (memcmp(got, want, (size_t)n)) {
+                    test_failures++;
+                    fprintf(stderr, "dropout_mask first %lld n %lld p %a threads %d: differs\n",
+                            (long long)first, (long long)n, (double)p, threads[t]);
+                }
+            }
+            omp_set_num_threads(2);
+            mc_free(want);
+            mc_free(got);
+        }
+}
+
 static void test_bias_embedding_rope(void)
 {
     const int64_t shapes[][2] = {{1, 1}, {3, 17}, {5, 100}, {300, 100}, {257, 768}, {9, 63}};
@@ -620,6 +656,7 @@ int main(void)
         test_softmax();
         test_xent();
         test_bias_embedding_rope();
+        test_dropout_mask();
         test_optim();
     }
     test_gemm();

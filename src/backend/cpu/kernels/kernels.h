@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define MC_CPU_KERNELS_VERSION 2
+#define MC_CPU_KERNELS_VERSION 3
 
 struct mc_cpu_kernels {
     int version;      /* MC_CPU_KERNELS_VERSION */
@@ -67,6 +67,12 @@ struct mc_cpu_kernels {
      * dropout applied to (x + bias) when keep_mask != NULL: keep_mask[i] ? v * scale : 0. */
     void (*bias_dropout_add)(float *y, const float *x, const float *bias, const float *residual,
                              const uint8_t *keep_mask, float scale, int64_t rows, int64_t cols);
+
+    /* keep[k] = dropout keep flag of element first + k of the stream (seed, c1_hi, c2, c3) at
+     * drop probability p, exactly core/rng.h's definition (the references call
+     * mc_rng_dropout_mask itself; fast versions must give the same bits). */
+    void (*dropout_mask)(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c1_hi,
+                         uint32_t c2, uint32_t c3, float p);
 
     /* Attention probabilities in place on scores [rows = bh*sq, sk]: p = softmax(where(mask,
      * -10000, scores * mult)) along the last dim. mask: NULL = causal (key j > query i masked),
