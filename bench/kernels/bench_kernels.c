@@ -63,6 +63,8 @@ int main(void)
     float *lg = buf(T * V, -8, 8), *dl = buf(T * V, 0, 1), *mx = buf(T, 0, 1), *se = buf(T, 1, 2);
     float *tl = buf(T, 0, 1), *dloss = buf(T, 0, 1);
     float *pp = buf(np, -1, 1), *pm = buf(np, -1e-3f, 1e-3f), *pv = buf(np, 0, 1e-4f), *pg = buf(np, -1e-2f, 1e-2f);
+    uint8_t *keep = mc_alloc((size_t)(heads * T * T));
+    MC_ASSERT(keep);
     int64_t *tg = mc_alloc((size_t)T * sizeof(int64_t));
     MC_ASSERT(tg);
     for (int64_t i = 0; i < T; i++) tg[i] = (i * 7919) % V;
@@ -80,6 +82,13 @@ int main(void)
         ROW("bias_grad 4h", R->bias_grad(dw, dy, T, 4 * h), bias_grad_avx512(dw, dy, T, 4 * h));
         ROW("bias_dropout_add", R->bias_dropout_add(y, x, b, dy, NULL, 1.0f, T, h),
             bias_dropout_add_avx512(y, x, b, dy, NULL, 1.0f, T, h));
+        /* attention dropout flags: all of [12, 1024, 1024] at once (the unfused op), and as
+         * flash attention draws them, one 64-key tile row per call (1024 rows) */
+        ROW("dropout_mask 12x1k^2", R->dropout_mask(keep, 7, heads * T * T, 1234, 0, 5, 0, 0.1f),
+            dropout_mask_avx512(keep, 7, heads * T * T, 1234, 0, 5, 0, 0.1f));
+        ROW("dropout_mask 64-row",
+            for (int64_t i = 0; i < T; i++) R->dropout_mask(keep + 64 * i, i * T + 64, 64, 1234, 0, 5, 0, 0.1f),
+            for (int64_t i = 0; i < T; i++) dropout_mask_avx512(keep + 64 * i, i * T + 64, 64, 1234, 0, 5, 0, 0.1f));
         ROW("softmax_fwd causal", (memcpy(p, att, (size_t)(heads * T * T) * 4), R->masked_softmax_fwd(p, heads, T, T, 0.125f, NULL)),
             (memcpy(p, att, (size_t)(heads * T * T) * 4), masked_softmax_fwd_avx512(p, heads, T, T, 0.125f, NULL)));
         ROW("softmax_bwd", R->masked_softmax_bwd(att, p, heads, T, T, 0.125f),

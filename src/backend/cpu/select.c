@@ -11,7 +11,6 @@
 #include "backend/cpu/kernels/kernels_avx2.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
 #include "backend/cpu/kernels/ref.h"
-#include "core/rng.h"
 #include "megatron.h"
 
 #include <pthread.h>
@@ -76,7 +75,7 @@ static const struct mc_cpu_kernels avx2_ops = {
     .swiglu_bwd = swiglu_bwd_avx2,
     .bias_grad = bias_grad_avx2,
     .bias_dropout_add = bias_dropout_add_avx2,
-    .dropout_mask = mc_rng_dropout_mask, /* scalar: no AVX2 Philox yet */
+    .dropout_mask = dropout_mask_avx2,
     .masked_softmax_fwd = masked_softmax_fwd_avx2,
     .masked_softmax_bwd = masked_softmax_bwd_avx2,
     .rope_fwd = rope_fwd_avx2,

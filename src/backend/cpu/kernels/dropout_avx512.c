@@ -7,8 +7,8 @@
  * The scalar definition costs about 10 ns per element on Zen 4; attention dropout draws one
  * element per (query, key) pair in every forward, recomputed forward and backward, which made
  * it the largest item of a long-context step. */
+#include "backend/cpu/kernels/dropout_split.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
-#include "core/rng.h"
 #include "megatron.h"
 
 #include <immintrin.h>
@@ -93,28 +93,5 @@ static void groups(uint8_t *keep, int64_t g0, int64_t g1, uint64_t seed, uint32_
 void dropout_mask_avx512(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c1_hi,
                          uint32_t c2, uint32_t c3, float p)
 {
-    const int64_t E = 4 * GROUP;
-    int64_t g0 = (first + E - 1) / E, g1 = (first + n) / E;
-    if (g1 <= g0) { /* no whole group inside */
-        mc_rng_dropout_mask(keep, first, n, seed, c1_hi, c2, c3, p);
-        return;
-    }
-    MC_ASSERT(c1_hi < (1u << 16) && (uint64_t)(first + n + 3) / 4 < ((uint64_t)1 << 48));
-    int64_t head = g0 * E - first, tail = first + n - g1 * E;
-    if (head)
-        mc_rng_dropout_mask(keep, first, head, seed, c1_hi, c2, c3, p);
-    if (tail)
-        mc_rng_dropout_mask(keep + n - tail, g1 * E, tail, seed, c1_hi, c2, c3, p);
-    int64_t ng = g1 - g0;
-    uint8_t *body = keep + head;
-    if (ng * E <= 65536) {
-        groups(body, g0, g1, seed, c1_hi, c2, c3, p);
-        return;
-    }
-    /* fixed chunks: every element's bits depend on its index alone, so any split is exact */
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < (ng + 255) / 256; c++) {
-        int64_t a = g0 + 256 * c, b = a + 256 < g1 ? a + 256 : g1;
-        groups(body + (a - g0) * E, a, b, seed, c1_hi, c2, c3, p);
-    }
+    mc_dropout_mask_split(groups, keep, first, n, seed, c1_hi, c2, c3, p);
 }

@@ -39,6 +39,9 @@ void bias_grad_avx2(float *db, const float *dy, int64_t rows, int64_t cols);
 void bias_dropout_add_avx2(float *y, const float *x, const float *bias, const float *residual,
                            const uint8_t *keep_mask, float scale, int64_t rows, int64_t cols);
 
+/* core/rng.h's dropout keep flags, 4 Philox blocks per vector (dropout_avx2.c) */
+void dropout_mask_avx2(uint8_t *keep, int64_t first, int64_t n, uint64_t seed, uint32_t c1_hi,
+                       uint32_t c2, uint32_t c3, float p);
 void masked_softmax_fwd_avx2(float *p, int64_t bh, int64_t sq, int64_t sk, float mult,
                              const uint8_t *mask);
 void masked_softmax_bwd_avx2(float *dp, const float *p, int64_t bh, int64_t sq, int64_t sk,
