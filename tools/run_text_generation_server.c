@@ -26,6 +26,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -320,6 +321,29 @@ static int listen_on(const char *host, int port)
     return fd;
 }
 
+/* Close after the answer without losing it: a request answered before its body was read (411,
+ * 413, 415, ...) leaves bytes unread, and close() on unread bytes sends a reset that can
+ * discard the answer in the client's buffer. Send FIN, drain what the client still sends
+ * (at most MAX_BODY bytes, about a second), then close. */
+static void close_gracefully(int fd)
+{
+    char sink[8192];
+    size_t drained = 0;
+    struct timeval tv = {.tv_sec = 1};
+    time_t deadline = time(NULL) + 2;
+    shutdown(fd, SHUT_WR);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (drained < MAX_BODY && time(NULL) < deadline) {
+        ssize_t r = recv(fd, sink, sizeof(sink), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        drained += (size_t)r;
+    }
+    close(fd);
+}
+
 static int serve(struct mc_inf_server *s, int lfd)
 {
     struct sigaction sa = {.sa_handler = on_signal};
@@ -340,7 +364,7 @@ static int serve(struct mc_inf_server *s, int lfd)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         inet_ntop(AF_INET, &peer.sin_addr, s->remote_addr, sizeof(s->remote_addr));
         handle(s, fd);
-        close(fd);
+        close_gracefully(fd);
     }
     printf("run_text_generation_server: stopped\n");
     return 0;

@@ -6,7 +6,9 @@ Measured from /proc/<pid>/stat (utime + stime over a few seconds) of the healthy
 - dp2 (the ranks wait in the gradient / loss all-reduce): CPU while both run (about one core
   each), then while rank 1 is stopped (must be well under a core; before the idle wait of
   parallel_state/comm.c it was a full core until the distributed timeout). Rank 1 is then
-  continued (SIGCONT): the run completes every iteration, and the stopped time shows up in the
+  continued (SIGCONT): the run goes on training, ends cleanly on SIGTERM
+  (--exit-signal-handler; the run is given far more iterations than it can reach, so that the
+  stop lands inside training on a machine of any speed), and the stopped time shows up in the
   timers (--timing-log-level 1: the iteration's elapsed time and the largest timer across
   ranks both hold the stop).
 - pp2 (the ranks wait in pipeline send/recv): rank 1 stays stopped; rank 0 idles until the
@@ -108,10 +110,17 @@ def finish(p, limit):
         return None
 
 
+def logged(out):
+    """The iterations the run has logged so far."""
+    out.seek(0)
+    return len(re.findall(r"iteration +\d+/ +\d+ \|", out.read()))
+
+
 def stopped_then_continued(tmp):
-    """dp2: stop rank 1 for STOP_S, measure rank 0, continue; the run completes."""
-    iters = 300
-    p, out = start(tmp, 2, 60, ["--timing-log-level", "1"], iters)
+    """dp2: stop rank 1 for STOP_S, measure rank 0, continue; the run trains on and exits on
+    SIGTERM."""
+    iters = 1000000
+    p, out = start(tmp, 2, 60, ["--timing-log-level", "1", "--exit-signal-handler"], iters)
     try:
         ok = wait_for(out, "iteration       30/")
         pids = ranks(p.pid)
@@ -121,13 +130,22 @@ def stopped_then_continued(tmp):
         busy = cores(pids[0], 1.5)
         os.kill(pids[1], signal.SIGSTOP)
         time.sleep(0.5)  # rank 0 reaches the next collective and settles into the wait
+        at_stop = logged(out)
         idle = cores(pids[0], STOP_S - 0.5)
+        stalled = logged(out) - at_stop
         os.kill(pids[1], signal.SIGCONT)
         print(f"dp2: healthy rank 0 used {busy:.2f} cores while both ran, {idle:.2f} while "
-              f"rank 1 was stopped", flush=True)
+              f"rank 1 was stopped ({stalled} iterations logged meanwhile)", flush=True)
         check(idle < IDLE_LIMIT, f"dp2: rank 0 waits idle for the stopped rank 1 ({idle:.2f} "
                                  f"cores, limit {IDLE_LIMIT})")
-        rc = finish(p, 150)
+        check(stalled <= 1, f"dp2: training stalls while rank 1 is stopped ({stalled} iterations)")
+        t0 = time.time()
+        while logged(out) < at_stop + 30 and time.time() - t0 < 60 and p.poll() is None:
+            time.sleep(0.2)
+        resumed = logged(out) - at_stop
+        for pid in pids.values():
+            os.kill(pid, signal.SIGTERM)
+        rc = finish(p, 60)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -135,9 +153,9 @@ def stopped_then_continued(tmp):
     out.seek(0)
     text = out.read()
     lines = text.splitlines()
-    n = sum(1 for l in lines if re.search(r"iteration +\d+/ +%d \|" % iters, l))
-    check(rc == 0 and n == iters, f"dp2: continued, the run completes (rc {rc}, {n} of {iters} "
-                                  f"iterations logged: {text[-400:]})")
+    check(rc == 0 and resumed >= 30 and "exiting program after receiving SIGTERM." in text,
+          f"dp2: continued, the run trains on ({resumed} more iterations) and ends cleanly on "
+          f"SIGTERM (rc {rc}: {text[-400:]})")
     # the slow iteration's elapsed time and its largest timer (reported)
     worst_it, worst_timer = 0.0, 0.0
     for i, l in enumerate(lines):
