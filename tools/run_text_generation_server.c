@@ -228,9 +228,12 @@ static bool read_more(struct conn *c, size_t want)
     return true;
 }
 
-static void handle(struct mc_inf_server *s, int fd)
+/* Answers one request; true when the whole request was read (an early error answer leaves
+ * its body unread). */
+static bool handle(struct mc_inf_server *s, int fd)
 {
     struct conn c = {.fd = fd};
+    bool read_all = false;
     char *end = NULL;
     while (!(end = c.len ? memmem(c.buf, c.len, "\r\n\r\n", 4) : NULL)) {
         if (c.len >= MAX_HEAD || !read_more(&c, c.len + 8192 > MAX_HEAD ? MAX_HEAD : c.len + 8192))
@@ -282,6 +285,7 @@ static void handle(struct mc_inf_server *s, int fd)
     while (c.len < head_len + body_len)
         if (!read_more(&c, head_len + body_len))
             goto out;
+    read_all = true;
     struct mc_json_buf out = {0};
     int status = 500;
     if (mc_inf_server_put(s, c.buf + head_len, body_len, &status, &out, stdout) != MC_OK) {
@@ -299,6 +303,7 @@ static void handle(struct mc_inf_server *s, int fd)
     mc_free(out.data);
 out:
     free(c.buf);
+    return read_all;
 }
 
 static int listen_on(const char *host, int port)
@@ -324,7 +329,7 @@ static int listen_on(const char *host, int port)
 /* Close after the answer without losing it: a request answered before its body was read (411,
  * 413, 415, ...) leaves bytes unread, and close() on unread bytes sends a reset that can
  * discard the answer in the client's buffer. Send FIN, drain what the client still sends
- * (at most MAX_BODY bytes, about a second), then close. */
+ * (at most MAX_BODY bytes, one to two seconds), then close. */
 static void close_gracefully(int fd)
 {
     char sink[8192];
@@ -363,8 +368,10 @@ static int serve(struct mc_inf_server *s, int lfd)
         struct timeval tv = {.tv_sec = 30}; /* a silent client does not hold the server */
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         inet_ntop(AF_INET, &peer.sin_addr, s->remote_addr, sizeof(s->remote_addr));
-        handle(s, fd);
-        close_gracefully(fd);
+        if (handle(s, fd))
+            close(fd);
+        else
+            close_gracefully(fd);
     }
     printf("run_text_generation_server: stopped\n");
     return 0;
