@@ -36,6 +36,8 @@ MC_API size_t mc_tensor_nbytes(const struct mc_tensor *t);
 MC_API bool mc_tensor_on_host(const struct mc_tensor *t);
 /* Same ndim and dimensions (dtype and memory not compared). */
 MC_API bool mc_tensor_same_shape(const struct mc_tensor *a, const struct mc_tensor *b);
+/* "bf16 [256, 8, 768]" into buf (truncated to n bytes), for messages; returns buf. */
+MC_API const char *mc_tensor_str(const struct mc_tensor *t, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* Tensor views (include/megatron/tensor.h): construction and sizes. */
 #include "megatron/tensor.h"
 
+#include <stdio.h>
 #include <string.h>
 
 struct mc_tensor mc_tensor_view(void *data, enum mc_dtype dtype, int ndim, const int64_t *shape)
@@ -41,4 +42,14 @@ bool mc_tensor_same_shape(const struct mc_tensor *a, const struct mc_tensor *b)
         if (a->shape[k] != b->shape[k])
             return false;
     return true;
+}
+
+const char *mc_tensor_str(const struct mc_tensor *t, char *buf, size_t n)
+{
+    size_t at = (size_t)snprintf(buf, n, "%s [", mc_dtype_name(t->dtype));
+    for (int k = 0; k < t->ndim && at < n; k++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", k ? ", " : "", (long long)t->shape[k]);
+    if (at < n)
+        snprintf(buf + at, n - at, "]");
+    return buf;
 }

@@ -15,18 +15,21 @@
 #include <stdint.h>
 
 #include "megatron.h"
+#include "megatron/tensor.h"
 
 #include "parallel_state/parallel_state.h"
 
 typedef mc_comm_request mc_pp_request;
 
 /* ---- p2p.c ------------------------------------------------------------------------------ */
-/* This rank's place in its pipeline-parallel group and the size of one message. */
+/* This rank's place in its pipeline-parallel group and the type of its messages. */
 struct mc_pp_p2p {
     void *comm;   /* comm.c handle of the pp group (NULL when size == 1) */
     int size;     /* pipeline-parallel size */
     int rank;     /* this stage */
-    int64_t n;    /* elements per message: s * b * h (of dt, below) */
+    /* Every message's dtype and shape (data NULL): the model's stage tensor [s, b, h] (or
+     * [s/tp, b, h]) in Megatron's pipeline_dtype. Messages travel in host memory. */
+    struct mc_tensor msg;
     /* Optional: told each exchange as it happens ("Sn+Rn" = send to the next stage and
      * receive from it, see tests/golden/pipeline/schedules_golden.txt), for the tests. */
     void (*trace)(void *ctx, const char *event);
@@ -34,18 +37,33 @@ struct mc_pp_p2p {
     /* Interleaved schedule: the stages form a ring (the last stage's next is the first, whose
      * previous is the last), as Megatron's get_pipeline_model_parallel_next/prev_rank wrap. */
     bool ring;
-    /* The messages' element type: Megatron's pipeline_dtype (= params_dtype); MC_DTYPE_F32 (0)
-     * when not set. */
-    enum mc_dtype dt;
 };
+
+/* Elements and bytes of one message. */
+int64_t mc_pp_msg_numel(const struct mc_pp_p2p *p);
+size_t mc_pp_msg_bytes(const struct mc_pp_p2p *p);
+/* A host view of `data` as one message (p->msg with data set). */
+struct mc_tensor mc_pp_msg_view(const struct mc_pp_p2p *p, void *data);
+/* Whether t is a message of this pipeline: p->msg's dtype and shape, else MC_ERR_SHAPE naming
+ * `what`, what was given and what was expected. */
+mc_status mc_pp_check_msg(const struct mc_pp_p2p *p, const struct mc_tensor *t,
+                          const char *what);
+/* A tensor to send as a host message: t itself when it is in host memory; else (a backend's
+ * memory) copied into host_buf (mc_pp_msg_bytes) through its backend's copy_to_host, and
+ * *out views host_buf. Checked by mc_pp_check_msg first. */
+mc_status mc_pp_stage_msg(const struct mc_pp_p2p *p, const struct mc_tensor *t, void *host_buf,
+                          const char *what, struct mc_tensor *out);
 
 /* One exchange with the neighbours, as Megatron's _communicate with batched isend/irecv:
  * send_next / send_prev are sent to the next / previous stage (NULL: nothing), recv_prev /
- * recv_next receive from them (NULL: nothing). Sends and receives are posted together, then
- * all awaited, so opposite exchanges of two neighbours cannot deadlock. Exchanges off the
- * ends of the pipeline must not be asked for (the callers below skip them as Megatron does). */
-mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const void *send_next,
-                            const void *send_prev, void *recv_prev, void *recv_next);
+ * recv_next receive from them (NULL: nothing); each is a message (mc_pp_check_msg) in host
+ * memory, else MC_ERR_SHAPE before anything is posted. Sends and receives are posted
+ * together, then all awaited, so opposite exchanges of two neighbours cannot deadlock.
+ * Exchanges off the ends of the pipeline must not be asked for (the callers below skip them as
+ * Megatron does). */
+mc_status mc_pp_communicate(const struct mc_pp_p2p *p, const struct mc_tensor *send_next,
+                            const struct mc_tensor *send_prev, struct mc_tensor *recv_prev,
+                            struct mc_tensor *recv_next);
 
 /* The same exchange posted without waiting (Megatron's _communicate with wait_on_reqs=False,
  * the overlap_p2p_comm path): h->req[MC_PP_*] are the requests of the parts asked for
@@ -56,21 +74,24 @@ struct mc_pp_posted {
     mc_pp_request req[4];
     bool active[4];
 };
-mc_status mc_pp_post(const struct mc_pp_p2p *p, const void *send_next, const void *send_prev,
-                     void *recv_prev, void *recv_next, struct mc_pp_posted *h);
+mc_status mc_pp_post(const struct mc_pp_p2p *p, const struct mc_tensor *send_next,
+                     const struct mc_tensor *send_prev, struct mc_tensor *recv_prev,
+                     struct mc_tensor *recv_next, struct mc_pp_posted *h);
 /* Completes one posted request (a no-op for one that is not active); *active is cleared. */
 mc_status mc_pp_wait(const struct mc_pp_p2p *p, mc_pp_request *r, bool *active);
 
 /* The named operations of p2p_communication.py; each is a no-op where Megatron's is (e.g.
  * recv_forward on the first stage). */
-mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, void *input);
-mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const void *output);
-mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, void *output_grad);
-mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const void *input_grad);
-mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p, const void *output,
-                                           void *output_grad);
-mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p, const void *input_grad,
-                                           void *input);
+mc_status mc_pp_recv_forward(const struct mc_pp_p2p *p, struct mc_tensor *input);
+mc_status mc_pp_send_forward(const struct mc_pp_p2p *p, const struct mc_tensor *output);
+mc_status mc_pp_recv_backward(const struct mc_pp_p2p *p, struct mc_tensor *output_grad);
+mc_status mc_pp_send_backward(const struct mc_pp_p2p *p, const struct mc_tensor *input_grad);
+mc_status mc_pp_send_forward_recv_backward(const struct mc_pp_p2p *p,
+                                           const struct mc_tensor *output,
+                                           struct mc_tensor *output_grad);
+mc_status mc_pp_send_backward_recv_forward(const struct mc_pp_p2p *p,
+                                           const struct mc_tensor *input_grad,
+                                           struct mc_tensor *input);
 
 /* The embedding group of initialize_model_parallel (first and last stage of each pipeline),
  * split from the pp group: *out is a comm.c handle to free with mc_pp_group_free, or NULL on
@@ -79,20 +100,25 @@ mc_status mc_pp_embedding_group_init(const struct mc_pp_p2p *p, void **out);
 void mc_pp_group_free(void *comm);
 
 /* ---- schedules.c ------------------------------------------------------------------------ */
-/* One micro-batch on this stage (every tensor in p2p.dt). forward: input [s, b, h] is the
- * previous stage's output (NULL on the first stage); *output [s, b, h] is what goes to the next stage (unused on the last),
- * valid until the next call. backward: micro-batch k's forward input again (the schedule keeps
- * it; NULL on the first stage) and the grad of its output (NULL on the last stage, where the
- * loss starts backward); *input_grad [s, b, h] goes to the previous stage (unused on the
- * first). Backward of k may follow forwards of later micro-batches. set_grad_sync (optional,
+/* One micro-batch on this stage; every tensor is a message of p2p.msg's dtype and shape.
+ * forward: input is the previous stage's output (a host message the schedule received; NULL on
+ * the first stage); the callback sets *output to what goes to the next stage (read on every
+ * stage but the last, valid until the next call, in host or a backend's memory: the schedule
+ * stages it to the host through the backend's copy op). backward: micro-batch k's forward
+ * input again (the schedule keeps it; NULL on the first stage) and the grad of its output
+ * (NULL on the last stage, where the loss starts backward); *input_grad goes to the previous
+ * stage (read on every stage but the first), as *output. A returned tensor of another dtype or
+ * shape is MC_ERR_SHAPE. Backward of k may follow forwards of later micro-batches.
+ * set_grad_sync (optional,
  * NULL: none) is Megatron's no_sync_func / enable_grad_sync: the schedule says false before
  * the steps of every micro-batch but the last (grads accumulate locally) and true before the
  * last one's, whose backward starts the data-parallel grad reduction. */
 struct mc_pp_step_ops {
     void *ctx;
-    mc_status (*forward)(void *ctx, int64_t k, const void *input, const void **output);
-    mc_status (*backward)(void *ctx, int64_t k, const void *input, const void *output_grad,
-                          const void **input_grad);
+    mc_status (*forward)(void *ctx, int64_t k, const struct mc_tensor *input,
+                         struct mc_tensor *output);
+    mc_status (*backward)(void *ctx, int64_t k, const struct mc_tensor *input,
+                          const struct mc_tensor *output_grad, struct mc_tensor *input_grad);
     void (*set_grad_sync)(void *ctx, bool sync);
 };
 
@@ -100,8 +126,10 @@ struct mc_pp_step_ops {
 struct mc_pp_schedule {
     struct mc_pp_p2p p2p;
     int slots;        /* inputs kept for backward: at most warmup + 1 = pp - rank */
-    void *inputs;     /* [slots, n] received activations, micro-batch k in slot k % slots */
-    void *grad;       /* [n] received output grad */
+    void *inputs;     /* [slots] messages received, micro-batch k in slot k % slots */
+    void *grad;       /* a message: the received output grad */
+    void *send;       /* a message: an output or input grad in a backend's memory, staged to
+                         the host (allocated when first needed) */
 };
 
 mc_status mc_pp_schedule_init(struct mc_pp_schedule *s, const struct mc_pp_p2p *p2p);
@@ -123,14 +151,14 @@ mc_status mc_pp_forward_backward_pipelining_without_interleaving(struct mc_pp_sc
 /* ---- schedules_interleaved.c ------------------------------------------------------------- */
 /* One micro-batch on one model chunk (virtual stage chunk * pp + rank): as mc_pp_step_ops, with
  * the chunk. input is NULL on the first virtual stage (chunk 0 of stage 0), output_grad on the
- * last (chunk vp - 1 of the last stage). *output / *input_grad are copied by the schedule
- * before the next call, so they need only live until then. */
+ * last (chunk vp - 1 of the last stage). *output / *input_grad are copied to the host by the
+ * schedule before the next call, so they need only live until then. */
 struct mc_pp_chunk_ops {
     void *ctx;
-    mc_status (*forward)(void *ctx, int chunk, int64_t k, const void *input,
-                         const void **output);
-    mc_status (*backward)(void *ctx, int chunk, int64_t k, const void *input,
-                          const void *output_grad, const void **input_grad);
+    mc_status (*forward)(void *ctx, int chunk, int64_t k, const struct mc_tensor *input,
+                         struct mc_tensor *output);
+    mc_status (*backward)(void *ctx, int chunk, int64_t k, const struct mc_tensor *input,
+                          const struct mc_tensor *output_grad, struct mc_tensor *input_grad);
 };
 
 struct mc_pp_vbuf;

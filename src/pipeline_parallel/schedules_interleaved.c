@@ -14,12 +14,13 @@
  * next is posted); a buffer about to be used is also completed first, so a use can never race
  * its receive. */
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "backend/backend.h"
 
 #include <stdio.h>
 #include <string.h>
 
 struct mc_pp_vbuf {
-    void *x; /* [p2p.n] of p2p.dt */
+    void *x; /* one message of p2p.msg's dtype and shape */
     mc_pp_request req;
     bool pending; /* a posted send/recv not yet completed */
 };
@@ -33,10 +34,12 @@ mc_status mc_pp_interleaved_init(struct mc_pp_interleaved *s, const struct mc_pp
     s->vp = vp;
     s->group = group ? group : p2p->size;
     s->overlap = overlap;
-    if (p2p->size < 2 || p2p->rank < 0 || p2p->rank >= p2p->size || p2p->n < 1 || !p2p->comm)
+    int64_t n = mc_pp_msg_numel(p2p);
+    if (p2p->size < 2 || p2p->rank < 0 || p2p->rank >= p2p->size || p2p->msg.ndim < 1 || n < 1 ||
+        !p2p->comm)
         return mc_error(MC_ERR_CONFIG, "interleaved schedule on stage %d of %d (%lld-element "
                         "messages): needs a pipeline of at least 2 stages and its communicator",
-                        p2p->rank, p2p->size, (long long)p2p->n);
+                        p2p->rank, p2p->size, (long long)n);
     if (vp < 1)
         return mc_error(MC_ERR_CONFIG, "interleaved schedule with %d model chunks per pipeline "
                         "stage: expected at least one", vp);
@@ -74,8 +77,7 @@ static mc_status get_buf(struct mc_pp_interleaved *s, struct mc_pp_vbuf **out)
         s->cap_pool = cap;
     }
     struct mc_pp_vbuf *b = mc_calloc(1, sizeof(*b));
-    if (!b || !(b->x = MC_MEM_AS(MC_MEM_COMM,
-                                 mc_alloc(mc_dtype_size(s->p2p.dt) * (size_t)s->p2p.n)))) {
+    if (!b || !(b->x = MC_MEM_AS(MC_MEM_COMM, mc_alloc(mc_pp_msg_bytes(&s->p2p))))) {
         mc_free(b);
         return MC_ERR_NOMEM;
     }
@@ -232,17 +234,33 @@ static mc_status ensure_ready(struct run *r, struct mc_pp_vbuf *b, struct queue 
     return st ? st : (b && b->pending ? wait_buf(r, b) : MC_OK);
 }
 
-/* A pool copy of what the chunk returned, to send. */
-static mc_status stash(struct run *r, const void *x, struct mc_pp_vbuf **out)
+/* A message view of a pool buffer; NULL for none (Megatron's None). */
+static struct mc_tensor *view(const struct run *r, const struct mc_pp_vbuf *b,
+                              struct mc_tensor *t)
 {
+    if (!b)
+        return NULL;
+    *t = mc_pp_msg_view(&r->s->p2p, b->x);
+    return t;
+}
+
+/* A host copy in a pool buffer of what the chunk returned (t), to send: copied from the host
+ * or through its backend's copy op. */
+static mc_status stash(struct run *r, const struct mc_tensor *t, const char *what,
+                       struct mc_pp_vbuf **out)
+{
+    const struct mc_pp_p2p *p = &r->s->p2p;
     *out = NULL;
-    if (!x)
-        return mc_error(MC_ERR_INTERNAL, "interleaved schedule: a model chunk returned no "
-                        "tensor to send");
-    mc_status st = get_buf(r->s, out);
-    if (!st)
-        memcpy((*out)->x, x, mc_dtype_size(r->s->p2p.dt) * (size_t)r->s->p2p.n);
-    return st;
+    mc_status st = mc_pp_check_msg(p, t, what);
+    if (st || (st = get_buf(r->s, out)))
+        return st;
+    if (mc_tensor_on_host(t)) {
+        memcpy((*out)->x, t->data, mc_pp_msg_bytes(p));
+    } else {
+        struct mc_backend *be = (struct mc_backend *)t->backend;
+        be->ops->copy_to_host(be, (*out)->x, t->data, mc_pp_msg_bytes(p));
+    }
+    return MC_OK;
 }
 
 static mc_status forward_helper(struct run *r, int64_t vk, struct mc_pp_vbuf **y)
@@ -257,15 +275,15 @@ static mc_status forward_helper(struct run *r, int64_t vk, struct mc_pp_vbuf **y
     if (st)
         return st;
     trace_step(r, 'F', c, m);
-    const void *out = NULL;
-    if ((st = r->ops->forward(r->ops->ctx, c, m, b ? b->x : NULL, &out)))
+    struct mc_tensor in, out = {0};
+    if ((st = r->ops->forward(r->ops->ctx, c, m, view(r, b, &in), &out)))
         return st;
     r->n_out[c]++;
     if (r->forward_only) {
         put_buf(r->s, q_pop(&r->in[c]));
         r->n_out[c]--;
     }
-    return last_v(r, c) ? MC_OK : stash(r, out, y);
+    return last_v(r, c) ? MC_OK : stash(r, &out, "the forward step's output", y);
 }
 
 static mc_status backward_helper(struct run *r, int64_t vk, struct mc_pp_vbuf **dx)
@@ -283,13 +301,13 @@ static mc_status backward_helper(struct run *r, int64_t vk, struct mc_pp_vbuf **
     int64_t m = r->n_bwd[c]++;
     MC_ASSERT(m == r->mb[vk]);
     trace_step(r, 'B', c, m);
-    const void *out = NULL;
-    st = r->ops->backward(r->ops->ctx, c, m, in ? in->x : NULL, g ? g->x : NULL, &out);
+    struct mc_tensor tin, tg, out = {0};
+    st = r->ops->backward(r->ops->ctx, c, m, view(r, in, &tin), view(r, g, &tg), &out);
     put_buf(r->s, in);
     put_buf(r->s, g);
     if (st)
         return st;
-    return first_v(r, c) ? MC_OK : stash(r, out, dx);
+    return first_v(r, c) ? MC_OK : stash(r, &out, "the backward step's input grad", dx);
 }
 
 /* A blocking exchange (Megatron's _communicate with wait_on_reqs): the sent buffers go back to
@@ -304,10 +322,10 @@ static mc_status exchange(struct run *r, struct mc_pp_vbuf *send_next, struct mc
         st = get_buf(r->s, &rp);
     if (!st && recv_next)
         st = get_buf(r->s, &rn);
+    struct mc_tensor t[4];
     if (!st)
-        st = mc_pp_communicate(&r->s->p2p, send_next ? send_next->x : NULL,
-                               send_prev ? send_prev->x : NULL, rp ? rp->x : NULL,
-                               rn ? rn->x : NULL);
+        st = mc_pp_communicate(&r->s->p2p, view(r, send_next, &t[0]), view(r, send_prev, &t[1]),
+                               view(r, rp, &t[2]), view(r, rn, &t[3]));
     put_buf(r->s, send_next);
     put_buf(r->s, send_prev);
     if (got_prev)
@@ -326,7 +344,7 @@ static mc_status post(struct run *r, struct mc_pp_vbuf *send, bool forward, bool
     struct mc_pp_vbuf *rb = NULL;
     struct mc_pp_posted h;
     mc_status st = recv ? get_buf(r->s, &rb) : MC_OK;
-    void *sx = send ? send->x : NULL, *rx = rb ? rb->x : NULL;
+    struct mc_tensor ts, tr, *sx = view(r, send, &ts), *rx = view(r, rb, &tr);
     if (!st)
         st = forward ? mc_pp_post(&r->s->p2p, sx, NULL, rx, NULL, &h)
                      : mc_pp_post(&r->s->p2p, NULL, sx, NULL, rx, &h);

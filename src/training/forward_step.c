@@ -132,21 +132,12 @@ static int pp_slot_for(const struct pp_pass *r, int chunk, int64_t k)
     return (int)(k % n);
 }
 
-/* A message of the schedule (host memory: its receive buffers) as the model's stage tensor of
- * the micro-batch held; NULL stays NULL. The model's outputs go the other way as data pointers
- * the schedule sends in place: the CPU backends' memory is host memory (a device backend's
- * would be staged to the host here, through its copy ops). */
-static const struct mc_tensor *pp_message(const mc_gpt_model *m, const struct mc_micro_batch *mb,
-                                          const void *data, struct mc_tensor *view)
-{
-    if (!data)
-        return NULL;
-    *view = mc_gpt_stage_tensor(m, mb->b, mb->s);
-    view->data = (void *)data;
-    return view;
-}
-
-static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const void *input)
+/* The schedule's messages are the model's stage tensors: what it received (host memory) goes
+ * in as batch.hidden_in and the output grad, checked by the model; the stage output and input
+ * grad go out in the model's backend's memory, and the schedule stages them to the host through
+ * the backend's copy op. */
+static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k,
+                                const struct mc_tensor *input)
 {
     struct trainer *t = r->t;
     struct mc_micro_batch *mb = &t->d.batch;
@@ -167,12 +158,10 @@ static mc_status pp_run_forward(struct pp_pass *r, int chunk, int64_t k, const v
         mc_gpt_set_moe_aux_loss_scale(m, (float)(mc_args_bool(t->a, MC_A_calculate_per_token_loss)
                                                  ? ls : ls / (double)r->num_micro));
     }
-    struct mc_tensor in;
     struct mc_gpt_batch gb = {.b = mb->b, .s = mb->s, .tokens = first ? mb->tokens : NULL,
                               .labels = last ? mb->labels : NULL,
                               .position_ids = mb->position_ids,
-                              .attention_mask = mb->attention_mask,
-                              .hidden_in = pp_message(m, mb, input, &in)};
+                              .attention_mask = mb->attention_mask, .hidden_in = input};
     st = mc_gpt_forward(m, &gb, r->training, last ? t->d.loss : NULL);
     mc_timer_stop(fwd);
     /* forward-only passes (evaluation) take no backward: their slot is free again */
@@ -192,14 +181,14 @@ static void pp_masked_loss(const struct trainer *t, double *num, double *den)
     be->ops->masked_loss(be, MC_DTYPE_F32, num, den, t->d.loss_be, t->d.mask_be, mb->b * mb->s);
 }
 
-static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const void *input,
-                                  const void **output)
+static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const struct mc_tensor *input,
+                                  struct mc_tensor *output)
 {
     struct pp_pass *r = ctx;
     mc_status st = pp_run_forward(r, chunk, k, input);
     if (st)
         return st;
-    *output = mc_gpt_stage_output(r->t->m.chunks[chunk]).data;
+    *output = mc_gpt_stage_output(r->t->m.chunks[chunk]);
     if (!pp_last(r->t, chunk))
         return MC_OK;
     double num, den;
@@ -209,8 +198,10 @@ static mc_status pp_chunk_forward(void *ctx, int chunk, int64_t k, const void *i
     return add_loss_report(r->t, num, den, r->numer, r->denom);
 }
 
-static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const void *input,
-                                   const void *output_grad, const void **input_grad)
+static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k,
+                                   const struct mc_tensor *input,
+                                   const struct mc_tensor *output_grad,
+                                   struct mc_tensor *input_grad)
 {
     struct pp_pass *r = ctx;
     struct trainer *t = r->t;
@@ -239,11 +230,10 @@ static mc_status pp_chunk_backward(void *ctx, int chunk, int64_t k, const void *
                                    (size_t)n * sizeof(float));
         st = mc_gpt_backward(m, t->d.dloss);
     } else {
-        struct mc_tensor g;
-        st = mc_gpt_backward_stage(m, pp_message(m, &t->d.batch, output_grad, &g));
+        st = mc_gpt_backward_stage(m, output_grad);
     }
     mc_timer_stop(bwd);
-    *input_grad = mc_gpt_stage_input_grad(m).data;
+    *input_grad = mc_gpt_stage_input_grad(m);
     return st;
 }
 
@@ -255,13 +245,14 @@ static void pp_grad_sync(struct pp_pass *r, int chunk, bool sync)
 }
 
 /* The one-chunk schedules' callbacks (no pipelining, 1F1B). */
-static mc_status pp_forward(void *ctx, int64_t k, const void *input, const void **output)
+static mc_status pp_forward(void *ctx, int64_t k, const struct mc_tensor *input,
+                            struct mc_tensor *output)
 {
     return pp_chunk_forward(ctx, 0, k, input, output);
 }
 
-static mc_status pp_backward(void *ctx, int64_t k, const void *input, const void *output_grad,
-                             const void **input_grad)
+static mc_status pp_backward(void *ctx, int64_t k, const struct mc_tensor *input,
+                             const struct mc_tensor *output_grad, struct mc_tensor *input_grad)
 {
     struct pp_pass *r = ctx;
     mc_status st = pp_chunk_backward(ctx, 0, k, input, output_grad, input_grad);
@@ -278,8 +269,10 @@ static void pp_set_grad_sync(void *ctx, bool sync)
 
 /* The interleaved schedule's backward: chunk by chunk, grads sync from the chunk's last
  * micro-batch on (Megatron's per-chunk grad_sync_func). */
-static mc_status vp_chunk_backward(void *ctx, int chunk, int64_t k, const void *input,
-                                   const void *output_grad, const void **input_grad)
+static mc_status vp_chunk_backward(void *ctx, int chunk, int64_t k,
+                                   const struct mc_tensor *input,
+                                   const struct mc_tensor *output_grad,
+                                   struct mc_tensor *input_grad)
 {
     struct pp_pass *r = ctx;
     pp_grad_sync(r, chunk, k == r->num_micro - 1);

@@ -237,10 +237,9 @@ static mc_status pp_setup(struct trainer *t)
     const struct mc_gpt_config *c = mc_gpt_model_config(t->m.model);
     /* the messages: the model's stage tensor of a full micro-batch ([s/tp, b, h] with
      * --sequence-parallel; Megatron's pipeline_dtype, fp32 with --fp32-residual-connection) */
-    struct mc_tensor msg = mc_gpt_stage_tensor(t->m.model, t->d.mbs, t->d.seq);
-    struct mc_pp_p2p p = {t->par.ps.group[MC_PS_PP].comm, t->par.ps.pp,
-                          mc_ps_rank(&t->par.ps, MC_PS_PP), mc_tensor_numel(&msg),
-                          NULL, NULL, false, msg.dtype};
+    struct mc_pp_p2p p = {.comm = t->par.ps.group[MC_PS_PP].comm, .size = t->par.ps.pp,
+                          .rank = mc_ps_rank(&t->par.ps, MC_PS_PP),
+                          .msg = mc_gpt_stage_tensor(t->m.model, t->d.mbs, t->d.seq)};
     if (t->par.ps.pp == 1) /* forward_backward_no_pipelining: no buffers, no exchanges */
         return mc_pp_schedule_init(&t->pp.pipe, &p);
     mc_status st = MC_OK;

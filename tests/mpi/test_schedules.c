@@ -9,8 +9,14 @@
  * false), the last one's with the grad sync on, as Megatron's no_sync_func / enable_grad_sync;
  * zero micro-batches are refused. The 1F1B cases run again with bf16 messages (Megatron's
  * pipeline_dtype = params_dtype): the same order, each value arriving as the bf16 the
- * neighbour sent. Ranks agree on pass/fail. */
+ * neighbour sent. They run once more with the callbacks' outputs in a test backend's memory,
+ * whose bytes are scrambled until its copy_to_host unscrambles them: every value must arrive
+ * right (a schedule that sent such a tensor in place would deliver the scrambled bytes), and
+ * every send must go through that copy op. Messages of the wrong dtype or shape, and a
+ * backend's tensor handed to p2p directly, are refused with MC_ERR_SHAPE before anything is
+ * posted. Ranks agree on pass/fail. */
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "backend/backend.h"
 #include "test.h"
 
 #include "core/dtype.h"
@@ -22,11 +28,41 @@
 
 enum { N = 6 }; /* elements per message */
 
+/* The test backend: its memory holds every byte XOR 0x5a, so only its copy op reads it right. */
+static size_t dev_copied; /* bytes through dev_copy_to_host */
+
+static void dev_copy_to_host(struct mc_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    for (size_t i = 0; i < bytes; i++)
+        ((uint8_t *)dst)[i] = ((const uint8_t *)src)[i] ^ 0x5a;
+    dev_copied += bytes;
+}
+
+static const struct mc_backend_ops dev_ops = {.name = "test-device",
+                                              .copy_to_host = dev_copy_to_host};
+static struct mc_backend dev = {&dev_ops, "test-device", 1, NULL};
+
+/* host bytes into the test backend's representation */
+static void dev_store(void *dst, const void *src, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        ((uint8_t *)dst)[i] = ((const uint8_t *)src)[i] ^ 0x5a;
+}
+
+static struct mc_tensor message(enum mc_dtype dt, void *data)
+{
+    return mc_tensor_view(data, dt, 1, (const int64_t[]){N});
+}
+
 struct ctx {
     int rank, size;
     enum mc_dtype dt; /* the messages' dtype: F32 or BF16 */
     char trace[4096];
     float out[N], dx[N]; /* N elements of dt (bf16 uses the first half) */
+    bool on_dev;         /* outputs in the test backend's memory (dev_out, dev_dx) */
+    float dev_out[N], dev_dx[N];
+    int64_t sends;       /* outputs and input grads handed to the schedule to send */
     int bad_values;
     int64_t m;      /* micro-batches of the case */
     int sync;       /* the last set_grad_sync (-1: never called) */
@@ -70,23 +106,46 @@ static float as_dt(const struct ctx *x, float v)
     return x->dt == MC_DTYPE_BF16 ? mc_bf16_to_f32(mc_f32_to_bf16(v)) : v;
 }
 
-static mc_status forward(void *c, int64_t k, const void *input, const void **output)
+/* A received message: dt, [N], host memory. */
+static const void *got(struct ctx *x, const struct mc_tensor *t)
+{
+    if (!t)
+        return NULL;
+    x->bad_values += t->dtype != x->dt || t->ndim != 1 || t->shape[0] != N || t->backend;
+    return t->data;
+}
+
+/* What a callback returns: host data as it is, or its copy in the test backend's memory. */
+static struct mc_tensor give(struct ctx *x, const float *host, float *dev_buf, bool sends)
+{
+    x->sends += sends;
+    if (!x->on_dev)
+        return message(x->dt, (void *)host);
+    dev_store(dev_buf, host, sizeof(x->out));
+    struct mc_tensor t = message(x->dt, dev_buf);
+    t.backend = &dev;
+    return t;
+}
+
+static mc_status forward(void *c, int64_t k, const struct mc_tensor *in, struct mc_tensor *output)
 {
     struct ctx *x = c;
+    const void *input = got(x, in);
     if ((input == NULL) != (x->rank == 0))
         x->bad_values++;
     for (int i = 0; input && i < N; i++)
         x->bad_values += get(x, input, i) != as_dt(x, act(k, x->rank - 1) + (float)i);
     for (int i = 0; i < N; i++)
         put(x, x->out, i, act(k, x->rank) + (float)i);
-    *output = x->out;
+    *output = give(x, x->out, x->dev_out, x->rank < x->size - 1);
     return MC_OK;
 }
 
-static mc_status backward(void *c, int64_t k, const void *input, const void *output_grad,
-                          const void **input_grad)
+static mc_status backward(void *c, int64_t k, const struct mc_tensor *in,
+                          const struct mc_tensor *og, struct mc_tensor *input_grad)
 {
     struct ctx *x = c;
+    const void *input = got(x, in), *output_grad = got(x, og);
     if ((output_grad == NULL) != (x->rank == x->size - 1))
         x->bad_values++;
     for (int i = 0; input && i < N; i++) /* the schedule kept k's input */
@@ -96,7 +155,7 @@ static mc_status backward(void *c, int64_t k, const void *input, const void *out
     for (int i = 0; i < N; i++)
         put(x, x->dx, i, grd(k, x->rank) * (float)(i + 1));
     x->bad_sync += x->sync != (k == x->m - 1);
-    *input_grad = x->dx;
+    *input_grad = give(x, x->dx, x->dev_dx, x->rank > 0);
     return MC_OK;
 }
 
@@ -120,10 +179,12 @@ static const char *find_golden(const char *key)
 }
 
 static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_only,
-                     enum mc_dtype dt)
+                     enum mc_dtype dt, bool on_dev)
 {
-    struct ctx x = {.rank = rank, .size = size, .dt = dt, .m = m, .sync = -1};
-    struct mc_pp_p2p p = {size > 1 ? &comm : NULL, size, rank, N, on_event, &x, false, dt};
+    struct ctx x = {.rank = rank, .size = size, .dt = dt, .m = m, .sync = -1, .on_dev = on_dev};
+    struct mc_pp_p2p p = {.comm = size > 1 ? &comm : NULL, .size = size, .rank = rank,
+                          .msg = message(dt, NULL), .trace = on_event, .trace_ctx = &x};
+    size_t copied = dev_copied;
     struct mc_pp_schedule s;
     struct mc_pp_step_ops ops = {&x, forward, backward, set_sync};
     CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -134,6 +195,8 @@ static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_
     CHECK(x.bad_values == 0);
     CHECK(x.bad_sync == 0);
     CHECK(forward_only ? x.sync == -1 : x.sync == 1); /* forward only: no grads to sync */
+    /* every send of a backend's tensor was staged through its copy op, nothing else was */
+    CHECK(dev_copied - copied == (on_dev ? (size_t)x.sends * mc_pp_msg_bytes(&p) : 0));
     char key[128];
     snprintf(key, sizeof(key), "%s pp=%d rank=%d M=%lld %s : ", size == 1 ? "no_pipelining" : "1f1b",
              size, rank, (long long)m, forward_only ? "forward" : "train");
@@ -144,6 +207,37 @@ static void run_case(MPI_Comm comm, int size, int rank, int64_t m, bool forward_
         fprintf(stderr, "%s\n  want: %s\n  got:  %s\n", key, want, x.trace);
     }
     mc_pp_schedule_free(&s);
+}
+
+/* Messages that are not the pipeline's are refused on every stage before anything is posted
+ * (so no neighbour is left waiting), with what was given and what was expected. */
+static void check_refusals(const struct mc_pp_p2p *p)
+{
+    float buf[N + 1] = {0}, staged[N];
+    struct mc_tensor wrong_dt = message(MC_DTYPE_BF16, buf);
+    struct mc_tensor wrong_shape = mc_tensor_view(buf, MC_DTYPE_F32, 1, (const int64_t[]){N + 1});
+    struct mc_tensor on_dev = message(MC_DTYPE_F32, buf), out;
+    on_dev.backend = &dev;
+    bool first = p->rank == 0;
+    CHECK((first ? mc_pp_send_forward(p, &wrong_dt) : mc_pp_recv_forward(p, &wrong_dt)) ==
+          MC_ERR_SHAPE);
+    CHECK(strstr(mc_last_error(), "is bfloat16 [6]; the pipeline's messages are float32 [6]") !=
+          NULL);
+    CHECK((first ? mc_pp_send_forward(p, &wrong_shape) : mc_pp_recv_forward(p, &wrong_shape)) ==
+          MC_ERR_SHAPE);
+    CHECK(strstr(mc_last_error(), "is float32 [7]") != NULL);
+    CHECK((first ? mc_pp_send_forward(p, &on_dev) : mc_pp_recv_forward(p, &on_dev)) ==
+          MC_ERR_SHAPE);
+    CHECK(strstr(mc_last_error(), "in a backend's memory") != NULL);
+    /* staging: a host message stays in place, a backend's goes through its copy op */
+    struct mc_tensor host = message(MC_DTYPE_F32, buf);
+    size_t copied = dev_copied;
+    CHECK(mc_pp_stage_msg(p, &host, staged, "host", &out) == MC_OK && out.data == buf);
+    CHECK(mc_pp_stage_msg(p, &on_dev, staged, "device", &out) == MC_OK && out.data == staged &&
+          !out.backend && dev_copied - copied == sizeof(staged));
+    CHECK(mc_pp_stage_msg(p, &wrong_shape, staged, "the forward step's output", &out) ==
+          MC_ERR_SHAPE);
+    CHECK(strstr(mc_last_error(), "the forward step's output is float32 [7]") != NULL);
 }
 
 static void load_golden(void)
@@ -185,14 +279,17 @@ int main(int argc, char **argv)
                 continue; /* not in the golden */
             if (pp == 1 && ms[i] == 8)
                 continue;
-            run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_F32);
-            run_case(c, pp, rank % pp, ms[i], true, MC_DTYPE_F32);
-            if (pp > 1)
-                run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_BF16);
+            run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_F32, false);
+            run_case(c, pp, rank % pp, ms[i], true, MC_DTYPE_F32, false);
+            if (pp > 1) {
+                run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_BF16, false);
+                run_case(c, pp, rank % pp, ms[i], false, MC_DTYPE_BF16, true);
+                run_case(c, pp, rank % pp, ms[i], true, MC_DTYPE_F32, true);
+            }
         }
         struct ctx x = {.rank = rank % pp, .size = pp};
-        struct mc_pp_p2p p = {pp > 1 ? &c : NULL, pp, rank % pp, N, NULL, NULL, false,
-                              MC_DTYPE_F32};
+        struct mc_pp_p2p p = {.comm = pp > 1 ? &c : NULL, .size = pp, .rank = rank % pp,
+                              .msg = message(MC_DTYPE_F32, NULL)};
         struct mc_pp_schedule s;
         struct mc_pp_step_ops ops = {&x, forward, backward, NULL};
         CHECK(mc_pp_schedule_init(&s, &p) == MC_OK);
@@ -200,12 +297,14 @@ int main(int argc, char **argv)
               MC_ERR_CONFIG);
         CHECK(strstr(mc_last_error(), "number of micro-batches 0") != NULL);
         mc_pp_schedule_free(&s);
+        if (pp > 1)
+            check_refusals(&p);
         MPI_Comm_free(&c);
     }
     /* the embedding group: first and last stage of a 4-stage pipeline */
     if (world == 4) {
-        struct mc_pp_p2p p = {&(MPI_Comm){MPI_COMM_WORLD}, 4, rank, N, NULL, NULL, false,
-                              MC_DTYPE_F32};
+        struct mc_pp_p2p p = {.comm = &(MPI_Comm){MPI_COMM_WORLD}, .size = 4, .rank = rank,
+                              .msg = message(MC_DTYPE_F32, NULL)};
         void *eg = NULL;
         CHECK(mc_pp_embedding_group_init(&p, &eg) == MC_OK);
         CHECK((eg != NULL) == (rank == 0 || rank == 3));

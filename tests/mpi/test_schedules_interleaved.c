@@ -7,9 +7,12 @@
  * Megatron's own function produced; every input and output grad is what the neighbouring
  * virtual stage sent for that micro-batch; the refused micro-batch counts give Megatron's
  * message; no buffer is leaked. Every case runs with fp32 and with bf16 messages (p2p.dt,
- * Megatron's pipeline_dtype): each value arrives as the bf16 the neighbour sent. Ranks agree
- * on pass/fail. */
+ * Megatron's pipeline_dtype): each value arrives as the bf16 the neighbour sent. The bf16 run
+ * returns the callbacks' outputs in a test backend's memory, scrambled until its copy_to_host
+ * unscrambles them: each value must still arrive right, every send through that copy op.
+ * Ranks agree on pass/fail. */
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "backend/backend.h"
 #include "test.h"
 
 #include "core/dtype.h"
@@ -21,13 +24,58 @@
 
 enum { N = 5 }; /* elements per message */
 
+/* The test backend: its memory holds every byte XOR 0x5a, so only its copy op reads it right. */
+static size_t dev_copied; /* bytes through dev_copy_to_host */
+
+static void dev_copy_to_host(struct mc_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    for (size_t i = 0; i < bytes; i++)
+        ((uint8_t *)dst)[i] = ((const uint8_t *)src)[i] ^ 0x5a;
+    dev_copied += bytes;
+}
+
+static const struct mc_backend_ops dev_ops = {.name = "test-device",
+                                              .copy_to_host = dev_copy_to_host};
+static struct mc_backend dev = {&dev_ops, "test-device", 1, NULL};
+
 struct ctx {
     int rank, size, vp;
     enum mc_dtype dt; /* the messages' dtype: F32 or BF16 (out and dx hold N of it) */
     char trace[16384];
     float out[N], dx[N];
     int bad_values;
+    bool on_dev; /* outputs in the test backend's memory (dev_out, dev_dx) */
+    float dev_out[N], dev_dx[N];
+    int64_t sends; /* outputs and input grads handed to the schedule to send */
 };
+
+static struct mc_tensor message(enum mc_dtype dt, void *data)
+{
+    return mc_tensor_view(data, dt, 1, (const int64_t[]){N});
+}
+
+/* A received message: dt, [N], host memory. */
+static const void *got(struct ctx *x, const struct mc_tensor *t)
+{
+    if (!t)
+        return NULL;
+    x->bad_values += t->dtype != x->dt || t->ndim != 1 || t->shape[0] != N || t->backend;
+    return t->data;
+}
+
+/* What a callback returns: host data as it is, or a scrambled copy in the test backend. */
+static struct mc_tensor give(struct ctx *x, const float *host, float *dev_buf, bool sends)
+{
+    x->sends += sends;
+    if (!x->on_dev)
+        return message(x->dt, (void *)host);
+    for (size_t i = 0; i < sizeof(x->out); i++)
+        ((uint8_t *)dev_buf)[i] = ((const uint8_t *)host)[i] ^ 0x5a;
+    struct mc_tensor t = message(x->dt, dev_buf);
+    t.backend = &dev;
+    return t;
+}
 
 static void on_event(void *c, const char *ev)
 {
@@ -72,30 +120,32 @@ static void check_input(struct ctx *x, int vs, int64_t k, const void *input)
         x->bad_values += get(x, input, i) != as_dt(x, act(k, vs - 1) + (float)i);
 }
 
-static mc_status forward(void *c, int chunk, int64_t k, const void *input, const void **output)
+static mc_status forward(void *c, int chunk, int64_t k, const struct mc_tensor *input,
+                         struct mc_tensor *output)
 {
     struct ctx *x = c;
     int vs = vstage(x, chunk);
-    check_input(x, vs, k, input);
+    check_input(x, vs, k, got(x, input));
     for (int i = 0; i < N; i++)
         put(x, x->out, i, act(k, vs) + (float)i);
-    *output = x->out;
+    *output = give(x, x->out, x->dev_out, vs < x->size * x->vp - 1);
     return MC_OK;
 }
 
-static mc_status backward(void *c, int chunk, int64_t k, const void *input,
-                          const void *output_grad, const void **input_grad)
+static mc_status backward(void *c, int chunk, int64_t k, const struct mc_tensor *input,
+                          const struct mc_tensor *og, struct mc_tensor *input_grad)
 {
     struct ctx *x = c;
     int vs = vstage(x, chunk), last = x->size * x->vp - 1;
-    check_input(x, vs, k, input);
+    const void *output_grad = got(x, og);
+    check_input(x, vs, k, got(x, input));
     if ((output_grad == NULL) != (vs == last))
         x->bad_values++;
     for (int i = 0; output_grad && i < N; i++)
         x->bad_values += get(x, output_grad, i) != as_dt(x, grd(k, vs + 1) * (float)(i + 1));
     for (int i = 0; i < N; i++)
         put(x, x->dx, i, grd(k, vs) * (float)(i + 1));
-    *input_grad = x->dx;
+    *input_grad = give(x, x->dx, x->dev_dx, vs > 0);
     return MC_OK;
 }
 
@@ -125,7 +175,8 @@ static void load_golden(void)
 }
 
 /* One golden line for this pipeline size and rank. */
-static void run_line(MPI_Comm comm, int size, int rank, const char *line, enum mc_dtype dt)
+static void run_line(MPI_Comm comm, int size, int rank, const char *line, enum mc_dtype dt,
+                     bool on_dev)
 {
     int pp, vp, ng, mm, r;
     char mode[16], kind[16];
@@ -141,8 +192,10 @@ static void run_line(MPI_Comm comm, int size, int rank, const char *line, enum m
     if (!want)
         return;
     want += 3;
-    struct ctx x = {.rank = rank, .size = size, .vp = vp, .dt = dt};
-    struct mc_pp_p2p p = {&comm, size, rank, N, on_event, &x, false, dt};
+    struct ctx x = {.rank = rank, .size = size, .vp = vp, .dt = dt, .on_dev = on_dev};
+    struct mc_pp_p2p p = {.comm = &comm, .size = size, .rank = rank, .msg = message(dt, NULL),
+                          .trace = on_event, .trace_ctx = &x};
+    size_t copied = dev_copied;
     struct mc_pp_interleaved s;
     struct mc_pp_chunk_ops ops = {&x, forward, backward};
     CHECK(mc_pp_interleaved_init(&s, &p, vp, ng, !strcmp(mode, "overlap")) == MC_OK);
@@ -158,6 +211,7 @@ static void run_line(MPI_Comm comm, int size, int rank, const char *line, enum m
     } else {
         CHECK(st == MC_OK);
         CHECK(x.bad_values == 0);
+        CHECK(dev_copied - copied == (on_dev ? (size_t)x.sends * mc_pp_msg_bytes(&p) : 0));
         if (strcmp(want, x.trace) != 0) {
             CHECK(0);
             fprintf(stderr, "%s\n  got: %s\n", line, x.trace);
@@ -186,8 +240,8 @@ int main(int argc, char **argv)
             size_t n = e ? (size_t)(e - l) : strlen(l);
             char line[16384];
             snprintf(line, sizeof(line), "%.*s", (int)n, l);
-            run_line(c, pp, rank % pp, line, MC_DTYPE_F32);
-            run_line(c, pp, rank % pp, line, MC_DTYPE_BF16);
+            run_line(c, pp, rank % pp, line, MC_DTYPE_F32, false);
+            run_line(c, pp, rank % pp, line, MC_DTYPE_BF16, true);
             l += n + (e ? 1 : 0);
         }
         MPI_Comm_free(&c);
