@@ -1469,6 +1469,7 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         ch[c].perm = mc_alloc((size_t)mc_gpt_num_params(ch[c].m) * sizeof(int64_t));
         ch[c].param_dtype = l->s->params_dtype;
         ch[c].grad_dtype = l->s->grad_dtype;
+        ch[c].check_masters = mc_distopt_bf16_remainders(ch[c].o);
         /* the gathered buffers follow the saving model's named_parameters(): a torch_dist
          * model's names do not tell the transformer impl (norms fused or not), its args do */
         enum mc_sd_scheme scheme = !model_space || !dp_zero(o) ? l->scheme
@@ -1484,6 +1485,9 @@ static mc_status load_distopt(const struct loader *l, const struct mc_pk *o)
         st = !model_space ? mc_ckpt_distopt_load(ch, nc, path)
              : dp_zero(o)   ? mc_ckpt_distopt_load_state(ch, nc, model_space, l->path)
                             : mc_ckpt_distopt_load_model_space(ch, nc, model_space);
+    for (int c = 0; c < nc && !st; c++) /* the precision-aware optimizer's states continue */
+        if ((st = mc_distopt_ckpt_loaded(ch[c].o)))
+            st = mc_error(st, "%s: %s", l->path, mc_last_error());
     for (int c = 0; c < nc; c++)
         mc_free(ch[c].perm);
     return st;

@@ -12,6 +12,7 @@
  * shard to an all-reduce (sum over disjoint parts: exact) and rank 0 writes. */
 #include "checkpointing/distrib_optim.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -77,16 +78,45 @@ static void to_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm, c
     }
 }
 
-static void from_world(const struct mc_pgb_map *mp, const struct mc_pgb_map *fm, const int64_t *woff,
-                       const int64_t *perm, mc_gpt_model *m, float *buf, const float *world[N_KEYS])
+/* With ch->check_masters: the checkpoint's fp32 param of p must round to p's bf16 weight
+ * (loaded into p.data, widened, before the main params overwrite it) under nearest even or
+ * half away from zero, so its bits are the weight's, low half aside, or one below in magnitude. */
+static mc_status check_masters(const struct mc_ckpt_distopt_chunk *ch, const char *what,
+                               const struct mc_param_view *p, const float *master)
 {
+    for (int64_t k = 0; ch->check_masters && k < p->numel; k++) {
+        uint32_t x, w;
+        memcpy(&x, master + k, sizeof(x));
+        memcpy(&w, p->data + k, sizeof(w));
+        if ((w & 0xffffu) == 0 && ((w >> 16) == (x >> 16) || (w >> 16) == (x >> 16) + 1))
+            continue;
+        return mc_error(MC_ERR_FORMAT, "%s: the distributed optimizer's fp32 param of %s is not "
+                        "the master of its bf16 weight (element %lld: %.9g, weight %.9g). Megatron "
+                        "core_v0.12.1 with --bf16 --use-precision-aware-optimizer stores Transformer "
+                        "Engine's int16 param remainders there, from which the master cannot be "
+                        "rebuilt (Megatron cannot resume it either); add --no-load-optim to load "
+                        "the weights alone", what, p->name, (long long)k, (double)master[k],
+                        (double)p->data[k]);
+    }
+    return MC_OK;
+}
+
+static mc_status from_world(const struct mc_ckpt_distopt_chunk *ch, const char *what,
+                            const struct mc_pgb_map *fm, const int64_t *woff, float *buf,
+                            const float *world[N_KEYS])
+{
+    const struct mc_pgb_map *mp = mc_distopt_map(ch->o);
     for (int64_t j = 0; j < fm->n_params; j++) {
-        struct mc_param_view p = mc_gpt_param(m, perm[j]);
-        int64_t w = world_at(fm, woff, j), at = mp->param[perm[j]].start;
+        struct mc_param_view p = mc_gpt_param(ch->m, ch->perm[j]);
+        int64_t w = world_at(fm, woff, j), at = mp->param[ch->perm[j]].start;
+        mc_status st = check_masters(ch, what, &p, world[0] + w);
+        if (st)
+            return st;
         memcpy(p.data, world[0] + w, (size_t)p.numel * sizeof(float));
         memcpy(buf + at, world[1] + w, (size_t)p.numel * sizeof(float));
         memcpy(buf + mp->numel + at, world[2] + w, (size_t)p.numel * sizeof(float));
     }
+    return MC_OK;
 }
 
 /* Buffer `index`'s entry {(params_dtype, grad dtype): {param, exp_avg, exp_avg_sq, numel_unpadded}}
@@ -263,8 +293,8 @@ static mc_status load_chunk(const struct mc_ckpt_distopt_chunk *ch, int index, i
         const float *w[N_KEYS];
         for (int k = 0; k < N_KEYS; k++)
             w[k] = tensor_data(mc_pk_get(state, keys[k]));
-        from_world(mp, &fm, woff, ch->perm, ch->m, buf, w);
-        shard_copy(mp, &sh, buf, true);
+        if (!(st = from_world(ch, path, &fm, woff, buf, w)))
+            shard_copy(mp, &sh, buf, true);
     }
     mc_free(buf);
     mc_free(woff);
@@ -326,6 +356,9 @@ static mc_status load_param_space(const struct mc_ckpt_distopt_chunk *ch, const 
             return mc_error(MC_ERR_FORMAT, "torch_dist optimizer state of %s (parameter %lld): "
                             "no float32 %s of its %lld elements", p.name, (long long)gi, names[j],
                             (long long)p.numel);
+        mc_status st = j == 2 ? check_masters(ch, "torch_dist optimizer state", &p, v) : MC_OK;
+        if (st)
+            return st;
         if (j == 2)
             memcpy(p.data, v, (size_t)p.numel * sizeof(float));
         else if (lo < hi)

@@ -23,6 +23,10 @@ struct mc_ckpt_distopt_chunk {
     enum mc_dtype param_dtype; /* the run's params_dtype: the buffer key (param, grad dtype);
                                   the tensors are fp32 in every precision (the main params) */
     enum mc_dtype grad_dtype;  /* the key's grad dtype */
+    /* loading: every fp32 param must be a master of the checkpoint's bf16 weight (round it to
+     * that weight). Megatron core_v0.12.1's --bf16 --use-precision-aware-optimizer stores TE's
+     * int16 param remainders in 'param' instead, which cannot give the master back. */
+    bool check_masters;
 };
 
 /* Gathers every data-parallel rank's Adam moments of each chunk (collective over the

@@ -63,6 +63,7 @@ struct mc_distopt {
     struct mc_te_adam_cfg te;
     float *pa_scale;   /* [3 * n_params] */
     float *master16;   /* [shard_numel] or NULL */
+    float *saved;      /* [2 * shard_numel] the stored fp16 states while a save reads them */
 };
 
 static mc_comm_request *grad_req(mc_distopt *o, int64_t b) { return o->grad_req + b; }
@@ -235,6 +236,7 @@ void mc_distopt_free(mc_distopt *o)
         o->set->be->ops->free(o->set->be, o->master16);
     }
     mc_free(o->pa_scale);
+    mc_free(o->saved);
     mc_free(o->shard_off);
     mc_free(o->grad_req);
     mc_free(o->param_req);
@@ -448,6 +450,13 @@ static void refresh_range(mc_distopt *o, int64_t lo, int64_t hi)
                             hi - lo);
 }
 
+void mc_distopt_refresh_compute(mc_distopt *o) { refresh_range(o, 0, o->set->n_elements); }
+
+bool mc_distopt_bf16_remainders(const mc_distopt *o)
+{
+    return o->pa && mc_te_adam_remainders(&o->te);
+}
+
 static void refresh_bucket(mc_distopt *o, int64_t b)
 {
     const struct mc_param_set *s = o->set;
@@ -543,6 +552,18 @@ void mc_distopt_set_decoupled_lr(mc_distopt *o, float lr)
     o->decoupled_lr = lr;
 }
 
+/* FusedAdam's optimizer param for this rank's piece of parameter i (t->n = 0: none). */
+static void pa_tensor(mc_distopt *o, int64_t i, struct mc_te_adam_tensor *t)
+{
+    int64_t at_m = 0, at_s = 0, n = owned(o, i, &at_m, &at_s);
+    const float *sc = o->pa_scale + 3 * i;
+    *t = (struct mc_te_adam_tensor){
+        .n = n, .p = o->set->param_block + at_m,
+        .master = o->master16 ? o->master16 + at_s : NULL,
+        .m = o->state + at_s, .v = o->state + o->shard_numel + at_s,
+        .scale = {sc[0], sc[1], sc[2]}, .g = o->main_grad + at_s};
+}
+
 /* FusedAdam.step over this rank's shards: each param's piece is one optimizer param (its
  * states and their scales initialized at the first step, as FusedAdam's lazy
  * initialize_state). */
@@ -550,24 +571,77 @@ static void update_precision_aware(mc_distopt *o, float lr, float weight_decay)
 {
     const struct mc_param_set *s = o->set;
     for (int64_t i = 0; i < s->n_params; i++) {
-        int64_t at_m, at_s, n = owned(o, i, &at_m, &at_s);
-        if (n == 0)
+        struct mc_te_adam_tensor t;
+        pa_tensor(o, i, &t);
+        if (t.n == 0)
             continue;
         float wd = s->params[i].view.no_weight_decay ? 0.0f : weight_decay;
         float lr_i = o->decoupled && mc_opt_param_is_embedding_or_output(&s->params[i].view)
                          ? o->decoupled_lr : lr;
-        float *sc = o->pa_scale + 3 * i;
-        struct mc_te_adam_tensor t = {
-            .n = n, .p = s->param_block + at_m,
-            .master = o->master16 ? o->master16 + at_s : NULL,
-            .m = o->state + at_s, .v = o->state + o->shard_numel + at_s,
-            .scale = {sc[0], sc[1], sc[2]}, .g = o->main_grad + at_s};
         if (!o->pa_started)
             mc_te_adam_init(&o->te, &t);
         mc_te_adam_step(&o->te, &t, lr_i, wd, o->step);
-        memcpy(sc, t.scale, sizeof(t.scale));
+        memcpy(o->pa_scale + 3 * i, t.scale, sizeof(t.scale));
     }
     o->pa_started = true;
+}
+
+static bool pa_fp16_states(const mc_distopt *o)
+{
+    return o->pa && (o->te.m_dt == MC_DTYPE_F16 || o->te.v_dt == MC_DTYPE_F16);
+}
+
+/* An fp16 master would be saved as its unscaled values, and loading would have to
+ * re-quantize it from the fp32 params: not written yet, so refused rather than approximated. */
+static mc_status pa_checkpointable(const mc_distopt *o)
+{
+    if (o->master16)
+        return mc_error(MC_ERR_UNSUPPORTED, "--use-precision-aware-optimizer with "
+                        "--main-params-dtype fp16: checkpoints of the fp16 master params are "
+                        "not implemented in megatron.c yet; use --main-params-dtype fp32");
+    return MC_OK;
+}
+
+mc_status mc_distopt_ckpt_unscale(mc_distopt *o)
+{
+    mc_status st = o->pa ? pa_checkpointable(o) : MC_OK;
+    if (st || !pa_fp16_states(o) || !o->pa_started)
+        return st;
+    size_t bytes = (size_t)(2 * o->shard_numel) * sizeof(float);
+    if (!o->saved && !(o->saved = mc_alloc(bytes ? bytes : 1)))
+        return mc_error(MC_ERR_NOMEM, "distributed optimizer: out of memory unscaling the fp16 "
+                        "optimizer states for a checkpoint");
+    memcpy(o->saved, o->state, bytes);
+    for (int64_t i = 0; i < o->set->n_params; i++) {
+        struct mc_te_adam_tensor t;
+        pa_tensor(o, i, &t);
+        mc_te_adam_unscale_states(&o->te, &t);
+    }
+    return MC_OK;
+}
+
+void mc_distopt_ckpt_saved(mc_distopt *o)
+{
+    if (!o->saved)
+        return;
+    memcpy(o->state, o->saved, (size_t)(2 * o->shard_numel) * sizeof(float));
+    mc_free(o->saved);
+    o->saved = NULL;
+}
+
+mc_status mc_distopt_ckpt_loaded(mc_distopt *o)
+{
+    mc_status st = o->pa ? pa_checkpointable(o) : MC_OK;
+    if (st || !o->pa)
+        return st;
+    for (int64_t i = 0; i < o->set->n_params; i++) {
+        struct mc_te_adam_tensor t;
+        pa_tensor(o, i, &t);
+        mc_te_adam_scale_states(&o->te, &t);
+        memcpy(o->pa_scale + 3 * i, t.scale, sizeof(t.scale));
+    }
+    o->pa_started = true;
+    return MC_OK;
 }
 
 static void update(mc_distopt *o, float lr, float weight_decay)

@@ -81,6 +81,21 @@ struct mc_distopt_shard {
     int64_t step;
 };
 void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
+/* --use-precision-aware-optimizer around a checkpoint (no-ops without it). Before a save, the
+ * shard's fp16 states are put in their fp32 values (TE FusedAdam's get_unscaled_state, what
+ * Megatron stores); after it, mc_distopt_ckpt_saved puts back the stored values bit for bit. A
+ * load fills the shard arrays with fp32 values; mc_distopt_ckpt_loaded then re-quantizes fp16
+ * states (set_scaled_state) and marks the states initialized, so the next step continues them
+ * instead of starting from zero. MC_ERR_UNSUPPORTED with an fp16 master (not saved yet). */
+mc_status mc_distopt_ckpt_unscale(mc_distopt *o);
+void mc_distopt_ckpt_saved(mc_distopt *o);
+mc_status mc_distopt_ckpt_loaded(mc_distopt *o);
+/* The model's 16-bit weights from all of its fp32 params, with the rounding this optimizer
+ * updates them with (nearest even; half away from zero for TE's bf16 param remainders). */
+void mc_distopt_refresh_compute(mc_distopt *o);
+/* TE's bf16 param remainders in use (--bf16 --use-precision-aware-optimizer, fp32 masters): the
+ * fp32 params are the masters exactly and the bf16 weights their high halves, rounded. */
+bool mc_distopt_bf16_remainders(const mc_distopt *o);
 /* One of this rank's shard arrays put together whole, in the set's layout (the dumps of
  * --dump-dir): every bucket's shards all-gathered over the data-parallel group into Megatron's
  * buffer layout and each param's range copied to its offset in out[set->n_elements]. Collective

@@ -52,6 +52,14 @@ void mc_te_adam_init(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t
 void mc_te_adam_step(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t, float lr,
                      float weight_decay, int64_t step);
 
+/* FusedAdam.get_unscaled_state of exp_avg and exp_avg_sq, what a checkpoint stores: in place,
+ * an fp16 state times its scale (fp32 states as they are). */
+void mc_te_adam_unscale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t);
+
+/* FusedAdam.set_scaled_state of both states after a checkpoint load: m and v hold fp32 values
+ * on entry; an fp16 state is re-quantized in place, its scale set (fp32 states: scale 1). */
+void mc_te_adam_scale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t);
+
 /* The bf16 bits multi_tensor_adam_param_remainder leaves in the param for fp32 master x: its
  * high half, plus one when the low half's top bit is set. */
 uint16_t mc_te_adam_bf16_of(float x);

@@ -116,6 +116,23 @@ void mc_te_adam_step(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t
         quantize16(t->master, n, &t->scale[0]);
 }
 
+void mc_te_adam_unscale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t)
+{
+    if (c->m_dt == MC_DTYPE_F16)
+        unscale16(t->m, t->n, t->scale[1]);
+    if (c->v_dt == MC_DTYPE_F16)
+        unscale16(t->v, t->n, t->scale[2]);
+}
+
+void mc_te_adam_scale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t)
+{
+    t->scale[1] = t->scale[2] = 1.0f;
+    if (c->m_dt == MC_DTYPE_F16)
+        quantize16(t->m, t->n, &t->scale[1]);
+    if (c->v_dt == MC_DTYPE_F16)
+        quantize16(t->v, t->n, &t->scale[2]);
+}
+
 uint16_t mc_te_adam_bf16_of(float x)
 {
     uint32_t u;

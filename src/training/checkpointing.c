@@ -182,6 +182,11 @@ static struct mc_grad_scaler *scaler_of(const struct mc_ckpt_state *s)
     return g && g->on ? g : NULL;
 }
 
+static struct mc_distopt *chunk_distopt(const struct mc_ckpt_state *s, int c)
+{
+    return s->n_chunks > 1 ? s->distopts[c] : s->distopt;
+}
+
 /* The run's precision and grad scaler as the checkpoint code sees them: the scaler
  * get_megatron_optimizer chose (constant, dynamic or none) with its current state. */
 static void precision(const struct mc_args *a, struct mc_ckpt_state *s)
@@ -212,8 +217,17 @@ mc_status mc_train_ckpt_save(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
     mc_train_ckpt_options(a, true, &s->opts);
     s->opts.save_args = save_args;
     s->opts.args_ctx = &c;
-    mc_status st = mc_args_bool(a, MC_A_async_save) ? mc_ckpt_save_async(s, log, mc_train_async_queue())
-                                                    : mc_ckpt_save(s, log);
+    int nd = !s->distopt ? 0 : s->n_chunks > 1 ? s->n_chunks : 1, un = 0;
+    mc_status st = MC_OK;
+    /* the precision-aware optimizer's fp16 states are saved unscaled (an async save copies
+     * them before it returns), then put back as they were */
+    while (un < nd && !(st = mc_distopt_ckpt_unscale(chunk_distopt(s, un))))
+        un++;
+    if (!st)
+        st = mc_args_bool(a, MC_A_async_save) ? mc_ckpt_save_async(s, log, mc_train_async_queue())
+                                              : mc_ckpt_save(s, log);
+    while (un > 0)
+        mc_distopt_ckpt_saved(chunk_distopt(s, --un));
     s->opts.args_ctx = NULL; /* c ends here */
     return st;
 }
@@ -235,8 +249,13 @@ mc_status mc_train_ckpt_load(struct mc_args *a, struct mc_ckpt_state *s, FILE *l
             return mc_error(st, "--load %s: optimizer grad_scaler: %s", s->opts.dir,
                             mc_last_error());
     }
-    /* the 16-bit weights forward reads follow the loaded main params (a no-op in fp32) */
-    for (int c = 0; !st && *loaded && c < (s->n_chunks > 1 ? s->n_chunks : 1); c++)
-        mc_param_set_refresh_compute(mc_gpt_param_set(s->n_chunks > 1 ? s->chunks[c] : s->model));
+    /* the 16-bit weights forward reads follow the loaded main params (a no-op in fp32), as
+     * the optimizer rounds them */
+    for (int c = 0; !st && *loaded && c < (s->n_chunks > 1 ? s->n_chunks : 1); c++) {
+        if (s->distopt)
+            mc_distopt_refresh_compute(chunk_distopt(s, c));
+        else
+            mc_param_set_refresh_compute(mc_gpt_param_set(s->n_chunks > 1 ? s->chunks[c] : s->model));
+    }
     return st;
 }

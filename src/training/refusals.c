@@ -242,16 +242,18 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
                        "megatron.c: FusedAdam keeps fp8 states as Transformer Engine Float8Tensors "
                        "(E4M3 with a per-tensor scale, quantized by TE's CUDA kernels), which have "
                        "no CPU implementation here; use fp16 or fp32", opt[i]);
-        /* Megatron's own checkpoints of this optimizer are not a format to copy yet: with bf16
-         * params FusedAdam's master is the int16 param remainder, which distrib_optim.pt stores
-         * as float values (and Megatron cannot load back); fp16 states are stored unscaled */
+        /* checkpoints keep the fp32 masters and the states unscaled to fp32, as Megatron's
+         * get_unscaled_state writes them (docs/loss-scaling.md); an fp16 master of 16-bit
+         * params is the part not written yet */
         bool save = !mc_args_is_none(a, A(save)), load = !mc_args_is_none(a, A(load));
-        if (save || load)
-            refuse(r, "--use-precision-aware-optimizer with %s is not implemented in megatron.c "
-                   "yet (checkpoints of Transformer Engine FusedAdam's master params and scaled "
-                   "states): train without %s, or without the precision-aware optimizer",
-                   save && load ? "--save/--load" : save ? "--save" : "--load",
-                   save && load ? "--save/--load" : save ? "--save" : "--load");
+        const char *which = save && load ? "--save/--load" : save ? "--save" : "--load";
+        const char *master = mc_args_str(a, A(main_params_dtype));
+        if ((save || load) && (bf16 || fp16) &&
+            (str_is(master, "fp16") || str_is(master, "torch.float16")))
+            refuse(r, "--use-precision-aware-optimizer with --main-params-dtype fp16 and %s is "
+                   "not implemented in megatron.c yet (checkpoints of Transformer Engine "
+                   "FusedAdam's fp16 master params): use --main-params-dtype fp32, or train "
+                   "without %s", which, which);
     }
     /* the fp32 residual stream (upstream's fixed semantics, COMPATIBILITY.md) runs where its
      * buffers never leave the rank in the params dtype */

@@ -21,7 +21,16 @@ GPT-2-style model, from the [exact] lines of MC_TEST_LOG_EXACT=1:
   kernel's different arithmetic order);
 - --bf16 with fp16 masters and fp16 states, bf16 main grads, and --fp16 with fp16 states: they
   train (finite, decreasing-order losses near the fp32-state run's) and differ from it;
-- fp8 states, and --save with the option, are refused by name (exit non-zero, the option in
+- checkpoints (--save at iteration 4, then --load): --bf16 with fp32 masters and states in the
+  torch format continues bit for bit (the [exact] lines of iterations 5-8 equal the
+  uninterrupted run's), fp16 states (fp32 params, torch_dist, dp2; --bf16, torch; --fp16 with
+  its dynamic loss scale, torch_dist) within 1e-6
+  (saved unscaled to fp32 as TE's get_unscaled_state, re-quantized on loading as its
+  set_scaled_state: measured bit for bit too, Zen 4); distrib_optim.pt holds the fp16 states'
+  fp32 values (their magnitude that of the fp32-state run's, not the scaled fp16 values);
+  a distrib_optim.pt whose 'param' is TE's int16 param remainders (what Megatron writes) is
+  refused naming them, and loads with --no-load-optim;
+- fp8 states, and --save with an fp16 master, are refused by name (exit non-zero, the option in
   the message)."""
 import math
 import os
@@ -60,6 +69,79 @@ def rel(a, b):
 
 def worst(a, b):
     return max([rel(x[k], y[k]) for x, y in zip(a, b) for k in (1, 2, 3)] or [math.inf])
+
+
+def resumed(tmp, name, extra, np, full):
+    """Saved at iteration 4 and continued: iterations 5-8 against the uninterrupted run's."""
+    ck = os.path.join(tmp, "ck_" + name.replace(" ", "_").replace(",", ""))
+    p = run_pretrain(args(tmp, extra + ["--save", ck, "--save-interval", "4",
+                                        "--exit-interval", "4"]), np, timeout=300)
+    check(p.returncode == 0, f"{name}: saved at iteration 4 ({p.stderr[-600:]})")
+    p = run_pretrain(args(tmp, extra + ["--load", ck]), np, timeout=300)
+    got = parse_exact(p.stdout)
+    check(p.returncode == 0 and [x[0] for x in got] == ["5", "6", "7", "8"],
+          f"{name}: continued at iterations 5-8 (rc {p.returncode}: {p.stderr[-600:]})")
+    return ck, got, full[4:]
+
+
+def remainders(ck, out):
+    """ck with distrib_optim.pt's 'param' replaced by what TE's param-remainder FusedAdam keeps
+    and Megatron core_v0.12.1 saves: the low 16 bits of each fp32 master as an int16 value."""
+    import shutil
+    import torch
+    shutil.copytree(ck, out)
+    it = open(os.path.join(out, "latest_checkpointed_iteration.txt")).read().strip()
+    f = os.path.join(out, f"iter_{int(it):07d}", "mp_rank_00", "distrib_optim.pt")
+    d = torch.load(f)
+    for key, st in d[0].items():
+        low = (st["param"].view(torch.int32) & 0xffff).to(torch.int16)
+        st["param"] = low.to(torch.float32)
+    torch.save(d, f)
+
+
+def checkpoints(tmp, bf):
+    import torch
+    ck, got, want = resumed(tmp, "bf16 fp32 states torch", ["--bf16", *PA, "--ckpt-format",
+                                                            "torch"], 1, bf)
+    check(got == want, "bf16 precision-aware (fp32 masters, fp32 states), torch format: "
+          "iterations 5-8 after --load bit-identical to the uninterrupted run")
+    f16 = ["--exp-avg-dtype", "fp16", "--exp-avg-sq-dtype", "fp16"]
+    ck16 = None
+    for name, extra, np in (("fp32 fp16 states torch_dist dp2", [*PA, *f16, "--ckpt-format",
+                                                                  "torch_dist"], 2),
+                            ("bf16 fp16 states torch", ["--bf16", *PA, *f16, "--ckpt-format",
+                                                        "torch"], 1),
+                            ("fp16 fp16 states torch_dist", ["--fp16", *PA, *f16,
+                                                             "--initial-loss-scale", "4096",
+                                                             "--ckpt-format", "torch_dist"], 1)):
+        full = run(tmp, name, extra, np=np)
+        ckn, got, want = resumed(tmp, name, extra, np, full)
+        ck16 = ckn if name == "bf16 fp16 states torch" else ck16
+        w = worst(got, want) if len(got) == 4 else math.inf
+        check(w < 1e-6, f"{name}: iterations 5-8 after --load within 1e-6 of the uninterrupted "
+              f"run ({w:.1e})")
+        print(f"{name}: resumed vs uninterrupted max rel diff {w:.1e}"
+              f"{' (bit-identical)' if got == want else ''}")
+    # the fp16 states are stored as fp32 values: beside the fp32-state checkpoint's moments
+    rel_path = os.path.join("iter_0000004", "mp_rank_00", "distrib_optim.pt")
+    a, b = (torch.load(os.path.join(c, rel_path))[0] for c in (ck16, ck))
+    for k in ("exp_avg", "exp_avg_sq"):
+        ma, mb = (float(next(iter(x.values()))[k].abs().max()) for x in (a, b))
+        check(0.5 < ma / mb < 2, f"distrib_optim.pt {k} of fp16 states unscaled: max |{k}| "
+              f"{ma:.3e} beside the fp32-state run's {mb:.3e}")
+    meg = os.path.join(tmp, "megatron_remainders")
+    remainders(ck, meg)
+    p = run_pretrain(args(tmp, ["--bf16", *PA, "--ckpt-format", "torch", "--load", meg]), 1,
+                     timeout=120)
+    err = p.stdout + p.stderr
+    check(p.returncode != 0 and "int16 param remainders" in err and "distrib_optim.pt" in err,
+          f"a distrib_optim.pt of TE param remainders refused by name (rc {p.returncode}: "
+          f"{err[-400:]})")
+    p = run_pretrain(args(tmp, ["--bf16", *PA, "--ckpt-format", "torch", "--load", meg,
+                                "--no-load-optim"]), 1, timeout=120)
+    check(p.returncode == 0 and len(parse_exact(p.stdout)) == 4,
+          f"the same with --no-load-optim: the weights load and training continues "
+          f"({p.stderr[-300:]})")
 
 
 def main():
@@ -110,12 +192,15 @@ def main():
 
         for name, extra, want in (
                 ("fp8 exp_avg", ["--bf16", *PA, "--exp-avg-dtype", "fp8"], "--exp-avg-dtype fp8"),
-                ("save", ["--bf16", *PA, "--save", os.path.join(tmp, "ck"),
-                          "--save-interval", "4"], "--use-precision-aware-optimizer with --save")):
+                ("save with an fp16 master", ["--bf16", *PA, "--main-params-dtype", "fp16",
+                                              "--save", os.path.join(tmp, "ck"),
+                                              "--save-interval", "4"],
+                 "--use-precision-aware-optimizer with --main-params-dtype fp16 and --save")):
             p = run_pretrain(args(tmp, extra), 1, timeout=120)
             check(p.returncode != 0 and want in p.stdout + p.stderr,
                   f"{name}: refused naming '{want}' (rc {p.returncode})")
             check(not os.path.exists(os.path.join(tmp, "ck")), f"{name}: nothing written")
+        checkpoints(tmp, bf)
     return summary("test_precision_aware_training")
 
 
