@@ -269,15 +269,25 @@ mc_status mc_distopt_gather_whole(mc_distopt *o, enum mc_distopt_array which, fl
     if (which != MC_DISTOPT_MAIN_GRAD && adam != (which != MC_DISTOPT_MOMENTUM))
         return mc_error(MC_ERR_CONFIG, "distributed optimizer: no such state (%s)",
                         adam ? "Adam keeps exp_avg and exp_avg_sq" : "SGD keeps momentum");
-    if (o->pa && ((which == MC_DISTOPT_EXP_AVG && o->te.m_dt != MC_DTYPE_F32) ||
-                  (which == MC_DISTOPT_EXP_AVG_SQ && o->te.v_dt != MC_DTYPE_F32)))
-        return mc_error(MC_ERR_UNSUPPORTED, "--use-precision-aware-optimizer: the shards of an "
-                        "fp16 %s hold scaled values (a scale per shard); gathering them whole is "
-                        "not implemented", which == MC_DISTOPT_EXP_AVG ? "--exp-avg-dtype" :
-                        "--exp-avg-sq-dtype");
-    float *full = mc_alloc((size_t)o->map.numel * sizeof(float));
+    float *full = mc_alloc((size_t)o->map.numel * sizeof(float)), *unscaled = NULL;
     if (!full)
         return mc_error(MC_ERR_NOMEM, "distributed optimizer: out of memory gathering shards");
+    int k = which == MC_DISTOPT_EXP_AVG ? 1 : 2; /* its scale in pa_scale */
+    if (o->pa && o->pa_started && which != MC_DISTOPT_MAIN_GRAD &&
+        (k == 1 ? o->te.m_dt : o->te.v_dt) == MC_DTYPE_F16) {
+        /* an fp16 state's shards hold value / scale: gathered as the fp32 values */
+        if (!(unscaled = mc_alloc((size_t)(o->shard_numel ? o->shard_numel : 1) * sizeof(float)))) {
+            mc_free(full);
+            return mc_error(MC_ERR_NOMEM, "distributed optimizer: out of memory gathering shards");
+        }
+        memcpy(unscaled, src, (size_t)o->shard_numel * sizeof(float));
+        for (int64_t i = 0; i < o->set->n_params; i++) {
+            int64_t at_m = 0, at_s = 0, n = owned(o, i, &at_m, &at_s);
+            for (int64_t e = 0; e < n; e++)
+                unscaled[at_s + e] *= o->pa_scale[3 * i + k];
+        }
+        src = unscaled;
+    }
     mc_status st = MC_OK;
     for (int64_t b = 0; b < o->map.n_buckets && !st; b++) { /* rank r's shard is the r-th */
         const struct mc_pgb_bucket *bk = &o->map.bucket[b];
@@ -288,6 +298,7 @@ mc_status mc_distopt_gather_whole(mc_distopt *o, enum mc_distopt_array which, fl
     for (int64_t i = 0; i < o->set->n_params && !st; i++)
         memcpy(out + o->set->params[i].offset, full + o->map.param[i].start,
                (size_t)o->set->params[i].view.numel * sizeof(float));
+    mc_free(unscaled);
     mc_free(full);
     return st;
 }
