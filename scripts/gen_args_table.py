@@ -231,7 +231,7 @@ MINDSPEED_REFUSED_VALUES = [
 # the checks; this is the note --help prints next to the option). Keep the two in step.
 LIMITS = {
     'fp32_residual_connection': "with --bf16/--fp16 upstream's fp32 stream (not 0.12.1's, COMPATIBILITY.md); refused with --sequence-parallel, --distribute-saved-activations, --num-experts",
-    'use_precision_aware_optimizer': 'Transformer Engine FusedAdam\'s update and state dtypes (docs/loss-scaling.md); checkpoints hold the fp32 masters and unscaled states; fp8 states, and --save/--load with an fp16 master of 16-bit params, refused',
+    'use_precision_aware_optimizer': 'Transformer Engine FusedAdam\'s update and state dtypes (docs/loss-scaling.md); checkpoints hold the fp32 masters and unscaled states; fp8 states refused',
     'fp16_lm_cross_entropy': 'needs --fp16; no numeric effect, as in Megatron core_v0.12.1 (its cross entropy widens the logits to fp32 either way)',
     'main_grads_dtype': 'only fp32 without --use-precision-aware-optimizer, as in Megatron',
     'exp_avg_dtype': 'fp8 refused (no Float8Tensor on a CPU); fp16 scaled per tensor as TE FusedAdam',

@@ -602,22 +602,10 @@ static bool pa_fp16_states(const mc_distopt *o)
     return o->pa && (o->te.m_dt == MC_DTYPE_F16 || o->te.v_dt == MC_DTYPE_F16);
 }
 
-/* An fp16 master would be saved as its unscaled values, and loading would have to
- * re-quantize it from the fp32 params: not written yet, so refused rather than approximated. */
-static mc_status pa_checkpointable(const mc_distopt *o)
-{
-    if (o->master16)
-        return mc_error(MC_ERR_UNSUPPORTED, "--use-precision-aware-optimizer with "
-                        "--main-params-dtype fp16: checkpoints of the fp16 master params are "
-                        "not implemented in megatron.c yet; use --main-params-dtype fp32");
-    return MC_OK;
-}
-
 mc_status mc_distopt_ckpt_unscale(mc_distopt *o)
 {
-    mc_status st = o->pa ? pa_checkpointable(o) : MC_OK;
-    if (st || !pa_fp16_states(o) || !o->pa_started)
-        return st;
+    if (!pa_fp16_states(o) || !o->pa_started)
+        return MC_OK;
     size_t bytes = (size_t)(2 * o->shard_numel) * sizeof(float);
     if (!o->saved && !(o->saved = mc_alloc(bytes ? bytes : 1)))
         return mc_error(MC_ERR_NOMEM, "distributed optimizer: out of memory unscaling the fp16 "
@@ -642,9 +630,8 @@ void mc_distopt_ckpt_saved(mc_distopt *o)
 
 mc_status mc_distopt_ckpt_loaded(mc_distopt *o)
 {
-    mc_status st = o->pa ? pa_checkpointable(o) : MC_OK;
-    if (st || !o->pa)
-        return st;
+    if (!o->pa)
+        return MC_OK;
     for (int64_t i = 0; i < o->set->n_params; i++) {
         struct mc_te_adam_tensor t;
         pa_tensor(o, i, &t);

@@ -83,10 +83,11 @@ struct mc_distopt_shard {
 void mc_distopt_shard(mc_distopt *o, struct mc_distopt_shard *out);
 /* --use-precision-aware-optimizer around a checkpoint (no-ops without it). Before a save, the
  * shard's fp16 states are put in their fp32 values (TE FusedAdam's get_unscaled_state, what
- * Megatron stores); after it, mc_distopt_ckpt_saved puts back the stored values bit for bit. A
- * load fills the shard arrays with fp32 values; mc_distopt_ckpt_loaded then re-quantizes fp16
- * states (set_scaled_state) and marks the states initialized, so the next step continues them
- * instead of starting from zero. MC_ERR_UNSUPPORTED with an fp16 master (not saved yet). */
+ * Megatron stores); after it, mc_distopt_ckpt_saved puts back the stored values bit for bit.
+ * The fp32 params are saved as they are (an fp16 master's unquantized value). A load fills the
+ * shard arrays and params with fp32 values; mc_distopt_ckpt_loaded then quantizes fp16 states
+ * and an fp16 master from them (set_scaled_state) and marks the states initialized, so the
+ * next step continues them instead of starting from zero. */
 mc_status mc_distopt_ckpt_unscale(mc_distopt *o);
 void mc_distopt_ckpt_saved(mc_distopt *o);
 mc_status mc_distopt_ckpt_loaded(mc_distopt *o);

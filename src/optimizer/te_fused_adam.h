@@ -56,8 +56,10 @@ void mc_te_adam_step(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t
  * an fp16 state times its scale (fp32 states as they are). */
 void mc_te_adam_unscale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t);
 
-/* FusedAdam.set_scaled_state of both states after a checkpoint load: m and v hold fp32 values
- * on entry; an fp16 state is re-quantized in place, its scale set (fp32 states: scale 1). */
+/* FusedAdam.set_scaled_state after a checkpoint load: m and v hold fp32 values on entry; an
+ * fp16 state is re-quantized in place, its scale set (fp32 states: scale 1); an fp16 master
+ * is quantized from p, the fp32 param loaded (the step quantizes it from that same value, so
+ * a saved p gives back the master bit for bit). */
 void mc_te_adam_scale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t);
 
 /* The bf16 bits multi_tensor_adam_param_remainder leaves in the param for fp32 master x: its

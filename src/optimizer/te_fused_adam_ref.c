@@ -126,11 +126,15 @@ void mc_te_adam_unscale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam
 
 void mc_te_adam_scale_states(const struct mc_te_adam_cfg *c, struct mc_te_adam_tensor *t)
 {
-    t->scale[1] = t->scale[2] = 1.0f;
+    t->scale[0] = t->scale[1] = t->scale[2] = 1.0f;
     if (c->m_dt == MC_DTYPE_F16)
         quantize16(t->m, t->n, &t->scale[1]);
     if (c->v_dt == MC_DTYPE_F16)
         quantize16(t->v, t->n, &t->scale[2]);
+    if (has_master16(c)) {
+        memcpy(t->master, t->p, (size_t)t->n * sizeof(float));
+        quantize16(t->master, t->n, &t->scale[0]);
+    }
 }
 
 uint16_t mc_te_adam_bf16_of(float x)

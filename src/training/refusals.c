@@ -232,7 +232,7 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
      * --main-grads-dtype etc. act only with --use-precision-aware-optimizer, as in Megatron
      * (validate.c's OptimizerConfig rules stop them otherwise). That optimizer trains as
      * Transformer Engine's FusedAdam (optimizer/te_fused_adam.h, docs/loss-scaling.md); what
-     * it cannot do on a CPU, or what megatron.c does not write yet, is refused here. */
+     * it cannot do on a CPU is refused here. */
     if (mc_args_bool(a, A(use_precision_aware_optimizer))) {
         const char *opt[2] = {"--exp-avg-dtype", "--exp-avg-sq-dtype"};
         const char *val[2] = {mc_args_str(a, A(exp_avg_dtype)), mc_args_str(a, A(exp_avg_sq_dtype))};
@@ -242,18 +242,6 @@ static void precision(const struct mc_args *a, struct mc_refusals *r)
                        "megatron.c: FusedAdam keeps fp8 states as Transformer Engine Float8Tensors "
                        "(E4M3 with a per-tensor scale, quantized by TE's CUDA kernels), which have "
                        "no CPU implementation here; use fp16 or fp32", opt[i]);
-        /* checkpoints keep the fp32 masters and the states unscaled to fp32, as Megatron's
-         * get_unscaled_state writes them (docs/loss-scaling.md); an fp16 master of 16-bit
-         * params is the part not written yet */
-        bool save = !mc_args_is_none(a, A(save)), load = !mc_args_is_none(a, A(load));
-        const char *which = save && load ? "--save/--load" : save ? "--save" : "--load";
-        const char *master = mc_args_str(a, A(main_params_dtype));
-        if ((save || load) && (bf16 || fp16) &&
-            (str_is(master, "fp16") || str_is(master, "torch.float16")))
-            refuse(r, "--use-precision-aware-optimizer with --main-params-dtype fp16 and %s is "
-                   "not implemented in megatron.c yet (checkpoints of Transformer Engine "
-                   "FusedAdam's fp16 master params): use --main-params-dtype fp32, or train "
-                   "without %s", which, which);
     }
     /* the fp32 residual stream (upstream's fixed semantics, COMPATIBILITY.md) runs where its
      * buffers never leave the rank in the params dtype */

@@ -97,11 +97,6 @@ def check_values(c, tmp):
                                                   '--use-precision-aware-optimizer',
                                                   '--exp-avg-sq-dtype', 'fp8'],
          ['--use-precision-aware-optimizer with --exp-avg-sq-dtype fp8 is not supported']),
-        ('precision-aware optimizer, save with an fp16 master',
-         save + ['--bf16', '--use-distributed-optimizer', '--use-precision-aware-optimizer',
-                 '--main-params-dtype', 'fp16'],
-         ['--use-precision-aware-optimizer with --main-params-dtype fp16 and --save is not '
-          'implemented in megatron.c yet']),
         ('save zarr', save + ['--ckpt-format', 'zarr'],
          ['--ckpt-format zarr is not supported by megatron.c yet (--save)']),
         ('load zarr', ['--load', os.path.join(tmp, 'ck'), '--ckpt-format', 'zarr'],
@@ -162,7 +157,7 @@ def check_values(c, tmp):
     c.check(not msgs, '--load with the default torch_dist accepted: %s' % msgs)
     # Every refusal of one command line, in one run.
     many = TINY + save + ['--bf16', '--use-distributed-optimizer', '--ckpt-format', 'zarr',
-                          '--use-precision-aware-optimizer', '--main-params-dtype', 'fp16',
+                          '--use-precision-aware-optimizer', '--exp-avg-dtype', 'fp8',
                           '--log-straggler',
                           '--apply-residual-connection-post-layernorm', '--moe-input-jitter-eps', '0.1',
                           '--openai-gelu']
