@@ -26,7 +26,8 @@ GPT-2-style model, from the [exact] lines of MC_TEST_LOG_EXACT=1:
   uninterrupted run's), fp16 states (fp32 params, torch_dist, dp2; --bf16, torch; --fp16 with
   its dynamic loss scale, torch_dist), fp16 masters (--bf16 with fp16 states, torch, dp2;
   --fp16, torch_dist: the fp32 param saved as it is, the master quantized from it on loading
-  as the step quantizes it) within 1e-6
+  as the step quantizes it), two model chunks each with its optimizer (interleaved pp2) within
+  1e-6
   (saved unscaled to fp32 as TE's get_unscaled_state, re-quantized on loading as its
   set_scaled_state: measured bit for bit too, Zen 4); distrib_optim.pt holds the fp16 states'
   fp32 values (their magnitude that of the fp32-state run's, not the scaled fp16 values);
@@ -122,7 +123,12 @@ def checkpoints(tmp, bf):
                             ("fp16 fp16 master torch_dist", ["--fp16", *PA, "--main-params-dtype",
                                                              "fp16", "--initial-loss-scale",
                                                              "4096", "--ckpt-format",
-                                                             "torch_dist"], 1)):
+                                                             "torch_dist"], 1),
+                            ("bf16 fp16 states interleaved pp2 torch",
+                             ["--bf16", *PA, *f16, "--num-layers", "4",
+                              "--pipeline-model-parallel-size", "2",
+                              "--num-layers-per-virtual-pipeline-stage", "1",
+                              "--ckpt-format", "torch"], 2)):
         full = run(tmp, name, extra, np=np)
         ckn, got, want = resumed(tmp, name, extra, np, full)
         ck16 = ckn if name == "bf16 fp16 states torch" else ck16
