@@ -979,7 +979,8 @@ static bool requested_extra(const struct reader *r, const struct mc_ckpt_state *
 }
 
 /* One warning as Megatron's logger prints it, in a write of its own (flushed before and after,
- * as its StreamHandler flushes each record), so mpirun forwards it whole beside other ranks'. */
+ * as its StreamHandler flushes each record). mpirun forwards it line by line, so another
+ * rank's line can still fall between the two lines of a message (as under torchrun). */
 static void warn_all(FILE *out, const char *msg)
 {
     fflush(out);
