@@ -3,7 +3,7 @@
  * --disable-bias-linear), squared ReLU and SwiGLU (fused_bias_swiglu.py). The two linears are
  * the column/row-parallel layers called from transformer_layer.c. In 16 bits the fused
  * bias-activation reads dt, computes x + bias and the activation in fp32 and rounds once
- * (Megatron's TorchScript bias_gelu / bias_swiglu round after each torch op: the one
+ * (Megatron's TorchScript bias_gelu / bias_swiglu round after each torch op on a CPU: an
  * approximation of the rounding points, docs/engine.md). */
 #include "transformer/transformer.h"
 
