@@ -432,7 +432,8 @@ static mc_status find_directory(const struct mc_zip_reader *r, uint64_t *cd_off,
     *cd_off = get32(e + 16);
     if (at >= 20 && get32(r->map + at - 20) == SIG_LOCATOR64) {
         uint64_t z = get64(r->map + at - 20 + 8);
-        if (z + 56 > at || get32(r->map + z) != SIG_EOCD64)
+        /* z comes from the file: compare without adding to it, which could wrap */
+        if (z > at || at - z < 56 || get32(r->map + z) != SIG_EOCD64)
             return bad(r, "zip64 end record locator points outside the file");
         *count = get64(r->map + z + 32);
         *cd_size = get64(r->map + z + 40);
@@ -456,7 +457,7 @@ static mc_status read_zip64_extra(const struct mc_zip_reader *r, const uint8_t *
             uint64_t *f[3] = {usize, csize, off};
             for (int k = 0; k < 3; k++)
                 if (*f[k] == U32_MAX_) {
-                    if (p + 8 > end)
+                    if (end - p < 8)
                         return bad(r, "short zip64 extra field");
                     *f[k] = get64(p);
                     p += 8;
@@ -471,11 +472,11 @@ static mc_status read_zip64_extra(const struct mc_zip_reader *r, const uint8_t *
 static mc_status read_entry(struct mc_zip_reader *r, const uint8_t **pp, const uint8_t *end, int64_t i)
 {
     const uint8_t *p = *pp;
-    if (p + 46 > end || get32(p) != SIG_CENTRAL)
+    if (end - p < 46 || get32(p) != SIG_CENTRAL)
         return bad(r, "corrupted central directory (bad entry signature)");
     uint32_t method = get16(p + 10), name_len = get16(p + 28), xlen = get16(p + 30), clen = get16(p + 32);
     uint64_t csize = get32(p + 20), usize = get32(p + 24), off = get32(p + 42);
-    if (p + 46 + name_len + xlen + clen > end)
+    if ((size_t)(end - p) < 46 + (size_t)name_len + xlen + clen)
         return bad(r, "corrupted central directory (entry overruns it)");
     struct mc_zip_entry_rec *e = &r->e[i];
     e->crc = get32(p + 16);
