@@ -196,6 +196,15 @@ EXTENSIONS = [
     ('--dump-points', 'dump_points', 'str',
      'megatron.c: with --dump-dir, a comma list of what to dump among batch, forward, backward, '
      'params, grads, optimizer, loss (default all)'),
+    # docs/alignment.md section 4b: the 16-bit elementwise rounding points of the reference
+    ('--rounding-points', 'rounding_points', 'str',
+     'megatron.c: where --bf16/--fp16 elementwise ops round, to match the platform the reference '
+     'ran on. fused (default): Megatron on a GPU (fused bias-GELU/SwiGLU/dropout-add, fp32 norm '
+     'statistics, each op rounded once). torch-cpu: Megatron run by PyTorch on a CPU (those '
+     'functions and RoPE as separate 16-bit torch ops, LayerNorm statistics and weight-grad '
+     'sums in 16 bits as torch\'s one-thread CPU kernel); slower, for aligning with such runs. '
+     'No effect in fp32',
+     (['fused', 'torch-cpu'], 'fused')),
 ]
 
 # MindSpeed / MindSpeed-LLM options refused by name (they change results or need features
@@ -462,9 +471,10 @@ def main():
         sup = support_of(a)
         n_sup[sup] = n_sup.get(sup, 0) + 1
         rows.append((a, sup, None))
-    for opt, dest, typ, note in EXTENSIONS:
+    for opt, dest, typ, note, *choice in EXTENSIONS:  # choice: [(choices, default)]
+        choices, default = choice[0] if choice else (None, False if typ.startswith('flag') else None)
         rows.append(({'options': [opt], 'dest': dest, 'type': typ, 'nargs': 0,
-                      'default': False if typ.startswith('flag') else None, 'choices': None,
+                      'default': default, 'choices': choices,
                       'group': 'megatron.c extensions'}, 'MC_ARG_EXTENSION', note))
     for a, sup, note in rows:
         d = a['dest']

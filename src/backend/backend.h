@@ -27,17 +27,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MC_BACKEND_VERSION 5
+#define MC_BACKEND_VERSION 6
 #define MC_BACKEND_MEASURES 4 /* slots of measure() / adopt() */
 
 struct mc_backend_ops;
 
-/* A backend instance. ops and the fields below are set at creation and never change. */
+/* Where the 16-bit elementwise ops round (fp32 is never affected). The reference Megatron
+ * numbers differ by platform, and a user aligns with the one their references came from:
+ * FUSED      Megatron on a GPU: each op widens its 16-bit inputs, computes in fp32 and rounds
+ *            each output once (the fused bias-GELU/SwiGLU/dropout-add kernels, TE/Apex norms,
+ *            fp32 norm statistics). The default.
+ * TORCH_CPU  Megatron run by PyTorch on a CPU: the fused functions execute as their separate
+ *            16-bit torch ops (each rounds; an added Python scalar is rounded to the dtype
+ *            first), LayerNorm keeps its mean and rstd in the dtype and sums its weight and
+ *            bias grads row by row into 16-bit accumulators (torch's CPU kernel with one
+ *            intra-op thread). RMSNorm is torch 2.x's fp32-inside op either way.
+ * docs/alignment.md section 4b. */
+enum mc_rounding { MC_ROUNDING_FUSED, MC_ROUNDING_TORCH_CPU };
+
+/* A backend instance. ops and the fields below are set at creation and never change, except
+ * rounding, which set_rounding() sets once before the first op. */
 struct mc_backend {
     const struct mc_backend_ops *ops;
-    const char *name; /* the kernels it runs: "cpu-ref", "cpu-avx512", ... */
-    int n_threads;    /* worker threads its ops use (OpenMP threads on the CPU) */
-    void *impl;       /* the backend's private state */
+    const char *name;          /* the kernels it runs: "cpu-ref", "cpu-avx512", ... */
+    int n_threads;             /* worker threads its ops use (OpenMP threads on the CPU) */
+    void *impl;                /* the backend's private state */
+    enum mc_rounding rounding; /* MC_ROUNDING_FUSED unless set_rounding() chose another */
 };
 
 /* Ops, for supports(). The dtype list each one takes is given next to it. */
@@ -155,6 +170,10 @@ struct mc_backend_ops {
      * backend that is never given adopt() chooses from its own. */
     void (*measure)(struct mc_backend *be, double m[MC_BACKEND_MEASURES]);
     void (*adopt)(struct mc_backend *be, const double m[MC_BACKEND_MEASURES]);
+    /* Chooses the rounding points of the 16-bit elementwise ops (enum mc_rounding), once,
+     * before the first op; a wrapper passes it to the backend it wraps. false: the backend
+     * does not implement that choice (be->rounding is left as it was). */
+    bool (*set_rounding)(struct mc_backend *be, enum mc_rounding r);
 
     /* ---- dtype conversion (mixed precision: main params and grads in fp32) ---- */
     /* dst[i] = src[i] converted (16-bit outputs rounded to nearest even; widening exact). */

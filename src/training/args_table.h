@@ -497,6 +497,7 @@ enum mc_arg_id {
     MC_A_dump_iters,
     MC_A_dump_ranks,
     MC_A_dump_points,
+    MC_A_rounding_points,
     MC_A_COUNT
 };
 #define MC_A_NUM_OPTIONS 455   /* Megatron options: ids [0, this) */

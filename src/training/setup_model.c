@@ -281,6 +281,17 @@ static const char *backend_name(void)
     return e && *e ? e : NULL;
 }
 
+/* --rounding-points (backend.h, enum mc_rounding): before the model's first op */
+static mc_status set_rounding_points(struct mc_backend *be, const struct mc_args *a)
+{
+    const char *v = mc_args_str(a, MC_A_rounding_points);
+    enum mc_rounding r = v && !strcmp(v, "torch-cpu") ? MC_ROUNDING_TORCH_CPU : MC_ROUNDING_FUSED;
+    if (!be->ops->set_rounding(be, r))
+        return mc_error(MC_ERR_CONFIG, "--rounding-points %s: backend %s does not implement it",
+                        v, be->name);
+    return MC_OK;
+}
+
 mc_status mc_train_build_model_and_optimizer(struct trainer *t)
 {
     const struct mc_args *a = t->a;
@@ -298,6 +309,8 @@ mc_status mc_train_build_model_and_optimizer(struct trainer *t)
         st = mc_backend_create(backend_name(), &t->m.be);
     if (!st)
         st = agree_backend_measures(t->m.be);
+    if (!st)
+        st = set_rounding_points(t->m.be, a);
     /* get_model: one model per chunk, built with the virtual rank set to the chunk */
     for (int v = 0; v < t->m.vp && !st; v++) {
         c.virtual_pipeline_model_parallel_rank = v;

@@ -3,7 +3,7 @@
  * DIR/<name>.bin (raw little-endian: tensors of DTYPE, statistics float32, ids int64, masks
  * uint8) and writes every output to DIR/out_<name>.bin. Sizes come from the key=value
  * parameters; an input file of the wrong size is an error. The backend is MC_BACKEND (default
- * cpu). OPs: gemm layernorm rmsnorm gelu_tanh gelu_erf squared_relu swiglu bias_grad
+ * cpu); MC_ROUNDING=torch-cpu selects MC_ROUNDING_TORCH_CPU. OPs: gemm layernorm rmsnorm gelu_tanh gelu_erf squared_relu swiglu bias_grad
  * bias_dropout_add softmax rope embedding xent attention accumulate. */
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -256,6 +256,11 @@ int main(int argc, char **argv)
         return 1;
     }
     o = be->ops;
+    const char *rounding = getenv("MC_ROUNDING"); /* torch-cpu: MC_ROUNDING_TORCH_CPU */
+    if (rounding && !strcmp(rounding, "torch-cpu") && !o->set_rounding(be, MC_ROUNDING_TORCH_CPU)) {
+        fprintf(stderr, "op_driver: backend %s has no torch-cpu rounding\n", be->name);
+        return 1;
+    }
     if (!strcmp(op, "gemm"))
         run_gemm();
     else if (!strcmp(op, "layernorm") || !strcmp(op, "rmsnorm"))

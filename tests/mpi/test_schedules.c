@@ -41,7 +41,7 @@ static void dev_copy_to_host(struct mc_backend *be, void *dst, const void *src, 
 
 static const struct mc_backend_ops dev_ops = {.name = "test-device",
                                               .copy_to_host = dev_copy_to_host};
-static struct mc_backend dev = {&dev_ops, "test-device", 1, NULL};
+static struct mc_backend dev = {&dev_ops, "test-device", 1, NULL, MC_ROUNDING_FUSED};
 
 /* host bytes into the test backend's representation */
 static void dev_store(void *dst, const void *src, size_t bytes)

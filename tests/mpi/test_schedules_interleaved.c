@@ -37,7 +37,7 @@ static void dev_copy_to_host(struct mc_backend *be, void *dst, const void *src, 
 
 static const struct mc_backend_ops dev_ops = {.name = "test-device",
                                               .copy_to_host = dev_copy_to_host};
-static struct mc_backend dev = {&dev_ops, "test-device", 1, NULL};
+static struct mc_backend dev = {&dev_ops, "test-device", 1, NULL, MC_ROUNDING_FUSED};
 
 struct ctx {
     int rank, size, vp;

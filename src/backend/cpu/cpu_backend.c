@@ -10,6 +10,7 @@
 
 #include "backend/cpu/half_cpu.h"
 #include "backend/cpu/kernels/kernels_avx512.h"
+#include "backend/cpu/kernels/ref.h"
 #include "core/dtype.h"
 
 #include "core/rng.h"
@@ -535,6 +536,30 @@ static void cpu_layernorm_fwd(struct mc_backend *be, enum mc_dtype dt, void *y, 
     struct stage16 s = {dt, 1, 1, {x}, {h}, {y}, {h}};
     stage_rows(be, &s, rows, layernorm_rows, &c, op);
     mc_cpu_release((float *)c.w); mc_cpu_release((float *)c.b);
+    if (be->rounding == MC_ROUNDING_TORCH_CPU) { /* torch saves the statistics in the dtype */
+        if (mean)
+            round_to_dtype_tc16(dt, mean, rows);
+        round_to_dtype_tc16(dt, rstd, rows);
+    }
+}
+
+/* MC_ROUNDING_TORCH_CPU: dx from the kernel (with the 16-bit statistics the forward saved);
+ * dw, db += torch's row-by-row 16-bit sums instead of the kernel's fp32 ones. */
+static void layernorm_bwd_torch_cpu(struct mc_backend *be, enum mc_dtype dt, float *dx,
+                                    float *dw, float *db, const float *dy, const float *x,
+                                    const float *w, const float *mean, const float *rstd,
+                                    int64_t rows, int64_t h)
+{
+    float *gw = mc_cpu_scratch(3 * h, "layernorm_bwd"), *gb = gw + h, *unused = gb + h;
+    memset(unused, 0, (size_t)h * sizeof(float));
+    K(be)->layernorm_bwd(dx, unused, NULL, dy, x, w, mean, rstd, rows, h);
+    layernorm_wgrad_tc16(dt, gw, db ? gb : NULL, dy, x, mean, rstd, rows, h);
+    for (int64_t j = 0; j < h; j++) {
+        dw[j] += gw[j];
+        if (db)
+            db[j] += gb[j];
+    }
+    mc_cpu_release(gw);
 }
 
 /* dw, db: parameter grads, the ADD rule dw = round(dw + contribution). */
@@ -550,7 +575,10 @@ static void cpu_layernorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx,
     }
     float *dyf = W(dy, dt, rows * h), *xf = W(x, dt, rows * h), *wf = W(w, dt, h);
     float *dwf = W(dw, dt, h), *dbf = W(db, dt, h), *dxf = mc_cpu_scratch(rows * h, op);
-    K(be)->layernorm_bwd(dxf, dwf, dbf, dyf, xf, wf, mean, rstd, rows, h);
+    if (be->rounding == MC_ROUNDING_TORCH_CPU)
+        layernorm_bwd_torch_cpu(be, dt, dxf, dwf, dbf, dyf, xf, wf, mean, rstd, rows, h);
+    else
+        K(be)->layernorm_bwd(dxf, dwf, dbf, dyf, xf, wf, mean, rstd, rows, h);
     NARROW(dx, dt, dxf, rows * h);
     NARROW(dw, dt, dwf, h);
     NARROW(db, dt, dbf, h);
@@ -595,22 +623,45 @@ static void cpu_rmsnorm_bwd(struct mc_backend *be, enum mc_dtype dt, void *dx, v
 struct act_ctx {
     const float *bias; /* widened once, [xw] */
     int64_t cols;
+    enum mc_dtype dt;
+    bool torch_cpu; /* MC_ROUNDING_TORCH_CPU */
 };
 
-#define CPU_ACTIVATION(opn, XW)                                                               \
+/* MC_ROUNDING_TORCH_CPU for the activations Megatron calls unfused: the bias add is its own
+ * rounded op, then the activation (one torch op: fp32 inside, rounded once) on the sum. */
+static const float *unfused_bias(const struct act_ctx *c, float *x, int64_t nr, int64_t xw)
+{
+    if (!c->torch_cpu || !c->bias)
+        return c->bias;
+    bias_add_tc16(c->dt, x, c->bias, nr, xw);
+    return NULL;
+}
+
+/* TC_FWD / TC_BWD: the op's torch_cpu16_ref.c kernels, or NULL where Megatron calls it unfused */
+#define CPU_ACTIVATION(opn, XW, TC_FWD, TC_BWD)                                               \
     static void opn##_fwd_rows(const struct mc_cpu_kernels *k, float *const *in,              \
                                float *const *out, int64_t r0, int64_t nr, const void *ctx)    \
     {                                                                                         \
         const struct act_ctx *c = ctx;                                                        \
+        mc_tc16_act_fn tc = TC_FWD;                                                           \
         (void)r0;                                                                             \
-        k->opn##_fwd(out[0], in[0], c->bias, nr, c->cols);                                    \
+        if (tc && c->torch_cpu)                                                               \
+            tc(c->dt, out[0], in[0], c->bias, nr, c->cols);                                   \
+        else                                                                                  \
+            k->opn##_fwd(out[0], in[0], unfused_bias(c, in[0], nr, (XW) * c->cols), nr,       \
+                         c->cols);                                                            \
     }                                                                                         \
     static void opn##_bwd_rows(const struct mc_cpu_kernels *k, float *const *in,              \
                                float *const *out, int64_t r0, int64_t nr, const void *ctx)    \
     {                                                                                         \
         const struct act_ctx *c = ctx;                                                        \
+        mc_tc16_act_bwd_fn tc = TC_BWD;                                                       \
         (void)r0;                                                                             \
-        k->opn##_bwd(out[0], in[0], in[1], c->bias, nr, c->cols);                             \
+        if (tc && c->torch_cpu)                                                               \
+            tc(c->dt, out[0], in[0], in[1], c->bias, nr, c->cols);                            \
+        else                                                                                  \
+            k->opn##_bwd(out[0], in[0], in[1], unfused_bias(c, in[1], nr, (XW) * c->cols),    \
+                         nr, c->cols);                                                        \
     }                                                                                         \
     static void cpu_##opn##_fwd(struct mc_backend *be, enum mc_dtype dt, void *y,             \
                                 const void *x, const void *bias, int64_t rows, int64_t cols)  \
@@ -622,7 +673,7 @@ struct act_ctx {
             return;                                                                           \
         }                                                                                     \
         int64_t xw = (XW) * cols;                                                             \
-        struct act_ctx c = {W(bias, dt, xw), cols};                                           \
+        struct act_ctx c = {W(bias, dt, xw), cols, dt, be->rounding == MC_ROUNDING_TORCH_CPU}; \
         struct stage16 s = {dt, 1, 1, {x}, {xw}, {y}, {cols}};                                \
         stage_rows(be, &s, rows, opn##_fwd_rows, &c, op);                                     \
         mc_cpu_release((float *)c.bias);                                                      \
@@ -638,15 +689,15 @@ struct act_ctx {
             return;                                                                           \
         }                                                                                     \
         int64_t xw = (XW) * cols;                                                             \
-        struct act_ctx c = {W(bias, dt, xw), cols};                                           \
+        struct act_ctx c = {W(bias, dt, xw), cols, dt, be->rounding == MC_ROUNDING_TORCH_CPU}; \
         struct stage16 s = {dt, 2, 1, {dy, x}, {cols, xw}, {dx}, {xw}};                       \
         stage_rows(be, &s, rows, opn##_bwd_rows, &c, op);                                     \
         mc_cpu_release((float *)c.bias);                                                      \
     }
-CPU_ACTIVATION(gelu_tanh, 1)
-CPU_ACTIVATION(gelu_erf, 1)
-CPU_ACTIVATION(squared_relu, 1)
-CPU_ACTIVATION(swiglu, 2)
+CPU_ACTIVATION(gelu_tanh, 1, gelu_tanh_fwd_tc16, gelu_tanh_bwd_tc16)
+CPU_ACTIVATION(gelu_erf, 1, NULL, NULL)
+CPU_ACTIVATION(squared_relu, 1, NULL, NULL)
+CPU_ACTIVATION(swiglu, 2, swiglu_fwd_tc16, swiglu_bwd_tc16)
 
 /* Each thread owns a range of whole 64-column blocks (the kernels' owner blocks, ref.h's
  * MC_REF_COL_BLOCK) and walks the rows in order, widening its part of each row and adding it to
@@ -708,12 +759,19 @@ struct bda_ctx {
     const uint8_t *keep; /* [rows, cols] or NULL */
     float scale;
     int64_t cols;
+    enum mc_dtype dt;
+    bool torch_cpu; /* MC_ROUNDING_TORCH_CPU */
 };
 
 static void bda_rows(const struct mc_cpu_kernels *k, float *const *in, float *const *out,
                      int64_t r0, int64_t nr, const void *ctx)
 {
     const struct bda_ctx *c = ctx;
+    if (c->torch_cpu) {
+        bias_dropout_add_tc16(c->dt, out[0], in[0], c->bias, in[1],
+                              c->keep ? c->keep + r0 * c->cols : NULL, c->scale, nr, c->cols);
+        return;
+    }
     k->bias_dropout_add(out[0], in[0], c->bias, in[1], c->keep ? c->keep + r0 * c->cols : NULL,
                         c->scale, nr, c->cols);
 }
@@ -729,7 +787,8 @@ static void cpu_bias_dropout_add(struct mc_backend *be, enum mc_dtype dt, void *
         K(be)->bias_dropout_add(y, x, bias, residual, keep_mask, scale, rows, cols);
         return;
     }
-    struct bda_ctx c = {W(bias, dt, cols), keep_mask, half_scale(be, dt, scale), cols};
+    struct bda_ctx c = {W(bias, dt, cols), keep_mask, half_scale(be, dt, scale), cols, dt,
+                        be->rounding == MC_ROUNDING_TORCH_CPU};
     struct stage16 s = {dt, 2, 1, {x, residual}, {cols, cols}, {y}, {cols}};
     stage_rows(be, &s, rows, bda_rows, &c, op);
     mc_cpu_release((float *)c.bias);
@@ -778,7 +837,10 @@ static void cpu_rope_fwd(struct mc_backend *be, enum mc_dtype dt, void *t, const
         return;
     }
     float *tf = W(t, dt, s * bh * hn);
-    K(be)->rope_fwd(tf, cos, sin, s, bh, hn, rot_dim, interleaved);
+    if (be->rounding == MC_ROUNDING_TORCH_CPU)
+        rope_tc16(dt, tf, cos, sin, s, bh, hn, rot_dim, interleaved, 1.0f);
+    else
+        K(be)->rope_fwd(tf, cos, sin, s, bh, hn, rot_dim, interleaved);
     NARROW(t, dt, tf, s * bh * hn);
     mc_cpu_release(tf);
 }
@@ -794,7 +856,10 @@ static void cpu_rope_bwd(struct mc_backend *be, enum mc_dtype dt, void *dgrad, c
         return;
     }
     float *gf = W(dgrad, dt, s * bh * hn);
-    K(be)->rope_bwd(gf, cos, sin, s, bh, hn, rot_dim, interleaved);
+    if (be->rounding == MC_ROUNDING_TORCH_CPU)
+        rope_tc16(dt, gf, cos, sin, s, bh, hn, rot_dim, interleaved, -1.0f);
+    else
+        K(be)->rope_bwd(gf, cos, sin, s, bh, hn, rot_dim, interleaved);
     NARROW(dgrad, dt, gf, s * bh * hn);
     mc_cpu_release(gf);
 }
@@ -1058,6 +1123,15 @@ static void cpu_masked_loss_bwd(struct mc_backend *be, float *dloss, const float
         dloss[i] = mask[i] * scale;
 }
 
+/* Both rounding modes are implemented for every 16-bit op (torch_cpu16_ref.c). */
+static bool cpu_set_rounding(struct mc_backend *be, enum mc_rounding r)
+{
+    if (r != MC_ROUNDING_FUSED && r != MC_ROUNDING_TORCH_CPU)
+        return false;
+    be->rounding = r;
+    return true;
+}
+
 static const struct mc_backend_ops cpu_ops = {
     .version = MC_BACKEND_VERSION,
     .name = "cpu",
@@ -1071,6 +1145,7 @@ static const struct mc_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .measure = cpu_measure,
     .adopt = cpu_adopt,
+    .set_rounding = cpu_set_rounding,
     .convert = cpu_convert,
     .accumulate = cpu_accumulate,
     .gemm = cpu_gemm,

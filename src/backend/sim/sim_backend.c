@@ -178,6 +178,13 @@ static void sim_adopt(struct mc_backend *be, const double m[MC_BACKEND_MEASURES]
 {
     IN(be)->ops->adopt(IN(be), m);
 }
+static bool sim_set_rounding(struct mc_backend *be, enum mc_rounding r)
+{
+    if (!IN(be)->ops->set_rounding(IN(be), r))
+        return false;
+    be->rounding = r;
+    return true;
+}
 
 static void sim_convert(struct mc_backend *be, void *dst, enum mc_dtype dst_dt, const void *src,
                         enum mc_dtype src_dt, int64_t n)
@@ -564,6 +571,7 @@ static const struct mc_backend_ops sim_ops = {
     .sync = sim_sync,
     .measure = sim_measure,
     .adopt = sim_adopt,
+    .set_rounding = sim_set_rounding,
     .convert = sim_convert,
     .accumulate = sim_accumulate,
     .gemm = sim_gemm,

@@ -138,6 +138,13 @@ static void t_adopt(struct mc_backend *be, const double m[MC_BACKEND_MEASURES])
 {
     IN(be)->ops->adopt(IN(be), m);
 }
+static bool t_set_rounding(struct mc_backend *be, enum mc_rounding r)
+{
+    if (!IN(be)->ops->set_rounding(IN(be), r))
+        return false;
+    be->rounding = r;
+    return true;
+}
 
 static void t_convert(struct mc_backend *be, void *dst, enum mc_dtype ddt, const void *src,
                       enum mc_dtype sdt, int64_t n)
@@ -355,6 +362,7 @@ static const struct mc_backend_ops timed_ops = {
     .sync = t_sync,
     .measure = t_measure,
     .adopt = t_adopt,
+    .set_rounding = t_set_rounding,
     .convert = t_convert,
     .accumulate = t_accumulate,
     .gemm = t_gemm,

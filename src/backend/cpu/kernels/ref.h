@@ -91,4 +91,29 @@ void adamw_ref(float *p, float *m, float *v, const float *g, int64_t n, float lr
 void sgd_ref(float *p, float *buf, const float *g, int64_t n, float lr, float momentum, float wd,
              bool first_step);
 
+/* torch_cpu16_ref.c: the 16-bit functions as PyTorch's CPU eager ops round them
+ * (MC_ROUNDING_TORCH_CPU); fp32 buffers holding values of dt, every result rounded to dt */
+typedef void (*mc_tc16_act_fn)(enum mc_dtype dt, float *y, const float *x, const float *bias,
+                               int64_t rows, int64_t cols);
+typedef void (*mc_tc16_act_bwd_fn)(enum mc_dtype dt, float *dx, const float *dy, const float *x,
+                                   const float *bias, int64_t rows, int64_t cols);
+void round_to_dtype_tc16(enum mc_dtype dt, float *x, int64_t n);
+void bias_add_tc16(enum mc_dtype dt, float *x, const float *bias, int64_t rows, int64_t cols);
+void gelu_tanh_fwd_tc16(enum mc_dtype dt, float *y, const float *x, const float *bias,
+                        int64_t rows, int64_t cols);
+void gelu_tanh_bwd_tc16(enum mc_dtype dt, float *dx, const float *dy, const float *x,
+                        const float *bias, int64_t rows, int64_t cols);
+void swiglu_fwd_tc16(enum mc_dtype dt, float *y, const float *x, const float *bias, int64_t rows,
+                     int64_t cols);
+void swiglu_bwd_tc16(enum mc_dtype dt, float *dx, const float *dy, const float *x,
+                     const float *bias, int64_t rows, int64_t cols);
+void bias_dropout_add_tc16(enum mc_dtype dt, float *y, const float *x, const float *bias,
+                           const float *residual, const uint8_t *keep_mask, float scale,
+                           int64_t rows, int64_t cols);
+void rope_tc16(enum mc_dtype dt, float *t, const float *cos, const float *sin, int64_t s,
+               int64_t bh, int64_t hn, int64_t rot_dim, bool interleaved, float sign);
+void layernorm_wgrad_tc16(enum mc_dtype dt, float *gw, float *gb, const float *dy,
+                          const float *x, const float *mean, const float *rstd, int64_t rows,
+                          int64_t h);
+
 #endif /* MC_CPU_KERNELS_REF_H */
