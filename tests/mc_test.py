@@ -17,6 +17,16 @@ SRC = os.environ.get("MC_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspa
 PRETRAIN = os.path.join(BUILD, "bin", "pretrain_gpt")
 
 
+def torch2_python():
+    """A PyTorch 2.x interpreter for tests whose 16-bit references need torch 2.x's CPU kernels:
+    MC_TORCH2, /work/torch2-venv, or the build's bench-venv; None when there is none."""
+    for p in (os.environ.get("MC_TORCH2", ""), "/work/torch2-venv/bin/python",
+              os.path.join(BUILD, "bench-venv", "bin", "python")):
+        if p and os.path.exists(p):
+            return p
+    return None
+
+
 # The two model styles the parallel tests train (tiny: hidden 32); tests that need another
 # size or FFN width keep their own list.
 def gpt2(layers=2):

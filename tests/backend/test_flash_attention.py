@@ -28,19 +28,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mc_test import check, summary  # noqa: E402
+from mc_test import check, summary, torch2_python  # noqa: E402
 
 BUILD = os.environ.get("MC_BUILD_DIR", "build")
 DRIVER = os.path.join(BUILD, "tests", "flash_driver")
 SEED = int(os.environ.get("MC_FLASH_SEED", str(int.from_bytes(os.urandom(2), "little"))))
-
-
-def torch2_python():
-    for p in (os.environ.get("MC_TORCH2", ""), "/work/torch2-venv/bin/python",
-              os.path.join(BUILD, "bench-venv", "bin", "python")):
-        if p and os.path.exists(p):
-            return p
-    return None
 
 
 def put(tmp, name, t, dt):

@@ -32,19 +32,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from mc_test import check, summary  # noqa: E402
+from mc_test import check, summary, torch2_python  # noqa: E402
 
 BUILD = os.environ.get("MC_BUILD_DIR", "build")
 DRIVER = os.path.join(BUILD, "tests", "op_driver")
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
-
-
-def torch2_python():
-    for p in (os.environ.get("MC_TORCH2", ""), "/work/torch2-venv/bin/python",
-              os.path.join(BUILD, "bench-venv", "bin", "python")):
-        if p and os.path.exists(p):
-            return p
-    return None
 
 
 class Run:
@@ -154,11 +146,17 @@ def rope(run, t, cos, sin):
 
 # ---- the ops ---------------------------------------------------------------------------------
 
-def op_gelu(run):
-    rows, cols = 48, 80
-    x, bias, dy = rnd(run, rows, cols, scale=2), rnd(run, cols), rnd(run, rows, cols)
+def act_inputs(run, rows, xw, cols):
+    """x [rows, xw], bias [xw], dy [rows, cols]: made and handed to the driver"""
+    x, bias, dy = rnd(run, rows, xw, scale=2), rnd(run, xw), rnd(run, rows, cols)
     for n, t in (("x", x), ("bias", bias), ("dy", dy)):
         run.put(n, t)
+    return x, bias, dy
+
+
+def op_gelu(run):
+    rows, cols = 48, 80
+    x, bias, dy = act_inputs(run, rows, cols, cols)
     if not run.run("gelu_tanh", rows=rows, cols=cols, bias=1):
         return
     xc, bc, gc = run.c(x), run.c(bias), run.c(dy)
@@ -168,9 +166,7 @@ def op_gelu(run):
 
 def op_swiglu(run, with_bias):
     rows, cols = 48, 40
-    x, bias, dy = rnd(run, rows, 2 * cols, scale=2), rnd(run, 2 * cols), rnd(run, rows, cols)
-    for n, t in (("x", x), ("bias", bias), ("dy", dy)):
-        run.put(n, t)
+    x, bias, dy = act_inputs(run, rows, 2 * cols, cols)
     if not run.run("swiglu", rows=rows, cols=cols, bias=int(with_bias)):
         return
     y = run.r(run.c(x) + run.c(bias)) if with_bias else run.c(x)
@@ -183,9 +179,7 @@ def op_swiglu(run, with_bias):
 def op_gelu_erf(run):
     """--no-bias-gelu-fusion: Megatron adds the bias (one rounded op), then F.gelu"""
     rows, cols = 48, 80
-    x, bias, dy = rnd(run, rows, cols, scale=2), rnd(run, cols), rnd(run, rows, cols)
-    for n, t in (("x", x), ("bias", bias), ("dy", dy)):
-        run.put(n, t)
+    x, bias, dy = act_inputs(run, rows, cols, cols)
     if not run.run("gelu_erf", rows=rows, cols=cols, bias=1):
         return
     v = run.r(run.c(x) + run.c(bias)).detach().requires_grad_(True)
